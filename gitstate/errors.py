@@ -1,0 +1,163 @@
+"""The error hierarchy of gitstate: every error the library raises on purpose derives from
+:class:`GitStateError`, and each subclass carries the data a caller needs (the ref, the expected and
+actual ids, the path). The CLI turns any of them into one ``error: …`` line."""
+
+from __future__ import annotations
+
+
+class GitStateError(Exception):
+    """Root of every error gitstate raises on purpose."""
+
+
+class NotARepositoryError(GitStateError):
+    """No git repository was found where the store was looked for."""
+
+    def __init__(self, path: str, reason: str | None = None) -> None:
+        self.path = path
+        detail = f" ({reason})" if reason else ""
+        super().__init__(
+            f"not a git repository: {path}{detail}; run inside a repository or set AGENTOS_REPO "
+            "to the repository to use"
+        )
+
+
+class UnsupportedRepositoryError(GitStateError):
+    """The repository exists but uses a format libgit2 cannot open (SHA-256 objects, reftable refs)."""
+
+    def __init__(self, path: str, feature: str) -> None:
+        self.path = path
+        self.feature = feature
+        super().__init__(f"repository {path} uses {feature}, which gitstate (libgit2) cannot open")
+
+
+class RunNotFound(GitStateError):
+    """The run id names no run of this store's worktree."""
+
+    def __init__(self, run_id: str, worktree: str | None = None) -> None:
+        self.run_id = run_id
+        self.worktree = worktree
+        where = f" in worktree {worktree!r}" if worktree else ""
+        super().__init__(f"no run {run_id!r}{where}")
+
+
+class RunExistsError(GitStateError):
+    """A run with this id already exists."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r} already exists")
+
+
+class BranchNotFound(GitStateError):
+    """The run has no branch of that name."""
+
+    def __init__(self, run_id: str, branch: str) -> None:
+        self.run_id = run_id
+        self.branch = branch
+        super().__init__(f"run {run_id!r} has no branch {branch!r}")
+
+
+class BranchExistsError(GitStateError):
+    """A branch of that name already exists in the run."""
+
+    def __init__(self, run_id: str, branch: str) -> None:
+        self.run_id = run_id
+        self.branch = branch
+        super().__init__(f"run {run_id!r} already has a branch {branch!r}")
+
+
+class InvalidReferenceError(GitStateError):
+    """A checkpoint reference is malformed or names nothing that exists (bad prefix, unknown node)."""
+
+    def __init__(self, ref: str, reason: str) -> None:
+        self.ref = ref
+        self.reason = reason
+        super().__init__(f"invalid checkpoint reference {ref!r}: {reason}")
+
+
+class CheckpointNotFound(InvalidReferenceError):
+    """No checkpoint of this run matches the reference."""
+
+    def __init__(self, ref: str, run_id: str | None = None) -> None:
+        self.run_id = run_id
+        where = f" in run {run_id!r}" if run_id is not None else ""
+        super().__init__(ref, f"no such checkpoint{where}")
+
+
+class AmbiguousReferenceError(InvalidReferenceError):
+    """A short id matches more than one object."""
+
+    def __init__(self, ref: str) -> None:
+        super().__init__(ref, "ambiguous short id; give more hex digits")
+
+
+class InvalidNameError(GitStateError):
+    """A run id, branch name or state key cannot be stored (empty, too long)."""
+
+    def __init__(self, kind: str, name: str, reason: str) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(f"invalid {kind} {name!r}: {reason}")
+
+
+class ConflictError(GitStateError):
+    """A compare-and-swap lost: the ref (or session-file version) is not what the caller expected."""
+
+    def __init__(self, ref: str, expected: str | None, actual: str | None, what: str = "ref") -> None:
+        self.ref = ref
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"conflict on {what} {ref}: expected {expected or 'nothing'}, found {actual or 'nothing'}"
+        )
+
+
+class LockTimeoutError(GitStateError):
+    """A ref stayed locked by another writer for longer than the store waits."""
+
+    def __init__(self, ref: str, seconds: float) -> None:
+        self.ref = ref
+        self.seconds = seconds
+        super().__init__(f"{ref} stayed locked for {seconds:.1f}s; another writer is holding it")
+
+
+class NothingToUndoError(GitStateError):
+    """The branch's reflog has no move that can be reverted."""
+
+    def __init__(self, ref: str) -> None:
+        self.ref = ref
+        super().__init__(f"nothing to undo on {ref}")
+
+
+class CorruptObjectError(GitStateError):
+    """A stored object is missing, of the wrong type, or does not decode."""
+
+    def __init__(self, oid: str, reason: str) -> None:
+        self.oid = oid
+        self.reason = reason
+        super().__init__(f"corrupt object {oid}: {reason}")
+
+
+class UnsupportedFormatError(CorruptObjectError):
+    """A payload carries a format version this gitstate does not know."""
+
+
+class EncodingError(GitStateError):
+    """A value cannot be stored (a type CBOR/gitstate does not support, a cycle, a non-str key)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot encode state at {path or '<root>'}: {reason}")
+
+
+class StoreWriteError(GitStateError):
+    """The repository could not be written (read-only .git, disk full, permissions)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        super().__init__(f"cannot write the store at {path}: {reason}")
+
+
+class UsageError(GitStateError, ValueError):
+    """An argument is out of range or of the wrong kind (``keep_latest=0``, an empty node name)."""

@@ -1,0 +1,437 @@
+"""A run: its branches (refs), the checkpoints on them (commits), node boundaries, rollback, undo,
+fork and prune. Every write builds objects first and then moves one ref by compare-and-swap."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from . import checkpoint as cpfmt
+from .checkpoint import Checkpoint, read_commit, read_meta
+from .errors import (
+    AmbiguousReferenceError,
+    BranchExistsError,
+    BranchNotFound,
+    CheckpointNotFound,
+    ConflictError,
+    CorruptObjectError,
+    InvalidReferenceError,
+    LockTimeoutError,
+    NothingToUndoError,
+    UsageError,
+)
+from .names import branch_ref, check_name, decode_component, run_prefix
+from .objects import MODE_BLOB, MODE_TREE, TreeEntry
+from .refs import compare_and_swap, list_refs, read_ref, reflog
+from .statetree import StateWriter
+
+if TYPE_CHECKING:
+    from .store import Store
+
+NODE_PREFIX = "node:"
+
+
+@dataclass(frozen=True)
+class NodeBoundary:
+    """Where a node was entered and left: entry and exit checkpoint ids and the node's status
+    (``completed``, ``failed``, or ``running`` while it has no exit checkpoint)."""
+
+    node: str
+    entry: str | None
+    exit: str | None
+    status: str
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """What :meth:`Run.prune` did: how many checkpoints it kept and dropped from the branch, and the
+    new id of each kept checkpoint (pruning rewrites their parent links, so their ids change)."""
+
+    kept: int
+    removed: int
+    renamed: dict[str, str] = field(default_factory=dict)
+
+
+class Run:
+    """One run of a workflow (one agent thread) in a store. Obtain it from
+    :meth:`Store.create_run` or :meth:`Store.get_run`."""
+
+    def __init__(self, store: Store, run_id: str, worktree: str, workflow: str | None,
+                 created_at: datetime, metadata: dict[str, Any] | None = None) -> None:
+        self.store = store
+        self.id = run_id
+        self.worktree = worktree
+        self.workflow = workflow
+        self.created_at = created_at
+        self.metadata = metadata or {}
+
+    def __repr__(self) -> str:
+        return f"<Run {self.id!r} workflow={self.workflow!r} worktree={self.worktree!r}>"
+
+    # -- refs ---------------------------------------------------------------------------------
+
+    def ref(self, branch: str = "main") -> str:
+        """The full ref name of a branch of this run."""
+        return branch_ref(self.worktree, self.id, branch)
+
+    def _tip(self, branch: str) -> str | None:
+        return read_ref(self.store.repo, self.ref(branch))
+
+    def _cas(self, branch: str, expected: str | None, new: str | None, message: str) -> None:
+        self.store._cas(self.ref(branch), expected, new, message)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _checkpoint(self, oid: str) -> Checkpoint:
+        return self.store._checkpoint(oid)
+
+    def head(self, branch: str = "main") -> Checkpoint | None:
+        """The tip checkpoint of a branch, or ``None`` if the branch has no checkpoint yet."""
+        tip = self._tip(branch)
+        return None if tip is None else self._checkpoint(tip)
+
+    def history(self, branch: str = "main", limit: int | None = None) -> Iterator[Checkpoint]:
+        """Checkpoints of a branch, newest first, following first parents."""
+        oid = self._tip(branch)
+        count = 0
+        while oid is not None and (limit is None or count < limit):
+            cp = self._checkpoint(oid)
+            yield cp
+            count += 1
+            oid = cp.parent_id
+
+    def branches(self) -> dict[str, Checkpoint]:
+        """Every branch of the run with its tip checkpoint."""
+        prefix = run_prefix(self.worktree, self.id) + "heads/"
+        out: dict[str, Checkpoint] = {}
+        for name, oid in list_refs(self.store.repo, prefix):
+            try:
+                out[decode_component(name[len(prefix):])] = self._checkpoint(oid)
+            except ValueError:
+                continue
+        return out
+
+    def load(self, ref: str, branch: str | None = None) -> Checkpoint:
+        """Resolve a checkpoint of this run: a full id, a unique prefix (4+ hex digits), or
+        ``node:NAME`` (the latest exit checkpoint of that node on ``branch``, default ``main``)."""
+        if not isinstance(ref, str) or not ref:
+            raise InvalidReferenceError(str(ref), "empty reference")
+        if ref.startswith(NODE_PREFIX):
+            name = ref[len(NODE_PREFIX):]
+            if not name:
+                raise InvalidReferenceError(ref, "node name missing after 'node:'")
+            branch = branch or "main"
+            if self._tip(branch) is None:
+                raise BranchNotFound(self.id, branch)
+            for cp in self.history(branch):
+                if cp.trigger == cpfmt.NODE_END and cp.node == name:
+                    return cp
+            raise InvalidReferenceError(ref, f"node {name!r} has no exit checkpoint on branch {branch!r}")
+        oid = self.store._expand(ref)
+        cp = self._checkpoint(oid)
+        if cp.run_id != self.id:
+            raise CheckpointNotFound(ref, self.id)
+        return cp
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _state_entry(self, state: Any, writer: StateWriter) -> TreeEntry:
+        if isinstance(state, Mapping) and all(isinstance(k, str) for k in state):
+            return (cpfmt.STATE_TREE, writer.mapping(dict(state)), MODE_TREE)
+        return (cpfmt.STATE_LEAF, writer.leaf(state, ""), MODE_BLOB)
+
+    def _head_state_entry(self, branch: str) -> TreeEntry | None:
+        tip = self._tip(branch)
+        if tip is None:
+            return None
+        root = read_commit(self.store.repo, tip).tree
+        for name, mode in ((cpfmt.STATE_TREE, MODE_TREE), (cpfmt.STATE_LEAF, MODE_BLOB)):
+            if name in root:
+                return (name, str(root[name].id), mode)
+        raise CorruptObjectError(tip, "checkpoint has no state")
+
+    def checkpoint(
+        self,
+        state: Any,
+        *,
+        node: str | None = None,
+        trigger: str | None = None,
+        status: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        branch: str = "main",
+        expect: str | None = None,
+        tools: Sequence[Any] | None = None,
+        audit: Sequence[Any] | None = None,
+    ) -> Checkpoint:
+        """Write a checkpoint of ``state`` on ``branch`` and return it.
+
+        Without ``expect`` it appends to the branch tip as it is at write time (concurrent writers
+        all land, in some order). With ``expect`` (a checkpoint id or prefix) it is a strict
+        compare-and-swap: if the tip is not that checkpoint, :class:`ConflictError` is raised and
+        nothing becomes visible. ``tools`` (tool invocations) and ``audit`` (audit events) are
+        lists stored beside the state as ``tools.cbor`` and ``audit.cbor``."""
+        check_name("branch name", branch)
+        with self.store._writing() as w:
+            state_entry = self._state_entry(state, StateWriter(w))
+            extra = self._extra_entries(w, tools, audit)
+        return self._commit_checkpoint(
+            state_entry, extra, branch=branch, expect=expect, node=node, trigger=trigger,
+            status=cpfmt.normalize_status(status), metadata=metadata)
+
+    def _extra_entries(self, w: Any, tools: Sequence[Any] | None, audit: Sequence[Any] | None) -> list[TreeEntry]:
+        extra: list[TreeEntry] = []
+        sw = StateWriter(w)
+        if tools:
+            extra.append((cpfmt.TOOLS, sw.leaf(list(tools), "tools"), MODE_BLOB))
+        if audit:
+            extra.append((cpfmt.AUDIT, sw.leaf(list(audit), "audit"), MODE_BLOB))
+        return extra
+
+    def _commit_checkpoint(
+        self,
+        state_entry: TreeEntry,
+        extra: list[TreeEntry],
+        *,
+        branch: str,
+        expect: str | None,
+        node: str | None,
+        trigger: str | None,
+        status: str | None,
+        metadata: Mapping[str, Any] | None,
+        node_status: str | None = None,
+        node_entry: str | None = None,
+    ) -> Checkpoint:
+        store = self.store
+        if expect is not None:
+            expect = self.load(expect).id
+        ref = self.ref(branch)
+        meta_user = dict(metadata or {})
+        deadline = time.monotonic() + store.lock_timeout
+        while True:
+            tip = read_ref(store.repo, ref)
+            if expect is not None and tip != expect:
+                raise ConflictError(ref, expect, tip)
+            step, base = (0, 0) if tip is None else store._step_base(tip)
+            if tip is not None:
+                step += 1
+            now = time.time()
+            meta = {
+                "format": cpfmt.CHECKPOINT_KIND, "v": cpfmt.FORMAT_VERSION, "run": self.id,
+                "branch": branch, "workflow": self.workflow, "worktree": self.worktree, "node": node,
+                "step": step, "base": base or None, "trigger": trigger, "status": status,
+                "node_status": node_status, "node_entry": node_entry, "metadata": meta_user or None,
+                "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            }
+            with store._writing() as w:
+                meta_oid = w.blob(cpfmt.encode_meta(meta))
+                root = w.tree([(cpfmt.META, meta_oid, MODE_BLOB), state_entry, *extra])
+                oid = store._write_commit(w, root, [tip] if tip else [], cpfmt.message(meta), now)
+            try:
+                self._cas(branch, tip, oid, "gitstate: checkpoint " + cpfmt.subject(node, step, trigger, status))
+            except ConflictError:
+                if expect is not None:
+                    raise
+                if time.monotonic() > deadline:
+                    raise LockTimeoutError(ref, store.lock_timeout) from None
+                time.sleep(random.random() * 0.002)
+                continue
+            store._written(oid, step, base)
+            return Checkpoint(
+                id=oid, run_id=self.id, branch=branch, node=node, step=step, trigger=trigger, status=status,
+                metadata=meta_user, created_at=datetime.fromtimestamp(now, UTC),
+                parent_ids=(tip,) if tip else (), workflow=self.workflow, node_status=node_status,
+                node_entry=node_entry, tree_id=root, base=base, _repo=store.repo,
+            )
+
+    # -- moving branches ----------------------------------------------------------------------
+
+    def fork(self, ref: str, new_branch: str, from_branch: str | None = None) -> Checkpoint:
+        """Create ``new_branch`` whose tip is the checkpoint ``ref``; returns that checkpoint."""
+        check_name("branch name", new_branch)
+        target = self.load(ref, branch=from_branch)
+        try:
+            self._cas(new_branch, None, target.id, f"gitstate: fork {new_branch} from {target.short_id}")
+        except ConflictError:
+            raise BranchExistsError(self.id, new_branch) from None
+        return target
+
+    def rollback(self, target: str, branch: str = "main", *, expect: str | None = None) -> Checkpoint:
+        """Move ``branch`` back (or to any checkpoint of the run) and return the new tip. The old tip
+        stays reachable through the branch's reflog, and :meth:`undo` moves it back."""
+        tip = self._tip(branch)
+        if tip is None:
+            raise BranchNotFound(self.id, branch)
+        if expect is not None and self.load(expect).id != tip:
+            raise ConflictError(self.ref(branch), self.load(expect).id, tip)
+        cp = self.load(target, branch=branch)
+        self._cas(branch, tip, cp.id, f"gitstate: rollback to {cp.short_id} ({target})")
+        return cp
+
+    def undo(self, branch: str = "main") -> Checkpoint | None:
+        """Revert the last move of ``branch`` recorded in its reflog (a checkpoint, rollback, fork,
+        prune, or an earlier undo) and return the new tip (``None`` if the branch is gone)."""
+        ref = self.ref(branch)
+        entries = reflog(self.store.repo, ref)
+        if not entries:
+            if read_ref(self.store.repo, ref) is None:
+                raise BranchNotFound(self.id, branch)
+            raise NothingToUndoError(ref)
+        last = entries[0]
+        current = read_ref(self.store.repo, ref)
+        if current != last.new:
+            raise ConflictError(ref, last.new, current)
+        if last.old is None:
+            self._cas(branch, current, None, "gitstate: undo branch creation")
+            return None
+        self._cas(branch, current, last.old, f"gitstate: undo ({last.message})")
+        return self._checkpoint(last.old)
+
+    def delete_branch(self, branch: str) -> None:
+        """Remove a branch ref (its checkpoints stay in other branches and the object store)."""
+        tip = self._tip(branch)
+        if tip is None:
+            raise BranchNotFound(self.id, branch)
+        self._cas(branch, tip, None, "gitstate: delete branch")
+
+    # -- node boundaries ----------------------------------------------------------------------
+
+    def node(self, name: str, *, branch: str = "main", state: Any = None,
+             metadata: Mapping[str, Any] | None = None) -> NodeScope:
+        """Context manager marking a node boundary: an entry checkpoint on enter, an exit checkpoint
+        on exit (status ``completed``, or ``failed`` if the block raised; the exception propagates).
+        Both carry the branch's current state unless ``state`` is given for the entry."""
+        if not isinstance(name, str) or not name:
+            raise UsageError("node name must be a non-empty string")
+        return NodeScope(self, name, branch, state, metadata)
+
+    def nodes(self, branch: str = "main") -> list[NodeBoundary]:
+        """Node boundaries of a branch, in execution order."""
+        found: list[tuple[int, NodeBoundary]] = []
+        closed: set[str] = set()
+        for cp in self.history(branch):
+            if cp.trigger == cpfmt.NODE_END and cp.node is not None:
+                if cp.node_entry:
+                    closed.add(cp.node_entry)
+                found.append((cp.step, NodeBoundary(cp.node, cp.node_entry, cp.id, cp.node_status or "completed")))
+            elif cp.trigger == cpfmt.NODE_START and cp.node is not None and cp.id not in closed:
+                found.append((cp.step, NodeBoundary(cp.node, cp.id, None, "running")))
+        found.reverse()
+        return [nb for _, nb in found]
+
+    # -- pruning ------------------------------------------------------------------------------
+
+    def prune(self, keep_latest: int = 5, branch: str = "main") -> PruneResult:
+        """Keep only the ``keep_latest`` newest checkpoints of ``branch``.
+
+        The kept checkpoints are rewritten onto a new root (same trees, messages and times), so their
+        ids change (see :attr:`PruneResult.renamed`); the branch moves by compare-and-swap and the old
+        line stays in the reflog, so :meth:`undo` reverts a prune until the reflog expires."""
+        if not isinstance(keep_latest, int) or keep_latest < 1:
+            raise UsageError("keep_latest must be a positive integer")
+        tip = self._tip(branch)
+        if tip is None:
+            raise BranchNotFound(self.id, branch)
+        chain = list(self.history(branch, limit=keep_latest + 1))
+        if len(chain) <= keep_latest:
+            return PruneResult(kept=len(chain), removed=0)
+        removed = sum(1 for _ in self.history(branch)) - keep_latest
+        kept = list(reversed(chain[:keep_latest]))
+        store = self.store
+        renamed: dict[str, str] = {}
+        parent: str | None = None
+        base = kept[0].step
+        with store._writing() as w:
+            for cp in kept:
+                commit = read_commit(store.repo, cp.id)
+                meta = read_meta(store.repo, commit)
+                meta["base"] = base or None
+                if meta.get("node_entry") in renamed:
+                    meta["node_entry"] = renamed[meta["node_entry"]]
+                root = commit.tree
+                entries: list[TreeEntry] = [
+                    (e.name or "", str(e.id), e.filemode) for e in root if e.name != cpfmt.META]
+                entries.append((cpfmt.META, w.blob(cpfmt.encode_meta(meta)), MODE_BLOB))
+                new_root = w.tree(entries)
+                parent = store._write_commit(w, new_root, [parent] if parent else [], commit.message,
+                                             commit.commit_time, author=commit.author, committer=commit.committer)
+                renamed[cp.id] = parent
+        assert parent is not None
+        self._cas(branch, tip, parent, f"gitstate: prune to the {keep_latest} newest checkpoints")
+        return PruneResult(kept=keep_latest, removed=removed, renamed=renamed)
+
+
+class NodeScope:
+    """The node boundary opened by :meth:`Run.node`; ``entry`` and ``exit`` are its checkpoints."""
+
+    def __init__(self, run: Run, name: str, branch: str, state: Any, metadata: Mapping[str, Any] | None) -> None:
+        self.run = run
+        self.name = name
+        self.branch = branch
+        self._state = state
+        self._metadata = dict(metadata or {})
+        self.entry: Checkpoint | None = None
+        self.exit: Checkpoint | None = None
+
+    def _current_state(self) -> TreeEntry:
+        entry = self.run._head_state_entry(self.branch)
+        if entry is not None:
+            return entry
+        with self.run.store._writing() as w:
+            return self.run._state_entry({}, StateWriter(w))
+
+    def __enter__(self) -> NodeScope:
+        if self._state is not None:
+            with self.run.store._writing() as w:
+                state_entry = self.run._state_entry(self._state, StateWriter(w))
+        else:
+            state_entry = self._current_state()
+        self.entry = self.run._commit_checkpoint(
+            state_entry, [], branch=self.branch, expect=None, node=self.name, trigger=cpfmt.NODE_START,
+            status=None, metadata=self._metadata, node_status="running")
+        return self
+
+    def checkpoint(self, state: Any, **kwargs: Any) -> Checkpoint:
+        """A checkpoint inside the node (``node`` and ``branch`` filled in)."""
+        kwargs.setdefault("node", self.name)
+        kwargs.setdefault("branch", self.branch)
+        return self.run.checkpoint(state, **kwargs)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        assert self.entry is not None
+        failed = exc_type is not None
+        metadata = dict(self._metadata)
+        if failed:
+            metadata["error"] = f"{exc_type.__name__ if exc_type else 'Error'}: {exc}"
+        self.exit = self.run._commit_checkpoint(
+            self._current_state(), [], branch=self.branch, expect=None, node=self.name,
+            trigger=cpfmt.NODE_END, status=None, metadata=metadata,
+            node_status="failed" if failed else "completed", node_entry=self.entry.id)
+        return False
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text.lower())
+
+
+def expand_id(repo: pygit2.Repository, ref: str) -> str:
+    """Expand a full id or unique prefix (4+ hex digits) to a full commit id."""
+    if len(ref) < 4 or len(ref) > 40 or not _is_hex(ref):
+        raise InvalidReferenceError(
+            ref, "expected a checkpoint id, a unique prefix of 4+ hex digits, or node:NAME")
+    try:
+        oid = str(repo.expand_id(ref.lower()))
+    except KeyError:
+        raise CheckpointNotFound(ref) from None
+    except (ValueError, pygit2.GitError) as exc:
+        if "ambiguous" in str(exc).lower():
+            raise AmbiguousReferenceError(ref) from None
+        raise CheckpointNotFound(ref) from None
+    return oid

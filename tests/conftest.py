@@ -1,0 +1,75 @@
+"""Shared fixtures: every test runs against fresh repositories in a temp dir with a scrubbed git
+environment (no user config, fixed identities), so results never depend on the machine."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import gitstate
+
+_SCRUB = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
+          "GIT_CEILING_DIRECTORIES", "AGENTOS_REPO", "GIT_CONFIG", "GIT_CONFIG_GLOBAL")
+
+
+@pytest.fixture(autouse=True)
+def clean_git_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path_factory.mktemp("home")
+    for name in _SCRUB:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Test Author")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "author@example.com")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "Test Committer")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "committer@example.com")
+    monkeypatch.setenv("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+
+
+def git(cwd: str | os.PathLike[str], *args: str, check: bool = True) -> str:
+    """Run real git and return its stdout."""
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if check and out.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {out.stderr}")
+    return out.stdout
+
+
+def make_repo(path: Path) -> Path:
+    """A fresh repository with one commit on ``main`` and a tracked file."""
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    (path / "README").write_text("hello\n")
+    git(path, "add", "README")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """Path of a fresh repository (one commit on main)."""
+    return make_repo(tmp_path / "repo")
+
+
+@pytest.fixture
+def store(repo: Path) -> Iterator[gitstate.Store]:
+    """A store on the fresh repository."""
+    s = gitstate.open_store(repo)
+    yield s
+    s.close()
+
+
+def user_snapshot(repo: Path) -> dict[str, object]:
+    """What belongs to the user: HEAD, index bytes, refs/heads and tags, config, status."""
+    gitdir = repo / ".git"
+    return {
+        "HEAD": (gitdir / "HEAD").read_bytes(),
+        "index": (gitdir / "index").read_bytes() if (gitdir / "index").exists() else None,
+        "config": (gitdir / "config").read_bytes(),
+        "refs": git(repo, "for-each-ref", "refs/heads", "refs/tags"),
+        "status": git(repo, "status", "--porcelain", "--untracked-files=all"),
+    }
