@@ -29,7 +29,7 @@ from pygit2.enums import ObjectType
 from . import encoding
 from .errors import CorruptObjectError
 from .names import decode_component, encode_component
-from .objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
+from .objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry, check_loose
 
 CHUNK = 32  # items per list chunk
 FANOUT = 64  # entries per list subtree level
@@ -118,6 +118,9 @@ class StateReader:
         self.repo = repo
 
     def _read(self, oid: str | pygit2.Oid, expect: ObjectType) -> bytes:
+        damage = check_loose(self.repo, str(oid))
+        if damage:
+            raise CorruptObjectError(str(oid), damage)
         try:
             kind, data = self.repo.odb.read(oid)
         except (KeyError, pygit2.GitError, ValueError) as exc:
@@ -132,6 +135,9 @@ class StateReader:
 
     def tree(self, oid: str | pygit2.Oid) -> pygit2.Tree:
         """Look up a tree object, as a corrupt-object error if it is not one."""
+        damage = check_loose(self.repo, str(oid))
+        if damage:
+            raise CorruptObjectError(str(oid), damage)
         try:
             obj = self.repo[oid]
         except (KeyError, ValueError, pygit2.GitError) as exc:
