@@ -137,7 +137,8 @@ class _Checker:
                 walk = str(parents[0]) if parents else None
         for cp in line:
             if cp.trigger == cpfmt.NODE_END and cp.node_entry is not None:
-                if cp.node_entry not in ancestors:
+                # a prune (base > 0) may cut a node's entry off the line; otherwise it must be there
+                if cp.node_entry not in ancestors and cp.base == 0:
                     self.problem(ref, f"node_entry {cp.node_entry[:12]} of node {cp.node!r} is not an "
                                       "earlier checkpoint of this branch", cp.id)
             ancestors.add(cp.id)
