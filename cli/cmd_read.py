@@ -196,7 +196,9 @@ def _print_diff(data: dict[str, Any]) -> None:
 @json_option
 @pass_store
 def nodes(store: gitstate.Store, run_id: str, branch: str, as_json: bool) -> None:
-    """List the node boundaries of a run's branch, in execution order.
+    """List the node boundaries of a run's branch.
+
+    Boundaries are listed in execution order.
 
     \b
     Example:

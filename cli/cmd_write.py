@@ -85,7 +85,9 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
 @pass_store
 def rollback(store: gitstate.Store, run_id: str, target: str, branch: str, restore_files: bool,
              dry_run: bool) -> None:
-    """Move a branch back to an earlier checkpoint (undoable with `undo`).
+    """Move a branch back to an earlier checkpoint (undoable).
+
+    The old tip stays in the branch's reflog; `git agentos undo RUN` moves it back.
 
     TARGET is relative to RUN: ~N (N back from the branch tip), node:NAME (the node's exit
     checkpoint), @BRANCH[~N], an id or prefix, or any REF of the same run.

@@ -115,7 +115,7 @@ SHORT_HELP: dict[str, str] = {
     "nodes": "List the node boundaries of a run's branch.",
     "checkpoint": "Write a checkpoint (creates the run if it is new).",
     "rollback": "Move a branch back to an earlier checkpoint (undoable).",
-    "undo": "Revert the last move of a branch (checkpoint, rollback, fork, prune).",
+    "undo": "Revert the last move of a branch (checkpoint, rollback, fork, prune or undo).",
     "fork": "Create a new branch of a run at a checkpoint.",
     "delete": "Delete a run and all its branches.",
     "prune": "Keep only the newest N checkpoints of a branch.",

@@ -82,9 +82,11 @@ def open_repository(path: str | os.PathLike[str] | None = None) -> pygit2.Reposi
     if override:
         return _discover(os.path.abspath(os.path.expanduser(override)), via="AGENTOS_REPO")
     start = os.path.abspath(os.fspath(path)) if path is not None else os.getcwd()
-    if os.environ.get("GIT_DIR"):
-        # pygit2 ignores GIT_DIR unless asked to read the environment, as git does.
-        return _open(start if os.path.exists(start) else os.getcwd(), flags=int(RepositoryOpenFlag.FROM_ENV))
+    git_dir = os.environ.get("GIT_DIR")
+    if git_dir:
+        # pygit2 ignores GIT_DIR unless asked to read the environment, and libgit2 reads it only when
+        # given no start path; so open GIT_DIR itself (relative to the cwd, as git resolves it).
+        return _open(os.path.abspath(os.path.expanduser(git_dir)), flags=int(RepositoryOpenFlag.FROM_ENV))
     return _discover(start)
 
 
