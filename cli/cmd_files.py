@@ -89,14 +89,14 @@ def files(store: gitstate.Store, run_id: str, path: str | None, history: bool, v
                       [[v.version, v.author, v.size, v.created_at, v.reason] for v in versions])
         return
     content = vfs.read(path, version=version) if version is not None else vfs.read(path)
-    data = content if isinstance(content, bytes) else str(content).encode("utf-8")
+    data: bytes = content if isinstance(content, bytes) else str(content).encode("utf-8")
     if as_json:
         meta = next((v for v in vfs.history(path) if version is None or v.version == version), None)
-        doc = _version_dict(meta) if meta is not None else {"path": path, "version": version}
+        doc: dict[str, Any] = _version_dict(meta) if meta is not None else {"path": path, "version": version}
         try:
             doc["content"] = data.decode("utf-8")
         except UnicodeDecodeError:
             doc["content"] = {"$bytes": data.hex()}
         out.emit_json(doc)
         return
-    click.get_binary_stream("stdout").write(data)
+    click.echo(data, nl=False)

@@ -90,5 +90,6 @@ def progress(label: str, length: int | None = None) -> Iterator[Callable[[int], 
     if not is_tty() or not sys.stderr.isatty():
         yield lambda n: None
         return
+    bar: Any
     with click.progressbar(length=length, label=label, file=sys.stderr) as bar:
         yield bar.update

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import click
-
 from gitstate_cli.main import COMMANDS, HIDDEN, cli
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "CLI.md"

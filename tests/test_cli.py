@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-
-import gitstate
+from conftest import git, user_snapshot
 from gitstate_cli.main import cli
 
-from conftest import git, user_snapshot
+import gitstate
 
 FILES_API = hasattr(gitstate.Run, "restore")
 needs_files = pytest.mark.skipif(not FILES_API, reason="workspace snapshots/restore (issue 3, branch files) not merged yet")

@@ -10,9 +10,7 @@ import sys
 from pathlib import Path
 
 import click
-import pytest
 from conftest import git, user_snapshot
-
 from gitstate_cli.main import COMMANDS, HIDDEN, SHORT_HELP, cli
 
 ROOT = Path(__file__).resolve().parent.parent
