@@ -105,6 +105,8 @@ def validate_tree(repo: pygit2.Repository, tree_id: str, prefix: str = "",
     except (KeyError, ValueError, pygit2.GitError) as exc:
         raise CorruptObjectError(tree_id, "snapshot tree missing from the object database") from exc
     if not isinstance(tree, pygit2.Tree):
+        if prefix:
+            raise UnsafeTreeError(prefix.rstrip("/"), "directory entry does not point at a tree")
         raise CorruptObjectError(tree_id, "snapshot is not a tree")
     names: dict[str, int] = {}
     folded: dict[str, int] = {}
@@ -121,9 +123,6 @@ def validate_tree(repo: pygit2.Repository, tree_id: str, prefix: str = "",
             raise UnsafeTreeError(path, "entry collides with a symbolic link on a case-insensitive file system")
         names[name] = entry.filemode
         folded[key] = entry.filemode
-        kind = entry.type_str
-        if (entry.filemode == MODE_TREE) != (kind == "tree") or kind not in ("tree", "blob"):
-            raise UnsafeTreeError(path, f"mode {entry.filemode:o} does not match object type {kind}")
         if entry.filemode == MODE_TREE:
             validate_tree(repo, str(entry.id), path + "/", seen)
     seen.add(tree_id)

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from .store import Store
 
 BIG_BLOB = 32 * 1024 * 1024  # bytes; larger blobs are not packed by gitstate
-_ADD_FORCE = 1  # GIT_INDEX_ADD_FORCE
 _ADD_LITERAL = 2  # GIT_INDEX_ADD_DISABLE_PATHSPEC_MATCH
 _ENV_LOCK = threading.Lock()
 _ENV_KEYS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
@@ -133,8 +132,8 @@ class Workspace:
         prefixes = None if paths is None else sorted({normalize_path(p, self.workdir) for p in paths})
         if prefixes == [""]:
             prefixes = None
+        skipped, ignore_changed = self._add_all(index, prefixes or [])
         self._add_tracked(repo, index)
-        skipped, ignore_changed = self._add_all(index, prefixes or [], 0)
         if ignore_changed:
             self._drop_ignored(repo, index)
         try:
@@ -155,7 +154,7 @@ class Workspace:
             self._journal(repo, tree, None)
         return Snapshot(tree, tuple(sorted(skipped)))
 
-    def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int) -> tuple[list[str], bool]:
+    def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int = 0) -> tuple[list[str], bool]:
         skipped: list[str] = []
         state = {"ignore": False}
 
@@ -206,9 +205,12 @@ class Workspace:
         sig = self._signature()
         if sig == self._tracked_sig and len(index):
             return
-        missing = [p for p in self._user_paths() if p not in index]
-        if missing:
-            self._add_all(index, missing, _ADD_FORCE)
+        for path in self._user_paths():
+            if path not in index and os.path.lexists(os.path.join(self.workdir, path)):
+                try:
+                    index.add(path)  # add by path: ignore rules do not apply
+                except (pygit2.GitError, OSError):
+                    pass  # a directory now, or unreadable: left out as git would
         if self._tracked_sig is not None:
             self._drop_ignored(repo, index)
         self._tracked_sig = sig
