@@ -9,7 +9,7 @@ import click
 import gitstate
 
 from . import output as out
-from .cmd_write import _print_restore
+from .cmd_write import print_restore
 from .context import get_run, pass_store, resolve
 
 
@@ -32,15 +32,13 @@ def restore(store: gitstate.Store, ref: str, paths: tuple[str, ...], dry_run: bo
     """
     cp = resolve(store, ref)
     run = store.get_run(cp.run_id)
-    result = run.restore(cp, paths=list(paths) or None, dry_run=dry_run, force=force)  # type: ignore[attr-defined]
-    click.echo(("would restore" if dry_run else "restored") + f" files of {cp.short_id}:")
-    _print_restore(result, dry_run=dry_run)
+    result = run.restore(cp, paths=list(paths) or None, dry_run=dry_run, force=force)
+    click.echo(("would restore" if dry_run else "restored") + f" the files of {cp.short_id}:")
+    print_restore(result)
 
 
-def _version_dict(v: Any) -> dict[str, Any]:
-    return {"path": v.path, "version": v.version, "author": v.author, "reason": v.reason,
-            "created_at": v.created_at.isoformat() if hasattr(v.created_at, "isoformat") else v.created_at,
-            "size": v.size}
+def _version_dict(v: gitstate.FileVersion) -> dict[str, Any]:
+    return v.to_dict()
 
 
 @click.command()
@@ -63,17 +61,18 @@ def files(store: gitstate.Store, run_id: str, path: str | None, history: bool, v
       git agentos files my-run
       git agentos files my-run notes.md --history
 
-    JSON: a list of {"path", "version", "author", "reason", "created_at", "size"} (listing and
-    --history); with PATH alone, that object plus "content" (text, or {"$bytes": hex}).
+    JSON: a list of {"path", "version", "author", "reason", "created_at", "size", "commit"}
+    (listing sorted by path; --history oldest first); with PATH alone, that object plus "content"
+    (text, or {"$bytes": hex}).
     """
     if (history or version is not None) and path is None:
         raise click.UsageError("--history and --version need a PATH")
     if history and version is not None:
         raise click.UsageError("--history and --version cannot be combined")
     run = get_run(store, run_id)
-    vfs = run.files  # type: ignore[attr-defined]
+    vfs = run.files
     if path is None:
-        listing = list(vfs.list())
+        listing = sorted(vfs.list().values(), key=lambda v: v.path)
         if as_json:
             out.emit_json([_version_dict(v) for v in listing])
         else:

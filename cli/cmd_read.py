@@ -157,37 +157,31 @@ def diff(store: gitstate.Store, ref_a: str, ref_b: str, as_json: bool) -> None:
     Example:
       git agentos diff my-run~3 my-run
 
-    JSON: the library's diff as a dict. Its keys "a" and "b" are the two checkpoint ids; "state"
-    and "files" describe what was added, removed and changed (see docs/CLI.md).
+    JSON: {"a": id, "b": id, "files_compared": bool (false when neither has a snapshot),
+    "state": [{"key", "kind": "added"|"removed"|"changed", "old", "new"}],
+    "files": [{"path", "status": "added"|"modified"|"deleted"|"renamed", "old_path", "old_id",
+    "new_id", "old_mode", "new_mode", "similarity"}]}. A state that is not a mapping is the
+    single key "".
     """
     a, b = resolve(store, ref_a), resolve(store, ref_b)
-    result = store.diff(a, b) if hasattr(store, "diff") else views.state_diff(a, b)
-    data = result.to_dict()
+    result = store.diff(a, b)
     if as_json:
-        out.emit_json(data)
+        out.emit_json(result.to_dict())
         return
     click.echo(f"diff {a.short_id} {b.short_id}")
-    _print_diff(data)
-
-
-_MARKS = {"added": ("+", "green"), "removed": ("-", "red"), "changed": ("~", "yellow"),
-          "modified": ("~", "yellow")}
-
-
-def _print_diff(data: dict[str, Any]) -> None:
-    any_change = False
-    for section in ("state", "files"):
-        part = data.get(section)
-        if not isinstance(part, dict):
-            continue
-        for kind, (mark, colour) in _MARKS.items():
-            items = part.get(kind) or []
-            for item in items:
-                name = item if isinstance(item, str) else item.get("path") or item.get("key") or str(item)
-                click.echo(out.style(f"{mark} {section[:-1] if section == 'files' else section} {name}", fg=colour))
-                any_change = True
-    if not any_change:
+    if result.empty:
         click.echo("no changes")
+    for change in result.state:
+        mark, colour = _MARKS[change.kind]
+        click.echo(out.style(f"{mark} state {change.key or '(whole state)'}", fg=colour))
+    for f in result.files:
+        mark, colour = _MARKS[f.status]
+        name = f"{f.old_path} -> {f.path}" if f.old_path else f.path
+        click.echo(out.style(f"{mark} file  {name}", fg=colour))
+
+
+_MARKS = {"added": ("+", "green"), "removed": ("-", "red"), "deleted": ("-", "red"),
+          "changed": ("~", "yellow"), "modified": ("~", "yellow"), "renamed": (">", "yellow")}
 
 
 @click.command()

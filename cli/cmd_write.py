@@ -105,15 +105,12 @@ def rollback(store: gitstate.Store, run_id: str, target: str, branch: str, resto
     if dry_run:
         click.echo(f"would move branch {branch} of run {run.id} from {tip.short_id} to {cp.short_id}")
         if restore_files:
-            result = run.restore(cp, dry_run=True)  # type: ignore[attr-defined]
-            _print_restore(result, dry_run=True)
+            print_restore(run.restore(cp, dry_run=True))
         return
-    if restore_files:
-        new = run.rollback(cp.id, branch=branch, restore=True)  # type: ignore[call-arg]
-    else:
-        new = run.rollback(cp.id, branch=branch)
-    new_cp = new if isinstance(new, gitstate.Checkpoint) else cp
-    click.echo(f"rolled back branch {branch} of run {run.id}: {tip.short_id} -> {_describe(new_cp)}")
+    new = run.rollback(cp.id, branch=branch, restore=restore_files)
+    click.echo(f"rolled back branch {branch} of run {run.id}: {tip.short_id} -> {_describe(new)}")
+    if restore_files and run.last_restore is not None:
+        print_restore(run.last_restore)
     click.echo(f"undo with: git agentos undo {_quote(run.id)}" + (f" --branch {_quote(branch)}" if branch != "main" else ""))
 
 
@@ -123,18 +120,21 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def _print_restore(result: Any, dry_run: bool) -> None:
-    data = result.to_dict() if hasattr(result, "to_dict") else result
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if isinstance(value, list):
-                verb = f"would {key}" if dry_run else key
-                for item in value:
-                    click.echo(f"  {verb}: {item}")
-            elif value not in (None, False, 0):
-                click.echo(f"  {key}: {value}")
-    elif data is not None:
-        click.echo(f"  {data}")
+def print_restore(result: gitstate.RestoreResult) -> None:
+    """Print what a restore changed (or would change) and how to undo it."""
+    verb = "would" if result.dry_run else ""
+    rows = [("changed", result.changed), ("created", result.added), ("removed", result.removed),
+            ("skipped", result.skipped)]
+    total = 0
+    for label, paths in rows:
+        for path in paths:
+            click.echo(f"  {(verb + ' ' + label).strip()}: {path}")
+            total += 1
+    if total == 0:
+        click.echo("  nothing to change: the workspace already matches")
+    if result.safety:
+        click.echo(f"  the workspace as it was is saved as {out.short(result.safety)} on branch "
+                   f"{result.safety_branch}; restore it with: git agentos restore {result.safety[:12]}")
 
 
 @click.command()

@@ -1,9 +1,8 @@
-"""Read-only views of checkpoints for display: the files a snapshot holds, and a key-level state
-diff (used when the store offers no richer :meth:`Store.diff`)."""
+"""Read-only views of checkpoints for display: the files a workspace snapshot holds."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pygit2
@@ -45,48 +44,3 @@ def snapshot_files(cp: Checkpoint) -> list[SnapshotFile]:
                 out.append(SnapshotFile(path, size, str(entry.id), entry.filemode))
     out.sort(key=lambda f: f.path)
     return out
-
-
-@dataclass(frozen=True)
-class StateDiff:
-    """Top-level state keys added, removed and changed between two checkpoints, and files."""
-
-    a: str
-    b: str
-    added: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    changed: list[str] = field(default_factory=list)
-    files_added: list[str] = field(default_factory=list)
-    files_removed: list[str] = field(default_factory=list)
-    files_changed: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form (the CLI's ``diff --json`` shape)."""
-        return {
-            "a": self.a, "b": self.b,
-            "state": {"added": self.added, "removed": self.removed, "changed": self.changed},
-            "files": {"added": self.files_added, "removed": self.files_removed, "changed": self.files_changed},
-        }
-
-
-def _keys(cp: Checkpoint) -> dict[str, str]:
-    """Top-level key -> object id (equal ids mean equal values), without decoding values."""
-    root = StateReader(cp._repo).tree(cp.tree_id)
-    if "state" in root:
-        return {k: oid for k, (_, oid) in StateReader(cp._repo).entries(root["state"].id).items()}
-    state = cp.state
-    return {"": repr(state)} if not isinstance(state, dict) else {k: repr(v) for k, v in state.items()}
-
-
-def state_diff(a: Checkpoint, b: Checkpoint) -> StateDiff:
-    """Compare two checkpoints key by key (by object id, so unchanged parts cost nothing)."""
-    ka, kb = _keys(a), _keys(b)
-    fa = {f.path: f.id for f in snapshot_files(a)}
-    fb = {f.path: f.id for f in snapshot_files(b)}
-    return StateDiff(
-        a.id, b.id,
-        added=sorted(set(kb) - set(ka)), removed=sorted(set(ka) - set(kb)),
-        changed=sorted(k for k in set(ka) & set(kb) if ka[k] != kb[k]),
-        files_added=sorted(set(fb) - set(fa)), files_removed=sorted(set(fa) - set(fb)),
-        files_changed=sorted(p for p in set(fa) & set(fb) if fa[p] != fb[p]),
-    )
