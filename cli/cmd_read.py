@@ -80,7 +80,7 @@ def log(store: gitstate.Store, run_id: str, branch: str, limit: int | None, as_j
     "node_status", "node_entry", "workflow", "metadata", "created_at", "parent_ids"}.
     """
     run = get_run(store, run_id)
-    if run.head(branch) is None and branch not in run.branches():
+    if run.head(branch) is None:
         raise gitstate.BranchNotFound(run.id, branch)
     cps = list(run.history(branch, limit=limit))
     if as_json:

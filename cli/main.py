@@ -10,30 +10,42 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
-#: Command name -> "module:attribute" (modules relative to this package). Registering a command
-#: module is one line here; nothing else imports it.
-COMMANDS: dict[str, str] = {
-    "runs": "cmd_read:runs",
-    "log": "cmd_read:log",
-    "show": "cmd_read:show",
-    "diff": "cmd_read:diff",
-    "nodes": "cmd_read:nodes",
-    "checkpoint": "cmd_write:checkpoint",
-    "rollback": "cmd_write:rollback",
-    "undo": "cmd_write:undo",
-    "fork": "cmd_write:fork",
-    "delete": "cmd_write:delete",
-    "prune": "cmd_write:prune",
-    "restore": "cmd_files:restore",
-    "files": "cmd_files:files",
-    "verify": "cmd_verify:verify",
-    "setup": "cmd_setup:setup",
-    "textconv": "cmd_setup:textconv",
-    "demo": "cmd_demo:demo",
+
+class Entry(NamedTuple):
+    """One registered command: where it lives (``"module:attribute"``, module relative to this
+    package), its one-line summary for ``git agentos --help`` (must equal the first line of the
+    command's docstring; a test checks), and whether the listing hides it."""
+
+    target: str
+    summary: str
+    hidden: bool = False
+
+
+#: Every command, imported only when it runs or its help is shown. Registering a command is one
+#: line here; nothing else imports its module.
+COMMANDS: dict[str, Entry] = {
+    "runs": Entry("cmd_read:runs", "List runs, most recently updated first."),
+    "log": Entry("cmd_read:log", "List the checkpoints of a run's branch, newest first."),
+    "show": Entry("cmd_read:show", "Show one checkpoint: metadata, decoded state, files."),
+    "diff": Entry("cmd_read:diff", "Show the state keys and files that changed between two checkpoints."),
+    "nodes": Entry("cmd_read:nodes", "List the node boundaries of a run's branch."),
+    "checkpoint": Entry("cmd_write:checkpoint", "Write a checkpoint (creates the run if it is new)."),
+    "rollback": Entry("cmd_write:rollback", "Move a branch back to an earlier checkpoint (undoable)."),
+    "undo": Entry("cmd_write:undo", "Revert the last move of a branch (checkpoint, rollback, fork, prune or undo)."),
+    "fork": Entry("cmd_write:fork", "Create a new branch of a run at a checkpoint."),
+    "delete": Entry("cmd_write:delete", "Delete a run and all its branches."),
+    "prune": Entry("cmd_write:prune", "Keep only the newest N checkpoints of a branch."),
+    "restore": Entry("cmd_files:restore", "Restore workspace files from a checkpoint's snapshot."),
+    "files": Entry("cmd_files:files", "List, read or show the history of a run's session files."),
+    "verify": Entry("cmd_verify:verify", "Check every ref, object and payload of the store."),
+    "setup": Entry("cmd_setup:setup", "Configure plain git to print checkpoints as readable state."),
+    "textconv": Entry("cmd_setup:textconv", "Print a stored CBOR payload as readable text (used by git diff).",
+                      hidden=True),
+    "demo": Entry("cmd_demo:demo", "Run a small agent workflow in a fresh repository and show every feature."),
 }
 
 
@@ -73,19 +85,19 @@ class LazyGroup(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
-        if target is None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
             return None
-        module_name, _, attr = target.partition(":")
+        module_name, _, attr = entry.target.partition(":")
         module = importlib.import_module(f"{__package__}.{module_name}")
         command = getattr(module, attr)
         if not isinstance(command, click.Command):  # pragma: no cover - a registry typo
-            raise TypeError(f"{target} is not a click command")
+            raise TypeError(f"{entry.target} is not a click command")
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        # The listing must not import every command module: short help comes from SHORT_HELP.
-        rows = [(name, SHORT_HELP.get(name, "")) for name in self.list_commands(ctx) if name not in HIDDEN]
+        # The listing must not import every command module: summaries come from the registry.
+        rows = [(name, COMMANDS[name].summary) for name in self.list_commands(ctx) if not COMMANDS[name].hidden]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
@@ -105,31 +117,6 @@ class LazyGroup(click.Group):
                 raise
             sys.exit(code)
         sys.exit(result if isinstance(result, int) else 0)
-
-
-#: One line per command for ``git agentos --help`` (kept here so the listing stays import-free;
-#: a test checks each matches the first line of the command's own help).
-SHORT_HELP: dict[str, str] = {
-    "runs": "List runs, most recently updated first.",
-    "log": "List the checkpoints of a run's branch, newest first.",
-    "show": "Show one checkpoint: metadata, decoded state, files.",
-    "diff": "Show the state keys and files that changed between two checkpoints.",
-    "nodes": "List the node boundaries of a run's branch.",
-    "checkpoint": "Write a checkpoint (creates the run if it is new).",
-    "rollback": "Move a branch back to an earlier checkpoint (undoable).",
-    "undo": "Revert the last move of a branch (checkpoint, rollback, fork, prune or undo).",
-    "fork": "Create a new branch of a run at a checkpoint.",
-    "delete": "Delete a run and all its branches.",
-    "prune": "Keep only the newest N checkpoints of a branch.",
-    "restore": "Restore workspace files from a checkpoint's snapshot.",
-    "files": "List, read or show the history of a run's session files.",
-    "verify": "Check every ref, object and payload of the store.",
-    "setup": "Configure plain git to print checkpoints as readable state.",
-    "textconv": "Print a stored CBOR payload as readable text (used by git diff).",
-    "demo": "Run a small agent workflow in a fresh repository and show every feature.",
-}
-
-HIDDEN = frozenset({"textconv"})
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import click
-from gitstate_cli.main import COMMANDS, HIDDEN, cli
+from gitstate_cli.main import COMMANDS, cli
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "CLI.md"
 WIDTH = 100
@@ -63,7 +63,7 @@ def render() -> str:
     """The full text of docs/CLI.md."""
     parts = [INTRO, "## git agentos\n", "```text\n" + _help_group() + "```\n"]
     for name in sorted(COMMANDS):
-        if name in HIDDEN:
+        if COMMANDS[name].hidden:
             continue
         command = cli.get_command(click.Context(cli), name)
         assert command is not None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 from conftest import git, user_snapshot
-from gitstate_cli.main import COMMANDS, HIDDEN, SHORT_HELP, cli
+from gitstate_cli.main import COMMANDS, cli
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -120,11 +120,24 @@ def test_every_command_has_help_and_docs_are_current() -> None:
     for name in COMMANDS:
         command = cli.get_command(ctx, name)
         assert command is not None and command.help and command.help.strip(), f"{name} lacks help"
-        assert command.help.strip().splitlines()[0] == SHORT_HELP[name], name
-        if name not in HIDDEN:
+        assert command.help.strip().splitlines()[0] == COMMANDS[name].summary, name
+        if not COMMANDS[name].hidden:
             assert f"## git agentos {name}\n" in doc, f"{name} missing from docs/CLI.md"
             if "--json" in [o for p in command.params for o in getattr(p, "opts", [])]:
                 assert "JSON" in command.help, f"{name} --json shape undocumented"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_cli_docs.py"), "--check"],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_worktrees_are_scoped_and_all_lists_them(repo: Path, tmp_path: Path) -> None:
+    linked = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(linked))
+    run(linked, "git", "agentos", "checkpoint", "in-linked", "--state", "-", input="{}")
+    run(repo, "git", "agentos", "checkpoint", "in-main", "--state", "-", input="{}")
+    assert [r["id"] for r in json.loads(run(repo, "git", "agentos", "runs", "--json").stdout)] == ["in-main"]
+    assert [r["id"] for r in json.loads(run(linked, "git", "agentos", "runs", "--json").stdout)] == ["in-linked"]
+    every = json.loads(run(repo, "git", "agentos", "runs", "--all", "--json").stdout)
+    assert sorted((r["id"], r["worktree"]) for r in every) == [("in-linked", "wt-linked"), ("in-main", "main")]
+    table = run(repo, "git", "agentos", "runs", "--all").stdout
+    assert table.splitlines()[0].split()[:2] == ["RUN", "WORKTREE"] and "wt-linked" in table
