@@ -178,6 +178,12 @@ def test_bad_input(at_repo: Path, tmp_path: Path, args: list[str], code: int, ne
     assert user_snapshot(at_repo) == user
 
 
+def test_show_of_a_user_commit_is_refused(at_repo: Path) -> None:
+    head = git(at_repo, "rev-parse", "HEAD").strip()
+    result = CliRunner().invoke(cli, ["show", head[:10]])
+    assert result.exit_code == 1 and "no such checkpoint" in _error(result)
+
+
 def test_unreadable_state_file(at_repo: Path, tmp_path: Path) -> None:
     directory = tmp_path / "a-directory.json"  # unreadable as a file, even for root
     directory.mkdir()
@@ -240,6 +246,12 @@ def test_files_commands(at_repo: Path) -> None:
     assert (at_repo / "a.txt").read_text() == "one\n"
     agentos("rollback", "r", "~1", "--restore")
     assert (at_repo / "a.txt").read_text() == "one\n"
+    agentos("undo", "r")
+    (at_repo / "a.txt").write_text("unsaved work\n")  # in no checkpoint: a restore must refuse
+    before = store_snapshot(at_repo)
+    refused = CliRunner().invoke(cli, ["restore", "r", "a.txt"])
+    assert refused.exit_code == 1 and "a.txt" in _error(refused)
+    assert (at_repo / "a.txt").read_text() == "unsaved work\n" and store_snapshot(at_repo) == before
     run = gitstate.open_store(at_repo).get_run("r")
     run.files.write("notes.md", b"v1\n", author="me", reason="first")  # type: ignore[attr-defined]
     run.files.write("notes.md", b"v2\n", author="me", reason="second")  # type: ignore[attr-defined]
