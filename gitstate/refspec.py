@@ -116,6 +116,8 @@ def parse(store: Store, text: str) -> Parsed:
         return Parsed(None, oid=text)
     if m or _NODE in text or "@" in text:
         base = (text[: m.start()] if m else text).split(_NODE, 1)[0].split("@", 1)[0]
+        if base and _run_exists(store, base):  # the run is there; the rest is malformed ("r@", "r:node:")
+            raise InvalidReferenceError(text, "expected RUN, RUN@BRANCH, RUN~N or RUN:node:NAME")
         raise RunNotFound(base or text, store.worktree)
     raise InvalidReferenceError(
         text, "no run of that id in this worktree, and not a checkpoint id (4-40 hex digits)")

@@ -93,6 +93,10 @@ def test_errors(store: gitstate.Store) -> None:
         refspec.resolve(store, "0000000000")
     with pytest.raises(gitstate.BranchNotFound):
         refspec.resolve(store, "r1@nobranch")
+    for malformed in ("r1@", "r1:node:", "r1@:node:x"):
+        with pytest.raises(gitstate.InvalidReferenceError) as info:
+            refspec.resolve(store, malformed)
+        assert not isinstance(info.value, gitstate.CheckpointNotFound)
 
 
 def make_colliding_blob(store: gitstate.Store, oid: str, digits: int = 4) -> str:
