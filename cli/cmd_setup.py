@@ -1,4 +1,4 @@
-"""``git agentos setup`` (plain-git readability) and the hidden ``textconv`` it registers."""
+"""``git agentos setup``: plain-git readability (the textconv itself is ``cmd_textconv``)."""
 
 from __future__ import annotations
 
@@ -31,18 +31,3 @@ def setup(store: gitstate.Store) -> None:
     else:
         click.echo("already set up; nothing changed")
     click.echo("try: git show <checkpoint id>   or   git log -p refs/agentos/<worktree>/runs/<run>/heads/main")
-
-
-@click.command()
-@click.argument("path", type=click.Path(dir_okay=False))
-def textconv(path: str) -> None:
-    """Print a stored CBOR payload as readable text (used by git diff).
-
-    Non-CBOR input is printed unchanged.
-    """
-    from gitstate import plaingit
-
-    try:
-        plaingit.main_textconv(path)
-    except OSError as exc:
-        raise click.FileError(path, hint=exc.strerror or str(exc)) from None

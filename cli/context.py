@@ -14,28 +14,9 @@ import click
 import gitstate
 from gitstate import refspec
 
+from .handle import StoreHandle
+
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class StoreHandle:
-    """Opens the store of the current repository on first use (``GIT_DIR`` and ``AGENTOS_REPO``
-    honoured by :func:`gitstate.open_store`) and closes it when the command ends."""
-
-    def __init__(self) -> None:
-        self._store: gitstate.Store | None = None
-
-    @property
-    def store(self) -> gitstate.Store:
-        """The open store (opened now if needed)."""
-        if self._store is None:
-            self._store = gitstate.open_store()
-        return self._store
-
-    def close(self) -> None:
-        """Close the store if it was opened."""
-        if self._store is not None:
-            self._store.close()
-            self._store = None
 
 
 def pass_store(f: F) -> F:

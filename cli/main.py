@@ -43,7 +43,7 @@ COMMANDS: dict[str, Entry] = {
     "files": Entry("cmd_files:files", "List, read or show the history of a run's session files."),
     "verify": Entry("cmd_verify:verify", "Check every ref, object and payload of the store."),
     "setup": Entry("cmd_setup:setup", "Configure plain git to print checkpoints as readable state."),
-    "textconv": Entry("cmd_setup:textconv", "Print a stored CBOR payload as readable text (used by git diff).",
+    "textconv": Entry("cmd_textconv:textconv", "Print a stored CBOR payload as readable text (used by git diff).",
                       hidden=True),
     "demo": Entry("cmd_demo:demo", "Run a small agent workflow in a fresh repository and show every feature."),
 }
@@ -131,7 +131,7 @@ def cli(ctx: click.Context) -> None:
     prefix, RUN (the tip of its main branch), RUN@BRANCH, RUN~N (N checkpoints back) or
     RUN:node:NAME (the exit checkpoint of a node).
     """
-    from .context import StoreHandle
+    from .handle import StoreHandle
 
     ctx.obj = StoreHandle()
     ctx.call_on_close(ctx.obj.close)

@@ -1,17 +1,16 @@
-"""Plain-git readability: the textconv that turns stored CBOR payloads into readable JSON text for
-``git show``/``git log -p``/``git diff``, and the idempotent setup that registers it in the
-repository's own config (``.git/config``) and attributes (``.git/info/attributes``) only."""
+"""Plain-git readability: the idempotent setup that registers a textconv diff driver (the CLI's
+``git agentos textconv``, which prints stored CBOR payloads as JSON) in the repository's own config
+(``.git/config``) and attributes (``.git/info/attributes``), touching nothing else, so that
+``git show``/``git log -p``/``git diff`` print checkpoints as readable state."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import StoreWriteError
 from .location import Location
@@ -22,30 +21,6 @@ END = "# <<< gitstate"
 #: Paths inside checkpoint and run-record trees that hold CBOR payloads. Anchored at the tree
 #: root so a user's own files elsewhere are not affected (and a non-CBOR file passes through).
 PATTERNS = ("/meta.cbor", "/run.cbor", "/state.cbor", "/tools.cbor", "/audit.cbor", "/state/**/*.cbor")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return {"$bytes": value.hex()}
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def textconv(data: bytes) -> bytes:
-    """Readable text for one stored blob: its CBOR decoded (safely, no tags) as indented JSON with
-    sorted keys; anything that is not gitstate CBOR is returned unchanged."""
-    from . import encoding
-    from .errors import CorruptObjectError
-
-    try:
-        value = encoding.loads(data)
-    except CorruptObjectError:
-        return data
-    text = json.dumps(_jsonable(value), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=True)
-    return (text + "\n").encode("utf-8")
 
 
 def textconv_command() -> str:
@@ -113,10 +88,3 @@ def setup(location: Location, command: str | None = None) -> SetupResult:
         except OSError as exc:
             raise StoreWriteError(attributes, str(exc)) from exc
     return SetupResult(config_changed, attributes_changed, config, attributes, command)
-
-
-def main_textconv(path: str) -> None:
-    """Entry for the textconv command: write the converted file to stdout."""
-    with open(path, "rb") as fh:
-        data = fh.read()
-    sys.stdout.buffer.write(textconv(data))

@@ -141,3 +141,24 @@ def test_worktrees_are_scoped_and_all_lists_them(repo: Path, tmp_path: Path) -> 
     assert sorted((r["id"], r["worktree"]) for r in every) == [("in-linked", "wt-linked"), ("in-main", "main")]
     table = run(repo, "git", "agentos", "runs", "--all").stdout
     assert table.splitlines()[0].split()[:2] == ["RUN", "WORKTREE"] and "wt-linked" in table
+
+
+def test_textconv_decodes_like_the_library_and_refuses_tags(tmp_path: Path) -> None:
+    import cbor2
+    from gitstate_cli.textconv import _SEMANTIC_TAGS, convert
+
+    from gitstate import encoding
+
+    assert set(_SEMANTIC_TAGS) == set(encoding._REFUSED_TAGS)  # the same decoding rule as the library
+    value = {"b": b"\x00\xff", "n": [1, 2.5, None, True], "big": 2**80, "s": "é"}
+    assert json.loads(convert(encoding.dumps(value))) == {"b": {"$bytes": "00ff"}, "n": [1, 2.5, None, True],
+                                                          "big": 2**80, "s": "é"}
+    for tagged in (cbor2.dumps(cbor2.CBORTag(1, 0)), cbor2.dumps(cbor2.CBORTag(258, [1])),
+                   cbor2.dumps(cbor2.CBORTag(9999, "x")), b"plain text, not cbor \xff"):
+        assert convert(tagged) == tagged  # shown as the bytes they are, never turned into objects
+    code = ("import sys\nfrom gitstate_cli.main import main\n"
+            f"try:\n    main(['textconv', {str(tmp_path / 'p.cbor')!r}])\nexcept SystemExit:\n    pass\n"
+            "print('HEAVY', sorted(m for m in ('pygit2', 'gitstate') if m in sys.modules))\n")
+    (tmp_path / "p.cbor").write_bytes(encoding.dumps({"k": "v"}))
+    done = run(tmp_path, sys.executable, "-c", code)
+    assert '"k": "v"' in done.stdout and "HEAVY []" in done.stdout
