@@ -10,6 +10,7 @@ in the user's own repository::
 """
 
 from .checkpoint import Checkpoint
+from .diff import Diff, FileChange, KeyChange
 from .errors import (
     AmbiguousReferenceError,
     BranchExistsError,
@@ -35,7 +36,6 @@ from .errors import (
     UnsupportedRepositoryError,
     UsageError,
 )
-from .diff import Diff, FileChange, KeyChange
 from .restore import RestoreResult
 from .run import NodeBoundary, PruneResult, Run
 from .sessionfiles import FileVersion, SessionFiles
