@@ -24,6 +24,7 @@ Choices:
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -90,6 +91,7 @@ class Workspace:
         self.index_path = os.path.join(agentos, f"index-{loc.worktree}")
         self._local = threading.local()
         self._tracked_sig: tuple[Any, ...] | None = None
+        self._user_known: set[str] = set()
 
     # -- the private repository handle ---------------------------------------------------------
 
@@ -132,18 +134,19 @@ class Workspace:
         prefixes = None if paths is None else sorted({normalize_path(p, self.workdir) for p in paths})
         if prefixes == [""]:
             prefixes = None
+        self._forget_changed_big(index)
         skipped, ignore_changed = self._add_all(index, prefixes or [])
-        self._add_tracked(repo, index)
-        if ignore_changed:
+        if self._add_tracked(repo, index) or ignore_changed:
             self._drop_ignored(repo, index)
         try:
             index.write()
         except (pygit2.GitError, OSError):
             pass  # another process holds index.lock: the tree is right, only the stat cache is not saved
+        big: list[str] = []
         if prefixes is None:
             tree = str(index.write_tree())
             old = self._last_tree()
-            self._journal(repo, tree, old)
+            self._journal(repo, tree, old, big)
             self._save_last_tree(tree)
         else:
             subset = pygit2.Index()
@@ -151,7 +154,9 @@ class Workspace:
                 if matches(entry.path, prefixes):
                     subset.add(entry)
             tree = str(subset.write_tree(repo))
-            self._journal(repo, tree, None)
+            self._journal(repo, tree, None, big)
+        if big or self._big_stats():
+            self._save_big(index, big)
         return Snapshot(tree, tuple(sorted(skipped)))
 
     def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int = 0) -> tuple[list[str], bool]:
@@ -190,30 +195,28 @@ class Workspace:
         return tuple(sig)
 
     def _user_paths(self) -> set[str]:
-        path = os.path.join(self.store.location.git_dir, "index")
-        if not os.path.exists(path):
-            return set()
-        try:
-            user = pygit2.Index(path)  # read-only: never written back
-        except pygit2.GitError:
-            return set()
-        return {e.path for e in user if e.mode != MODE_COMMIT}
+        return read_index_paths(os.path.join(self.store.location.git_dir, "index"))
 
-    def _add_tracked(self, repo: pygit2.Repository, index: pygit2.Index) -> None:
-        """Tracked-but-ignored files are captured as git captures them; re-checked only when the
-        user's index (or info/exclude) changed. Once in the private index, libgit2 keeps them."""
+    def _add_tracked(self, repo: pygit2.Repository, index: pygit2.Index) -> bool:
+        """Tracked-but-ignored files are captured as git captures them: paths that appeared in the
+        user's index since the last look are added to the private index (libgit2 then keeps them
+        even though they match an ignore rule). Returns whether ``info/exclude`` changed since the
+        last call (ignore rules must be re-applied)."""
         sig = self._signature()
-        if sig == self._tracked_sig and len(index):
-            return
-        for path in self._user_paths():
+        old = self._tracked_sig
+        self._tracked_sig = sig
+        if old is not None and sig[0] == old[0] and len(index):
+            return sig[1] != old[1]
+        users = self._user_paths()
+        known = self._user_known if old is not None and len(index) else set()
+        self._user_known = users
+        for path in users - known:
             if path not in index and os.path.lexists(os.path.join(self.workdir, path)):
                 try:
                     index.add(path)  # add by path: ignore rules do not apply
                 except (pygit2.GitError, OSError):
                     pass  # a directory now, or unreadable: left out as git would
-        if self._tracked_sig is not None:
-            self._drop_ignored(repo, index)
-        self._tracked_sig = sig
+        return old is not None and sig[1] != old[1]
 
     def _drop_ignored(self, repo: pygit2.Repository, index: pygit2.Index) -> None:
         """After ignore rules changed: forget files that became ignored and are not user-tracked."""
@@ -241,14 +244,114 @@ class Workspace:
         except OSError:
             pass
 
-    def _journal(self, repo: pygit2.Repository, tree: str, old: str | None) -> None:
-        """Journal the objects of ``tree`` not in ``old`` (unchanged subtrees share ids: skipped)."""
+    # Big files: libgit2 hashes a tracked file whose stat changed but whose size did not by reading
+    # it whole (with a second copy for filters). For files above BIG_BLOB gitstate keeps its own
+    # stat record; when one changed, its index entry is dropped first, so add_all streams it in as a
+    # new file instead.
+
+    def _big_path(self) -> str:
+        return self.index_path + ".big"
+
+    def _big_stats(self) -> dict[str, tuple[int, ...]]:
+        out: dict[str, tuple[int, ...]] = {}
+        try:
+            with open(self._big_path(), encoding="utf-8", errors="surrogateescape") as fh:
+                for line in fh:
+                    parts = line.rstrip("\n").split(" ", 4)
+                    if len(parts) == 5:
+                        out[parts[4]] = tuple(int(x) for x in parts[:4])
+        except (OSError, ValueError):
+            return {}
+        return out
+
+    def _forget_changed_big(self, index: pygit2.Index) -> None:
+        for path, stat in self._big_stats().items():
+            if _stat_key(os.path.join(self.workdir, path)) != stat and path in index:
+                index.remove(path)
+
+    def _save_big(self, index: pygit2.Index, found: list[str]) -> None:
+        lines = []
+        for path in sorted(set(found) | set(self._big_stats())):
+            stat = _stat_key(os.path.join(self.workdir, path))
+            if stat is not None and stat[0] > BIG_BLOB and path in index:
+                lines.append(" ".join(str(x) for x in stat) + " " + path + "\n")
+        tmp = f"{self._big_path()}.{os.getpid()}.{threading.get_ident()}"
+        try:
+            with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as fh:
+                fh.write("".join(lines))
+            os.replace(tmp, self._big_path())
+        except OSError:
+            pass
+
+    def _journal(self, repo: pygit2.Repository, tree: str, old: str | None, big: list[str]) -> None:
+        """Journal the objects of ``tree`` not in ``old`` (unchanged subtrees share ids: skipped);
+        collect the paths of new blobs too big to pack into ``big``."""
         common = self.store.location.common_dir
         found: list[str] = []
-        _new_objects(repo, tree, old, common, found)
+        _new_objects(repo, tree, old, common, found, "", big)
         if found:
             size = housekeeping.record(common, found)
             housekeeping.maybe_pack(self.store.repo, common, size)
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    byte = data[pos]
+    pos += 1
+    value = byte & 0x7F
+    while byte & 0x80:
+        value += 1
+        byte = data[pos]
+        pos += 1
+        value = (value << 7) + (byte & 0x7F)
+    return value, pos
+
+
+def read_index_paths(path: str) -> set[str]:
+    """Paths of the regular entries of a git index file (versions 2–4), read without libgit2 and
+    without writing anything; gitlinks and sparse directory entries are left out. An absent or
+    unreadable index gives an empty set."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return set()
+    if len(data) < 12 or data[:4] != b"DIRC":
+        return set()
+    version, count = struct.unpack_from(">II", data, 4)
+    if version not in (2, 3, 4):
+        return set()
+    out: set[str] = set()
+    pos = 12
+    prev = b""
+    try:
+        for _ in range(count):
+            mode = struct.unpack_from(">I", data, pos + 24)[0]
+            flags = struct.unpack_from(">H", data, pos + 60)[0]
+            start = pos + 62 + (2 if version >= 3 and flags & 0x4000 else 0)
+            if version == 4:
+                strip, start = _varint(data, start)
+                end = data.index(b"\0", start)
+                name = prev[: len(prev) - strip] + data[start:end]
+                pos = end + 1
+            else:
+                end = data.index(b"\0", start)
+                name = data[start:end]
+                pos += (start - pos + len(name) + 8) & ~7
+            prev = name
+            kind = mode & 0o170000
+            if kind in (0o100000, 0o120000):
+                out.add(name.decode("utf-8", "surrogateescape"))
+    except (struct.error, ValueError, IndexError):
+        return out
+    return out
+
+
+def _stat_key(path: str) -> tuple[int, ...] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 def _loose_size(common_dir: str, oid: str) -> int | None:
@@ -265,7 +368,8 @@ def _blob_size(repo: pygit2.Repository, oid: str) -> int:
         return 0
 
 
-def _new_objects(repo: pygit2.Repository, tree: str, old: str | None, common: str, out: list[str]) -> None:
+def _new_objects(repo: pygit2.Repository, tree: str, old: str | None, common: str, out: list[str],
+                 prefix: str, big: list[str]) -> None:
     if tree == old:
         return
     if _loose_size(common, tree) is not None:
@@ -282,7 +386,9 @@ def _new_objects(repo: pygit2.Repository, tree: str, old: str | None, common: st
         if oid == prev:
             continue
         if entry.filemode == MODE_TREE:
-            _new_objects(repo, oid, prev, common, out)
-        elif entry.filemode != MODE_COMMIT:
-            if _loose_size(common, oid) is not None and _blob_size(repo, oid) <= BIG_BLOB:
+            _new_objects(repo, oid, prev, common, out, f"{prefix}{entry.name}/", big)
+        elif entry.filemode != MODE_COMMIT and _loose_size(common, oid) is not None:
+            if _blob_size(repo, oid) <= BIG_BLOB:
                 out.append(oid)
+            else:
+                big.append(prefix + (entry.name or ""))
