@@ -164,11 +164,12 @@ def demo(directory: str | None) -> None:
         _agentos("show", f"{RUN}:node:plan")
         _heading("5. fork: try another path from the end of 'plan'")
         _agentos("fork", RUN, "node:plan", "alt")
-        state = os.path.join(tempfile.mkdtemp(prefix="gitstate-demo-state-"), "state.json")
-        with open(state, "w", encoding="utf-8") as fh:
-            json.dump({"messages": ["(alternative) ask a human first"], "plan": ["ask a human"]}, fh)
-        _agentos("checkpoint", RUN, "--branch", "alt", "--state", state, "--node", "ask_human",
-                 "--trigger", "interrupt")
+        with tempfile.TemporaryDirectory(prefix="gitstate-demo-") as scratch:
+            state = os.path.join(scratch, "state.json")
+            with open(state, "w", encoding="utf-8") as fh:
+                json.dump({"messages": ["(alternative) ask a human first"], "plan": ["ask a human"]}, fh)
+            _agentos("checkpoint", RUN, "--branch", "alt", "--state", state, "--node", "ask_human",
+                     "--trigger", "interrupt")
         _agentos("log", RUN, "--branch", "alt", "-n", "3")
         _heading("6. rollback of main to the last checkpoint inside 'plan' (4 back)"
                  + (", restoring the files it captured" if files else ""))
