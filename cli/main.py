@@ -64,8 +64,6 @@ def report_error(exc: BaseException) -> int | None:
     if isinstance(exc, click.exceptions.Abort | KeyboardInterrupt):
         click.echo("error: interrupted", err=True)
         return 130
-    if isinstance(exc, BrokenPipeError):  # `git agentos log r | head`
-        return 0
     if _is_gitstate_error(exc):
         click.echo(f"error: {exc}", err=True)
         return 1
