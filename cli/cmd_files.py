@@ -90,7 +90,10 @@ def files(store: gitstate.Store, run_id: str, path: str | None, history: bool, v
     content = vfs.read(path, version=version) if version is not None else vfs.read(path)
     data: bytes = content if isinstance(content, bytes) else str(content).encode("utf-8")
     if as_json:
-        meta = next((v for v in vfs.history(path) if version is None or v.version == version), None)
+        if version is None:
+            meta = vfs.latest(path)
+        else:
+            meta = next((v for v in vfs.history(path) if v.version == version), None)
         doc: dict[str, Any] = _version_dict(meta) if meta is not None else {"path": path, "version": version}
         try:
             doc["content"] = data.decode("utf-8")

@@ -259,4 +259,8 @@ def test_files_commands(at_repo: Path) -> None:
     assert [(f["path"], f["version"]) for f in listing] == [("notes.md", 2)]
     assert agentos("files", "r", "notes.md").stdout == "v2\n"
     assert agentos("files", "r", "notes.md", "--version", "1").stdout == "v1\n"
+    latest = as_json("files", "r", "notes.md")
+    assert (latest["version"], latest["content"], latest["reason"]) == (2, "v2\n", "second")
+    first = as_json("files", "r", "notes.md", "--version", "1")
+    assert (first["version"], first["content"]) == (1, "v1\n")
     assert [v["version"] for v in as_json("files", "r", "notes.md", "--history")] in ([1, 2], [2, 1])
