@@ -17,7 +17,9 @@ Choices:
   captured**: ``add_all`` would fail on them, a gitlink records only a commit id that may exist
   nowhere else, and restore refuses gitlinks from untrusted trees anyway. They are listed in
   :attr:`Snapshot.skipped`, and restore never writes into them.
-- New blobs and trees are appended to gitstate's housekeeping journal so they get packed; blobs
+- New blobs and trees (those not in the previous snapshot; for the first one, not in the user's
+  HEAD tree, whose objects are the user's) are appended to gitstate's housekeeping journal so they
+  get packed; blobs
   larger than :data:`BIG_BLOB` are left loose (packing would read them whole into memory; git's
   own ``gc`` streams them with ``core.bigFileThreshold``)."""
 
@@ -145,8 +147,7 @@ class Workspace:
         big: list[str] = []
         if prefixes is None:
             tree = str(index.write_tree())
-            old = self._last_tree()
-            self._journal(repo, tree, old, big)
+            self._journal(repo, tree, self._last_tree() or _head_tree(repo), big)
             self._save_last_tree(tree)
         else:
             subset = pygit2.Index()
@@ -154,7 +155,7 @@ class Workspace:
                 if matches(entry.path, prefixes):
                     subset.add(entry)
             tree = str(subset.write_tree(repo))
-            self._journal(repo, tree, None, big)
+            self._journal(repo, tree, _head_tree(repo), big)
         if big or self._big_stats():
             self._save_big(index, big)
         return Snapshot(tree, tuple(sorted(skipped)))
@@ -344,6 +345,14 @@ def read_index_paths(path: str) -> set[str]:
     except (struct.error, ValueError, IndexError):
         return out
     return out
+
+
+def _head_tree(repo: pygit2.Repository) -> str | None:
+    """The tree of the user's HEAD commit: its objects are the user's, not gitstate's to pack."""
+    try:
+        return str(repo.head.peel(pygit2.Tree).id)
+    except (pygit2.GitError, KeyError, ValueError):
+        return None
 
 
 def _stat_key(path: str) -> tuple[int, ...] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pygit2
@@ -180,3 +181,24 @@ def test_repository_without_commits_or_index(tmp_path: Path) -> None:
     assert cp.files_tree_id is not None and "a" in tree_listing(path, cp.files_tree_id)
     assert not (path / ".git" / "index").exists()
     assert isinstance(pygit2.Repository(str(path)).head_is_unborn, bool)
+
+
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_read_index_paths_matches_libgit2(work: Path, version: str) -> None:
+    from gitstate.workspace import read_index_paths
+
+    git(work, "add", "-A")
+    git(work, "update-index", "--index-version", version)
+    if version == "3":
+        git(work, "update-index", "--skip-worktree", "README")  # an extended-flags entry
+    expected = {e.path for e in pygit2.Index(str(work / ".git" / "index"))}
+    assert read_index_paths(str(work / ".git" / "index")) == expected
+
+
+def test_bench_script_runs_small(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_files.py"
+    out = subprocess.run([sys.executable, str(script), "--files", "40", "--total-mb", "0.2", "--rounds", "2",
+                          "--big-mib", "4"], capture_output=True, text=True, check=True, timeout=300).stdout
+    assert "ratio gitstate / git stash create" in out
+    assert "unchanged tree: 0" in out
+    assert out.count("peak RSS") == 2
