@@ -10,6 +10,7 @@ in the user's own repository::
 """
 
 from .checkpoint import Checkpoint
+from .diff import Diff, FileChange, KeyChange
 from .errors import (
     AmbiguousReferenceError,
     BranchExistsError,
@@ -22,17 +23,24 @@ from .errors import (
     InvalidNameError,
     InvalidReferenceError,
     LockTimeoutError,
+    NoSnapshotError,
     NotARepositoryError,
     NothingToUndoError,
+    RestoreConflictError,
     RunExistsError,
     RunNotFound,
+    SessionFileNotFound,
     StoreWriteError,
+    UnsafeTreeError,
     UnsupportedFormatError,
     UnsupportedRepositoryError,
     UsageError,
 )
+from .restore import RestoreResult
 from .run import NodeBoundary, PruneResult, Run
+from .sessionfiles import FileVersion, SessionFiles
 from .store import RunSummary, Store, open_store
+from .workspace import Snapshot, Workspace
 
 __version__ = "0.1.0"
 
@@ -44,23 +52,35 @@ __all__ = [
     "CheckpointNotFound",
     "ConflictError",
     "CorruptObjectError",
+    "Diff",
     "EncodingError",
+    "FileChange",
+    "FileVersion",
     "GitStateError",
     "InvalidNameError",
     "InvalidReferenceError",
+    "KeyChange",
     "LockTimeoutError",
+    "NoSnapshotError",
     "NodeBoundary",
     "NotARepositoryError",
     "NothingToUndoError",
     "PruneResult",
+    "RestoreConflictError",
+    "RestoreResult",
     "Run",
     "RunExistsError",
     "RunNotFound",
     "RunSummary",
+    "SessionFileNotFound",
+    "SessionFiles",
+    "Snapshot",
     "Store",
     "StoreWriteError",
+    "UnsafeTreeError",
     "UnsupportedFormatError",
     "UnsupportedRepositoryError",
     "UsageError",
+    "Workspace",
     "open_store",
 ]

@@ -161,3 +161,42 @@ class StoreWriteError(GitStateError):
 
 class UsageError(GitStateError, ValueError):
     """An argument is out of range or of the wrong kind (``keep_latest=0``, an empty node name)."""
+
+
+class NoSnapshotError(GitStateError):
+    """The checkpoint carries no workspace snapshot (it was written without ``files=``)."""
+
+    def __init__(self, checkpoint: str) -> None:
+        self.checkpoint = checkpoint
+        super().__init__(f"checkpoint {checkpoint[:12]} has no workspace snapshot (written without files=)")
+
+
+class UnsafeTreeError(GitStateError):
+    """A snapshot tree holds an entry that must never be written (``..``, ``.git``, a gitlink, a
+    write through a symbolic link); nothing was written."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"refusing to restore unsafe snapshot entry {path!r}: {reason}")
+
+
+class RestoreConflictError(GitStateError):
+    """A restore would overwrite or delete work that exists in no checkpoint (``force=True``
+    overrides), or would touch ignored files or nested repositories (never overridden)."""
+
+    def __init__(self, paths: list[str], reason: str) -> None:
+        self.paths = list(paths)
+        self.reason = reason
+        shown = ", ".join(self.paths[:20]) + (f" … and {len(self.paths) - 20} more" if len(self.paths) > 20 else "")
+        super().__init__(f"restore refused: {reason}: {shown}")
+
+
+class SessionFileNotFound(GitStateError):
+    """The run has no session file at that path (or not that version of it)."""
+
+    def __init__(self, path: str, version: int | None = None) -> None:
+        self.path = path
+        self.version = version
+        which = f" version {version}" if version is not None else ""
+        super().__init__(f"no session file {path!r}{which}")

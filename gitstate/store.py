@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pygit2
 from pygit2.enums import ObjectType
@@ -36,6 +36,10 @@ from .objects import MODE_BLOB, ObjectWriter
 from .refs import DEFAULT_LOCK_TIMEOUT, DEFAULT_STALE_LOCK_AGE, compare_and_swap, list_refs, read_ref
 from .run import Run, expand_id
 from .statetree import StateReader
+
+if TYPE_CHECKING:
+    from .diff import Diff
+    from .workspace import Workspace
 
 _FALLBACK_NAME = "gitstate"
 _FALLBACK_EMAIL = "gitstate@localhost"
@@ -104,6 +108,7 @@ class Store:
         self._local = threading.local()
         self._step_cache: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._identity = self._read_identity(repo)
+        self._workspace: Workspace | None = None
 
     # -- plumbing shared by runs --------------------------------------------------------------
 
@@ -128,6 +133,15 @@ class Store:
         """The work tree of the store's repository (the git dir for a bare repository)."""
         return self.location.workdir or self.location.git_dir
 
+    @property
+    def workspace(self) -> Workspace:
+        """Snapshots of this store's worktree through its private index (see :mod:`gitstate.workspace`)."""
+        if self._workspace is None:
+            from .workspace import Workspace
+
+            self._workspace = Workspace(self)
+        return self._workspace
+
     def _writer(self) -> ObjectWriter:
         writer = getattr(self._local, "writer", None)
         if writer is None or writer.repo is not self.repo:
@@ -145,6 +159,10 @@ class Store:
     def _written(self, oid: str, step: int, base: int) -> None:
         """After a successful ref move: remember the commit, journal the new loose objects."""
         self._remember_step(oid, step, base)
+        self._journal_pending()
+
+    def _journal_pending(self) -> None:
+        """Journal the loose objects this thread wrote since the last call (for housekeeping)."""
         pending: list[str] = getattr(self._local, "pending", [])
         if pending:
             size = housekeeping.record(self.location.common_dir, pending)
@@ -338,6 +356,15 @@ class Store:
         if not isinstance(obj, pygit2.Commit) or cpfmt.META not in obj.tree:
             raise CheckpointNotFound(ref)
         return Checkpoint.from_commit(self.repo, obj)
+
+    def diff(self, a: str | Checkpoint, b: str | Checkpoint) -> Diff:
+        """Changed state keys and workspace files from checkpoint ``a`` to ``b`` (ids or prefixes,
+        possibly of different runs)."""
+        from .diff import diff_checkpoints
+
+        first = a if isinstance(a, Checkpoint) else self.checkpoint(a)
+        second = b if isinstance(b, Checkpoint) else self.checkpoint(b)
+        return diff_checkpoints(self.repo, first, second)
 
     def close(self) -> None:
         """Release the repository handles (the store must not be used afterwards)."""
