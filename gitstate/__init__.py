@@ -19,11 +19,14 @@ from .errors import (
     CorruptObjectError,
     EncodingError,
     GitStateError,
+    HookInstallError,
     InvalidNameError,
     InvalidReferenceError,
     LockTimeoutError,
     NotARepositoryError,
     NothingToUndoError,
+    PushNotAllowedError,
+    RemoteError,
     RunExistsError,
     RunNotFound,
     StoreWriteError,
@@ -31,6 +34,8 @@ from .errors import (
     UnsupportedRepositoryError,
     UsageError,
 )
+from .hooks import HookInstall
+from .remote import PullResult, PushResult, RefResult
 from .run import NodeBoundary, PruneResult, Run
 from .store import RunSummary, Store, open_store
 
@@ -46,6 +51,8 @@ __all__ = [
     "CorruptObjectError",
     "EncodingError",
     "GitStateError",
+    "HookInstall",
+    "HookInstallError",
     "InvalidNameError",
     "InvalidReferenceError",
     "LockTimeoutError",
@@ -53,6 +60,11 @@ __all__ = [
     "NotARepositoryError",
     "NothingToUndoError",
     "PruneResult",
+    "PullResult",
+    "PushNotAllowedError",
+    "PushResult",
+    "RefResult",
+    "RemoteError",
     "Run",
     "RunExistsError",
     "RunNotFound",
