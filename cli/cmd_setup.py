@@ -1,0 +1,48 @@
+"""``git agentos setup`` (plain-git readability) and the hidden ``textconv`` it registers."""
+
+from __future__ import annotations
+
+import click
+
+import gitstate
+
+from .context import pass_store
+
+
+@click.command()
+@pass_store
+def setup(store: gitstate.Store) -> None:
+    """Configure plain git to print checkpoints as readable state.
+
+    Registers a textconv diff driver so that `git show <checkpoint>`, `git log -p <run ref>` and
+    `git diff A B` print stored CBOR payloads as JSON. Idempotent; touches only the repository's
+    .git/config (diff.agentos.textconv) and .git/info/attributes (a marked block).
+
+    \b
+    Example:
+      git agentos setup && git show $(git for-each-ref --format='%(objectname)' refs/agentos/ | head -1)
+    """
+    from gitstate import plaingit
+
+    result = plaingit.setup(store.location)
+    if result.config_changed or result.attributes_changed:
+        click.echo(f"configured diff.agentos.textconv = {result.command} in {result.config_path}")
+        click.echo(f"patterns in {result.attributes_path}")
+    else:
+        click.echo("already set up; nothing changed")
+    click.echo("try: git show <checkpoint id>   or   git log -p refs/agentos/<worktree>/runs/<run>/heads/main")
+
+
+@click.command()
+@click.argument("path", type=click.Path(dir_okay=False))
+def textconv(path: str) -> None:
+    """Print a stored CBOR payload as readable text (used by git diff).
+
+    Non-CBOR input is printed unchanged.
+    """
+    from gitstate import plaingit
+
+    try:
+        plaingit.main_textconv(path)
+    except OSError as exc:
+        raise click.FileError(path, hint=exc.strerror or str(exc)) from None
