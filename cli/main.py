@@ -33,6 +33,10 @@ COMMANDS: dict[str, str] = {
     "setup": "cmd_setup:setup",
     "textconv": "cmd_setup:textconv",
     "demo": "cmd_demo:demo",
+    "push": "remote_commands:push",
+    "pull": "remote_commands:pull",
+    "export": "remote_commands:export",
+    "import": "remote_commands:import_",
 }
 
 
@@ -125,6 +129,10 @@ SHORT_HELP: dict[str, str] = {
     "setup": "Configure plain git to print checkpoints as readable state.",
     "textconv": "Print a stored CBOR payload as readable text (used by git diff).",
     "demo": "Run a small agent workflow in a fresh repository and show every feature.",
+    "push": "Push runs to a git remote, fast-forward only.",
+    "pull": "Pull runs from a git remote without overwriting anything.",
+    "export": "Write runs to a git bundle file (all runs of this worktree when none is named).",
+    "import": "Import the runs of a git bundle file, with the same no-overwrite rules as pull.",
 }
 
 HIDDEN = frozenset({"textconv"})
