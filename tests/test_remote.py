@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import git
 from remote_helpers import bare, git_daemon, machine
 
 import gitstate
-from conftest import git
 from gitstate.verify import verify
 
 

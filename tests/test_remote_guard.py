@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import git
 from remote_helpers import bare, machine
 
 import gitstate
-from conftest import git
 from gitstate.verify import verify
 
 
