@@ -46,6 +46,12 @@ COMMANDS: dict[str, Entry] = {
     "textconv": Entry("cmd_textconv:textconv", "Print a stored CBOR payload as readable text (used by git diff).",
                       hidden=True),
     "demo": Entry("cmd_demo:demo", "Run a small agent workflow in a fresh repository and show every feature."),
+    "push": Entry("remote_commands:push", "Push runs to a git remote, fast-forward only."),
+    "pull": Entry("remote_commands:pull", "Pull runs from a git remote without overwriting anything."),
+    "export": Entry("remote_commands:export",
+                    "Write runs to a git bundle file (all runs of this worktree when none is named)."),
+    "import": Entry("remote_commands:import_",
+                    "Import the runs of a git bundle file, with the same no-overwrite rules as pull."),
 }
 
 

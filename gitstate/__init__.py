@@ -20,6 +20,7 @@ from .errors import (
     CorruptObjectError,
     EncodingError,
     GitStateError,
+    HookInstallError,
     InvalidNameError,
     InvalidReferenceError,
     LockTimeoutError,
@@ -27,6 +28,8 @@ from .errors import (
     NotARepositoryError,
     NothingToUndoError,
     RestoreConflictError,
+    PushNotAllowedError,
+    RemoteError,
     RunExistsError,
     RunNotFound,
     SessionFileNotFound,
@@ -37,6 +40,8 @@ from .errors import (
     UsageError,
 )
 from .restore import RestoreResult
+from .hooks import HookInstall
+from .remote import PullResult, PushResult, RefResult
 from .run import NodeBoundary, PruneResult, Run
 from .sessionfiles import FileVersion, SessionFiles
 from .store import RunSummary, Store, open_store
@@ -57,6 +62,8 @@ __all__ = [
     "FileChange",
     "FileVersion",
     "GitStateError",
+    "HookInstall",
+    "HookInstallError",
     "InvalidNameError",
     "InvalidReferenceError",
     "KeyChange",
@@ -68,6 +75,11 @@ __all__ = [
     "PruneResult",
     "RestoreConflictError",
     "RestoreResult",
+    "PullResult",
+    "PushNotAllowedError",
+    "PushResult",
+    "RefResult",
+    "RemoteError",
     "Run",
     "RunExistsError",
     "RunNotFound",

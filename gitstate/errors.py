@@ -200,3 +200,35 @@ class SessionFileNotFound(GitStateError):
         self.version = version
         which = f" version {version}" if version is not None else ""
         super().__init__(f"no session file {path!r}{which}")
+
+
+class RemoteError(GitStateError):
+    """A git transport command (push, fetch, ls-remote, bundle) failed as a whole; ``detail`` is
+    git's own last error line."""
+
+    def __init__(self, remote: str, action: str, detail: str) -> None:
+        self.remote = remote
+        self.action = action
+        self.detail = detail
+        super().__init__(f"{action} {remote!r} failed: {detail}")
+
+
+class PushNotAllowedError(GitStateError):
+    """The remote is not listed in ``agentos.pushRemotes``: checkpoints may hold prompts, tool outputs
+    and secrets, so gitstate pushes them only where the user allowed it."""
+
+    def __init__(self, remote: str) -> None:
+        self.remote = remote
+        super().__init__(
+            f"pushing checkpoints to {remote!r} is not allowed; allow it with: "
+            f"git config --add agentos.pushRemotes {remote}"
+        )
+
+
+class HookInstallError(GitStateError):
+    """A git hook could not be installed without replacing something silently."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot install hook {path}: {reason}")

@@ -10,7 +10,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,8 +19,11 @@ from typing import TYPE_CHECKING, Any
 import pygit2
 from pygit2.enums import ObjectType
 
+from . import bundle as bundle_mod
 from . import checkpoint as cpfmt
+from . import hooks as hooks_mod
 from . import housekeeping
+from . import remote as remote_mod
 from .checkpoint import Checkpoint, check_format, parse_time, read_commit
 from .errors import (
     CheckpointNotFound,
@@ -347,6 +350,30 @@ class Store:
         for summary in self.list_runs():
             if summary.error is None:
                 yield self.get_run(summary.id)
+
+    # -- sharing (gitstate.remote, gitstate.bundle, gitstate.hooks) -----------------------------
+
+    def push(self, remote: str = "origin", runs: Iterable[str] | None = None, *, all_worktrees: bool = False,
+             prune: bool = False) -> list[remote_mod.PushResult]:
+        """Push runs to a git remote, fast-forward only; see :func:`gitstate.remote.push`."""
+        return remote_mod.push(self, remote, runs, all_worktrees=all_worktrees, prune=prune)
+
+    def pull(self, remote: str = "origin", runs: Iterable[str] | None = None, *,
+             all_worktrees: bool = False) -> list[remote_mod.PullResult]:
+        """Pull runs from a git remote without overwriting; see :func:`gitstate.remote.pull`."""
+        return remote_mod.pull(self, remote, runs, all_worktrees=all_worktrees)
+
+    def export_bundle(self, runs: Iterable[str] | None, output: str | os.PathLike[str]) -> list[str]:
+        """Write a git bundle of runs; see :func:`gitstate.bundle.export`."""
+        return bundle_mod.export(self, runs, output)
+
+    def import_bundle(self, file: str | os.PathLike[str]) -> list[remote_mod.PullResult]:
+        """Import the runs of a git bundle; see :func:`gitstate.bundle.import_bundle`."""
+        return bundle_mod.import_bundle(self, file)
+
+    def install_hooks(self) -> hooks_mod.HookInstall:
+        """Install the pre-push leak guard; see :func:`gitstate.hooks.install_hooks`."""
+        return hooks_mod.install_hooks(self)
 
     def checkpoint(self, ref: str) -> Checkpoint:
         """Any checkpoint of the store by full id or unique prefix (:class:`CheckpointNotFound` when

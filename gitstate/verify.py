@@ -188,5 +188,10 @@ def verify(store: Store, all_worktrees: bool = True,
     prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
     for name, oid in list_refs(store.repo, prefix):
         checker.check_ref(name, oid)
+    from .remote import STAGING
+
+    for name, oid in list_refs(store.repo, STAGING):  # left by a pull that is running or was killed
+        checker.problem(name, "staging ref of an unfinished pull (the next pull removes it once its "
+                              "process is gone)", oid)
     report.objects = max(report.objects, len(checker.seen_objects)) + len(checker.seen_commits)
     return report
