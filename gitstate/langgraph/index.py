@@ -190,6 +190,14 @@ class ThreadIndex:
         return sorted((e for (n, _), e in self.entries.items() if n == ns),
                       key=lambda e: e.checkpoint_id, reverse=True)
 
+    def latest(self, ns: str) -> Entry | None:
+        """The entry with the greatest checkpoint id in a namespace."""
+        best: Entry | None = None
+        for (n, cid), e in self.entries.items():
+            if n == ns and (best is None or cid > best.checkpoint_id):
+                best = e
+        return best
+
     def namespaces(self) -> list[str]:
         """Namespaces of the thread, sorted."""
         return sorted({n for n, _ in self.entries})

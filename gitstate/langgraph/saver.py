@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import cbor2
 import pygit2
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -38,20 +37,18 @@ from .. import checkpoint as cpfmt
 from .. import encoding
 from ..checkpoint import read_meta
 from ..errors import ConflictError, CorruptObjectError, LockTimeoutError, RunNotFound
-from ..names import MAX_COMPONENT, encode_component, parse_ref, worktree_prefix
+from ..names import MAX_COMPONENT, branch_ref, decode_component, encode_component, parse_ref, worktree_prefix
 from ..objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
 from ..refs import list_refs
 from ..store import Store, open_store
 from .index import Entry, RefReader, ThreadIndex, parse_entry, trailers
-from .values import ValueCodec, parse_typed, read_blob, read_tree, typed_blob
+from .values import ValueCodec, read_blob, read_tree
 
 WORKFLOW = "langgraph"
-LG_TREE = "langgraph"
-WRITES_TREE = "langgraph-writes"
-CHECKPOINT_BLOB = "checkpoint"
-METADATA_BLOB = "metadata"
-VALUES_TREE = "values"
-_STATE = {"format": "langgraph", "values": "langgraph/values (serde typed bytes)"}
+LG_TREE = "langgraph"  # the values tree: one entry per channel
+WRITES_BLOB = "langgraph-writes.cbor"  # pending writes of the checkpoint
+LG_META = "langgraph"  # key in meta.cbor: serde-typed checkpoint (without values) and metadata
+_STATE = {"format": "langgraph", "values": "langgraph/ (serde typed bytes)", "meta": "meta.cbor 'langgraph'"}
 
 
 def line_name(ns: str) -> str:
@@ -72,6 +69,16 @@ def fork_name(ns: str, checkpoint_id: str) -> str:
     return name
 
 
+def _typed(value: Any, oid: str) -> tuple[str, bytes]:
+    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str) or not isinstance(value[1], bytes):
+        raise CorruptObjectError(oid, "malformed serde-typed value")
+    return value[0], value[1]
+
+
+def _encode_writes(records: dict[tuple[str, int], list[Any]]) -> bytes:
+    return encoding.dumps([records[k] for k in sorted(records)], "writes")
+
+
 def _node_of(ns: str) -> str | None:
     if not ns:
         return None
@@ -88,13 +95,14 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     def __init__(self, store: Store | None = None, *, serde: SerializerProtocol | None = None) -> None:
         super().__init__(serde=serde)
         self.store = store if store is not None else open_store()
+        self.store.pack_in_background = True
         self._codec = ValueCodec(self.serde.dumps_typed, self.serde.loads_typed)
         self._refs = RefReader(self.store.location.common_dir, self.store.worktree)
         self._indexes: dict[str, ThreadIndex] = {}
         self._locks: dict[str, threading.RLock] = {}
         self._guard = threading.Lock()
         self._versions: dict[str, dict[str, Any]] = {}  # commit id -> channel_versions
-        self._orphan_writes: dict[tuple[str, str, str], dict[str, str]] = {}
+        self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], list[Any]]] = {}
         self._state_entry: TreeEntry | None = None
 
     @classmethod
@@ -133,11 +141,31 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     def _channel_versions(self, oid: str) -> dict[str, Any]:
         hit = self._versions.get(oid)
         if hit is None:
-            lg = self._lg_tree(oid)
-            cp = self.serde.loads_typed(parse_typed(read_blob(self.store.repo, str(lg[CHECKPOINT_BLOB].id)), oid))
+            cp, _md = self._payload(self._commit(oid))
             hit = dict(cp.get("channel_versions", {}))
             self._remember_versions(oid, hit)
         return hit
+
+    def _commit(self, oid: str) -> pygit2.Commit:
+        commit = self.store.repo[oid]
+        if not isinstance(commit, pygit2.Commit):
+            raise CorruptObjectError(oid, "expected a commit")
+        return commit
+
+    def _payload(self, commit: pygit2.Commit, *, metadata: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The checkpoint (without values) and, if asked, the metadata stored in ``meta.cbor``."""
+        oid = str(commit.id)
+        try:
+            entry = commit.tree[cpfmt.META]
+        except KeyError:
+            raise CorruptObjectError(oid, f"no {cpfmt.META}") from None
+        meta = encoding.loads(read_blob(self.store.repo, str(entry.id)), oid)
+        lg = meta.get(LG_META) if isinstance(meta, dict) else None
+        if not isinstance(lg, dict) or "checkpoint" not in lg:
+            raise CorruptObjectError(oid, "not a LangGraph checkpoint")
+        cp = self.serde.loads_typed(_typed(lg["checkpoint"], oid))
+        md = dict(self.serde.loads_typed(_typed(lg["metadata"], oid))) if metadata else {}
+        return cp, md
 
     def _remember_versions(self, oid: str, versions: dict[str, Any]) -> None:
         cache = self._versions
@@ -145,19 +173,15 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             cache.clear()
         cache[oid] = versions
 
-    def _lg_tree(self, oid: str) -> pygit2.Tree:
-        commit = self.store.repo[oid]
-        if not isinstance(commit, pygit2.Commit):
-            raise CorruptObjectError(oid, "expected a commit")
+    def _values_tree(self, commit: pygit2.Commit) -> pygit2.Tree:
         try:
             sub = commit.tree[LG_TREE]
         except KeyError:
-            raise CorruptObjectError(oid, f"not a LangGraph checkpoint (no {LG_TREE}/)") from None
+            raise CorruptObjectError(str(commit.id), f"not a LangGraph checkpoint (no {LG_TREE}/)") from None
         return read_tree(self.store.repo, str(sub.id))
 
     def _values_entries(self, oid: str) -> dict[str, TreeEntry]:
-        from ..names import decode_component
-        tree = read_tree(self.store.repo, str(self._lg_tree(oid)[VALUES_TREE].id))
+        tree = self._values_tree(self._commit(oid))
         out: dict[str, TreeEntry] = {}
         for e in tree:
             name = e.name or ""
@@ -176,11 +200,12 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         thread_id = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns", "") or "")
         parent_id = conf.get("checkpoint_id")
-        c = dict(checkpoint)
+        c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = dict(checkpoint.get("channel_values") or {})
         c.pop("channel_values", None)
         md: dict[str, Any] = dict(get_checkpoint_metadata(config, metadata))
         cid = str(c["id"])
+        payload = {"checkpoint": list(self.serde.dumps_typed(c)), "metadata": list(self.serde.dumps_typed(md))}
         with self._lock(thread_id):
             idx = self._index(thread_id)
             if not idx.tips:
@@ -188,28 +213,28 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             parent = idx.entries.get((ns, parent_id)) if parent_id else None
             existing = idx.entries.get((ns, cid))
             w = self._writer()
-            lg = self._build_lg_tree(w, thread_id, ns, c, values, md, new_versions, parent)
-            extra: list[TreeEntry] = []
+            values_tree = self._values(w, thread_id, ns, c, values, new_versions, parent)
+            writes: TreeEntry | None = None
             pending = self._orphan_writes.pop((thread_id, ns, cid), None)
             if existing is not None:
-                old = self.store.repo[existing.oid]
-                assert isinstance(old, pygit2.Commit)
-                if WRITES_TREE in old.tree:
-                    extra.append((WRITES_TREE, str(old.tree[WRITES_TREE].id), MODE_TREE))
+                old = self._commit(existing.oid)
+                if WRITES_BLOB in old.tree:
+                    writes = (WRITES_BLOB, str(old.tree[WRITES_BLOB].id), MODE_BLOB)
             elif pending:
-                extra.append((WRITES_TREE, w.tree([(n, o, MODE_BLOB) for n, o in pending.items()]), MODE_TREE))
+                writes = (WRITES_BLOB, w.blob(_encode_writes(pending)), MODE_BLOB)
             run_md = md.get("run_id")
             lg_trailers = trailers(ns, cid, parent_id, str(run_md) if run_md is not None else None)
             if existing is not None:
-                self._replace_existing(thread_id, idx, existing, lg, extra, lg_trailers)
+                self._replace_existing(thread_id, idx, existing, values_tree, payload, writes, lg_trailers)
             else:
-                self._append(thread_id, idx, ns, cid, parent, lg, extra, md, lg_trailers, parent_id)
+                self._append(thread_id, idx, ns, cid, parent, values_tree, payload, writes, md, lg_trailers,
+                             parent_id)
             self._remember_versions(idx.entries[(ns, cid)].oid, dict(checkpoint["channel_versions"]))
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
-    def _build_lg_tree(self, w: ObjectWriter, thread_id: str, ns: str, c: dict[str, Any],
-                       values: dict[str, Any], md: dict[str, Any], new_versions: ChannelVersions,
-                       parent: Entry | None) -> str:
+    def _values(self, w: ObjectWriter, thread_id: str, ns: str, c: dict[str, Any], values: dict[str, Any],
+                new_versions: ChannelVersions, parent: Entry | None) -> str:
+        """The values tree: changed channels written, unchanged ones reused from the parent."""
         versions: dict[str, Any] = dict(c.get("channel_versions", {}))
         parent_entries = self._values_entries(parent.oid) if parent is not None else {}
         parent_versions = self._channel_versions(parent.oid) if parent is not None else {}
@@ -226,12 +251,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 found = self._find_stored(thread_id, ns, ch, ver)
             if found is not None:
                 entries.append(found)
-        values_tree = w.tree(entries)
-        return w.tree([
-            (CHECKPOINT_BLOB, w.blob(typed_blob(self.serde.dumps_typed(c))), MODE_BLOB),
-            (METADATA_BLOB, w.blob(typed_blob(self.serde.dumps_typed(md))), MODE_BLOB),
-            (VALUES_TREE, values_tree, MODE_TREE),
-        ])
+        return w.tree(entries)
 
     def _find_stored(self, thread_id: str, ns: str, channel: str, version: Any) -> TreeEntry | None:
         """The stored value of ``channel`` at ``version`` anywhere in the namespace (slow path:
@@ -247,7 +267,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         return None
 
     def _meta(self, thread_id: str, ns: str, cid: str, branch: str, step: int, base: int,
-              md: dict[str, Any], now: float) -> dict[str, Any]:
+              md: dict[str, Any], payload: dict[str, Any], now: float) -> dict[str, Any]:
         lg_step = md.get("step")
         source = md.get("source")
         info: dict[str, Any] = {"checkpoint_id": cid}
@@ -260,10 +280,12 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             "workflow": WORKFLOW, "worktree": self.store.worktree, "node": _node_of(ns), "step": step,
             "base": base or None, "trigger": str(source) if isinstance(source, str) else None, "status": None,
             "metadata": info, "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            LG_META: payload,
         }
 
-    def _append(self, thread_id: str, idx: ThreadIndex, ns: str, cid: str, parent: Entry | None, lg: str,
-                extra: list[TreeEntry], md: dict[str, Any], lg_trailers: str, parent_id: str | None) -> None:
+    def _append(self, thread_id: str, idx: ThreadIndex, ns: str, cid: str, parent: Entry | None,
+                values_tree: str, payload: dict[str, Any], writes: TreeEntry | None, md: dict[str, Any],
+                lg_trailers: str, parent_id: str | None) -> None:
         store = self.store
         deadline = time.monotonic() + store.lock_timeout
         while True:
@@ -278,16 +300,18 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 step, base = store._step_base(parent.oid)
                 step += 1
             now = time.time()
-            meta = self._meta(thread_id, ns, cid, branch, step, base, md, now)
+            meta = self._meta(thread_id, ns, cid, branch, step, base, md, payload, now)
             w = self._writer()
-            root = w.tree([(cpfmt.META, w.blob(cpfmt.encode_meta(meta)), MODE_BLOB), self._state(w),
-                           (LG_TREE, lg, MODE_TREE), *extra])
+            entries = [(cpfmt.META, w.blob(cpfmt.encode_meta(meta)), MODE_BLOB), self._state(w),
+                       (LG_TREE, values_tree, MODE_TREE)]
+            if writes is not None:
+                entries.append(writes)
+            root = w.tree(entries)
             message = cpfmt.message(meta) + lg_trailers
             oid = store._write_commit(w, root, [parent.oid] if parent else [], message, now)
             ref = self._ref(thread_id, branch)
             try:
-                store._cas(ref, expected, oid, "gitstate: langgraph checkpoint " + cpfmt.subject(
-                    meta["node"], step, meta["trigger"], None))
+                store._cas(ref, expected, oid, f"langgraph put {cid}")
             except ConflictError:
                 if time.monotonic() > deadline:
                     raise LockTimeoutError(ref, store.lock_timeout) from None
@@ -303,7 +327,6 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             return
 
     def _ref(self, thread_id: str, branch: str) -> str:
-        from ..names import branch_ref
         return branch_ref(self.store.worktree, thread_id, branch)
 
     # -- rewriting (writes added to a checkpoint, re-put, delete_for_runs) ---------------------
@@ -349,29 +372,33 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             new_tip = rebuilt(tip)
             if new_tip == tip:
                 continue
-            store._cas(self._ref(thread_id, branch), tip, new_tip, "gitstate: langgraph rewrite")
+            store._cas(self._ref(thread_id, branch), tip, new_tip, "langgraph rewrite")
             if new_tip is not None:
                 step, base = store._step_base(new_tip)
                 store._written(new_tip, step, base)
         self._indexes.pop(thread_id, None)
         return {k: v for k, v in renamed.items() if v is not None and v != k}
 
-    def _replace_existing(self, thread_id: str, idx: ThreadIndex, existing: Entry, lg: str,
-                          extra: list[TreeEntry], lg_trailers: str) -> None:
-        old = self.store.repo[existing.oid]
-        assert isinstance(old, pygit2.Commit)
+    def _replace_existing(self, thread_id: str, idx: ThreadIndex, existing: Entry, values_tree: str,
+                          payload: dict[str, Any], writes: TreeEntry | None, lg_trailers: str) -> None:
+        """A checkpoint id put a second time: its commit is rewritten in place (same line)."""
+        old = self._commit(existing.oid)
+        meta = read_meta(self.store.repo, old)
+        meta[LG_META] = payload
         w = self._writer()
-        entries = [(e.name or "", str(e.id), e.filemode) for e in old.tree if e.name not in (LG_TREE, WRITES_TREE)]
-        root = w.tree([*entries, (LG_TREE, lg, MODE_TREE), *extra])
-        core, _, _ = old.message.partition("LangGraph-Checkpoint: ")
-        self._rewrite(thread_id, idx, {existing.oid: (root, core + lg_trailers)})
+        entries = [(cpfmt.META, w.blob(cpfmt.encode_meta(meta)), MODE_BLOB), self._state(w),
+                   (LG_TREE, values_tree, MODE_TREE)]
+        if writes is not None:
+            entries.append(writes)
+        self._rewrite(thread_id, idx, {existing.oid: (w.tree(entries), cpfmt.message(meta) + lg_trailers)})
         self._index(thread_id)
 
     # -- writes -------------------------------------------------------------------------------
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
-        """Store intermediate writes of a task, linked to the checkpoint ``config`` names."""
+        """Store intermediate writes of a task, linked to the checkpoint ``config`` names (the
+        checkpoint's commit is amended: its tree gains the writes, its branch moves by CAS)."""
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns", "") or "")
@@ -380,55 +407,56 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         with self._lock(thread_id):
             idx = self._index(thread_id)
             entry = idx.entries.get((ns, cid))
-            current: dict[str, str] = {}
             commit: pygit2.Commit | None = None
             if entry is not None:
-                obj = self.store.repo[entry.oid]
-                assert isinstance(obj, pygit2.Commit)
-                commit = obj
-                if WRITES_TREE in commit.tree:
-                    sub = read_tree(self.store.repo, str(commit.tree[WRITES_TREE].id))
-                    current = {e.name or "": str(e.id) for e in sub}
+                commit = self._commit(entry.oid)
+                current = self._read_writes(commit)
             else:
                 current = self._orphan_writes.setdefault((thread_id, ns, cid), {})
-            added: dict[str, str] = {}
+            added: dict[tuple[str, int], list[Any]] = {}
             for i, (channel, value) in enumerate(writes):
                 widx = WRITES_IDX_MAP.get(channel, i)
-                name = f"{encode_component(task_id)}.{widx}"
-                if widx >= 0 and name in current:
+                if widx >= 0 and (task_id, widx) in current:
                     continue
                 kind, data = self.serde.dumps_typed(value)
-                record = cbor2.dumps([task_id, channel, kind, bytes(data), task_path, widx])
-                added[name] = w.blob(record)
+                added[(task_id, widx)] = [task_id, channel, kind, bytes(data), task_path, widx]
             if not added:
                 return
             if entry is None or commit is None:
                 current.update(added)
                 return
-            tree = w.tree([(n, o, MODE_BLOB) for n, o in {**current, **added}.items()])
-            root = w.tree([*((e.name or "", str(e.id), e.filemode) for e in commit.tree if e.name != WRITES_TREE),
-                           (WRITES_TREE, tree, MODE_TREE)])
+            blob = w.blob(_encode_writes({**current, **added}))
+            root = w.tree([*((e.name or "", str(e.id), e.filemode) for e in commit.tree if e.name != WRITES_BLOB),
+                           (WRITES_BLOB, blob, MODE_BLOB)])
             branch = idx.tip_of.get(entry.oid)
-            if branch is not None:
-                parents = [str(p) for p in commit.parent_ids]
-                new = self.store._write_commit(w, root, parents, commit.message, commit.commit_time,
-                                               author=commit.author, committer=commit.committer)
-                try:
-                    self.store._cas(self._ref(thread_id, branch), entry.oid, new,
-                                    f"gitstate: langgraph writes of task {task_id}")
-                except ConflictError:
-                    self._indexes.pop(thread_id, None)
-                    return self.put_writes(config, writes, task_id, task_path)
-                step, base = self.store._step_base(entry.oid)
-                self.store._written(new, step, base)
-                versions = self._versions.get(entry.oid)
-                if versions is not None:
-                    self._remember_versions(new, versions)
-                idx.add(Entry(new, entry.ns, entry.checkpoint_id, entry.parent_id, entry.run_id, entry.parents),
-                        branch, entry.oid)
-            else:
+            if branch is None:
                 self._rewrite(thread_id, idx, {entry.oid: (root, commit.message)})
-        return None
+                return
+            parents = [str(p) for p in commit.parent_ids]
+            new = self.store._write_commit(w, root, parents, commit.message, commit.commit_time,
+                                           author=commit.author, committer=commit.committer)
+            try:
+                self.store._cas(self._ref(thread_id, branch), entry.oid, new, f"langgraph writes {task_id}")
+            except ConflictError:
+                self._indexes.pop(thread_id, None)
+                self.put_writes(config, writes, task_id, task_path)
+                return
+            step, base = self.store._step_base(entry.oid)
+            self.store._written(new, step, base)
+            versions = self._versions.get(entry.oid)
+            if versions is not None:
+                self._remember_versions(new, versions)
+            idx.add(Entry(new, entry.ns, entry.checkpoint_id, entry.parent_id, entry.run_id, entry.parents),
+                    branch, entry.oid)
+
+    def _read_writes(self, commit: pygit2.Commit) -> dict[tuple[str, int], list[Any]]:
+        if WRITES_BLOB not in commit.tree:
+            return {}
+        oid = str(commit.tree[WRITES_BLOB].id)
+        records = encoding.loads(read_blob(self.store.repo, oid), oid)
+        if not isinstance(records, list):
+            raise CorruptObjectError(oid, "writes are not a list")
+        return {(r[0], r[5]): r for r in records}
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -440,49 +468,30 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         cid = get_checkpoint_id(config)
         with self._lock(thread_id):
             idx = self._index(thread_id)
-            if cid:
-                entry = idx.entries.get((ns, cid))
-            else:
-                candidates = [e for (n, _), e in idx.entries.items() if n == ns]
-                entry = max(candidates, key=lambda e: e.checkpoint_id) if candidates else None
+            entry = idx.entries.get((ns, cid)) if cid else idx.latest(ns)
         if entry is None:
             return None
         return self._tuple(thread_id, entry)
 
-    def _tuple(self, thread_id: str, entry: Entry, decoded: dict[str, list[Any]] | None = None,
-               metadata: dict[str, Any] | None = None) -> CheckpointTuple:
+    def _tuple(self, thread_id: str, entry: Entry, decoded: dict[str, list[Any]] | None = None) -> CheckpointTuple:
         repo = self.store.repo
-        commit = repo[entry.oid]
-        assert isinstance(commit, pygit2.Commit)
-        root = commit.tree
-        lg = read_tree(repo, str(root[LG_TREE].id))
-        cp = self.serde.loads_typed(parse_typed(read_blob(repo, str(lg[CHECKPOINT_BLOB].id)), entry.oid))
-        if metadata is None:
-            metadata = self._metadata(lg, entry.oid)
+        commit = self._commit(entry.oid)
+        cp, metadata = self._payload(commit, metadata=True)
         channel_values: dict[str, Any] = {}
-        for e in read_tree(repo, str(lg[VALUES_TREE].id)):
+        for e in self._values_tree(commit):
             channel, value = self._codec.read(repo, e.name or "", str(e.id), e.filemode, decoded)
             channel_values[channel] = value
         cp["channel_values"] = channel_values
-        pending: list[tuple[str, str, Any]] = []
-        if WRITES_TREE in root:
-            records = []
-            for e in read_tree(repo, str(root[WRITES_TREE].id)):
-                rec = cbor2.loads(read_blob(repo, str(e.id)))
-                records.append(rec)
-            records.sort(key=lambda r: writes_sort_key(r[4], r[0], r[5]))
-            pending = [(r[0], r[1], self.serde.loads_typed((r[2], r[3]))) for r in records]
+        records = sorted(self._read_writes(commit).values(), key=lambda r: writes_sort_key(r[4], r[0], r[5]))
+        pending = [(r[0], r[1], self.serde.loads_typed((r[2], r[3]))) for r in records]
         conf = {"thread_id": thread_id, "checkpoint_ns": entry.ns, "checkpoint_id": entry.checkpoint_id}
         parent_config: RunnableConfig | None = None
         if entry.parent_id:
             parent_config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": entry.ns,
                                               "checkpoint_id": entry.parent_id}}
-        return CheckpointTuple(config={"configurable": conf}, checkpoint=cp, metadata=metadata,
+        return CheckpointTuple(config={"configurable": conf}, checkpoint=cp,  # type: ignore[arg-type]
+                               metadata=metadata,  # type: ignore[arg-type]
                                parent_config=parent_config, pending_writes=pending)
-
-    def _metadata(self, lg: pygit2.Tree, oid: str) -> dict[str, Any]:
-        value = self.serde.loads_typed(parse_typed(read_blob(self.store.repo, str(lg[METADATA_BLOB].id)), oid))
-        return dict(value)
 
     def _thread_ids(self) -> list[str]:
         found: set[str] = set()
@@ -513,16 +522,15 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                     continue
                 if before_id and entry.checkpoint_id >= before_id:
                     continue
-                metadata = None
                 if filter:
-                    metadata = self._metadata(self._lg_tree(entry.oid), entry.oid)
+                    _cp, metadata = self._payload(self._commit(entry.oid), metadata=True)
                     if not all(metadata.get(k) == v for k, v in filter.items()):
                         continue
                 if remaining is not None:
                     if remaining <= 0:
                         return
                     remaining -= 1
-                yield self._tuple(thread_id, entry, decoded, metadata)
+                yield self._tuple(thread_id, entry, decoded)
 
     # -- deleting, copying, pruning -----------------------------------------------------------
 
