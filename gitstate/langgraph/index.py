@@ -152,6 +152,7 @@ class ThreadIndex:
     tips: dict[str, str] = field(default_factory=dict)
     entries: dict[tuple[str, str], Entry] = field(default_factory=dict)
     tip_of: dict[str, str] = field(default_factory=dict)  # commit -> branch
+    newest: dict[str, Entry] = field(default_factory=dict)  # namespace -> entry of greatest id
 
     def rebuild(self, repo: pygit2.Repository, tips: dict[str, str]) -> None:
         """Walk every branch from its tip (each commit visited once)."""
@@ -170,7 +171,15 @@ class ThreadIndex:
                 entries.setdefault(key, entry)
                 oid = entry.parents[0] if entry.parents else None
         self.entries = entries
+        self.newest = {}
+        for entry in entries.values():
+            self._note(entry)
         self.set_tips(tips)
+
+    def _note(self, entry: Entry) -> None:
+        best = self.newest.get(entry.ns)
+        if best is None or entry.checkpoint_id >= best.checkpoint_id:
+            self.newest[entry.ns] = entry
 
     def set_tips(self, tips: dict[str, str]) -> None:
         """Record the branch tips (as just read or just written)."""
@@ -180,6 +189,7 @@ class ThreadIndex:
     def add(self, entry: Entry, branch: str, old_tip: str | None) -> None:
         """Record a commit this process just put on ``branch``."""
         self.entries[(entry.ns, entry.checkpoint_id)] = entry
+        self._note(entry)
         if old_tip is not None:
             self.tip_of.pop(old_tip, None)
         self.tips[branch] = entry.oid
@@ -192,11 +202,7 @@ class ThreadIndex:
 
     def latest(self, ns: str) -> Entry | None:
         """The entry with the greatest checkpoint id in a namespace."""
-        best: Entry | None = None
-        for (n, cid), e in self.entries.items():
-            if n == ns and (best is None or cid > best.checkpoint_id):
-                best = e
-        return best
+        return self.newest.get(ns)
 
     def namespaces(self) -> list[str]:
         """Namespaces of the thread, sorted."""

@@ -42,7 +42,7 @@ from ..objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
 from ..refs import list_refs
 from ..store import Store, open_store
 from .index import Entry, RefReader, ThreadIndex, parse_entry, trailers
-from .values import ValueCodec, read_blob, read_tree
+from .values import ValueCodec, read_blob
 
 WORKFLOW = "langgraph"
 LG_TREE = "langgraph"  # the values tree: one entry per channel
@@ -173,20 +173,15 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             cache.clear()
         cache[oid] = versions
 
-    def _values_tree(self, commit: pygit2.Commit) -> pygit2.Tree:
+    def _values_tree(self, commit: pygit2.Commit) -> list[TreeEntry]:
         try:
             sub = commit.tree[LG_TREE]
         except KeyError:
             raise CorruptObjectError(str(commit.id), f"not a LangGraph checkpoint (no {LG_TREE}/)") from None
-        return read_tree(self.store.repo, str(sub.id))
+        return self._codec.entries(self.store.repo, str(sub.id))
 
     def _values_entries(self, oid: str) -> dict[str, TreeEntry]:
-        tree = self._values_tree(self._commit(oid))
-        out: dict[str, TreeEntry] = {}
-        for e in tree:
-            name = e.name or ""
-            out[decode_component(name[:-2])] = (name, str(e.id), e.filemode)
-        return out
+        return {decode_component(e[0][:-2]): e for e in self._values_tree(self._commit(oid))}
 
     def _ensure_run(self, thread_id: str) -> None:
         self.store.open_run(thread_id, workflow=WORKFLOW)
@@ -478,8 +473,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         commit = self._commit(entry.oid)
         cp, metadata = self._payload(commit, metadata=True)
         channel_values: dict[str, Any] = {}
-        for e in self._values_tree(commit):
-            channel, value = self._codec.read(repo, e.name or "", str(e.id), e.filemode, decoded)
+        for name, sub, mode in self._values_tree(commit):
+            channel, value = self._codec.read(repo, name, sub, mode, decoded)
             channel_values[channel] = value
         cp["channel_values"] = channel_values
         records = sorted(self._read_writes(commit).values(), key=lambda r: writes_sort_key(r[4], r[0], r[5]))

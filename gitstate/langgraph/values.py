@@ -121,6 +121,8 @@ class ValueCodec:
         self._memo: dict[tuple[str, str, str], _ListMemo] = {}
         self._memo_lock = threading.Lock()
         self._chunks = _LRU(cache_bytes)
+        self._trees: OrderedDict[str, list[tuple[str, str, int]]] = OrderedDict()
+        self._trees_lock = threading.Lock()
 
     def forget(self, thread_id: str) -> None:
         """Drop the write memos of a thread (after it was deleted or rewritten)."""
@@ -202,17 +204,31 @@ class ValueCodec:
             self._chunks.put(oid, hit)
         return hit
 
+    def entries(self, repo: pygit2.Repository, oid: str) -> list[tuple[str, str, int]]:
+        """``(name, id, mode)`` of a tree's entries, cached by tree id (trees never change)."""
+        with self._trees_lock:
+            hit = self._trees.get(oid)
+            if hit is not None:
+                self._trees.move_to_end(oid)
+                return hit
+        out = [(e.name or "", str(e.id), int(e.filemode)) for e in _tree(repo, oid)]
+        with self._trees_lock:
+            self._trees[oid] = out
+            if len(self._trees) > 16384:
+                self._trees.popitem(last=False)
+        return out
+
     def _chunk_ids(self, repo: pygit2.Repository, oid: str, out: list[str]) -> None:
-        for entry in _tree(repo, oid):
-            if entry.filemode == MODE_TREE:
-                self._chunk_ids(repo, str(entry.id), out)
+        for _name, sub, mode in self.entries(repo, oid):
+            if mode == MODE_TREE:
+                self._chunk_ids(repo, sub, out)
             else:
-                out.append(str(entry.id))
+                out.append(sub)
 
     def _read_list(self, repo: pygit2.Repository, oid: str, decoded: dict[str, list[Any]] | None) -> list[Any]:
         ids: list[str] = []
-        self._chunk_ids(repo, oid, ids)
         if decoded is not None:
+            self._chunk_ids(repo, oid, ids)
             items: list[Any] = []
             for cid in ids:
                 part = decoded.get(cid)
@@ -222,10 +238,13 @@ class ValueCodec:
                     decoded[cid] = part
                 items.extend(part)
             return items
-        parts = [self._chunk(repo, cid) for cid in ids]
-        total = sum(c for c, _ in parts)
-        value = self.loads((MSGPACK, array_header(total) + b"".join(d for _, d in parts)))
-        return list(value)
+        whole = self._chunks.get("list:" + oid)
+        if whole is None:
+            self._chunk_ids(repo, oid, ids)
+            parts = [self._chunk(repo, cid) for cid in ids]
+            whole = (sum(c for c, _ in parts), b"".join(d for _, d in parts))
+            self._chunks.put("list:" + oid, whole)
+        return list(self.loads((MSGPACK, array_header(whole[0]) + whole[1])))
 
 
 def _read(repo: pygit2.Repository, oid: str, kind: ObjectType) -> bytes:
