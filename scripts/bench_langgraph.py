@@ -20,7 +20,6 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
@@ -29,6 +28,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 import gitstate
 from gitstate.langgraph import GitCheckpointSaver
 
+THREAD = "bench-thread"
 WORDS = ("the agent called a tool to fetch the quarterly report and found that revenue grew while "
          "costs in the logistics segment rose sharply; next it will summarise risks, compare with last "
          "year, draft an email to finance, check the calendar for a review slot, and ask the user "
@@ -44,53 +44,85 @@ def message(rng: random.Random, i: int) -> dict[str, Any]:
     return {"role": role, "id": str(uuid.UUID(int=rng.getrandbits(128))), "content": " ".join(words)}
 
 
-def run(saver: BaseCheckpointSaver, steps: int, seed: int = 7) -> dict[str, Any]:
-    rng = random.Random(seed)
-    thread = "bench-thread"
-    config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-    messages: list[dict[str, Any]] = []
-    version: Any = None
-    put_times: list[float] = []
-    ids: list[str] = []
-    for i in range(steps):
-        msg = message(rng, i)
+class Workload:
+    """The LangGraph loop's calls for one thread, one step at a time (so two savers can be driven
+    step by step in alternation: machine noise then hits both alike)."""
+
+    def __init__(self, saver: BaseCheckpointSaver, steps: int, seed: int = 7) -> None:
+        self.saver = saver
+        self.steps = steps
+        self.rng = random.Random(seed)
+        self.config: dict[str, Any] = {"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}}
+        self.messages: list[dict[str, Any]] = []
+        self.version: Any = None
+        self.put_times: list[float] = []
+        self.ids: list[str] = []
+
+    def step(self, i: int) -> None:
+        saver = self.saver
+        msg = message(self.rng, i)
         t0 = time.perf_counter()
-        if "checkpoint_id" in config["configurable"]:
-            saver.put_writes(config, [("messages", [msg])], task_id=f"task-{i}", task_path="~__pregel_pull, agent")
-        messages = messages + [msg]  # add_messages returns a new list holding the same items
-        version = saver.get_next_version(version, None)
+        if "checkpoint_id" in self.config["configurable"]:
+            saver.put_writes(self.config, [("messages", [msg])], task_id=f"task-{i}",
+                             task_path="~__pregel_pull, agent")
+        self.messages = self.messages + [msg]  # add_messages returns a new list holding the same items
+        self.version = saver.get_next_version(self.version, None)
         cp = empty_checkpoint()
-        cp["channel_values"] = {"messages": messages}
-        cp["channel_versions"] = {"messages": version}
-        cp["versions_seen"] = {"agent": {"messages": version}}
-        config = saver.put(config, cp, {"source": "loop", "step": i, "parents": {}}, {"messages": version})
-        put_times.append(time.perf_counter() - t0)
-        ids.append(config["configurable"]["checkpoint_id"])
-    latest = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-    get_latest = timed(lambda: saver.get_tuple(latest), 50)
-    by_id = [{"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": rng.choice(ids)}}
-             for _ in range(50)]
-    it = iter(by_id)
-    get_id = timed(lambda: saver.get_tuple(next(it)), 50)
-    t0 = time.perf_counter()
-    listed = list(saver.list(latest))
-    list_time = time.perf_counter() - t0
-    assert len(listed) == steps, len(listed)
-    assert listed[0].checkpoint["channel_values"]["messages"] == messages
-    put_times.sort()
-    return {
-        "put": statistics.median(put_times), "p99": put_times[int(len(put_times) * 0.99) - 1],
-        "get_latest": get_latest, "get_id": get_id, "list": list_time,
-    }
+        cp["channel_values"] = {"messages": self.messages}
+        cp["channel_versions"] = {"messages": self.version}
+        cp["versions_seen"] = {"agent": {"messages": self.version}}
+        self.config = saver.put(self.config, cp, {"source": "loop", "step": i, "parents": {}},
+                                {"messages": self.version})
+        self.put_times.append(time.perf_counter() - t0)
+        self.ids.append(self.config["configurable"]["checkpoint_id"])
 
-
-def timed(fn: Callable[[], Any], n: int) -> float:
-    out = []
-    for _ in range(n):
+    def get_latest(self) -> float:
         t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+        tup = self.saver.get_tuple({"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}})
+        elapsed = time.perf_counter() - t0
+        assert tup is not None and len(tup.checkpoint["channel_values"]["messages"]) == self.steps
+        return elapsed
+
+    def get_id(self, checkpoint_id: str) -> float:
+        t0 = time.perf_counter()
+        tup = self.saver.get_tuple({"configurable": {"thread_id": THREAD, "checkpoint_ns": "",
+                                                     "checkpoint_id": checkpoint_id}})
+        elapsed = time.perf_counter() - t0
+        assert tup is not None
+        return elapsed
+
+    def list_all(self) -> float:
+        t0 = time.perf_counter()
+        listed = list(self.saver.list({"configurable": {"thread_id": THREAD}}))
+        elapsed = time.perf_counter() - t0
+        assert len(listed) == self.steps, len(listed)
+        assert listed[0].checkpoint["channel_values"]["messages"] == self.messages
+        return elapsed
+
+
+def measure(a: Workload, b: Workload) -> tuple[dict[str, float], dict[str, float]]:
+    """Drive both workloads in alternation; return their figures."""
+    for i in range(a.steps):
+        a.step(i)
+        b.step(i)
+    out: tuple[dict[str, float], dict[str, float]] = ({}, {})
+    rng = random.Random(99)
+    picks = [rng.randrange(a.steps) for _ in range(50)]
+    samples: dict[str, list[list[float]]] = {"get_latest": [[], []], "get_id": [[], []], "list": [[], []]}
+    for rep in range(50):
+        for k, w in enumerate((a, b)):
+            samples["get_latest"][k].append(w.get_latest())
+            samples["get_id"][k].append(w.get_id(w.ids[picks[rep]]))
+    for _ in range(3):
+        for k, w in enumerate((a, b)):
+            samples["list"][k].append(w.list_all())
+    for k, w in enumerate((a, b)):
+        times = sorted(w.put_times)
+        out[k]["put"] = statistics.median(times)
+        out[k]["p99"] = times[max(0, int(len(times) * 0.99) - 1)]
+        for key, vals in samples.items():
+            out[k][key] = statistics.median(vals[k])
+    return out
 
 
 def du(paths: list[str]) -> int:
@@ -112,14 +144,15 @@ def main() -> None:
     repo = os.path.join(base, "repo")
     subprocess.run(["git", "init", "-q", repo], check=True)
     git_saver = GitCheckpointSaver(gitstate.open_store(repo))
-    git = run(git_saver, args.steps)
-    gitdir = os.path.join(repo, ".git")
-    git["disk"] = du([os.path.join(gitdir, n) for n in ("objects", "refs", "logs", "packed-refs")])
-
     db = os.path.join(base, "checkpoints.sqlite")
     conn = sqlite3.connect(db, check_same_thread=False)
     sql_saver = SqliteSaver(conn)
-    sql = run(sql_saver, args.steps)
+    git, sql = measure(Workload(git_saver, args.steps), Workload(sql_saver, args.steps))
+    packer = git_saver.store._packer
+    if packer is not None:
+        packer.join()  # housekeeping started during the run finishes (it is part of the run)
+    gitdir = os.path.join(repo, ".git")
+    git["disk"] = du([os.path.join(gitdir, n) for n in ("objects", "refs", "logs", "packed-refs")])
     conn.close()
     sql["disk"] = du([db, db + "-wal", db + "-shm"])
 

@@ -91,6 +91,7 @@ class RefReader:
         self._packed_stamp: tuple[int, int] | None = None
         self._packed: dict[str, str] = {}
         self.files_backend = os.path.isdir(os.path.join(common_dir, "refs")) and not self._reftable()
+        self._paths: dict[str, tuple[str, str]] = {}  # run id -> (ref prefix, loose folder)
 
     def _reftable(self) -> bool:
         return os.path.isdir(os.path.join(self.common_dir, "reftable"))
@@ -117,7 +118,14 @@ class RefReader:
 
     def branches(self, repo: pygit2.Repository, run_id: str) -> dict[str, str]:
         """``{branch: tip}`` of a run."""
-        prefix = run_prefix(self.worktree, run_id) + "heads/"
+        paths = self._paths.get(run_id)
+        if paths is None:
+            prefix = run_prefix(self.worktree, run_id) + "heads/"
+            paths = (prefix, os.path.join(self.common_dir, *prefix.rstrip("/").split("/")))
+            if len(self._paths) > 4096:
+                self._paths.clear()
+            self._paths[run_id] = paths
+        prefix, folder = paths
         out: dict[str, str] = {}
         if not self.files_backend:
             for name, oid in list_refs(repo, prefix):
@@ -126,7 +134,6 @@ class RefReader:
         for name, oid in self._packed_refs().items():
             if name.startswith(prefix):
                 out[decode_component(name[len(prefix):])] = oid
-        folder = os.path.join(self.common_dir, *prefix.rstrip("/").split("/"))
         try:
             names = os.listdir(folder)
         except (FileNotFoundError, NotADirectoryError):

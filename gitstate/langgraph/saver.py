@@ -42,7 +42,7 @@ from ..objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
 from ..refs import list_refs
 from ..store import Store, open_store
 from .index import Entry, RefReader, ThreadIndex, parse_entry, trailers
-from .values import ValueCodec, read_blob
+from .values import ByteLRU, ValueCodec, read_blob
 
 WORKFLOW = "langgraph"
 LG_TREE = "langgraph"  # the values tree: one entry per channel
@@ -104,6 +104,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         self._versions: dict[str, dict[str, Any]] = {}  # commit id -> channel_versions
         self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], list[Any]]] = {}
         self._state_entry: TreeEntry | None = None
+        self._blobs = ByteLRU(16 << 20)  # small immutable blobs (meta, writes) by id, written or read here
 
     @classmethod
     def from_path(cls, path: str | os.PathLike[str], *, serde: SerializerProtocol | None = None) -> GitCheckpointSaver:
@@ -159,7 +160,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             entry = commit.tree[cpfmt.META]
         except KeyError:
             raise CorruptObjectError(oid, f"no {cpfmt.META}") from None
-        meta = encoding.loads(read_blob(self.store.repo, str(entry.id)), oid)
+        meta = encoding.loads(self._blob(str(entry.id)), oid)
         lg = meta.get(LG_META) if isinstance(meta, dict) else None
         if not isinstance(lg, dict) or "checkpoint" not in lg:
             raise CorruptObjectError(oid, "not a LangGraph checkpoint")
@@ -172,6 +173,19 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         if len(cache) > 8192:
             cache.clear()
         cache[oid] = versions
+
+    def _blob(self, oid: str) -> bytes:
+        hit = self._blobs.get(oid)
+        if hit is None:
+            data = read_blob(self.store.repo, oid)
+            self._blobs.put(oid, (0, data))
+            return data
+        return hit[1]
+
+    def _put_blob(self, w: ObjectWriter, data: bytes) -> str:
+        oid = w.blob(data)
+        self._blobs.put(oid, (0, data))
+        return oid
 
     def _values_tree(self, commit: pygit2.Commit) -> list[TreeEntry]:
         try:
@@ -297,7 +311,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             now = time.time()
             meta = self._meta(thread_id, ns, cid, branch, step, base, md, payload, now)
             w = self._writer()
-            entries = [(cpfmt.META, w.blob(cpfmt.encode_meta(meta)), MODE_BLOB), self._state(w),
+            entries = [(cpfmt.META, self._put_blob(w, cpfmt.encode_meta(meta)), MODE_BLOB), self._state(w),
                        (LG_TREE, values_tree, MODE_TREE)]
             if writes is not None:
                 entries.append(writes)
@@ -420,7 +434,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             if entry is None or commit is None:
                 current.update(added)
                 return
-            blob = w.blob(_encode_writes({**current, **added}))
+            blob = self._put_blob(w, _encode_writes({**current, **added}))
             root = w.tree([*((e.name or "", str(e.id), e.filemode) for e in commit.tree if e.name != WRITES_BLOB),
                            (WRITES_BLOB, blob, MODE_BLOB)])
             branch = idx.tip_of.get(entry.oid)
@@ -448,7 +462,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         if WRITES_BLOB not in commit.tree:
             return {}
         oid = str(commit.tree[WRITES_BLOB].id)
-        records = encoding.loads(read_blob(self.store.repo, oid), oid)
+        records = encoding.loads(self._blob(oid), oid)
         if not isinstance(records, list):
             raise CorruptObjectError(oid, "writes are not a list")
         return {(r[0], r[5]): r for r in records}

@@ -83,7 +83,7 @@ class _ListMemo:
     last_bytes: list[bytes] = field(default_factory=list)
 
 
-class _LRU:
+class ByteLRU:
     """A small thread-safe LRU keyed by object id, bounded by total payload bytes."""
 
     def __init__(self, max_bytes: int) -> None:
@@ -120,7 +120,7 @@ class ValueCodec:
         self.loads = loads
         self._memo: dict[tuple[str, str, str], _ListMemo] = {}
         self._memo_lock = threading.Lock()
-        self._chunks = _LRU(cache_bytes)
+        self._chunks = ByteLRU(cache_bytes)
         self._trees: OrderedDict[str, list[tuple[str, str, int]]] = OrderedDict()
         self._trees_lock = threading.Lock()
 
