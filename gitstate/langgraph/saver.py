@@ -260,7 +260,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 found = self._find_stored(thread_id, ns, ch, ver)
             if found is not None:
                 entries.append(found)
-        return w.tree(entries)
+        return self._codec.tree(w, entries)
 
     def _find_stored(self, thread_id: str, ns: str, channel: str, version: Any) -> TreeEntry | None:
         """The stored value of ``channel`` at ``version`` anywhere in the namespace (slow path:

@@ -180,8 +180,19 @@ class ValueCodec:
     def _chunk_tree(self, w: ObjectWriter, chunks: list[str]) -> str:
         level: list[TreeEntry] = [(f"{i * CHUNK:010d}", oid, MODE_BLOB) for i, oid in enumerate(chunks)]
         while len(level) > FANOUT:
-            level = [(level[g][0], w.tree(level[g:g + FANOUT]), MODE_TREE) for g in range(0, len(level), FANOUT)]
-        return w.tree(level)
+            level = [(level[g][0], self.tree(w, level[g:g + FANOUT]), MODE_TREE)
+                     for g in range(0, len(level), FANOUT)]
+        return self.tree(w, level)
+
+    def tree(self, w: ObjectWriter, entries: list[TreeEntry]) -> str:
+        """Write a tree and remember its entries (so reading it back costs no object lookup)."""
+        oid = w.tree(entries)
+        ordered = sorted(entries, key=lambda e: e[0] + "/" if e[2] == MODE_TREE else e[0])
+        with self._trees_lock:
+            self._trees[oid] = [(n, o, int(m)) for n, o, m in ordered]
+            if len(self._trees) > 16384:
+                self._trees.popitem(last=False)
+        return oid
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -238,13 +249,14 @@ class ValueCodec:
                     decoded[cid] = part
                 items.extend(part)
             return items
-        whole = self._chunks.get("list:" + oid)
+        whole = self._chunks.get("list:" + oid)  # the complete msgpack array of the list
         if whole is None:
             self._chunk_ids(repo, oid, ids)
             parts = [self._chunk(repo, cid) for cid in ids]
-            whole = (sum(c for c, _ in parts), b"".join(d for _, d in parts))
+            total = sum(c for c, _ in parts)
+            whole = (total, b"".join([array_header(total), *(d for _, d in parts)]))
             self._chunks.put("list:" + oid, whole)
-        return list(self.loads((MSGPACK, array_header(whole[0]) + whole[1])))
+        return list(self.loads((MSGPACK, whole[1])))
 
 
 def _read(repo: pygit2.Repository, oid: str, kind: ObjectType) -> bytes:
