@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("langgraph.graph")
 
+from conftest import git  # noqa: E402
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
@@ -23,8 +24,6 @@ from langgraph.types import Command, Interrupt, interrupt  # noqa: E402
 
 import gitstate  # noqa: E402
 from gitstate.langgraph import GitCheckpointSaver  # noqa: E402
-
-from conftest import git  # noqa: E402
 
 
 class Chat(TypedDict):
@@ -314,3 +313,38 @@ def test_appending_a_message_costs_about_its_size(repo: Path) -> None:
 def _loose_and_packed(repo: Path) -> list[str]:
     out = git(repo, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)")
     return out.split()
+
+
+def test_writes_on_an_inner_checkpoint_and_re_put(repo: Path) -> None:
+    """put_writes on a checkpoint that already has children rewrites the line (ids stay), and a
+    checkpoint id put twice replaces the stored checkpoint in place."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    cfg: dict[str, Any] = {"configurable": {"thread_id": "rw", "checkpoint_ns": ""}}
+    configs = []
+    for i in range(3):
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"n": i}
+        cp["channel_versions"] = {"n": str(i + 1)}
+        cfg = saver.put(cfg, cp, {"source": "loop", "step": i}, {"n": str(i + 1)})
+        configs.append(cfg)
+    saver.put_writes(configs[0], [("n", 10), ("__error__", "boom")], "task-a", "p")
+    first = saver.get_tuple(configs[0])
+    assert first is not None and first.pending_writes == [("task-a", "__error__", "boom"), ("task-a", "n", 10)]
+    last = saver.get_tuple(configs[2])
+    assert last is not None and last.parent_config == {"configurable": {**configs[1]["configurable"]}}
+    assert [t.checkpoint["channel_values"]["n"] for t in saver.list({"configurable": {"thread_id": "rw"}})] == [2, 1, 0]
+    # same id again: replaced, not duplicated
+    again = empty_checkpoint()
+    again["id"] = configs[1]["configurable"]["checkpoint_id"]
+    again["channel_values"] = {"n": 99}
+    again["channel_versions"] = {"n": "9"}
+    saver.put({"configurable": {**configs[0]["configurable"]}}, again, {"source": "update", "step": 1}, {"n": "9"})
+    listed = list(saver.list({"configurable": {"thread_id": "rw"}}))
+    assert [t.checkpoint["channel_values"]["n"] for t in listed] == [2, 99, 0]
+    # a fresh saver (another process) sees the same thing
+    other = GitCheckpointSaver(gitstate.open_store(repo))
+    assert [t.checkpoint["channel_values"]["n"] for t in other.list({"configurable": {"thread_id": "rw"}})] == [2, 99, 0]
+    assert other.get_tuple(configs[0]).pending_writes == first.pending_writes  # type: ignore[union-attr]
+    assert git(repo, "fsck", "--strict", "--no-dangling").strip() == ""

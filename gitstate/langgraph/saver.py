@@ -14,6 +14,7 @@ import os
 import random
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +49,7 @@ WORKFLOW = "langgraph"
 LG_TREE = "langgraph"  # the values tree: one entry per channel
 WRITES_BLOB = "langgraph-writes.cbor"  # pending writes of the checkpoint
 LG_META = "langgraph"  # key in meta.cbor: serde-typed checkpoint (without values) and metadata
+MAX_INDEXES = 1024  # thread indexes kept in memory (others are rebuilt from git on use)
 _STATE = {"format": "langgraph", "values": "langgraph/ (serde typed bytes)", "meta": "meta.cbor 'langgraph'"}
 
 
@@ -98,7 +100,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         self.store.pack_in_background = True
         self._codec = ValueCodec(self.serde.dumps_typed, self.serde.loads_typed)
         self._refs = RefReader(self.store.location.common_dir, self.store.worktree)
-        self._indexes: dict[str, ThreadIndex] = {}
+        self._indexes: OrderedDict[str, ThreadIndex] = OrderedDict()  # bounded: MAX_INDEXES
         self._locks: dict[str, threading.RLock] = {}
         self._guard = threading.Lock()
         self._versions: dict[str, dict[str, Any]] = {}  # commit id -> channel_versions
@@ -129,6 +131,13 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             idx = ThreadIndex()
             idx.rebuild(repo, tips)
             self._indexes[thread_id] = idx
+            while len(self._indexes) > MAX_INDEXES:
+                self._indexes.popitem(last=False)
+        else:
+            try:
+                self._indexes.move_to_end(thread_id)
+            except KeyError:
+                pass
         return idx
 
     def _writer(self) -> ObjectWriter:
@@ -408,6 +417,10 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                    task_path: str = "") -> None:
         """Store intermediate writes of a task, linked to the checkpoint ``config`` names (the
         checkpoint's commit is amended: its tree gains the writes, its branch moves by CAS)."""
+        self._put_writes(config, writes, task_id, task_path, 0)
+
+    def _put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                    task_path: str, _attempt: int) -> None:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns", "") or "")
@@ -447,8 +460,11 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             try:
                 self.store._cas(self._ref(thread_id, branch), entry.oid, new, f"langgraph writes {task_id}")
             except ConflictError:
-                self._indexes.pop(thread_id, None)
-                self.put_writes(config, writes, task_id, task_path)
+                # another process moved the branch meanwhile: start over from what is there now
+                if _attempt * 0.002 > self.store.lock_timeout:
+                    raise
+                time.sleep(random.random() * 0.002)
+                self._put_writes(config, writes, task_id, task_path, _attempt + 1)
                 return
             step, base = self.store._step_base(entry.oid)
             self.store._written(new, step, base)

@@ -31,6 +31,7 @@ FANOUT = 64
 VALUE = ".v"
 LIST = ".l"
 MSGPACK = "msgpack"
+MEMO_LISTS = 256  # lists remembered for appending (one per thread, namespace and channel)
 
 Typed = tuple[str, bytes]
 
@@ -118,7 +119,7 @@ class ValueCodec:
                  cache_bytes: int = 64 << 20) -> None:
         self.dumps = dumps
         self.loads = loads
-        self._memo: dict[tuple[str, str, str], _ListMemo] = {}
+        self._memo: OrderedDict[tuple[str, str, str], _ListMemo] = OrderedDict()  # bounded: MEMO_LISTS
         self._memo_lock = threading.Lock()
         self._chunks = ByteLRU(cache_bytes)
         self._trees: OrderedDict[str, list[tuple[str, str, int]]] = OrderedDict()
@@ -175,6 +176,9 @@ class ValueCodec:
         tree = self._chunk_tree(w, chunks)
         with self._memo_lock:
             self._memo[key] = _ListMemo(tree, list(items), chunks, last)
+            self._memo.move_to_end(key)
+            while len(self._memo) > MEMO_LISTS:
+                self._memo.popitem(last=False)
         return tree
 
     def _chunk_tree(self, w: ObjectWriter, chunks: list[str]) -> str:
