@@ -112,6 +112,10 @@ class Store:
         self._step_cache: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._identity = self._read_identity(repo)
         self._workspace: Workspace | None = None
+        # When True, packing of loose objects (housekeeping) runs in a worker thread instead of
+        # inside the write that crossed the threshold, so no single write pays for it.
+        self.pack_in_background = False
+        self._packer: threading.Thread | None = None
 
     # -- plumbing shared by runs --------------------------------------------------------------
 
@@ -170,7 +174,17 @@ class Store:
         if pending:
             size = housekeeping.record(self.location.common_dir, pending)
             pending.clear()
-            housekeeping.maybe_pack(self.repo, self.location.common_dir, size)
+            if self.pack_in_background and size >= housekeeping.PACK_THRESHOLD:
+                self._pack_soon()
+            else:
+                housekeeping.maybe_pack(self.repo, self.location.common_dir, size)
+
+    def _pack_soon(self) -> None:
+        """Start a (non-daemon, so never cut off at exit) packing thread unless one is running."""
+        if self._packer is not None and self._packer.is_alive():
+            return
+        self._packer = threading.Thread(target=self.pack, name="gitstate-pack")
+        self._packer.start()
 
     def pack(self) -> int:
         """Pack gitstate's loose objects now; returns how many were packed."""
