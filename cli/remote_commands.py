@@ -123,6 +123,8 @@ def import_(store: gitstate.Store, file: str, as_json: bool) -> None:
     \b
     Example:
       git agentos import run.bundle
+
+    JSON: the same shape as `push --json`.
     """
     results = store.import_bundle(file)
     _report(results, as_json, "imported", file)

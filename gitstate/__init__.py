@@ -27,9 +27,9 @@ from .errors import (
     NoSnapshotError,
     NotARepositoryError,
     NothingToUndoError,
-    RestoreConflictError,
     PushNotAllowedError,
     RemoteError,
+    RestoreConflictError,
     RunExistsError,
     RunNotFound,
     SessionFileNotFound,
@@ -39,9 +39,9 @@ from .errors import (
     UnsupportedRepositoryError,
     UsageError,
 )
-from .restore import RestoreResult
 from .hooks import HookInstall
 from .remote import PullResult, PushResult, RefResult
+from .restore import RestoreResult
 from .run import NodeBoundary, PruneResult, Run
 from .sessionfiles import FileVersion, SessionFiles
 from .store import RunSummary, Store, open_store
