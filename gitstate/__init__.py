@@ -9,8 +9,9 @@ in the user's own repository::
     cp = run.checkpoint({"messages": []}, node="plan", trigger="tool_end")
 """
 
-from .checkpoint import Checkpoint
-from .diff import Diff, FileChange, KeyChange
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AmbiguousReferenceError,
     BranchExistsError,
@@ -39,13 +40,46 @@ from .errors import (
     UnsupportedRepositoryError,
     UsageError,
 )
-from .hooks import HookInstall
-from .remote import PullResult, PushResult, RefResult
-from .restore import RestoreResult
-from .run import NodeBoundary, PruneResult, Run
-from .sessionfiles import FileVersion, SessionFiles
-from .store import RunSummary, Store, open_store
-from .workspace import Snapshot, Workspace
+
+# Everything but the errors is imported on first use (PEP 562), so `import gitstate` and
+# `gitstate.errors`/`gitstate.encoding` stay free of pygit2 (the CLI's --help and git's textconv
+# start in milliseconds); type checkers see ordinary imports.
+_LAZY = {
+    "Checkpoint": "checkpoint",
+    "Diff": "diff", "FileChange": "diff", "KeyChange": "diff",
+    "HookInstall": "hooks",
+    "PullResult": "remote", "PushResult": "remote", "RefResult": "remote",
+    "RestoreResult": "restore",
+    "NodeBoundary": "run", "PruneResult": "run", "Run": "run",
+    "FileVersion": "sessionfiles", "SessionFiles": "sessionfiles",
+    "RunSummary": "store", "Store": "store", "open_store": "store",
+    "Snapshot": "workspace", "Workspace": "workspace",
+}
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpoint
+    from .diff import Diff, FileChange, KeyChange
+    from .hooks import HookInstall
+    from .remote import PullResult, PushResult, RefResult
+    from .restore import RestoreResult
+    from .run import NodeBoundary, PruneResult, Run
+    from .sessionfiles import FileVersion, SessionFiles
+    from .store import RunSummary, Store, open_store
+    from .workspace import Snapshot, Workspace
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gitstate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.1.0"
 
