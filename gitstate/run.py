@@ -152,14 +152,16 @@ class Run:
             return (cpfmt.STATE_TREE, writer.mapping(dict(state)), MODE_TREE)
         return (cpfmt.STATE_LEAF, writer.leaf(state, ""), MODE_BLOB)
 
-    def _head_state_entry(self, branch: str) -> TreeEntry | None:
+    def _head_entries(self, branch: str) -> tuple[TreeEntry, list[TreeEntry]] | None:
+        """The tip's state entry and its workspace snapshot entry (if any), to carry forward."""
         tip = self._tip(branch)
         if tip is None:
             return None
         root = read_commit(self.store.repo, tip).tree
+        files = [(cpfmt.FILES, str(root[cpfmt.FILES].id), MODE_TREE)] if cpfmt.FILES in root else []
         for name, mode in ((cpfmt.STATE_TREE, MODE_TREE), (cpfmt.STATE_LEAF, MODE_BLOB)):
             if name in root:
-                return (name, str(root[name].id), mode)
+                return (name, str(root[name].id), mode), files
         raise CorruptObjectError(tip, "checkpoint has no state")
 
     def checkpoint(
@@ -319,8 +321,10 @@ class Run:
     def _safety_checkpoint(self, files_tree: str, target: Checkpoint) -> Checkpoint:
         from .restore import SAFETY_BRANCH, SAFETY_TRIGGER
 
-        state_entry = self._head_state_entry(target.branch)
-        if state_entry is None:
+        head = self._head_entries(target.branch)
+        if head is not None:
+            state_entry = head[0]
+        else:
             with self.store._writing() as w:
                 state_entry = self._state_entry({}, StateWriter(w))
         return self._commit_checkpoint(
@@ -379,13 +383,18 @@ class Run:
     # -- node boundaries ----------------------------------------------------------------------
 
     def node(self, name: str, *, branch: str = "main", state: Any = None,
-             metadata: Mapping[str, Any] | None = None) -> NodeScope:
+             metadata: Mapping[str, Any] | None = None,
+             files: bool | Sequence[str | os.PathLike[str]] | None = None) -> NodeScope:
         """Context manager marking a node boundary: an entry checkpoint on enter, an exit checkpoint
         on exit (status ``completed``, or ``failed`` if the block raised; the exception propagates).
-        Both carry the branch's current state unless ``state`` is given for the entry."""
+
+        Both carry the branch's current state (``state`` replaces it for the entry) and the tip's
+        workspace snapshot, if it has one; with ``files`` (as for :meth:`checkpoint`) both capture
+        the worktree afresh, so ``rollback("node:NAME", restore=True)`` brings back the files as the
+        node left them."""
         if not isinstance(name, str) or not name:
             raise UsageError("node name must be a non-empty string")
-        return NodeScope(self, name, branch, state, metadata)
+        return NodeScope(self, name, branch, state, metadata, files)
 
     def nodes(self, branch: str = "main") -> list[NodeBoundary]:
         """Node boundaries of a branch, in execution order."""
@@ -446,30 +455,33 @@ class Run:
 class NodeScope:
     """The node boundary opened by :meth:`Run.node`; ``entry`` and ``exit`` are its checkpoints."""
 
-    def __init__(self, run: Run, name: str, branch: str, state: Any, metadata: Mapping[str, Any] | None) -> None:
+    def __init__(self, run: Run, name: str, branch: str, state: Any, metadata: Mapping[str, Any] | None,
+                 files: bool | Sequence[str | os.PathLike[str]] | None = None) -> None:
         self.run = run
         self.name = name
         self.branch = branch
         self._state = state
         self._metadata = dict(metadata or {})
+        self._files = files
         self.entry: Checkpoint | None = None
         self.exit: Checkpoint | None = None
 
-    def _current_state(self) -> TreeEntry:
-        entry = self.run._head_state_entry(self.branch)
-        if entry is not None:
-            return entry
-        with self.run.store._writing() as w:
-            return self.run._state_entry({}, StateWriter(w))
+    def _current(self, state: Any = None) -> tuple[TreeEntry, list[TreeEntry]]:
+        """State and files entries for a boundary checkpoint: the tip's, unless given/captured."""
+        head = self.run._head_entries(self.branch)
+        state_entry, files = head if head is not None else (None, [])
+        if state is not None or state_entry is None:
+            with self.run.store._writing() as w:
+                state_entry = self.run._state_entry({} if state is None else state, StateWriter(w))
+        if self._files:
+            snap = self.run.store.workspace.snapshot(None if self._files is True else list(self._files))
+            files = [(cpfmt.FILES, snap.tree, MODE_TREE)]
+        return state_entry, files
 
     def __enter__(self) -> NodeScope:
-        if self._state is not None:
-            with self.run.store._writing() as w:
-                state_entry = self.run._state_entry(self._state, StateWriter(w))
-        else:
-            state_entry = self._current_state()
+        state_entry, files = self._current(self._state)
         self.entry = self.run._commit_checkpoint(
-            state_entry, [], branch=self.branch, expect=None, node=self.name, trigger=cpfmt.NODE_START,
+            state_entry, files, branch=self.branch, expect=None, node=self.name, trigger=cpfmt.NODE_START,
             status=None, metadata=self._metadata, node_status="running")
         return self
 
@@ -486,8 +498,9 @@ class NodeScope:
         metadata = dict(self._metadata)
         if failed:
             metadata["error"] = f"{exc_type.__name__ if exc_type else 'Error'}: {exc}"
+        state_entry, files = self._current()
         self.exit = self.run._commit_checkpoint(
-            self._current_state(), [], branch=self.branch, expect=None, node=self.name,
+            state_entry, files, branch=self.branch, expect=None, node=self.name,
             trigger=cpfmt.NODE_END, status=None, metadata=metadata,
             node_status="failed" if failed else "completed", node_entry=self.entry.id)
         return False
