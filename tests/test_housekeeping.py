@@ -68,3 +68,33 @@ def test_pack_merge_and_loose_cleanup(store: gitstate.Store, repo: Path, monkeyp
     common = Path(store.location.common_dir)
     names = (common / "agentos" / "packs").read_text().split()
     assert names and all((common / "objects" / "pack" / f"{n}.idx").exists() for n in names)
+
+
+def test_pack_refs_only_ours_and_updates_still_work(store: gitstate.Store, repo: Path) -> None:
+    from gitstate import refs
+
+    git(repo, "branch", "user-branch")
+    git(repo, "tag", "-a", "v1", "-m", "annotated")
+    git(repo, "pack-refs", "--all")
+    git(repo, "branch", "loose-user-branch")  # a loose user ref that must stay loose
+    runs = [store.create_run(run_id=f"r{i}") for i in range(40)]
+    cps = [r.checkpoint({"i": i}) for i, r in enumerate(runs)]
+    before = git(repo, "for-each-ref")
+    common = Path(store.location.common_dir)
+    assert refs.count_loose_refs(str(common)) == 80
+    assert refs.pack_refs(str(common)) == 80
+    assert refs.count_loose_refs(str(common)) == 0
+    assert (common / "refs" / "heads" / "loose-user-branch").exists()
+    assert git(repo, "for-each-ref") == before
+    assert git(repo, "rev-parse", "v1^{commit}").strip() == git(repo, "rev-parse", "HEAD").strip()
+    fresh = gitstate.open_store(repo)
+    assert len(fresh.list_runs()) == 40
+    run = fresh.get_run("r3")
+    nxt = run.checkpoint({"i": "after"}, expect=cps[3].id)  # CAS on a packed ref
+    assert run.undo() is not None and run.head().id == cps[3].id  # type: ignore[union-attr]
+    assert nxt.parent_ids == (cps[3].id,)
+    fresh.delete_run("r5")
+    assert "r5" not in {s.id for s in gitstate.open_store(repo).list_runs()}
+    assert "refs/agentos/main/runs/r5/" not in git(repo, "for-each-ref")
+    git(repo, "fsck", "--strict")
+    assert git(repo, "reflog", "show", "--format=%gs", "refs/agentos/main/runs/r3/heads/main").startswith("gitstate: undo")
