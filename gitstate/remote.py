@@ -10,16 +10,18 @@ Pull never lets git write ``refs/agentos/…``: it fetches into a private stagin
 ``refs/agentos-incoming/<remote>/<session>/…`` (removed afterwards), then moves each local ref
 itself by compare-and-swap (reflogged): a new ref is created, a ref the remote advanced is
 fast-forwarded, and a branch that advanced on both sides keeps the remote's line as a separate
-branch ``<branch>@<remote>`` — nothing is overwritten, nothing is lost. Refs from the remote that
+branch ``<branch>@<remote>`` (a session file, as the session file ``<path>@<remote>``) — nothing
+is overwritten, nothing is lost. Refs from the remote that
 gitstate cannot read (odd names, objects that are not commits, missing objects) are skipped and
 reported; nothing fetched is decoded or executed here."""
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,7 @@ from .errors import ConflictError, GitStateError, InvalidNameError, RemoteError,
 from .hooks import check_push_allowed, git_cwd, git_env
 from .names import NAMESPACE, branch_ref, encode_component, parse_ref, run_prefix, worktree_prefix
 from .refs import list_refs
+from .sessionfiles import copy_ref, is_copy_of
 
 if TYPE_CHECKING:
     from .store import Store
@@ -46,7 +49,8 @@ class RefResult:
     """What happened to one ref. Push statuses: ``pushed``, ``deleted``, ``up-to-date``,
     ``rejected`` (the remote has checkpoints we lack), ``error``, ``skipped``. Pull statuses:
     ``created``, ``fast-forward``, ``up-to-date``, ``ahead`` (ours is newer), ``diverged`` (the
-    remote's line was kept as branch ``kept_as``), ``conflict`` (kept ours), ``skipped``, ``error``."""
+    remote's line was kept as branch ``kept_as``; for a session file, as the session file
+    ``kept_as``), ``conflict`` (kept ours), ``skipped``, ``error``."""
 
     ref: str
     status: str
@@ -161,6 +165,9 @@ def _group(results: Iterable[RefResult], cls: type[SyncResult]) -> list[Any]:
 _REJECT_HINT = ("the remote has checkpoints this repository lacks (the branch advanced on both sides?): "
                 "pull first — the remote's line is kept as a separate branch — then share yours under "
                 "its own name (Run.fork)")
+_REJECT_FILE_HINT = ("the remote has versions of this session file that this repository lacks (written on "
+                     "both sides?): pull first — the remote's versions are kept as the session file "
+                     "'<path>@<remote>' — then share yours under another path")
 
 
 def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None, *,
@@ -191,7 +198,7 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
         if parsed is None:
             results[name] = RefResult(name, "skipped", None, oid, "not a gitstate ref name")
             excluded.append(name)
-        elif parsed.kind == "heads" and (parsed.name or "").endswith("@" + label):
+        elif _is_kept_copy(name, parsed.kind, parsed.name, label):
             results[name] = RefResult(name, "skipped", None, oid,
                                       f"a copy of {remote}'s own line kept by pull; not pushed back")
             excluded.append(name)
@@ -218,6 +225,13 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
         results.update(_push_run(store, remote, args, covered))
         specs, pushes = [], {}  # the globs go with the first batch only
     return _group(results.values(), PushResult)
+
+
+def _is_kept_copy(ref: str, kind: str, name: str | None, label: str) -> bool:
+    """Whether ``ref`` is a copy of ``label``'s own line kept by pull (never pushed back to it)."""
+    if kind == "heads":
+        return re.search("@" + re.escape(label) + r"(-[0-9]+)?$", name or "") is not None
+    return kind == "files" and is_copy_of(ref, label)
 
 
 def _lease_in(lease: str, batch: list[str]) -> bool:
@@ -261,6 +275,8 @@ def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, st
         if dst not in expected:
             continue
         status, message = _push_status(parts[0], parts[2])
+        if message == _REJECT_HINT and getattr(parse_ref(dst), "kind", None) == "files":
+            message = _REJECT_FILE_HINT
         results[dst] = RefResult(dst, status, None, expected[dst], message)
     if len(results) < len(expected):
         failure = last_error_line(out.stderr) or f"git push exited {out.returncode}"
@@ -402,11 +418,20 @@ def _merge_one(store: Store, local: str, theirs: str, label: str) -> RefResult:
         except ConflictError as exc:
             return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")
         return RefResult(local, "fast-forward", ours, theirs)
-    if parsed.kind != "heads" or parsed.name is None:
-        what = "run record" if parsed.kind == "run" else f"{parsed.kind} ref"
-        return RefResult(local, "conflict", ours, theirs,
-                         f"the remote's {what} differs (created independently?); kept ours")
-    return _keep_diverged(store, parsed.worktree, parsed.run_id, parsed.name, ours, theirs, label)
+    if parsed.kind == "heads" and parsed.name is not None:
+        worktree, run_id, branch = parsed.worktree, parsed.run_id, parsed.name
+
+        def branch_copy(n: int) -> tuple[str, str]:
+            name = diverged_branch_name(branch, label, n)
+            return branch_ref(worktree, run_id, name), name
+        return _keep_diverged(store, local, ours, theirs, label, branch_copy, "branch", branch)
+    if parsed.kind == "files" and parsed.name is not None and "/" not in parsed.name:
+        return _keep_diverged(store, local, ours, theirs, label,
+                              lambda n: copy_ref(store.repo, local, label, n), "session file",
+                              parsed.name)
+    what = "run record" if parsed.kind == "run" else f"{parsed.kind} ref"
+    return RefResult(local, "conflict", ours, theirs,
+                     f"the remote's {what} differs (created independently?); kept ours")
 
 
 def _read(store: Store, name: str) -> str | None:
@@ -419,22 +444,21 @@ def diverged_branch_name(branch: str, label: str, n: int = 1) -> str:
     return f"{branch}@{label}" + (f"-{n}" if n > 1 else "")
 
 
-def _keep_diverged(store: Store, worktree: str, run_id: str, branch: str, ours: str, theirs: str,
-                   label: str) -> RefResult:
-    """Keep the remote's line beside ours: fast-forward ``<branch>@<label>`` if it is an older copy
-    of the remote's line, else pick the next free name. Never moves ``branch`` itself."""
-    local = branch_ref(worktree, run_id, branch)
+def _keep_diverged(store: Store, local: str, ours: str, theirs: str, label: str,
+                   copy: Callable[[int], tuple[str, str]], what: str, subject: str) -> RefResult:
+    """Keep the remote's line beside ours under the name ``copy(n)`` gives (``(ref, name)``,
+    ``n`` = 1, 2, …): fast-forward that copy if it is an older copy of the remote's line, else try
+    the next name. Never moves ``local`` itself."""
     for n in range(1, 100):
-        name = diverged_branch_name(branch, label, n)
         try:
-            ref = branch_ref(worktree, run_id, name)
-        except InvalidNameError as exc:
-            return RefResult(local, "skipped", ours, theirs, f"no branch name to keep the remote's line: {exc}")
+            ref, name = copy(n)
+        except (InvalidNameError, ValueError) as exc:
+            return RefResult(local, "skipped", ours, theirs, f"no {what} name to keep the remote's line: {exc}")
         kept = _read(store, ref)
-        msg = f"diverged: kept {label}'s line as branch {name!r}; ours is unchanged"
+        msg = f"diverged: kept {label}'s line as {what} {name!r}; ours is unchanged"
         try:
             if kept is None:
-                store._cas(ref, None, theirs, f"gitstate: pull from {label} (diverged {branch})")
+                store._cas(ref, None, theirs, f"gitstate: pull from {label} (diverged {subject})")
                 return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
             relation = _relation(store.repo, kept, theirs)
             if relation in ("same", "ahead"):
@@ -444,7 +468,7 @@ def _keep_diverged(store: Store, worktree: str, run_id: str, branch: str, ours: 
                 return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
         except ConflictError as exc:
             return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")
-    return RefResult(local, "conflict", ours, theirs, "too many diverged copies of this branch; kept ours")
+    return RefResult(local, "conflict", ours, theirs, f"too many diverged copies of this {what}; kept ours")
 
 
 def _delete_refs(store: Store, names: list[str]) -> None:

@@ -7,12 +7,18 @@ so ``a`` and ``a/b`` never conflict; a path longer than the component limit is n
 The ref points at the latest version; each version's first parent is the previous one. A version
 commit's tree holds ``meta.cbor`` (format, path, version, author, reason, time, size) and
 ``content`` (the bytes). Writers of different paths never contend; writers of one path serialise
-through a compare-and-swap on its ref, so versions are 1, 2, 3 … without gaps or duplicates."""
+through a compare-and-swap on its ref, so versions are 1, 2, 3 … without gaps or duplicates.
+
+When a pull finds that a path advanced on both sides, the remote's versions are kept as the session
+file ``<path>@<remote>`` (``-2``, ``-3`` … if taken; see :func:`copy_ref`), exactly as a diverged
+branch is kept as ``<branch>@<remote>``: ``list()`` shows it under that name, ``read``/``history``
+take that name, and the versions in it still say where they were written (``FileVersion.path``)."""
 
 from __future__ import annotations
 
 import hashlib
 import random
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,9 +29,16 @@ import pygit2
 
 from . import encoding
 from .checkpoint import FORMAT_VERSION, _trailer, check_format, parse_time, read_commit
-from .errors import ConflictError, CorruptObjectError, LockTimeoutError, SessionFileNotFound, UsageError
+from .errors import (
+    ConflictError,
+    CorruptObjectError,
+    GitStateError,
+    LockTimeoutError,
+    SessionFileNotFound,
+    UsageError,
+)
 from .names import MAX_COMPONENT, decode_component, encode_component, run_prefix
-from .objects import MODE_BLOB
+from .objects import MODE_BLOB, check_loose
 from .refs import list_refs, read_ref
 from .statetree import StateReader
 
@@ -35,6 +48,7 @@ if TYPE_CHECKING:
 FILE_KIND = "gitstate/session-file"
 META = "meta.cbor"
 CONTENT = "content"
+_HASHED = re.compile(r"%%[0-9a-f]{40}")
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,81 @@ def _component(path: str) -> str:
     return enc
 
 
+def _hashed(path: str) -> str:
+    return "%%" + hashlib.sha1(path.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()
+
+
+def read_meta(repo: pygit2.Repository, oid: str) -> dict[str, Any]:
+    """Decode and check the ``meta.cbor`` of one session-file version commit
+    (:class:`CorruptObjectError` / :class:`UnsupportedFormatError` when it is not a sound one)."""
+    commit = read_commit(repo, oid)
+    damage = check_loose(repo, str(commit.tree_id))
+    if damage:
+        raise CorruptObjectError(oid, f"its tree: {damage}")
+    try:
+        entry = commit.tree[META]
+    except (KeyError, pygit2.GitError):
+        raise CorruptObjectError(oid, f"session file version has no {META}") from None
+    meta = StateReader(repo).blob_value(entry.id)
+    if not isinstance(meta, dict):
+        raise CorruptObjectError(oid, f"{META} is not a map")
+    check_format(meta, FILE_KIND, oid)
+    version, path = meta.get("version"), meta.get("path")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1 or not isinstance(path, str):
+        raise CorruptObjectError(oid, "session file version lacks a path or version")
+    return meta
+
+
+def check_chain(repo: pygit2.Repository, tip: str) -> Iterator[tuple[str, str]]:
+    """Every problem of the version chain from ``tip`` as ``(oid, message)``: unreadable commits or
+    metadata, unknown formats, versions not consecutive down to 1, ``content`` missing or not a
+    blob. Reads object headers only for the contents (a huge file is never loaded)."""
+    oid: str | None = tip
+    expected: int | None = None
+    while oid is not None:
+        try:
+            meta = read_meta(repo, oid)
+            commit = read_commit(repo, oid)
+        except GitStateError as exc:
+            yield oid, str(exc)
+            return
+        version = meta["version"]
+        if expected is not None and version != expected:
+            yield oid, f"version {version} follows version {expected + 1} (versions must be consecutive)"
+        entry = commit.tree[CONTENT] if CONTENT in commit.tree else None
+        if entry is None or entry.type_str != "blob":
+            yield oid, f"session file version has no {CONTENT} blob"
+        elif not repo.odb.exists(entry.id):
+            yield oid, f"{CONTENT} blob {str(entry.id)[:12]} is missing"
+        parents = commit.parent_ids
+        if not parents and version != 1:
+            yield oid, f"the first version is {version}, not 1"
+        expected = version - 1
+        oid = str(parents[0]) if parents else None
+
+
+def copy_ref(repo: pygit2.Repository, ref: str, label: str, n: int = 1) -> tuple[str, str]:
+    """The ref and path under which a pull keeps ``label``'s diverged versions of the session file
+    at ``ref``: the path ``<path>@<label>`` (then ``-2``, ``-3`` …). A path too long for a ref
+    component (named ``%%<sha1>``) gets ``%%<sha1>@<label>``, which :meth:`SessionFiles.ref`
+    resolves for that path too; its path is then read from the local versions' metadata."""
+    prefix, _, component = ref.rpartition("/")
+    suffix = f"@{label}" + (f"-{n}" if n > 1 else "")
+    if _HASHED.fullmatch(component):
+        tip = read_ref(repo, ref)
+        path = (read_meta(repo, tip)["path"] if tip else component) + suffix
+        return f"{prefix}/{component}{encode_component(suffix)}", path
+    path = decode_component(component) + suffix
+    return f"{prefix}/{_component(path)}", path
+
+
+def is_copy_of(ref: str, label: str) -> bool:
+    """Whether a session-file ref is a copy of ``label``'s own versions kept by pull (so a push
+    to that remote leaves it out): its name ends in ``@<label>`` or ``@<label>-<n>``."""
+    component = ref.rpartition("/")[2]
+    return re.search(re.escape(encode_component("@" + label)) + r"(-[0-9]+)?$", component) is not None
+
+
 def _clean(text: str) -> str:
     return text.replace("<", "").replace(">", "").replace("\n", " ").strip()
 
@@ -82,28 +171,25 @@ class SessionFiles:
         self.run = run
         self.store = run.store
         self.prefix = run_prefix(run.worktree, run.id) + "files/"
+        #: files the last :meth:`list` left out because they cannot be read: ``{path: message}``
+        self.errors: dict[str, str] = {}
 
     def ref(self, path: str) -> str:
         """The ref holding the latest version of ``path``."""
         if not isinstance(path, str) or not path or "\x00" in path:
             raise UsageError(f"invalid session file path {path!r}")
-        return self.prefix + _component(path)
+        component = _component(path)
+        if _HASHED.fullmatch(component) and "@" in path:  # a pull's copy of a long path's versions?
+            base, _, suffix = path.rpartition("@")
+            copy = _hashed(base) + encode_component("@" + suffix)
+            if len(encode_component(base)) > MAX_COMPONENT and read_ref(self.store.repo, self.prefix + copy):
+                return self.prefix + copy
+        return self.prefix + component
 
     # -- reading --------------------------------------------------------------------------------
 
     def _meta(self, oid: str) -> dict[str, Any]:
-        commit = read_commit(self.store.repo, oid)
-        try:
-            entry = commit.tree[META]
-        except KeyError:
-            raise CorruptObjectError(oid, f"session file version has no {META}") from None
-        meta = StateReader(self.store.repo).blob_value(entry.id)
-        if not isinstance(meta, dict):
-            raise CorruptObjectError(oid, f"{META} is not a map")
-        check_format(meta, FILE_KIND, oid)
-        if not isinstance(meta.get("version"), int) or not isinstance(meta.get("path"), str):
-            raise CorruptObjectError(oid, "session file version lacks a path or version")
-        return meta
+        return read_meta(self.store.repo, oid)
 
     def _version(self, oid: str, meta: dict[str, Any] | None = None) -> FileVersion:
         meta = meta or self._meta(oid)
@@ -147,17 +233,32 @@ class SessionFiles:
         return out
 
     def list(self) -> dict[str, FileVersion]:
-        """The latest version of every session file of the run, by path."""
+        """The latest version of every session file of the run, by path (a pull's copy of another
+        repository's versions under ``<path>@<remote>``, its ``FileVersion.path`` saying where
+        they were written). A file whose latest version cannot be read is left out and its error
+        recorded in :attr:`errors` (``{path or ref component: message}``, reset on every call)."""
         out: dict[str, FileVersion] = {}
+        self.errors = {}
         for name, oid in list_refs(self.store.repo, self.prefix):
             component = name[len(self.prefix):]
-            if not component.startswith("%%"):
+            hashed = _HASHED.match(component)
+            key: str | None = None
+            if not hashed:
                 try:
-                    decode_component(component)
+                    key = decode_component(component)
+                except ValueError:
+                    continue  # not a session file ref name
+            try:
+                fv = self._version(oid)
+            except GitStateError as exc:
+                self.errors[key or component] = str(exc)
+                continue
+            if hashed:
+                try:
+                    key = fv.path + decode_component(component[hashed.end():])
                 except ValueError:
                     continue
-            fv = self._version(oid)
-            out[fv.path] = fv
+            out[key or fv.path] = fv
         return dict(sorted(out.items()))
 
     # -- writing --------------------------------------------------------------------------------

@@ -1,0 +1,82 @@
+"""Sharing session files: a path written on both machines keeps both lines (issue 6: nothing is
+overwritten, nothing is lost), over a bare repository reached by file://."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from remote_helpers import bare, machine
+
+import gitstate
+from gitstate.verify import verify
+
+
+def _machines(tmp_path: Path) -> tuple[gitstate.Store, gitstate.Store]:
+    url = bare(tmp_path / "server.git").as_uri()
+    return gitstate.open_store(machine(tmp_path / "A", url)), gitstate.open_store(machine(tmp_path / "B", url))
+
+
+def _refs(results: list[gitstate.PullResult] | list[gitstate.PushResult]) -> dict[str, gitstate.RefResult]:
+    return {r.ref.split("/runs/", 1)[1]: r for res in results for r in res.refs}
+
+
+def test_diverged_session_file_is_kept_not_dropped(tmp_path: Path) -> None:
+    a, b = _machines(tmp_path)
+    run_a = a.create_run(run_id="r")
+    run_a.files.write("notes.md", "v1", author="a", reason="start")
+    assert all(r.ok for r in a.push())
+    b.pull()
+    run_b = b.get_run("r")
+    run_a.files.write("notes.md", "v2 from A", author="a", reason="A's edit")
+    run_b.files.write("notes.md", "v2 from B", author="b", reason="B's edit")
+    run_b.files.write("other.txt", "x", author="b")
+    assert all(r.ok for r in b.push())
+
+    pulled = _refs(a.pull())
+    notes = pulled["r/files/notes%2Emd"]
+    assert (notes.status, notes.kept_as) == ("diverged", "notes.md@origin"), notes
+    assert notes.ok
+    listing = run_a.files.list()
+    assert set(listing) == {"notes.md", "notes.md@origin", "other.txt"}
+    assert run_a.files.read("notes.md") == b"v2 from A"  # ours untouched
+    assert run_a.files.read("notes.md@origin") == b"v2 from B"  # theirs kept
+    assert listing["notes.md@origin"].version == 2 and listing["notes.md@origin"].path == "notes.md"
+    assert [v.reason for v in run_a.files.history("notes.md@origin")] == ["start", "B's edit"]
+    assert _refs(a.pull())["r/files/notes%2Emd"].status == "diverged"  # pulling again changes nothing
+    assert verify(a).ok, verify(a).problems
+
+    # A's push: the copy is not pushed back, the other refs still go, notes.md says what to do
+    run_a.files.write("mine.md", "A's own", author="a")
+    pushed = _refs(a.push())
+    assert pushed["r/files/notes%2Emd@origin"].status == "skipped"
+    assert pushed["r/files/mine%2Emd"].status == "pushed"
+    assert pushed["r/files/notes%2Emd"].status == "rejected"
+    assert "session file" in pushed["r/files/notes%2Emd"].message
+    b.pull()
+    assert run_b.files.read("mine.md") == b"A's own"
+    assert "notes.md@origin" not in run_b.files.list()
+
+
+def test_remote_copy_advances_and_long_paths(tmp_path: Path) -> None:
+    a, b = _machines(tmp_path)
+    long_path = "d/" + "x" * 300
+    run_a = a.create_run(run_id="r")
+    run_a.files.write(long_path, "1", author="a")
+    a.push()
+    b.pull()
+    run_b = b.get_run("r")
+    run_a.files.write(long_path, "A2", author="a")
+    run_b.files.write(long_path, "B2", author="b")
+    b.push()
+    kept = [r for res in a.pull() for r in res.refs if r.status == "diverged"]
+    assert [r.kept_as for r in kept] == [long_path + "@origin"]
+    assert run_a.files.read(long_path + "@origin") == b"B2"
+    assert set(run_a.files.list()) == {long_path, long_path + "@origin"}
+    # B goes on writing: the kept copy fast-forwards instead of piling up new copies
+    run_b.files.write(long_path, "B3", author="b")
+    b.push()
+    a.pull()
+    assert run_a.files.read(long_path + "@origin") == b"B3"
+    assert set(run_a.files.list()) == {long_path, long_path + "@origin"}
+    assert run_a.files.read(long_path) == b"A2"
+    assert verify(a).ok, verify(a).problems
