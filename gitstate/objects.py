@@ -149,18 +149,24 @@ def check_loose(repo: pygit2.Repository, oid: str) -> str | None:
     """Why the loose copy of ``oid`` is unreadable, or ``None`` (also when it is not loose).
 
     libgit2 1.9 loops forever when it inflates a truncated loose object, so every read of a
-    payload goes through this check first: a damaged object is then a clear error, not a hang."""
+    payload goes through this check first: a damaged object is then a clear error, not a hang.
+    Streams the file (a huge object is never held in memory, compressed or not)."""
     path = os.path.join(objects_dir(repo), oid[:2], oid[2:])
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fh = open(path, "rb")  # noqa: SIM115 - closed below; a missing file is simply "not loose"
     except OSError:
         return None
-    try:
-        inflater = zlib.decompressobj()
-        inflater.decompress(data)
-    except zlib.error:
-        return "loose object does not inflate"
-    if not inflater.eof:
-        return "loose object is truncated"
+    inflater = zlib.decompressobj()
+    with fh:
+        try:
+            while not inflater.eof:
+                pending = inflater.unconsumed_tail or fh.read(_CHUNK)
+                if not pending:
+                    return "loose object is truncated"
+                inflater.decompress(pending, _CHUNK)
+        except (OSError, zlib.error):
+            return "loose object does not inflate"
     return None
+
+
+_CHUNK = 1 << 16

@@ -20,7 +20,7 @@ import hashlib
 import random
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -69,6 +69,15 @@ class FileVersion:
                 "created_at": self.created_at.isoformat(), "size": self.size, "commit": self.commit}
 
 
+class FileListing(dict[str, FileVersion]):
+    """What :meth:`SessionFiles.list` returns: ``{path: latest FileVersion}`` plus ``errors``,
+    ``{path: message}`` for the files left out because their latest version cannot be read."""
+
+    def __init__(self, items: Iterable[tuple[str, FileVersion]] = (), *, errors: dict[str, str] | None = None) -> None:
+        super().__init__(items)
+        self.errors: dict[str, str] = dict(errors or {})
+
+
 def _component(path: str) -> str:
     enc = encode_component(path)
     if len(enc) > MAX_COMPONENT:
@@ -104,7 +113,7 @@ def read_meta(repo: pygit2.Repository, oid: str) -> dict[str, Any]:
 def check_chain(repo: pygit2.Repository, tip: str) -> Iterator[tuple[str, str]]:
     """Every problem of the version chain from ``tip`` as ``(oid, message)``: unreadable commits or
     metadata, unknown formats, versions not consecutive down to 1, ``content`` missing or not a
-    blob. Reads object headers only for the contents (a huge file is never loaded)."""
+    blob. The contents are never loaded (a loose one is streamed once to check it inflates)."""
     oid: str | None = tip
     expected: int | None = None
     while oid is not None:
@@ -122,6 +131,8 @@ def check_chain(repo: pygit2.Repository, tip: str) -> Iterator[tuple[str, str]]:
             yield oid, f"session file version has no {CONTENT} blob"
         elif not repo.odb.exists(entry.id):
             yield oid, f"{CONTENT} blob {str(entry.id)[:12]} is missing"
+        elif damage := check_loose(repo, str(entry.id)):
+            yield oid, f"{CONTENT} blob {str(entry.id)[:12]}: {damage}"
         parents = commit.parent_ids
         if not parents and version != 1:
             yield oid, f"the first version is {version}, not 1"
@@ -171,8 +182,6 @@ class SessionFiles:
         self.run = run
         self.store = run.store
         self.prefix = run_prefix(run.worktree, run.id) + "files/"
-        #: files the last :meth:`list` left out because they cannot be read: ``{path: message}``
-        self.errors: dict[str, str] = {}
 
     def ref(self, path: str) -> str:
         """The ref holding the latest version of ``path``."""
@@ -232,13 +241,13 @@ class SessionFiles:
         out.reverse()
         return out
 
-    def list(self) -> dict[str, FileVersion]:
+    def list(self) -> FileListing:
         """The latest version of every session file of the run, by path (a pull's copy of another
         repository's versions under ``<path>@<remote>``, its ``FileVersion.path`` saying where
         they were written). A file whose latest version cannot be read is left out and its error
-        recorded in :attr:`errors` (``{path or ref component: message}``, reset on every call)."""
+        recorded in the listing's ``errors`` (``{path or ref component: message}``)."""
         out: dict[str, FileVersion] = {}
-        self.errors = {}
+        errors: dict[str, str] = {}
         for name, oid in list_refs(self.store.repo, self.prefix):
             component = name[len(self.prefix):]
             hashed = _HASHED.match(component)
@@ -251,7 +260,7 @@ class SessionFiles:
             try:
                 fv = self._version(oid)
             except GitStateError as exc:
-                self.errors[key or component] = str(exc)
+                errors[key or component] = str(exc)
                 continue
             if hashed:
                 try:
@@ -259,7 +268,7 @@ class SessionFiles:
                 except ValueError:
                     continue
             out[key or fv.path] = fv
-        return dict(sorted(out.items()))
+        return FileListing(sorted(out.items()), errors=errors)
 
     # -- writing --------------------------------------------------------------------------------
 

@@ -9,11 +9,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pygit2
+from pygit2.enums import ObjectType
 
 from . import checkpoint as cpfmt
 from .checkpoint import Checkpoint, read_commit
 from .errors import GitStateError
 from .names import NAMESPACE, parse_ref, worktree_prefix
+from .objects import check_loose
+from .sessionfiles import check_chain
 from .statetree import StateReader
 
 if TYPE_CHECKING:
@@ -81,23 +84,52 @@ class _Checker:
         if parsed is None or not worktree or not set(worktree) <= _WORKTREE_KEY:
             self.problem(name, "not a gitstate ref name (foreign or malformed ref under refs/agentos/)", oid)
             return
-        if not self._exists(name, oid):
+        kind = self._exists(name, oid)
+        if kind is None:
+            return
+        if parsed.kind in ("run", "heads", "files") and kind != ObjectType.COMMIT:
+            self.problem(name, f"expected a commit, found a {ObjectType(kind).name.lower()}", oid)
             return
         if parsed.kind == "run":
             self.check_record(name, oid, parsed.run_id)
         elif parsed.kind == "heads":
             self.check_branch(name, oid, parsed.run_id)
+        elif parsed.kind == "files":
+            self.check_files(name, oid)
         # other per-run kinds (added by later features) are only checked to resolve
 
-    def _exists(self, ref: str, oid: str) -> bool:
+    def _exists(self, ref: str, oid: str) -> int | None:
+        """The object's type from its header (the object itself is never loaded), or ``None``
+        after reporting it missing."""
         try:
-            self.repo[oid]
+            kind, _size = self.repo.odb.read_header(oid)
         except (KeyError, ValueError, pygit2.GitError):
             self.problem(ref, "ref does not resolve: object missing", oid)
-            return False
-        return True
+            return None
+        return int(kind)
+
+    def _commit_damage(self, oid: str) -> str | None:
+        """Why the commit ``oid`` or its root tree cannot be read safely (a truncated loose object
+        would make libgit2 loop forever), or ``None``."""
+        damage = check_loose(self.repo, oid)
+        if damage:
+            return damage
+        try:
+            commit = read_commit(self.repo, oid)
+        except GitStateError as exc:
+            return str(exc)
+        damage = check_loose(self.repo, str(commit.tree_id))
+        return f"its tree {str(commit.tree_id)[:12]}: {damage}" if damage else None
+
+    def check_files(self, ref: str, tip: str) -> None:
+        for oid, message in check_chain(self.repo, tip):
+            self.problem(ref, f"session file: {message}", oid)
 
     def check_record(self, ref: str, oid: str, run_id: str) -> None:
+        damage = self._commit_damage(oid)
+        if damage:
+            self.problem(ref, damage, oid)
+            return
         try:
             record = self.store._read_record(oid)
         except GitStateError as exc:
@@ -110,6 +142,10 @@ class _Checker:
         chain: list[Checkpoint] = []
         oid: str | None = tip
         while oid is not None and oid not in self.seen_commits:
+            damage = self._commit_damage(oid)
+            if damage:
+                self.problem(ref, damage, oid)
+                return
             try:
                 cp = Checkpoint.from_commit(self.repo, read_commit(self.repo, oid))
             except GitStateError as exc:
@@ -172,6 +208,8 @@ class _Checker:
                     self.seen_objects.add(sub)
                     if not self.repo.odb.exists(sub):
                         self.problem(ref, f"files snapshot: blob of {entry.name!r} missing", sub)
+                    elif damage := check_loose(self.repo, sub):
+                        self.problem(ref, f"files snapshot: blob of {entry.name!r}: {damage}", sub)
         self.report.objects = len(self.seen_objects)
 
 
