@@ -149,10 +149,13 @@ def copy_ref(repo: pygit2.Repository, ref: str, label: str, n: int = 1) -> tuple
     suffix = f"@{label}" + (f"-{n}" if n > 1 else "")
     if _HASHED.fullmatch(component):
         tip = read_ref(repo, ref)
-        path = (read_meta(repo, tip)["path"] if tip else component) + suffix
-        return f"{prefix}/{component}{encode_component(suffix)}", path
-    path = decode_component(component) + suffix
-    return f"{prefix}/{_component(path)}", path
+        path = read_meta(repo, tip)["path"] if tip else component
+    else:
+        path = decode_component(component)
+        if len(encode_component(path + suffix)) <= MAX_COMPONENT:
+            return f"{prefix}/{encode_component(path + suffix)}", path + suffix
+        component = _hashed(path)
+    return f"{prefix}/{component}{encode_component(suffix)}", path + suffix
 
 
 def is_copy_of(ref: str, label: str) -> bool:
@@ -160,6 +163,15 @@ def is_copy_of(ref: str, label: str) -> bool:
     to that remote leaves it out): its name ends in ``@<label>`` or ``@<label>-<n>``."""
     component = ref.rpartition("/")[2]
     return re.search(re.escape(encode_component("@" + label)) + r"(-[0-9]+)?$", component) is not None
+
+
+def _hashed_key(sha: str, suffix: str, path: str) -> str:
+    """The path a ``%%<sha1><suffix>`` ref lists under, given its latest version's ``path``."""
+    if not suffix or _hashed(path) == sha:
+        return path + suffix
+    if path.endswith(suffix) and _hashed(path[:-len(suffix)]) == sha:
+        return path  # written to the copy since the pull
+    return path + suffix
 
 
 def _clean(text: str) -> str:
@@ -191,7 +203,7 @@ class SessionFiles:
         if _HASHED.fullmatch(component) and "@" in path:  # a pull's copy of a long path's versions?
             base, _, suffix = path.rpartition("@")
             copy = _hashed(base) + encode_component("@" + suffix)
-            if len(encode_component(base)) > MAX_COMPONENT and read_ref(self.store.repo, self.prefix + copy):
+            if read_ref(self.store.repo, self.prefix + copy):
                 return self.prefix + copy
         return self.prefix + component
 
@@ -264,7 +276,8 @@ class SessionFiles:
                 continue
             if hashed:
                 try:
-                    key = fv.path + decode_component(component[hashed.end():])
+                    key = _hashed_key(component[:hashed.end()], decode_component(component[hashed.end():]),
+                                      fv.path)
                 except ValueError:
                     continue
             out[key or fv.path] = fv

@@ -59,24 +59,36 @@ def test_diverged_session_file_is_kept_not_dropped(tmp_path: Path) -> None:
 
 def test_remote_copy_advances_and_long_paths(tmp_path: Path) -> None:
     a, b = _machines(tmp_path)
-    long_path = "d/" + "x" * 300
+    paths = ["d/" + "x" * 300, "m" * 195]  # hashed ref name; fits, but not with "@origin" added
     run_a = a.create_run(run_id="r")
-    run_a.files.write(long_path, "1", author="a")
+    for p in paths:
+        run_a.files.write(p, "1", author="a")
     a.push()
     b.pull()
     run_b = b.get_run("r")
-    run_a.files.write(long_path, "A2", author="a")
-    run_b.files.write(long_path, "B2", author="b")
+    for p in paths:
+        run_a.files.write(p, "A2", author="a")
+        run_b.files.write(p, "B2", author="b")
     b.push()
     kept = [r for res in a.pull() for r in res.refs if r.status == "diverged"]
-    assert [r.kept_as for r in kept] == [long_path + "@origin"]
-    assert run_a.files.read(long_path + "@origin") == b"B2"
-    assert set(run_a.files.list()) == {long_path, long_path + "@origin"}
+    copies = [p + "@origin" for p in paths]
+    assert sorted(r.kept_as or "" for r in kept) == sorted(copies)
+    assert [run_a.files.read(c) for c in copies] == [b"B2", b"B2"]
+    assert set(run_a.files.list()) == {*paths, *copies}
     # B goes on writing: the kept copy fast-forwards instead of piling up new copies
-    run_b.files.write(long_path, "B3", author="b")
+    for p in paths:
+        run_b.files.write(p, "B3", author="b")
     b.push()
     a.pull()
-    assert run_a.files.read(long_path + "@origin") == b"B3"
-    assert set(run_a.files.list()) == {long_path, long_path + "@origin"}
-    assert run_a.files.read(long_path) == b"A2"
+    assert [run_a.files.read(c) for c in copies] == [b"B3", b"B3"]
+    assert [run_a.files.read(p) for p in paths] == [b"A2", b"A2"]
+    # writing to a copy lands on it and keeps its name
+    for c in copies:
+        assert run_a.files.write(c, "merged", author="a").version == 4
+    listing = run_a.files.list()
+    assert set(listing) == {*paths, *copies} and not listing.errors
+    assert [run_a.files.read(c) for c in copies] == [b"merged", b"merged"]
     assert verify(a).ok, verify(a).problems
+    # neither copy goes back to origin
+    pushed = {r.kept_as or r.ref: r.status for res in a.push() for r in res.refs}
+    assert sorted(s for s in pushed.values()) == ["rejected", "rejected", "skipped", "skipped", "up-to-date"]
