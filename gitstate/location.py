@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass
 
 import pygit2
-from pygit2.enums import RepositoryOpenFlag
 
 from .errors import NotARepositoryError, UnsupportedRepositoryError
 from .names import encode_component
@@ -49,9 +48,9 @@ def _unsupported_feature(git_dir: str, message: str) -> str | None:
     return None
 
 
-def _open(path: str, flags: int = 0) -> pygit2.Repository:
+def _open(path: str) -> pygit2.Repository:
     try:
-        return pygit2.Repository(path, flags=flags)
+        return pygit2.Repository(path)
     except (pygit2.GitError, ValueError, KeyError) as exc:
         feature = _unsupported_feature(path if os.path.isdir(path) else os.path.dirname(path), str(exc))
         if feature is None and os.path.isdir(os.path.join(path, ".git")):
@@ -82,9 +81,15 @@ def open_repository(path: str | os.PathLike[str] | None = None) -> pygit2.Reposi
     if override:
         return _discover(os.path.abspath(os.path.expanduser(override)), via="AGENTOS_REPO")
     start = os.path.abspath(os.fspath(path)) if path is not None else os.getcwd()
-    if os.environ.get("GIT_DIR"):
-        # pygit2 ignores GIT_DIR unless asked to read the environment, as git does.
-        return _open(start if os.path.exists(start) else os.getcwd(), flags=int(RepositoryOpenFlag.FROM_ENV))
+    git_dir = os.environ.get("GIT_DIR")
+    if git_dir:
+        # pygit2 ignores GIT_DIR, and libgit2's FROM_ENV flag only reads it when no path is given,
+        # which pygit2 cannot express: open the named git dir directly, as git does.
+        repo = _open(os.path.abspath(os.path.expanduser(git_dir)))
+        work_tree = os.environ.get("GIT_WORK_TREE")
+        if work_tree and not repo.is_bare:
+            repo.workdir = os.path.abspath(os.path.expanduser(work_tree))
+        return repo
     return _discover(start)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pygit2
 
@@ -29,7 +29,7 @@ from .errors import (
 )
 from .names import branch_ref, check_name, decode_component, run_prefix
 from .objects import MODE_BLOB, MODE_TREE, TreeEntry
-from .refs import compare_and_swap, list_refs, read_ref, reflog
+from .refs import list_refs, read_ref, reflog
 from .statetree import StateWriter
 
 if TYPE_CHECKING:
@@ -134,8 +134,7 @@ class Run:
                 if cp.trigger == cpfmt.NODE_END and cp.node == name:
                     return cp
             raise InvalidReferenceError(ref, f"node {name!r} has no exit checkpoint on branch {branch!r}")
-        oid = self.store._expand(ref)
-        cp = self._checkpoint(oid)
+        cp = self.store.checkpoint(ref)
         if cp.run_id != self.id:
             raise CheckpointNotFound(ref, self.id)
         return cp
@@ -271,7 +270,8 @@ class Run:
         if expect is not None and self.load(expect).id != tip:
             raise ConflictError(self.ref(branch), self.load(expect).id, tip)
         cp = self.load(target, branch=branch)
-        self._cas(branch, tip, cp.id, f"gitstate: rollback to {cp.short_id} ({target})")
+        if cp.id != tip:  # rolling back to the tip moves nothing and logs nothing
+            self._cas(branch, tip, cp.id, f"gitstate: rollback to {cp.short_id} ({target})")
         return cp
 
     def undo(self, branch: str = "main") -> Checkpoint | None:
@@ -404,7 +404,7 @@ class NodeScope:
         return self.run.checkpoint(state, **kwargs)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+                 tb: TracebackType | None) -> Literal[False]:
         assert self.entry is not None
         failed = exc_type is not None
         metadata = dict(self._metadata)

@@ -23,6 +23,7 @@ from . import checkpoint as cpfmt
 from . import housekeeping
 from .checkpoint import Checkpoint, check_format, parse_time, read_commit
 from .errors import (
+    CheckpointNotFound,
     ConflictError,
     CorruptObjectError,
     GitStateError,
@@ -157,8 +158,8 @@ class Store:
     def _read_identity(self, repo: pygit2.Repository) -> tuple[str, str]:
         try:
             config = repo.config
-            name = config["user.name"] if "user.name" in config else _FALLBACK_NAME
-            email = config["user.email"] if "user.email" in config else _FALLBACK_EMAIL
+            name = str(config["user.name"]) if "user.name" in config else _FALLBACK_NAME
+            email = str(config["user.email"]) if "user.email" in config else _FALLBACK_EMAIL
         except (pygit2.GitError, KeyError, ValueError):
             name, email = _FALLBACK_NAME, _FALLBACK_EMAIL
         name = name.replace("<", "").replace(">", "").replace("\n", " ").strip() or _FALLBACK_NAME
@@ -330,8 +331,13 @@ class Store:
                 yield self.get_run(summary.id)
 
     def checkpoint(self, ref: str) -> Checkpoint:
-        """Any checkpoint of the store by full id or unique prefix."""
-        return self._checkpoint(self._expand(ref))
+        """Any checkpoint of the store by full id or unique prefix (:class:`CheckpointNotFound` when
+        the id names nothing, or an object that is not a gitstate checkpoint)."""
+        oid = self._expand(ref)
+        obj = self.repo.get(oid)
+        if not isinstance(obj, pygit2.Commit) or cpfmt.META not in obj.tree:
+            raise CheckpointNotFound(ref)
+        return Checkpoint.from_commit(self.repo, obj)
 
     def close(self) -> None:
         """Release the repository handles (the store must not be used afterwards)."""

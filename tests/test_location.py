@@ -1,0 +1,166 @@
+"""Where the store lives (seeds 000/001, scenarios 010-100 adapted: the "database" is the
+repository's store under refs/agentos/): discovery, AGENTOS_REPO, GIT_DIR, worktrees, bare
+repositories, unsupported formats, and never touching the user's data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import gitstate
+from tests.conftest import git, make_repo, user_snapshot
+
+
+def _runs(path: Path | None = None) -> list[str]:
+    return [s.id for s in gitstate.open_store(path).list_runs()]
+
+
+def test_010_store_in_repo(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(repo)
+    gitstate.open_store().create_run(run_id="r1").checkpoint({"a": 1})
+    assert "refs/agentos/main/runs/r1/heads/main" in git(repo, "for-each-ref", "--format=%(refname)")
+
+
+def test_020_repos_are_isolated(tmp_path: Path) -> None:
+    a, b = make_repo(tmp_path / "a"), make_repo(tmp_path / "b")
+    gitstate.open_store(a).create_run(run_id="only-a").checkpoint({"x": 1})
+    assert _runs(a) == ["only-a"]
+    assert _runs(b) == []
+
+
+def test_030_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = make_repo(tmp_path / "a"), make_repo(tmp_path / "b")
+    monkeypatch.chdir(a)
+    monkeypatch.setenv("AGENTOS_REPO", str(b))
+    gitstate.open_store().create_run(run_id="via-env")
+    monkeypatch.delenv("AGENTOS_REPO")
+    assert _runs(b) == ["via-env"]
+    assert _runs(a) == []
+
+
+def test_040_fail_closed_outside_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.chdir(outside)
+    with pytest.raises(gitstate.NotARepositoryError) as info:
+        gitstate.open_store()
+    assert "AGENTOS_REPO" in str(info.value)
+    monkeypatch.setenv("AGENTOS_REPO", str(tmp_path / "missing"))
+    with pytest.raises(gitstate.NotARepositoryError) as info:
+        gitstate.open_store()
+    assert "AGENTOS_REPO" in str(info.value)
+
+
+def test_050_worktrees_are_isolated(repo: Path, tmp_path: Path) -> None:
+    wt = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", str(wt))
+    main_store, wt_store = gitstate.open_store(repo), gitstate.open_store(wt)
+    assert wt_store.worktree.startswith("wt-") and main_store.worktree == "main"
+    main_store.create_run(run_id="issue-78").checkpoint({"where": "main"})
+    wt_store.create_run(run_id="issue-78").checkpoint({"where": "wt"})
+    assert main_store.get_run("issue-78").head().state == {"where": "main"}  # type: ignore[union-attr]
+    assert wt_store.get_run("issue-78").head().state == {"where": "wt"}  # type: ignore[union-attr]
+    assert [s.worktree for s in main_store.list_runs()] == ["main"]
+    both = main_store.list_runs(all_worktrees=True)
+    assert sorted(s.worktree for s in both) == sorted(["main", wt_store.worktree])
+    # a removed worktree's runs stay in the shared refs and can still be read
+    git(repo, "worktree", "remove", "--force", str(wt))
+    gone = [s for s in main_store.list_runs(all_worktrees=True) if s.worktree != "main"]
+    assert [s.id for s in gone] == ["issue-78"]
+    run = main_store.get_run("issue-78", worktree=gone[0].worktree)
+    assert run.head().state == {"where": "wt"}  # type: ignore[union-attr]
+
+
+def test_060_user_data_untouched(repo: Path) -> None:
+    before = user_snapshot(repo)
+    run = gitstate.open_store(repo).create_run(run_id="x")
+    run.checkpoint({"a": 1})
+    assert user_snapshot(repo) == before
+    assert git(repo, "log", "--branches", "--format=%s").splitlines() == ["initial"]
+
+
+def test_070_subdirectory(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sub = repo / "a" / "b"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    store = gitstate.open_store()
+    assert Path(store.path) == repo.resolve()
+    store.create_run(run_id="from-sub")
+    assert _runs(repo) == ["from-sub"]
+
+
+def test_090_tilde_expansion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home2"
+    make_repo(home / "proj")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("AGENTOS_REPO", "~/proj")
+    assert Path(gitstate.open_store().path) == (home / "proj").resolve()
+
+
+def test_100_empty_env_means_unset(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("AGENTOS_REPO", "")
+    assert Path(gitstate.open_store().path) == repo.resolve()
+
+
+def test_git_dir_honoured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = make_repo(tmp_path / "a"), make_repo(tmp_path / "b")
+    monkeypatch.chdir(a)
+    monkeypatch.setenv("GIT_DIR", str(b / ".git"))
+    gitstate.open_store().create_run(run_id="via-git-dir")
+    monkeypatch.delenv("GIT_DIR")
+    assert _runs(b) == ["via-git-dir"]
+    assert _runs(a) == []
+
+
+def test_bare_repository(tmp_path: Path) -> None:
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    store = gitstate.open_store(bare)
+    run = store.create_run(run_id="b")
+    run.checkpoint({"k": "v"})
+    assert store.get_run("b").head().state == {"k": "v"}  # type: ignore[union-attr]
+    git(bare, "fsck", "--strict")
+
+
+def test_sha256_repository_is_refused_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "s256"
+    git(tmp_path, "init", "-q", "--object-format=sha256", str(path))
+    with pytest.raises(gitstate.UnsupportedRepositoryError) as info:
+        gitstate.open_store(path)
+    assert "SHA-256" in str(info.value)
+
+
+def test_reftable_repository_is_refused_clearly(repo: Path) -> None:
+    git(repo, "config", "core.repositoryformatversion", "1")
+    git(repo, "config", "extensions.refStorage", "reftable")
+    with pytest.raises(gitstate.UnsupportedRepositoryError) as info:
+        gitstate.open_store(repo)
+    assert "reftable" in str(info.value)
+
+
+def test_store_used_from_threads(store: gitstate.Store) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            run = store.create_run(run_id=f"t{i}")
+            for j in range(20):
+                run.checkpoint({"i": i, "j": j})
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(s.id for s in store.list_runs()) == ["t0", "t1", "t2", "t3"]
+    assert all(s.checkpoints == 20 for s in store.list_runs())
+    assert os.path.isdir(store.location.common_dir)

@@ -1,0 +1,319 @@
+"""Runs, checkpoints, branches, rollback, undo, node boundaries and prune through the public API,
+checked against real git where it matters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import gitstate
+from tests.conftest import git, user_snapshot
+
+
+def test_create_get_list_delete(store: gitstate.Store) -> None:
+    run = store.create_run(workflow="issue-workflow", run_id="issue-78")
+    assert store.get_run("issue-78").workflow == "issue-workflow"
+    with pytest.raises(gitstate.RunExistsError):
+        store.create_run(run_id="issue-78")
+    generated = store.create_run(workflow="w")
+    assert generated.id != "issue-78" and len(generated.id) > 10
+    run.checkpoint({"step": "plan"}, node="plan")
+    ids = [s.id for s in store.list_runs()]
+    assert ids[0] == "issue-78"  # most recently updated first
+    assert set(ids) == {"issue-78", generated.id}
+    latest = store.latest_run()
+    assert latest is not None and latest.id == "issue-78"
+    store.delete_run("issue-78")
+    with pytest.raises(gitstate.RunNotFound):
+        store.get_run("issue-78")
+    with pytest.raises(gitstate.RunNotFound):
+        store.delete_run("issue-78")
+    assert [s.id for s in store.list_runs()] == [generated.id]
+
+
+def test_empty_store(store: gitstate.Store) -> None:
+    assert store.list_runs() == []
+    assert store.latest_run() is None
+    with pytest.raises(gitstate.RunNotFound):
+        store.get_run("nope")
+
+
+@pytest.mark.parametrize("run_id", ["a/b", "a b", "ünïcødé ✓", "..", ".lock", "x.lock", "@{1}", "a//b/", "~^:?*[\\",
+                                    "-", "a" * 60, "line\nbreak", "%41"])
+def test_ids_round_trip(store: gitstate.Store, repo: Path, run_id: str) -> None:
+    run = store.create_run(workflow="w", run_id=run_id)
+    run.checkpoint({"k": 1}, branch=run_id)
+    again = store.get_run(run_id)
+    assert again.id == run_id
+    assert list(again.branches()) == [run_id]
+    assert [s.id for s in store.list_runs()] == [run_id]
+    git(repo, "fsck", "--strict")
+
+
+def test_nested_ids_do_not_conflict(store: gitstate.Store) -> None:
+    store.create_run(run_id="a/b").checkpoint({"x": 1})
+    store.create_run(run_id="a/b/c").checkpoint({"x": 2})
+    store.create_run(run_id="a").checkpoint({"x": 3})
+    assert sorted(s.id for s in store.list_runs()) == ["a", "a/b", "a/b/c"]
+
+
+def test_invalid_names(store: gitstate.Store) -> None:
+    with pytest.raises(gitstate.InvalidNameError):
+        store.create_run(run_id="")
+    with pytest.raises(gitstate.InvalidNameError):
+        store.create_run(run_id="x" * 300)
+    run = store.create_run(run_id="ok")
+    with pytest.raises(gitstate.InvalidNameError):
+        run.checkpoint({}, branch="")
+
+
+def test_checkpoint_fields_and_state(store: gitstate.Store) -> None:
+    run = store.create_run(workflow="wf", run_id="r")
+    assert run.head() is None
+    state = {"step": "plan", "vars": {"a": [1, 2.5, None, True], "b": b"\x00bytes"}, "n": 10**30}
+    meta = {f"k{i}": i for i in range(120)}
+    cp0 = run.checkpoint(state, node="plan", trigger="tool_end", metadata=meta)
+    cp1 = run.checkpoint({"step": "exec"}, node="exec", trigger="tool_end", status="completed")
+    assert (cp0.step, cp1.step) == (0, 1)
+    assert cp1.parent_ids == (cp0.id,)
+    loaded = run.load(cp0.id)
+    assert loaded.state == state
+    assert loaded.metadata == meta
+    assert (loaded.node, loaded.trigger, loaded.run_id, loaded.branch) == ("plan", "tool_end", "r", "main")
+    assert loaded.created_at.tzinfo is not None
+    head = run.head()
+    assert head is not None and head.id == cp1.id and head.status == "completed"
+    assert [c.id for c in run.history()] == [cp1.id, cp0.id]
+    # every access returns a fresh copy: mutating it changes nothing stored
+    copy = loaded.state
+    copy["vars"]["a"].append(99)
+    assert run.load(cp0.id).state == state
+
+
+def test_numeric_types_are_exact(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="types")
+    a = run.checkpoint({"v": [1] * 40})
+    b = run.checkpoint({"v": [1.0] * 40})
+    c = run.checkpoint({"v": [True] * 40})
+    assert type(run.load(a.id).state["v"][0]) is int
+    assert type(run.load(b.id).state["v"][0]) is float
+    assert type(run.load(c.id).state["v"][0]) is bool
+
+
+def test_tools_and_audit(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="t")
+    tools = [{"tool": "grep", "args": {"q": "x"}, "result": "3 hits", "duration_ms": 4}]
+    audit = [{"event_type": "TOOL_SUCCESS", "severity": "info", "message": "grep ok"}]
+    cp = run.checkpoint({"s": 1}, tools=tools, audit=audit)
+    again = run.load(cp.id)
+    assert again.tools == tools and again.audit == audit
+    assert run.checkpoint({"s": 2}).tools == []
+
+
+def test_same_state_same_ids(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="dedup")
+    a = run.checkpoint({"b": 2, "a": 1, "msgs": list(range(100))})
+    b = run.checkpoint({"a": 1, "msgs": list(range(100)), "b": 2})
+    assert a.id != b.id
+    assert run.load(a.id).state_id == run.load(b.id).state_id
+
+
+def test_load_references(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="refs")
+    with run.node("plan"):
+        run.checkpoint({"x": 1}, node="plan")
+    exit_id = run.head().id  # type: ignore[union-attr]
+    run.checkpoint({"x": 2})
+    assert run.load("node:plan").id == exit_id
+    assert run.load(exit_id[:7]).id == exit_id
+    assert run.load(exit_id.upper()).id == exit_id
+    with pytest.raises(gitstate.InvalidReferenceError):
+        run.load("node:missing")
+    with pytest.raises(gitstate.InvalidReferenceError):
+        run.load("node:")
+    with pytest.raises(gitstate.InvalidReferenceError):
+        run.load("xyz")
+    with pytest.raises(gitstate.CheckpointNotFound):
+        run.load("0" * 40)
+    other = store.create_run(run_id="other").checkpoint({"y": 1})
+    with pytest.raises(gitstate.CheckpointNotFound):
+        run.load(other.id)
+
+
+def test_ambiguous_prefix(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="amb")
+    seen: dict[str, str] = {}
+    while True:
+        cp = run.checkpoint({"i": len(seen)})
+        if cp.id[:4] in seen:
+            break
+        seen[cp.id[:4]] = cp.id
+    with pytest.raises(gitstate.AmbiguousReferenceError):
+        run.load(cp.id[:4])
+
+
+def test_expect_is_compare_and_swap(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="cas")
+    a = run.checkpoint({"v": 1})
+    b = run.checkpoint({"v": 2}, expect=a.id)
+    with pytest.raises(gitstate.ConflictError) as info:
+        run.checkpoint({"v": 3}, expect=a.id)
+    assert info.value.expected == a.id and info.value.actual == b.id
+    assert run.head().id == b.id  # type: ignore[union-attr]
+    assert len(list(run.history())) == 2
+
+
+def test_fork_rollback_undo(store: gitstate.Store, repo: Path) -> None:
+    run = store.create_run(run_id="fru")
+    cps = [run.checkpoint({"i": i}) for i in range(5)]
+    tip = run.fork(cps[1].id[:10], "retry")
+    assert tip.id == cps[1].id
+    with pytest.raises(gitstate.BranchExistsError):
+        run.fork(cps[2].id, "retry")
+    r = run.checkpoint({"i": "retry"}, branch="retry")
+    assert r.step == 2 and r.parent_ids == (cps[1].id,)
+    assert set(run.branches()) == {"main", "retry"}
+
+    back = run.rollback(cps[2].id)
+    assert back.id == cps[2].id and run.head().id == cps[2].id  # type: ignore[union-attr]
+    assert [c.step for c in run.history()] == [2, 1, 0]
+    # the rolled-back checkpoints are still readable and reachable from the reflog
+    assert run.load(cps[4].id).state == {"i": 4}
+    assert cps[4].id in git(repo, "rev-list", "--reflog", "--all")
+    undone = run.undo()
+    assert undone is not None and undone.id == cps[4].id
+    redone = run.undo()  # undoing the undo moves back again
+    assert redone is not None and redone.id == cps[2].id
+    assert git(repo, "reflog", "show", "--format=%gs", run.ref("main")).splitlines()[0].startswith("gitstate: undo")
+
+
+def test_undo_fork_deletes_branch_and_nothing_to_undo(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="u")
+    cp = run.checkpoint({"a": 1})
+    run.fork(cp.id, "f")
+    assert run.undo("f") is None
+    assert "f" not in run.branches()
+    with pytest.raises(gitstate.BranchNotFound):
+        run.undo("f")
+    with pytest.raises(gitstate.BranchNotFound):
+        run.rollback(cp.id, branch="nope")
+
+
+def test_node_boundaries(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="nodes")
+    run.checkpoint({"x": 0})
+    with run.node("plan") as n:
+        n.checkpoint({"x": 1})
+    with pytest.raises(RuntimeError):
+        with run.node("exec"):
+            run.checkpoint({"x": 2}, node="exec")
+            raise RuntimeError("boom")
+    nodes = run.nodes()
+    assert [(b.node, b.status) for b in nodes] == [("plan", "completed"), ("exec", "failed")]
+    plan = nodes[0]
+    assert plan.entry is not None and plan.exit is not None
+    entry, exit_ = run.load(plan.entry), run.load(plan.exit)
+    assert entry.trigger == "node_start" and exit_.trigger == "node_end"
+    assert exit_.state == {"x": 1}  # exit carries the state as it was when the node ended
+    failed = run.load(nodes[1].exit)  # type: ignore[arg-type]
+    assert "boom" in failed.metadata["error"]
+    summary = store.list_runs()[0]
+    assert summary.status == "failed"
+    # rollback to a node = rollback to its exit checkpoint
+    assert run.rollback("node:plan").id == plan.exit
+
+
+def test_open_node_is_running(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="open")
+    scope = run.node("long")
+    scope.__enter__()
+    assert [(b.node, b.exit, b.status) for b in run.nodes()] == [("long", None, "running")]
+    assert store.list_runs()[0].status == "running"
+
+
+@pytest.mark.parametrize(("status", "expected"), [("completed", "completed"), ("done", "completed"),
+                                                  ("failed", "failed"), ("interrupted", "interrupted"),
+                                                  (None, "interrupted")])
+def test_derived_status(store: gitstate.Store, status: str | None, expected: str) -> None:
+    store.create_run(run_id="s").checkpoint({"a": 1}, status=status)
+    assert store.list_runs()[0].status == expected
+
+
+def test_summary_fields(store: gitstate.Store) -> None:
+    run = store.create_run(workflow="wf", run_id="sum")
+    for i in range(3):
+        run.checkpoint({"i": i}, node=f"n{i}")
+    s = store.list_runs()[0]
+    assert (s.id, s.workflow, s.branch, s.node, s.step, s.checkpoints, s.worktree) == ("sum", "wf", "main", "n2", 2, 3, "main")
+    assert s.status == "running"
+    assert s.updated_at >= s.created_at
+
+
+def test_prune_keeps_newest(store: gitstate.Store, repo: Path) -> None:
+    run = store.create_run(run_id="p")
+    cps = [run.checkpoint({"i": i, "log": list(range(i * 10))}) for i in range(10)]
+    result = run.prune(keep_latest=3)
+    assert (result.kept, result.removed) == (3, 7)
+    hist = list(run.history())
+    assert [c.state["i"] for c in hist] == [9, 8, 7]
+    assert [c.step for c in hist] == [9, 8, 7]
+    assert hist[-1].parent_ids == ()
+    assert result.renamed[cps[9].id] == hist[0].id
+    assert store.list_runs()[0].checkpoints == 3
+    assert run.checkpoint({"i": 10}).step == 10
+    git(repo, "fsck", "--strict")
+    with pytest.raises(gitstate.UsageError):
+        run.prune(keep_latest=0)
+    assert run.prune(keep_latest=100).removed == 0
+
+
+def test_unencodable_state_writes_nothing(store: gitstate.Store, repo: Path) -> None:
+    run = store.create_run(run_id="bad")
+    good = run.checkpoint({"a": 1})
+    refs_before = git(repo, "for-each-ref", "refs/agentos")
+    for bad in ({"a": object()}, {"a": {1.5: "float key"}}, {"a": {"b": {1, 2}}}):
+        with pytest.raises(gitstate.EncodingError):
+            run.checkpoint(bad)
+    cyclic: list[object] = []
+    cyclic.append(cyclic)
+    with pytest.raises(gitstate.EncodingError):
+        run.checkpoint({"c": cyclic})
+    assert git(repo, "for-each-ref", "refs/agentos") == refs_before
+    assert run.head().id == good.id  # type: ignore[union-attr]
+
+
+def test_user_data_untouched(repo: Path) -> None:
+    (repo / "untracked.txt").write_text("mine\n")
+    (repo / "README").write_text("edited\n")
+    before = user_snapshot(repo)
+    store = gitstate.open_store(repo)
+    run = store.create_run(workflow="w", run_id="x")
+    cp = run.checkpoint({"a": 1})
+    run.checkpoint({"a": 2})
+    run.fork(cp.id, "b")
+    run.rollback(cp.id)
+    run.undo()
+    run.prune(1)
+    store.delete_run("x")
+    assert user_snapshot(repo) == before
+    git(repo, "fsck", "--strict")
+
+
+def test_plain_git_readability(store: gitstate.Store, repo: Path) -> None:
+    run = store.create_run(workflow="wf", run_id="readable")
+    run.checkpoint({"a": 1}, node="plan", trigger="tool_end")
+    run.checkpoint({"a": 2}, node="load_data", trigger="tool_end", status="completed")
+    log = git(repo, "log", "--format=%s", run.ref("main"))
+    assert log.splitlines() == ["load_data · step 1 · tool_end · completed", "plan · step 0 · tool_end"]
+    body = git(repo, "log", "-1", "--format=%B", run.ref("main"))
+    for trailer in ("Run: readable", "Branch: main", "Node: load_data", "Step: 1", "Status: completed",
+                    "Workflow: wf", "Gitstate-Format: 1"):
+        assert trailer in body
+    trailers = git(repo, "log", "-1", "--format=%(trailers:key=Step,valueonly)", run.ref("main"))
+    assert trailers.strip() == "1"
+    tree = git(repo, "ls-tree", "-r", "--name-only", run.ref("main"))
+    assert "meta.cbor" in tree and "state/a.cbor" in tree
+    refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/agentos/")
+    assert "refs/agentos/main/runs/readable/heads/main" in refs.splitlines()
+    assert "refs/agentos/main/runs/readable/run" in refs.splitlines()
