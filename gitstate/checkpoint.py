@@ -17,6 +17,7 @@ import pygit2
 
 from . import encoding
 from .errors import CorruptObjectError, UnsupportedFormatError
+from .objects import check_loose
 from .statetree import StateReader
 
 FORMAT_VERSION = 1
@@ -120,6 +121,9 @@ def _tree_entry(tree: pygit2.Tree, name: str) -> pygit2.Object | None:
 
 def read_commit(repo: pygit2.Repository, oid: str) -> pygit2.Commit:
     """Look up a commit, as a corrupt-object error when missing or of another type."""
+    damage = check_loose(repo, oid)
+    if damage:
+        raise CorruptObjectError(oid, damage)
     try:
         obj = repo[oid]
     except (KeyError, ValueError, pygit2.GitError) as exc:

@@ -8,6 +8,7 @@ never code or arbitrary objects."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -67,10 +68,15 @@ _SEMANTIC = {tag: _refuse for tag in _REFUSED_TAGS}
 
 def loads(data: bytes, oid: str = "?") -> Any:
     """Decode canonical CBOR written by :func:`dumps`; any other input raises CorruptObjectError."""
+    stream = io.BytesIO(data)
     try:
-        return cbor2.loads(data, semantic_decoders=_SEMANTIC, tag_hook=_refuse_unknown, max_depth=MAX_DEPTH + 8)
+        value = cbor2.CBORDecoder(stream, semantic_decoders=_SEMANTIC, tag_hook=_refuse_unknown,
+                                  max_depth=MAX_DEPTH + 8).decode()
     except Exception as exc:  # cbor2 raises several types on garbage; all mean "corrupt"
         raise CorruptObjectError(oid, f"does not decode as CBOR: {exc}") from exc
+    if stream.tell() != len(data):
+        raise CorruptObjectError(oid, f"{len(data) - stream.tell()} bytes of garbage after the CBOR value")
+    return value
 
 
 def loads_mapping(data: bytes, oid: str = "?") -> dict[str, Any]:

@@ -161,3 +161,74 @@ class StoreWriteError(GitStateError):
 
 class UsageError(GitStateError, ValueError):
     """An argument is out of range or of the wrong kind (``keep_latest=0``, an empty node name)."""
+
+
+class NoSnapshotError(GitStateError):
+    """The checkpoint carries no workspace snapshot (it was written without ``files=``)."""
+
+    def __init__(self, checkpoint: str) -> None:
+        self.checkpoint = checkpoint
+        super().__init__(f"checkpoint {checkpoint[:12]} has no workspace snapshot (written without files=)")
+
+
+class UnsafeTreeError(GitStateError):
+    """A snapshot tree holds an entry that must never be written (``..``, ``.git``, a gitlink, a
+    write through a symbolic link); nothing was written."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"refusing to restore unsafe snapshot entry {path!r}: {reason}")
+
+
+class RestoreConflictError(GitStateError):
+    """A restore would overwrite or delete work that exists in no checkpoint (``force=True``
+    overrides), or would touch ignored files or nested repositories (never overridden)."""
+
+    def __init__(self, paths: list[str], reason: str) -> None:
+        self.paths = list(paths)
+        self.reason = reason
+        shown = ", ".join(self.paths[:20]) + (f" … and {len(self.paths) - 20} more" if len(self.paths) > 20 else "")
+        super().__init__(f"restore refused: {reason}: {shown}")
+
+
+class SessionFileNotFound(GitStateError):
+    """The run has no session file at that path (or not that version of it)."""
+
+    def __init__(self, path: str, version: int | None = None) -> None:
+        self.path = path
+        self.version = version
+        which = f" version {version}" if version is not None else ""
+        super().__init__(f"no session file {path!r}{which}")
+
+
+class RemoteError(GitStateError):
+    """A git transport command (push, fetch, ls-remote, bundle) failed as a whole; ``detail`` is
+    git's own last error line."""
+
+    def __init__(self, remote: str, action: str, detail: str) -> None:
+        self.remote = remote
+        self.action = action
+        self.detail = detail
+        super().__init__(f"{action} {remote!r} failed: {detail}")
+
+
+class PushNotAllowedError(GitStateError):
+    """The remote is not listed in ``agentos.pushRemotes``: checkpoints may hold prompts, tool outputs
+    and secrets, so gitstate pushes them only where the user allowed it."""
+
+    def __init__(self, remote: str) -> None:
+        self.remote = remote
+        super().__init__(
+            f"pushing checkpoints to {remote!r} is not allowed; allow it with: "
+            f"git config --add agentos.pushRemotes {remote}"
+        )
+
+
+class HookInstallError(GitStateError):
+    """A git hook could not be installed without replacing something silently."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot install hook {path}: {reason}")

@@ -7,7 +7,9 @@ Writers append the ids of objects they create to ``<common git dir>/agentos/loos
 append per checkpoint). When the journal holds :data:`PACK_THRESHOLD` ids, the writer that notices
 takes ``agentos/housekeeping.lock``, writes those objects into one pack with libgit2's PackBuilder
 (deltas included), and removes the loose copies. The pack names gitstate wrote are listed in
-``agentos/packs``; when they reach :data:`MERGE_THRESHOLD` they are merged into one pack."""
+``agentos/packs``; when they reach :data:`MERGE_THRESHOLD` they are merged into one pack. When
+``refs/agentos/`` holds :data:`REF_PACK_THRESHOLD` loose refs they are moved into ``packed-refs``
+(:func:`refs.pack_refs`), so listing thousands of runs reads one file."""
 
 from __future__ import annotations
 
@@ -18,8 +20,11 @@ from collections.abc import Iterable
 
 import pygit2
 
+from . import refs
+
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
 MERGE_THRESHOLD = 12  # gitstate packs before they are merged (git's gc.autoPackLimit is 50)
+REF_PACK_THRESHOLD = 500  # loose refs under refs/agentos/ before they are moved to packed-refs
 LOCK_STALE_SECONDS = 120.0
 
 
@@ -146,6 +151,8 @@ def pack_loose(repo: pygit2.Repository, common_dir: str) -> int:
         os.unlink(taken)
         if len(packs) >= MERGE_THRESHOLD:
             _merge_packs(repo, common_dir, packs)
+        if refs.count_loose_refs(common_dir) >= REF_PACK_THRESHOLD:
+            refs.pack_refs(common_dir)
         return len(loose)
     finally:
         try:

@@ -9,7 +9,9 @@ accepts them and ids match what git itself would compute."""
 from __future__ import annotations
 
 import hashlib
+import os
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
@@ -123,3 +125,42 @@ def tree_bytes(entries: Iterable[TreeEntry]) -> bytes:
         parts.append(b"%o %s\x00" % (mode, name.encode("utf-8", "surrogateescape")))
         parts.append(bytes.fromhex(oid))
     return b"".join(parts)
+
+
+_OBJECT_DIRS: dict[str, str] = {}
+
+
+def objects_dir(repo: pygit2.Repository) -> str:
+    """The object directory of a repository (the shared one for a linked worktree)."""
+    key = repo.path
+    found = _OBJECT_DIRS.get(key)
+    if found is None:
+        common = key
+        try:
+            with open(os.path.join(key, "commondir"), encoding="utf-8") as fh:
+                common = os.path.join(key, fh.read().strip())
+        except OSError:
+            pass
+        found = _OBJECT_DIRS[key] = os.path.realpath(os.path.join(common, "objects"))
+    return found
+
+
+def check_loose(repo: pygit2.Repository, oid: str) -> str | None:
+    """Why the loose copy of ``oid`` is unreadable, or ``None`` (also when it is not loose).
+
+    libgit2 1.9 loops forever when it inflates a truncated loose object, so every read of a
+    payload goes through this check first: a damaged object is then a clear error, not a hang."""
+    path = os.path.join(objects_dir(repo), oid[:2], oid[2:])
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    try:
+        inflater = zlib.decompressobj()
+        inflater.decompress(data)
+    except zlib.error:
+        return "loose object does not inflate"
+    if not inflater.eof:
+        return "loose object is truncated"
+    return None

@@ -171,3 +171,101 @@ def compare_and_swap(
                 raise LockTimeoutError(name, lock_timeout) from exc
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.05)
+
+
+PACKED_HEADER = "# pack-refs with: peeled fully-peeled sorted \n"
+
+
+def _read_packed(path: str) -> tuple[str, dict[str, list[str]]]:
+    """The header and ``{refname: [line, peeled lines…]}`` of a packed-refs file."""
+    entries: dict[str, list[str]] = {}
+    header = PACKED_HEADER
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            lines = fh.readlines()
+    except FileNotFoundError:
+        return header, entries
+    last: str | None = None
+    for line in lines:
+        if line.startswith("#"):
+            header = line if "sorted" in line else line.rstrip("\n").rstrip() + " sorted \n"
+        elif line.startswith("^") and last is not None:
+            entries[last].append(line)
+        elif line.strip():
+            name = line.rstrip("\n").split(" ", 1)[1]
+            entries[name] = [line]
+            last = name
+    return header, entries
+
+
+def pack_refs(common_dir: str, prefix: str = "refs/agentos/") -> int:
+    """Move the loose refs under ``prefix`` into ``packed-refs``, as ``git pack-refs`` does but for
+    gitstate's namespace only (git 2.39 has no ``--include``; libgit2's compress packs the user's
+    refs too). Returns how many refs were packed; 0 if another process holds ``packed-refs.lock``.
+
+    Git's protocol: every loose ref is locked before it is read and stays locked until its loose
+    file is removed, so no concurrent update or delete is lost or resurrected; ``packed-refs`` is
+    replaced by an atomic rename of its lock file."""
+    packed_path = os.path.join(common_dir, "packed-refs")
+    lock_path = packed_path + ".lock"
+    try:
+        fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return 0
+    held: list[tuple[str, str]] = []  # (loose path, value) of refs locked by us
+    try:
+        root = os.path.join(common_dir, *prefix.rstrip("/").split("/"))
+        header, entries = _read_packed(packed_path)
+        for dirpath, _dirs, files in os.walk(root):
+            for fname in files:
+                if fname.endswith(".lock"):
+                    continue
+                path = os.path.join(dirpath, fname)
+                try:
+                    ref_lock = os.open(path + ".lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                except OSError:
+                    continue  # being updated right now: leave it loose
+                os.close(ref_lock)
+                try:
+                    with open(path, encoding="ascii", errors="replace") as fh:
+                        value = fh.read().strip()
+                except OSError:
+                    value = ""
+                if len(value) != 40 or any(c not in "0123456789abcdef" for c in value):
+                    os.unlink(path + ".lock")  # symbolic or odd: not ours to pack
+                    continue
+                name = os.path.relpath(path, common_dir).replace(os.sep, "/")
+                entries[name] = [f"{value} {name}\n"]
+                held.append((path, value))
+        if not held:
+            return 0
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
+            fd = -1
+            fh.write(header)
+            for name in sorted(entries, key=lambda n: n.encode("utf-8", "surrogateescape")):
+                fh.writelines(entries[name])
+        os.replace(lock_path, packed_path)
+        for path, _value in held:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        return len(held)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        for path, _value in held:
+            try:
+                os.unlink(path + ".lock")
+            except OSError:
+                pass
+        try:
+            os.unlink(lock_path)
+        except FileNotFoundError:
+            pass
+
+
+def count_loose_refs(common_dir: str, prefix: str = "refs/agentos/") -> int:
+    """How many loose ref files exist under ``prefix``."""
+    root = os.path.join(common_dir, *prefix.rstrip("/").split("/"))
+    return sum(len([f for f in files if not f.endswith(".lock")]) for _d, _s, files in os.walk(root))

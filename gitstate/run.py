@@ -33,6 +33,11 @@ from .refs import list_refs, read_ref, reflog
 from .statetree import StateWriter
 
 if TYPE_CHECKING:
+    import os
+
+    from .diff import Diff
+    from .restore import RestoreResult
+    from .sessionfiles import SessionFiles
     from .store import Store
 
 NODE_PREFIX = "node:"
@@ -71,6 +76,7 @@ class Run:
         self.workflow = workflow
         self.created_at = created_at
         self.metadata = metadata or {}
+        self.last_restore: RestoreResult | None = None
 
     def __repr__(self) -> str:
         return f"<Run {self.id!r} workflow={self.workflow!r} worktree={self.worktree!r}>"
@@ -146,14 +152,16 @@ class Run:
             return (cpfmt.STATE_TREE, writer.mapping(dict(state)), MODE_TREE)
         return (cpfmt.STATE_LEAF, writer.leaf(state, ""), MODE_BLOB)
 
-    def _head_state_entry(self, branch: str) -> TreeEntry | None:
+    def _head_entries(self, branch: str) -> tuple[TreeEntry, list[TreeEntry]] | None:
+        """The tip's state entry and its workspace snapshot entry (if any), to carry forward."""
         tip = self._tip(branch)
         if tip is None:
             return None
         root = read_commit(self.store.repo, tip).tree
+        files = [(cpfmt.FILES, str(root[cpfmt.FILES].id), MODE_TREE)] if cpfmt.FILES in root else []
         for name, mode in ((cpfmt.STATE_TREE, MODE_TREE), (cpfmt.STATE_LEAF, MODE_BLOB)):
             if name in root:
-                return (name, str(root[name].id), mode)
+                return (name, str(root[name].id), mode), files
         raise CorruptObjectError(tip, "checkpoint has no state")
 
     def checkpoint(
@@ -168,6 +176,7 @@ class Run:
         expect: str | None = None,
         tools: Sequence[Any] | None = None,
         audit: Sequence[Any] | None = None,
+        files: bool | Sequence[str | os.PathLike[str]] | None = None,
     ) -> Checkpoint:
         """Write a checkpoint of ``state`` on ``branch`` and return it.
 
@@ -175,11 +184,19 @@ class Run:
         all land, in some order). With ``expect`` (a checkpoint id or prefix) it is a strict
         compare-and-swap: if the tip is not that checkpoint, :class:`ConflictError` is raised and
         nothing becomes visible. ``tools`` (tool invocations) and ``audit`` (audit events) are
-        lists stored beside the state as ``tools.cbor`` and ``audit.cbor``."""
+        lists stored beside the state as ``tools.cbor`` and ``audit.cbor``.
+
+        ``files=True`` also captures the worktree (tracked and untracked files, ``.gitignore``
+        honoured) as the checkpoint's ``files/`` tree; ``files=[paths]`` captures only those files
+        or directories. Without ``files`` the checkpoint carries no workspace snapshot (it does not
+        inherit its parent's), so it cannot be restored from."""
         check_name("branch name", branch)
         with self.store._writing() as w:
             state_entry = self._state_entry(state, StateWriter(w))
             extra = self._extra_entries(w, tools, audit)
+        if files:
+            snap = self.store.workspace.snapshot(None if files is True else list(files))
+            extra.append((cpfmt.FILES, snap.tree, MODE_TREE))
         return self._commit_checkpoint(
             state_entry, extra, branch=branch, expect=expect, node=node, trigger=trigger,
             status=cpfmt.normalize_status(status), metadata=metadata)
@@ -261,18 +278,81 @@ class Run:
             raise BranchExistsError(self.id, new_branch) from None
         return target
 
-    def rollback(self, target: str, branch: str = "main", *, expect: str | None = None) -> Checkpoint:
+    def rollback(self, target: str, branch: str = "main", *, expect: str | None = None,
+                 restore: bool = False, force: bool = False) -> Checkpoint:
         """Move ``branch`` back (or to any checkpoint of the run) and return the new tip. The old tip
-        stays reachable through the branch's reflog, and :meth:`undo` moves it back."""
+        stays reachable through the branch's reflog, and :meth:`undo` moves it back.
+
+        ``restore=True`` also restores the checkpoint's workspace snapshot (see :meth:`restore`;
+        ``force`` is passed on) before the branch moves; the result is kept in
+        :attr:`last_restore`. If the restore is refused, the branch does not move."""
         tip = self._tip(branch)
         if tip is None:
             raise BranchNotFound(self.id, branch)
         if expect is not None and self.load(expect).id != tip:
             raise ConflictError(self.ref(branch), self.load(expect).id, tip)
         cp = self.load(target, branch=branch)
+        if restore:
+            self.last_restore = self.restore(cp, force=force)
         if cp.id != tip:  # rolling back to the tip moves nothing and logs nothing
             self._cas(branch, tip, cp.id, f"gitstate: rollback to {cp.short_id} ({target})")
         return cp
+
+    # -- workspace ----------------------------------------------------------------------------
+
+    def restore(self, checkpoint: str | Checkpoint, paths: Sequence[str | os.PathLike[str]] | None = None,
+                dry_run: bool = False, force: bool = False) -> RestoreResult:
+        """Make the worktree match a checkpoint's workspace snapshot (only ``paths`` if given).
+
+        Modified files are rewritten, deleted ones brought back, files created since removed;
+        ignored files, nested repositories, HEAD and the user's index are never touched. The
+        snapshot is validated first (:class:`UnsafeTreeError`); files whose current content is in no
+        checkpoint are not overwritten unless ``force`` (:class:`RestoreConflictError` lists them).
+        Before writing, the current worktree is saved as a checkpoint on branch
+        ``restore-safety`` (:attr:`RestoreResult.safety`), so ``run.restore(result.safety)`` undoes
+        it. ``dry_run`` reports what would change and changes nothing."""
+        from .restore import restore_checkpoint
+
+        cp = checkpoint if isinstance(checkpoint, Checkpoint) else self.load(checkpoint)
+        if cp.run_id != self.id:
+            raise CheckpointNotFound(cp.id, self.id)
+        return restore_checkpoint(self, cp, paths, dry_run, force)
+
+    def _safety_checkpoint(self, files_tree: str, target: Checkpoint) -> Checkpoint:
+        from .restore import SAFETY_BRANCH, SAFETY_TRIGGER
+
+        head = self._head_entries(target.branch)
+        if head is not None:
+            state_entry = head[0]
+        else:
+            with self.store._writing() as w:
+                state_entry = self._state_entry({}, StateWriter(w))
+        return self._commit_checkpoint(
+            state_entry, [(cpfmt.FILES, files_tree, MODE_TREE)], branch=SAFETY_BRANCH, expect=None,
+            node=None, trigger=SAFETY_TRIGGER, status=None,
+            metadata={"restore_of": target.id, "branch": target.branch})
+
+    def diff(self, a: str | Checkpoint, b: str | Checkpoint | None = None, branch: str = "main") -> Diff:
+        """Changed state keys and files from checkpoint ``a`` to ``b`` (default: the tip of
+        ``branch``); references may be ids, prefixes or ``node:NAME``."""
+        from .diff import diff_checkpoints
+
+        first = a if isinstance(a, Checkpoint) else self.load(a, branch=branch)
+        if b is None:
+            head = self.head(branch)
+            if head is None:
+                raise BranchNotFound(self.id, branch)
+            second = head
+        else:
+            second = b if isinstance(b, Checkpoint) else self.load(b, branch=branch)
+        return diff_checkpoints(self.store.repo, first, second)
+
+    @property
+    def files(self) -> SessionFiles:
+        """The run's versioned session files (seed 004), kept apart from the workspace."""
+        from .sessionfiles import SessionFiles
+
+        return SessionFiles(self)
 
     def undo(self, branch: str = "main") -> Checkpoint | None:
         """Revert the last move of ``branch`` recorded in its reflog (a checkpoint, rollback, fork,
@@ -303,13 +383,18 @@ class Run:
     # -- node boundaries ----------------------------------------------------------------------
 
     def node(self, name: str, *, branch: str = "main", state: Any = None,
-             metadata: Mapping[str, Any] | None = None) -> NodeScope:
+             metadata: Mapping[str, Any] | None = None,
+             files: bool | Sequence[str | os.PathLike[str]] | None = None) -> NodeScope:
         """Context manager marking a node boundary: an entry checkpoint on enter, an exit checkpoint
         on exit (status ``completed``, or ``failed`` if the block raised; the exception propagates).
-        Both carry the branch's current state unless ``state`` is given for the entry."""
+
+        Both carry the branch's current state (``state`` replaces it for the entry) and the tip's
+        workspace snapshot, if it has one; with ``files`` (as for :meth:`checkpoint`) both capture
+        the worktree afresh, so ``rollback("node:NAME", restore=True)`` brings back the files as the
+        node left them."""
         if not isinstance(name, str) or not name:
             raise UsageError("node name must be a non-empty string")
-        return NodeScope(self, name, branch, state, metadata)
+        return NodeScope(self, name, branch, state, metadata, files)
 
     def nodes(self, branch: str = "main") -> list[NodeBoundary]:
         """Node boundaries of a branch, in execution order."""
@@ -370,30 +455,33 @@ class Run:
 class NodeScope:
     """The node boundary opened by :meth:`Run.node`; ``entry`` and ``exit`` are its checkpoints."""
 
-    def __init__(self, run: Run, name: str, branch: str, state: Any, metadata: Mapping[str, Any] | None) -> None:
+    def __init__(self, run: Run, name: str, branch: str, state: Any, metadata: Mapping[str, Any] | None,
+                 files: bool | Sequence[str | os.PathLike[str]] | None = None) -> None:
         self.run = run
         self.name = name
         self.branch = branch
         self._state = state
         self._metadata = dict(metadata or {})
+        self._files = files
         self.entry: Checkpoint | None = None
         self.exit: Checkpoint | None = None
 
-    def _current_state(self) -> TreeEntry:
-        entry = self.run._head_state_entry(self.branch)
-        if entry is not None:
-            return entry
-        with self.run.store._writing() as w:
-            return self.run._state_entry({}, StateWriter(w))
+    def _current(self, state: Any = None) -> tuple[TreeEntry, list[TreeEntry]]:
+        """State and files entries for a boundary checkpoint: the tip's, unless given/captured."""
+        head = self.run._head_entries(self.branch)
+        state_entry, files = head if head is not None else (None, [])
+        if state is not None or state_entry is None:
+            with self.run.store._writing() as w:
+                state_entry = self.run._state_entry({} if state is None else state, StateWriter(w))
+        if self._files:
+            snap = self.run.store.workspace.snapshot(None if self._files is True else list(self._files))
+            files = [(cpfmt.FILES, snap.tree, MODE_TREE)]
+        return state_entry, files
 
     def __enter__(self) -> NodeScope:
-        if self._state is not None:
-            with self.run.store._writing() as w:
-                state_entry = self.run._state_entry(self._state, StateWriter(w))
-        else:
-            state_entry = self._current_state()
+        state_entry, files = self._current(self._state)
         self.entry = self.run._commit_checkpoint(
-            state_entry, [], branch=self.branch, expect=None, node=self.name, trigger=cpfmt.NODE_START,
+            state_entry, files, branch=self.branch, expect=None, node=self.name, trigger=cpfmt.NODE_START,
             status=None, metadata=self._metadata, node_status="running")
         return self
 
@@ -410,8 +498,9 @@ class NodeScope:
         metadata = dict(self._metadata)
         if failed:
             metadata["error"] = f"{exc_type.__name__ if exc_type else 'Error'}: {exc}"
+        state_entry, files = self._current()
         self.exit = self.run._commit_checkpoint(
-            self._current_state(), [], branch=self.branch, expect=None, node=self.name,
+            state_entry, files, branch=self.branch, expect=None, node=self.name,
             trigger=cpfmt.NODE_END, status=None, metadata=metadata,
             node_status="failed" if failed else "completed", node_entry=self.entry.id)
         return False

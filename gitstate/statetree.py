@@ -31,7 +31,7 @@ from pygit2.enums import ObjectType
 from . import encoding
 from .errors import CorruptObjectError
 from .names import decode_component, encode_component
-from .objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
+from .objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry, check_loose
 
 CHUNK = 32  # items per list chunk
 FANOUT = 64  # entries per list subtree level
@@ -163,6 +163,9 @@ class StateReader:
             hit = _BLOBS.get(key)
             if hit is not None:
                 return hit
+        damage = check_loose(self.repo, key)
+        if damage:
+            raise CorruptObjectError(key, damage)
         try:
             kind, data = self.repo.odb.read(oid)
         except (KeyError, pygit2.GitError, ValueError) as exc:
@@ -179,6 +182,9 @@ class StateReader:
 
     def tree(self, oid: str | pygit2.Oid) -> pygit2.Tree:
         """Look up a tree object, as a corrupt-object error if it is not one."""
+        damage = check_loose(self.repo, str(oid))
+        if damage:
+            raise CorruptObjectError(str(oid), damage)
         try:
             obj = self.repo[oid]
         except (KeyError, ValueError, pygit2.GitError) as exc:

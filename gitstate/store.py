@@ -10,17 +10,20 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pygit2
 from pygit2.enums import ObjectType
 
+from . import bundle as bundle_mod
 from . import checkpoint as cpfmt
+from . import hooks as hooks_mod
 from . import housekeeping
+from . import remote as remote_mod
 from .checkpoint import Checkpoint, check_format, parse_time, read_commit
 from .errors import (
     CheckpointNotFound,
@@ -36,6 +39,10 @@ from .objects import MODE_BLOB, ObjectWriter
 from .refs import DEFAULT_LOCK_TIMEOUT, DEFAULT_STALE_LOCK_AGE, compare_and_swap, list_refs, read_ref
 from .run import Run, expand_id
 from .statetree import StateReader
+
+if TYPE_CHECKING:
+    from .diff import Diff
+    from .workspace import Workspace
 
 _FALLBACK_NAME = "gitstate"
 _FALLBACK_EMAIL = "gitstate@localhost"
@@ -104,6 +111,11 @@ class Store:
         self._local = threading.local()
         self._step_cache: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._identity = self._read_identity(repo)
+        self._workspace: Workspace | None = None
+        # When True, packing of loose objects (housekeeping) runs in a worker thread instead of
+        # inside the write that crossed the threshold, so no single write pays for it.
+        self.pack_in_background = False
+        self._packer: threading.Thread | None = None
 
     # -- plumbing shared by runs --------------------------------------------------------------
 
@@ -128,6 +140,15 @@ class Store:
         """The work tree of the store's repository (the git dir for a bare repository)."""
         return self.location.workdir or self.location.git_dir
 
+    @property
+    def workspace(self) -> Workspace:
+        """Snapshots of this store's worktree through its private index (see :mod:`gitstate.workspace`)."""
+        if self._workspace is None:
+            from .workspace import Workspace
+
+            self._workspace = Workspace(self)
+        return self._workspace
+
     def _writer(self) -> ObjectWriter:
         writer = getattr(self._local, "writer", None)
         if writer is None or writer.repo is not self.repo:
@@ -145,11 +166,25 @@ class Store:
     def _written(self, oid: str, step: int, base: int) -> None:
         """After a successful ref move: remember the commit, journal the new loose objects."""
         self._remember_step(oid, step, base)
+        self._journal_pending()
+
+    def _journal_pending(self) -> None:
+        """Journal the loose objects this thread wrote since the last call (for housekeeping)."""
         pending: list[str] = getattr(self._local, "pending", [])
         if pending:
             size = housekeeping.record(self.location.common_dir, pending)
             pending.clear()
-            housekeeping.maybe_pack(self.repo, self.location.common_dir, size)
+            if self.pack_in_background and size >= housekeeping.PACK_THRESHOLD:
+                self._pack_soon()
+            else:
+                housekeeping.maybe_pack(self.repo, self.location.common_dir, size)
+
+    def _pack_soon(self) -> None:
+        """Start a (non-daemon, so never cut off at exit) packing thread unless one is running."""
+        if self._packer is not None and self._packer.is_alive():
+            return
+        self._packer = threading.Thread(target=self.pack, name="gitstate-pack")
+        self._packer.start()
 
     def pack(self) -> int:
         """Pack gitstate's loose objects now; returns how many were packed."""
@@ -330,6 +365,30 @@ class Store:
             if summary.error is None:
                 yield self.get_run(summary.id)
 
+    # -- sharing (gitstate.remote, gitstate.bundle, gitstate.hooks) -----------------------------
+
+    def push(self, remote: str = "origin", runs: Iterable[str] | None = None, *, all_worktrees: bool = False,
+             prune: bool = False) -> list[remote_mod.PushResult]:
+        """Push runs to a git remote, fast-forward only; see :func:`gitstate.remote.push`."""
+        return remote_mod.push(self, remote, runs, all_worktrees=all_worktrees, prune=prune)
+
+    def pull(self, remote: str = "origin", runs: Iterable[str] | None = None, *,
+             all_worktrees: bool = False) -> list[remote_mod.PullResult]:
+        """Pull runs from a git remote without overwriting; see :func:`gitstate.remote.pull`."""
+        return remote_mod.pull(self, remote, runs, all_worktrees=all_worktrees)
+
+    def export_bundle(self, runs: Iterable[str] | None, output: str | os.PathLike[str]) -> list[str]:
+        """Write a git bundle of runs; see :func:`gitstate.bundle.export`."""
+        return bundle_mod.export(self, runs, output)
+
+    def import_bundle(self, file: str | os.PathLike[str]) -> list[remote_mod.PullResult]:
+        """Import the runs of a git bundle; see :func:`gitstate.bundle.import_bundle`."""
+        return bundle_mod.import_bundle(self, file)
+
+    def install_hooks(self) -> hooks_mod.HookInstall:
+        """Install the pre-push leak guard; see :func:`gitstate.hooks.install_hooks`."""
+        return hooks_mod.install_hooks(self)
+
     def checkpoint(self, ref: str) -> Checkpoint:
         """Any checkpoint of the store by full id or unique prefix (:class:`CheckpointNotFound` when
         the id names nothing, or an object that is not a gitstate checkpoint)."""
@@ -338,6 +397,15 @@ class Store:
         if not isinstance(obj, pygit2.Commit) or cpfmt.META not in obj.tree:
             raise CheckpointNotFound(ref)
         return Checkpoint.from_commit(self.repo, obj)
+
+    def diff(self, a: str | Checkpoint, b: str | Checkpoint) -> Diff:
+        """Changed state keys and workspace files from checkpoint ``a`` to ``b`` (ids or prefixes,
+        possibly of different runs)."""
+        from .diff import diff_checkpoints
+
+        first = a if isinstance(a, Checkpoint) else self.checkpoint(a)
+        second = b if isinstance(b, Checkpoint) else self.checkpoint(b)
+        return diff_checkpoints(self.repo, first, second)
 
     def close(self) -> None:
         """Release the repository handles (the store must not be used afterwards)."""

@@ -317,3 +317,19 @@ def test_plain_git_readability(store: gitstate.Store, repo: Path) -> None:
     refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/agentos/")
     assert "refs/agentos/main/runs/readable/heads/main" in refs.splitlines()
     assert "refs/agentos/main/runs/readable/run" in refs.splitlines()
+
+
+def test_node_boundaries_carry_or_capture_files(store: gitstate.Store, repo: Path) -> None:
+    run = store.create_run(run_id="nf")
+    (repo / "work.txt").write_text("v1\n")
+    run.checkpoint({"a": 1}, files=True)
+    with run.node("carry"):
+        pass
+    carried = run.load("node:carry")
+    assert carried.files_tree_id == run.load(carried.node_entry or "").files_tree_id is not None
+    with run.node("edit", files=True):
+        (repo / "work.txt").write_text("v2\n")
+    (repo / "work.txt").write_text("v3, unsaved\n")
+    run.checkpoint({"a": 2}, files=True)
+    run.rollback("node:edit", restore=True)
+    assert (repo / "work.txt").read_text() == "v2\n"

@@ -1,0 +1,104 @@
+"""File commands: restore a checkpoint's workspace snapshot, and read a run's session files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+import gitstate
+
+from . import output as out
+from .cmd_write import print_restore
+from .context import get_run, pass_store, resolve
+
+
+@click.command()
+@click.argument("ref", metavar="REF")
+@click.argument("paths", nargs=-1, metavar="[PATH]...")
+@click.option("--dry-run", is_flag=True, help="List what would change; change nothing.")
+@click.option("--force", is_flag=True, help="Overwrite files with uncommitted changes.")
+@pass_store
+def restore(store: gitstate.Store, ref: str, paths: tuple[str, ...], dry_run: bool, force: bool) -> None:
+    """Restore workspace files from a checkpoint's snapshot.
+
+    Only the working tree is written (never the index or HEAD). Without --force, files changed
+    since they were last snapshotted are refused.
+
+    \b
+    Examples:
+      git agentos restore my-run~2 --dry-run
+      git agentos restore my-run:node:plan src/app.py
+    """
+    cp = resolve(store, ref)
+    run = store.get_run(cp.run_id)
+    result = run.restore(cp, paths=list(paths) or None, dry_run=dry_run, force=force)
+    click.echo(("would restore" if dry_run else "restored") + f" the files of {cp.short_id}:")
+    print_restore(result)
+
+
+def _version_dict(v: gitstate.FileVersion) -> dict[str, Any]:
+    return v.to_dict()
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.argument("path", required=False)
+@click.option("--history", is_flag=True, help="List every version of PATH.")
+@click.option("--version", "version", type=click.IntRange(min=1), default=None,
+              help="Print this version of PATH instead of the latest.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (shape documented in docs/CLI.md).")
+@pass_store
+def files(store: gitstate.Store, run_id: str, path: str | None, history: bool, version: int | None,
+          as_json: bool) -> None:
+    """List, read or show the history of a run's session files.
+
+    Without PATH: every path with its latest version. With PATH: its content (latest, or
+    --version N) on stdout. With --history: every version of PATH.
+
+    \b
+    Examples:
+      git agentos files my-run
+      git agentos files my-run notes.md --history
+
+    JSON: a list of {"path", "version", "author", "reason", "created_at", "size", "commit"}
+    (listing sorted by path; --history oldest first); with PATH alone, that object plus "content"
+    (text, or {"$bytes": hex}).
+    """
+    if (history or version is not None) and path is None:
+        raise click.UsageError("--history and --version need a PATH")
+    if history and version is not None:
+        raise click.UsageError("--history and --version cannot be combined")
+    run = get_run(store, run_id)
+    vfs = run.files
+    if path is None:
+        listing = sorted(vfs.list().values(), key=lambda v: v.path)
+        if as_json:
+            out.emit_json([_version_dict(v) for v in listing])
+        else:
+            out.table(["path", "version", "author", "size", "updated", "reason"],
+                      [[v.path, v.version, v.author, v.size, v.created_at, v.reason] for v in listing])
+        return
+    if history:
+        versions = list(vfs.history(path))
+        if as_json:
+            out.emit_json([_version_dict(v) for v in versions])
+        else:
+            out.table(["version", "author", "size", "created", "reason"],
+                      [[v.version, v.author, v.size, v.created_at, v.reason] for v in versions])
+        return
+    content = vfs.read(path, version=version) if version is not None else vfs.read(path)
+    data: bytes = content if isinstance(content, bytes) else str(content).encode("utf-8")
+    if as_json:
+        if version is None:
+            meta = vfs.latest(path)
+        else:
+            meta = next((v for v in vfs.history(path) if v.version == version), None)
+        doc: dict[str, Any] = _version_dict(meta) if meta is not None else {"path": path, "version": version}
+        try:
+            doc["content"] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            doc["content"] = {"$bytes": data.hex()}
+        out.emit_json(doc)
+        return
+    click.echo(data, nl=False)

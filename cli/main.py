@@ -1,0 +1,150 @@
+"""The ``git agentos`` entry point: the click group, its lazy command registry and the one place
+where gitstate errors become ``error: …`` lines.
+
+Start-up stays cheap: this module imports click and nothing of gitstate, and a command's module is
+imported only when that command runs or its help is shown, so ``git agentos --help`` and
+``--version`` never load pygit2."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import click
+
+
+class Entry(NamedTuple):
+    """One registered command: where it lives (``"module:attribute"``, module relative to this
+    package), its one-line summary for ``git agentos --help`` (must equal the first line of the
+    command's docstring; a test checks), and whether the listing hides it."""
+
+    target: str
+    summary: str
+    hidden: bool = False
+
+
+#: Every command, imported only when it runs or its help is shown. Registering a command is one
+#: line here; nothing else imports its module.
+COMMANDS: dict[str, Entry] = {
+    "runs": Entry("cmd_read:runs", "List runs, most recently updated first."),
+    "log": Entry("cmd_read:log", "List the checkpoints of a run's branch, newest first."),
+    "show": Entry("cmd_read:show", "Show one checkpoint: metadata, decoded state, files."),
+    "diff": Entry("cmd_read:diff", "Show the state keys and files that changed between two checkpoints."),
+    "nodes": Entry("cmd_read:nodes", "List the node boundaries of a run's branch."),
+    "checkpoint": Entry("cmd_write:checkpoint", "Write a checkpoint (creates the run if it is new)."),
+    "rollback": Entry("cmd_write:rollback", "Move a branch back to an earlier checkpoint (undoable)."),
+    "undo": Entry("cmd_write:undo", "Revert the last move of a branch (checkpoint, rollback, fork, prune or undo)."),
+    "fork": Entry("cmd_write:fork", "Create a new branch of a run at a checkpoint."),
+    "delete": Entry("cmd_write:delete", "Delete a run and all its branches."),
+    "prune": Entry("cmd_write:prune", "Keep only the newest N checkpoints of a branch."),
+    "restore": Entry("cmd_files:restore", "Restore workspace files from a checkpoint's snapshot."),
+    "files": Entry("cmd_files:files", "List, read or show the history of a run's session files."),
+    "verify": Entry("cmd_verify:verify", "Check every ref, object and payload of the store."),
+    "setup": Entry("cmd_setup:setup", "Configure plain git to print checkpoints as readable state."),
+    "textconv": Entry("cmd_textconv:textconv", "Print a stored CBOR payload as readable text (used by git diff).",
+                      hidden=True),
+    "demo": Entry("cmd_demo:demo", "Run a small agent workflow in a fresh repository and show every feature."),
+    "push": Entry("remote_commands:push", "Push runs to a git remote, fast-forward only."),
+    "pull": Entry("remote_commands:pull", "Pull runs from a git remote without overwriting anything."),
+    "export": Entry("remote_commands:export",
+                    "Write runs to a git bundle file (all runs of this worktree when none is named)."),
+    "import": Entry("remote_commands:import_",
+                    "Import the runs of a git bundle file, with the same no-overwrite rules as pull."),
+}
+
+
+def report_error(exc: BaseException) -> int | None:
+    """Print ``error: …`` for a failure a user can cause and return its exit code; ``None`` for a
+    bug (the caller re-raises it so its traceback shows)."""
+    if isinstance(exc, click.exceptions.UsageError):
+        hint = ""
+        if exc.ctx is not None:
+            hint = f" (see '{exc.ctx.command_path} --help')"
+        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        return exc.exit_code
+    if isinstance(exc, click.ClickException):
+        click.echo(f"error: {exc.format_message()}", err=True)
+        return exc.exit_code
+    if isinstance(exc, click.exceptions.Abort | KeyboardInterrupt):
+        click.echo("error: interrupted", err=True)
+        return 130
+    if _is_gitstate_error(exc):
+        click.echo(f"error: {exc}", err=True)
+        return 1
+    return None
+
+
+def _is_gitstate_error(exc: BaseException) -> bool:
+    # gitstate is imported only if a command already loaded it: a failure before that cannot be one.
+    errors = sys.modules.get("gitstate.errors")
+    return errors is not None and isinstance(exc, errors.GitStateError)
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported from :data:`COMMANDS` on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module_name, _, attr = entry.target.partition(":")
+        module = importlib.import_module(f"{__package__}.{module_name}")
+        command = getattr(module, attr)
+        if not isinstance(command, click.Command):  # pragma: no cover - a registry typo
+            raise TypeError(f"{entry.target} is not a click command")
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The listing must not import every command module: summaries come from the registry.
+        rows = [(name, COMMANDS[name].summary) for name in self.list_commands(ctx) if not COMMANDS[name].hidden]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        """Run the CLI; in standalone mode every failure a user can cause ends as one
+        ``error: …`` line on stderr: exit 1 for store errors, 2 for usage errors."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except BaseException as exc:  # noqa: BLE001 - classified below, bugs re-raised
+            code = report_error(exc)
+            if code is None:
+                raise
+            sys.exit(code)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(None, "--version", package_name="gitstate", prog_name="git agentos",
+                      message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """gitstate: agent and workflow checkpoints stored as git objects under refs/agentos/.
+
+    The store is the repository of the current directory; GIT_DIR (git --git-dir) and
+    AGENTOS_REPO (which wins) choose another one. REF names a checkpoint: an id or unique
+    prefix, RUN (the tip of its main branch), RUN@BRANCH, RUN~N (N checkpoints back) or
+    RUN:node:NAME (the exit checkpoint of a node).
+    """
+    from .handle import StoreHandle
+
+    ctx.obj = StoreHandle()
+    ctx.call_on_close(ctx.obj.close)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point (``git-agentos``)."""
+    cli.main(args=argv, prog_name="git agentos")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(sys.argv[1:])

@@ -1,0 +1,95 @@
+"""Printing: JSON for machines (``--json``: sorted keys, two-space indent, one document), aligned
+tables and short lines for people, colour only when stdout is a terminal, progress bars only on a
+terminal."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import click
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"$bytes": value.hex()}
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def dumps(value: Any) -> str:
+    """The stable JSON form used by every ``--json`` output (bytes as ``{"$bytes": hex}``)."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=_default)
+
+
+def emit_json(value: Any) -> None:
+    """Print one JSON document to stdout."""
+    click.echo(dumps(value))
+
+
+def is_tty() -> bool:
+    """Whether stdout is a terminal (colour and progress bars only then)."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def style(text: str, **kwargs: Any) -> str:
+    """``click.style`` on a terminal, plain text elsewhere."""
+    return click.style(text, **kwargs) if is_tty() else text
+
+
+STATUS_COLOURS = {"completed": "green", "failed": "red", "running": "yellow", "interrupted": "magenta",
+                  "corrupt": "red"}
+
+
+def status(text: str | None) -> str:
+    """A status word, coloured by meaning on a terminal."""
+    if not text:
+        return "-"
+    return style(text, fg=STATUS_COLOURS.get(text))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Print an aligned table (widths ignore colour codes)."""
+    cells = [[_cell(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(click.unstyle(cell)))
+    head = "  ".join(h.upper().ljust(widths[i]) for i, h in enumerate(headers)).rstrip()
+    click.echo(style(head, bold=True))
+    for row in cells:
+        click.echo("  ".join(c + " " * (widths[i] - len(click.unstyle(c))) for i, c in enumerate(row)).rstrip())
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return str(value)
+
+
+def short(oid: str | None) -> str:
+    """The 12-digit short form of an id."""
+    return oid[:12] if oid else "-"
+
+
+@contextmanager
+def progress(label: str, length: int | None = None) -> Iterator[Callable[[int], None]]:
+    """A progress callback: a bar on a terminal (stderr), nothing in pipes."""
+    if not is_tty() or not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    bar: Any
+    with click.progressbar(length=length, label=label, file=sys.stderr) as bar:
+        yield bar.update

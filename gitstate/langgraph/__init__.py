@@ -1,0 +1,10 @@
+"""LangGraph integration: :class:`GitCheckpointSaver`, a ``BaseCheckpointSaver`` that keeps each
+thread as a gitstate run (install the ``gitstate[langgraph]`` extra). The rest of gitstate never
+imports this package, so the core works without LangGraph."""
+
+try:
+    from .saver import GitCheckpointSaver
+except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+    raise ImportError(f"gitstate.langgraph needs LangGraph: pip install 'gitstate[langgraph]' ({exc})") from exc
+
+__all__ = ["GitCheckpointSaver"]

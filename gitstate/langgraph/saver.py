@@ -1,0 +1,722 @@
+"""``GitCheckpointSaver``: LangGraph's checkpoint saver interface on a gitstate store.
+
+A thread is a gitstate run (run id = thread id, workflow ``langgraph``); each checkpoint is a commit
+on a branch of that run. The root namespace's first line is branch ``main``; a subgraph namespace
+``ns`` starts on branch ``ns:<ns>``; a checkpoint whose parent is not the tip of a branch (time
+travel, ``update_state`` from an earlier checkpoint, a second root) starts a new branch
+``<line>~<checkpoint id>``, so every checkpoint stays reachable by a ref. See docs/FORMAT.md."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pygit2
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .. import checkpoint as cpfmt
+from .. import encoding
+from ..checkpoint import read_meta
+from ..errors import ConflictError, CorruptObjectError, LockTimeoutError, RunNotFound
+from ..names import MAX_COMPONENT, branch_ref, decode_component, encode_component, parse_ref, worktree_prefix
+from ..objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
+from ..refs import list_refs
+from ..store import Store, open_store
+from .index import Entry, RefReader, ThreadIndex, parse_entry, trailers
+from .values import ByteLRU, ValueCodec, read_blob
+
+WORKFLOW = "langgraph"
+LG_TREE = "langgraph"  # the values tree: one entry per channel
+WRITES_BLOB = "langgraph-writes.cbor"  # pending writes of the checkpoint
+LG_META = "langgraph"  # key in meta.cbor: serde-typed checkpoint (without values) and metadata
+MAX_INDEXES = 1024  # thread indexes kept in memory (others are rebuilt from git on use)
+_STATE = {"format": "langgraph", "values": "langgraph/ (serde typed bytes)", "meta": "meta.cbor 'langgraph'"}
+
+
+def line_name(ns: str) -> str:
+    """The branch of a namespace's first line: ``main`` for the root, ``ns:<ns>`` otherwise."""
+    if not ns:
+        return "main"
+    name = f"ns:{ns}"
+    if len(encode_component(name)) > MAX_COMPONENT - 60:
+        name = "ns:" + hashlib.sha1(ns.encode("utf-8"), usedforsecurity=False).hexdigest()
+    return name
+
+
+def fork_name(ns: str, checkpoint_id: str) -> str:
+    """The branch of a line started by ``checkpoint_id`` (a fork or a second root)."""
+    name = f"{line_name(ns)}~{checkpoint_id}"
+    if len(encode_component(name)) > MAX_COMPONENT:
+        name = f"{line_name(ns)}~" + hashlib.sha1(checkpoint_id.encode("utf-8"), usedforsecurity=False).hexdigest()
+    return name
+
+
+def _typed(value: Any, oid: str) -> tuple[str, bytes]:
+    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str) or not isinstance(value[1], bytes):
+        raise CorruptObjectError(oid, "malformed serde-typed value")
+    return value[0], value[1]
+
+
+def _encode_writes(records: dict[tuple[str, int], list[Any]]) -> bytes:
+    return encoding.dumps([records[k] for k in sorted(records)], "writes")
+
+
+def _node_of(ns: str) -> str | None:
+    if not ns:
+        return None
+    return ns.split("|")[-1].split(":")[0] or None
+
+
+class GitCheckpointSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpoint saver that stores threads as gitstate runs in a git repository.
+
+    ``store`` defaults to the store of the repository around the current directory. All sync and
+    async methods are implemented (async ones run the sync code in a worker thread). One instance may
+    be shared by several threads; several processes may write different threads at once."""
+
+    def __init__(self, store: Store | None = None, *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self.store = store if store is not None else open_store()
+        self.store.pack_in_background = True
+        self._codec = ValueCodec(self.serde.dumps_typed, self.serde.loads_typed)
+        self._refs = RefReader(self.store.location.common_dir, self.store.worktree)
+        self._indexes: OrderedDict[str, ThreadIndex] = OrderedDict()  # bounded: MAX_INDEXES
+        self._locks: dict[str, threading.RLock] = {}
+        self._guard = threading.Lock()
+        self._versions: dict[str, dict[str, Any]] = {}  # commit id -> channel_versions
+        self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], list[Any]]] = {}
+        self._state_entry: TreeEntry | None = None
+        self._blobs = ByteLRU(16 << 20)  # small immutable blobs (meta, writes) by id, written or read here
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str], *, serde: SerializerProtocol | None = None) -> GitCheckpointSaver:
+        """A saver on the repository at (or above) ``path``."""
+        return cls(open_store(path), serde=serde)
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _lock(self, thread_id: str) -> threading.RLock:
+        with self._guard:
+            lock = self._locks.get(thread_id)
+            if lock is None:
+                lock = self._locks[thread_id] = threading.RLock()
+            return lock
+
+    def _index(self, thread_id: str) -> ThreadIndex:
+        """The thread's index, rebuilt if its refs changed behind our back (caller holds the lock)."""
+        repo = self.store.repo
+        tips = self._refs.branches(repo, thread_id)
+        idx = self._indexes.get(thread_id)
+        if idx is None or idx.tips != tips:
+            idx = ThreadIndex()
+            idx.rebuild(repo, tips)
+            self._indexes[thread_id] = idx
+            while len(self._indexes) > MAX_INDEXES:
+                self._indexes.popitem(last=False)
+        else:
+            try:
+                self._indexes.move_to_end(thread_id)
+            except KeyError:
+                pass
+        return idx
+
+    def _writer(self) -> ObjectWriter:
+        return self.store._writer()
+
+    def _state(self, w: ObjectWriter) -> TreeEntry:
+        if self._state_entry is None or not w.knows(self._state_entry[1]):
+            self._state_entry = (cpfmt.STATE_LEAF, w.blob(encoding.dumps(_STATE, "state")), MODE_BLOB)
+        return self._state_entry
+
+    def _channel_versions(self, oid: str) -> dict[str, Any]:
+        hit = self._versions.get(oid)
+        if hit is None:
+            cp, _md = self._payload(self._commit(oid))
+            hit = dict(cp.get("channel_versions", {}))
+            self._remember_versions(oid, hit)
+        return hit
+
+    def _commit(self, oid: str) -> pygit2.Commit:
+        commit = self.store.repo[oid]
+        if not isinstance(commit, pygit2.Commit):
+            raise CorruptObjectError(oid, "expected a commit")
+        return commit
+
+    def _payload(self, commit: pygit2.Commit, *, metadata: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The checkpoint (without values) and, if asked, the metadata stored in ``meta.cbor``."""
+        oid = str(commit.id)
+        try:
+            entry = commit.tree[cpfmt.META]
+        except KeyError:
+            raise CorruptObjectError(oid, f"no {cpfmt.META}") from None
+        meta = encoding.loads(self._blob(str(entry.id)), oid)
+        lg = meta.get(LG_META) if isinstance(meta, dict) else None
+        if not isinstance(lg, dict) or "checkpoint" not in lg:
+            raise CorruptObjectError(oid, "not a LangGraph checkpoint")
+        cp = self.serde.loads_typed(_typed(lg["checkpoint"], oid))
+        md = dict(self.serde.loads_typed(_typed(lg["metadata"], oid))) if metadata else {}
+        return cp, md
+
+    def _remember_versions(self, oid: str, versions: dict[str, Any]) -> None:
+        cache = self._versions
+        if len(cache) > 8192:
+            cache.clear()
+        cache[oid] = versions
+
+    def _blob(self, oid: str) -> bytes:
+        hit = self._blobs.get(oid)
+        if hit is None:
+            data = read_blob(self.store.repo, oid)
+            self._blobs.put(oid, (0, data))
+            return data
+        return hit[1]
+
+    def _put_blob(self, w: ObjectWriter, data: bytes) -> str:
+        oid = w.blob(data)
+        self._blobs.put(oid, (0, data))
+        return oid
+
+    def _values_tree(self, commit: pygit2.Commit) -> list[TreeEntry]:
+        try:
+            sub = commit.tree[LG_TREE]
+        except KeyError:
+            raise CorruptObjectError(str(commit.id), f"not a LangGraph checkpoint (no {LG_TREE}/)") from None
+        return self._codec.entries(self.store.repo, str(sub.id))
+
+    def _values_entries(self, oid: str) -> dict[str, TreeEntry]:
+        return {decode_component(e[0][:-2]): e for e in self._values_tree(self._commit(oid))}
+
+    def _ensure_run(self, thread_id: str) -> None:
+        self.store.open_run(thread_id, workflow=WORKFLOW)
+
+    # -- put ----------------------------------------------------------------------------------
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        """Store a checkpoint; returns the config that addresses it."""
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        ns = str(conf.get("checkpoint_ns", "") or "")
+        parent_id = conf.get("checkpoint_id")
+        c: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = dict(checkpoint.get("channel_values") or {})
+        c.pop("channel_values", None)
+        md: dict[str, Any] = dict(get_checkpoint_metadata(config, metadata))
+        cid = str(c["id"])
+        payload = {"checkpoint": list(self.serde.dumps_typed(c)), "metadata": list(self.serde.dumps_typed(md))}
+        with self._lock(thread_id):
+            idx = self._index(thread_id)
+            if not idx.tips:
+                self._ensure_run(thread_id)
+            parent = idx.entries.get((ns, parent_id)) if parent_id else None
+            existing = idx.entries.get((ns, cid))
+            w = self._writer()
+            values_tree = self._values(w, thread_id, ns, c, values, new_versions, parent)
+            writes: TreeEntry | None = None
+            pending = self._orphan_writes.pop((thread_id, ns, cid), None)
+            if existing is not None:
+                old = self._commit(existing.oid)
+                if WRITES_BLOB in old.tree:
+                    writes = (WRITES_BLOB, str(old.tree[WRITES_BLOB].id), MODE_BLOB)
+            elif pending:
+                writes = (WRITES_BLOB, w.blob(_encode_writes(pending)), MODE_BLOB)
+            run_md = md.get("run_id")
+            lg_trailers = trailers(ns, cid, parent_id, str(run_md) if run_md is not None else None)
+            if existing is not None:
+                self._replace_existing(thread_id, idx, existing, values_tree, payload, writes, lg_trailers)
+            else:
+                self._append(thread_id, idx, ns, cid, parent, values_tree, payload, writes, md, lg_trailers,
+                             parent_id)
+            self._remember_versions(idx.entries[(ns, cid)].oid, dict(checkpoint["channel_versions"]))
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+    def _values(self, w: ObjectWriter, thread_id: str, ns: str, c: dict[str, Any], values: dict[str, Any],
+                new_versions: ChannelVersions, parent: Entry | None) -> str:
+        """The values tree: changed channels written, unchanged ones reused from the parent."""
+        versions: dict[str, Any] = dict(c.get("channel_versions", {}))
+        parent_entries = self._values_entries(parent.oid) if parent is not None else {}
+        parent_versions = self._channel_versions(parent.oid) if parent is not None else {}
+        entries: list[TreeEntry] = []
+        for ch, ver in versions.items():
+            if ch in new_versions:
+                if ch in values:
+                    prev = parent_entries.get(ch)
+                    entries.append(self._codec.write(w, (thread_id, ns, ch), values[ch], prev))
+                continue
+            if parent is not None and parent_versions.get(ch) == ver:
+                found = parent_entries.get(ch)
+            else:
+                found = self._find_stored(thread_id, ns, ch, ver)
+            if found is not None:
+                entries.append(found)
+        return self._codec.tree(w, entries)
+
+    def _find_stored(self, thread_id: str, ns: str, channel: str, version: Any) -> TreeEntry | None:
+        """The stored value of ``channel`` at ``version`` anywhere in the namespace (slow path:
+        LangGraph normally finds it in the parent)."""
+        idx = self._indexes.get(thread_id)
+        if idx is None:
+            return None
+        for entry in idx.namespace(ns):
+            if self._channel_versions(entry.oid).get(channel) == version:
+                found = self._values_entries(entry.oid).get(channel)
+                if found is not None:
+                    return found
+        return None
+
+    def _meta(self, thread_id: str, ns: str, cid: str, branch: str, step: int, base: int,
+              md: dict[str, Any], payload: dict[str, Any], now: float) -> dict[str, Any]:
+        lg_step = md.get("step")
+        source = md.get("source")
+        info: dict[str, Any] = {"checkpoint_id": cid}
+        if ns:
+            info["checkpoint_ns"] = ns
+        if isinstance(lg_step, int) and not isinstance(lg_step, bool):
+            info["langgraph_step"] = lg_step
+        return {
+            "format": cpfmt.CHECKPOINT_KIND, "v": cpfmt.FORMAT_VERSION, "run": thread_id, "branch": branch,
+            "workflow": WORKFLOW, "worktree": self.store.worktree, "node": _node_of(ns), "step": step,
+            "base": base or None, "trigger": str(source) if isinstance(source, str) else None, "status": None,
+            "metadata": info, "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            LG_META: payload,
+        }
+
+    def _append(self, thread_id: str, idx: ThreadIndex, ns: str, cid: str, parent: Entry | None,
+                values_tree: str, payload: dict[str, Any], writes: TreeEntry | None, md: dict[str, Any],
+                lg_trailers: str, parent_id: str | None) -> None:
+        store = self.store
+        deadline = time.monotonic() + store.lock_timeout
+        while True:
+            if parent is not None and parent.oid in idx.tip_of:
+                branch, expected = idx.tip_of[parent.oid], parent.oid
+            elif parent is None and line_name(ns) not in idx.tips:
+                branch, expected = line_name(ns), None
+            else:
+                branch, expected = fork_name(ns, cid), None
+            step, base = (0, 0)
+            if parent is not None:
+                step, base = store._step_base(parent.oid)
+                step += 1
+            now = time.time()
+            meta = self._meta(thread_id, ns, cid, branch, step, base, md, payload, now)
+            w = self._writer()
+            entries = [(cpfmt.META, self._put_blob(w, cpfmt.encode_meta(meta)), MODE_BLOB), self._state(w),
+                       (LG_TREE, values_tree, MODE_TREE)]
+            if writes is not None:
+                entries.append(writes)
+            root = w.tree(entries)
+            message = cpfmt.message(meta) + lg_trailers
+            oid = store._write_commit(w, root, [parent.oid] if parent else [], message, now)
+            ref = self._ref(thread_id, branch)
+            try:
+                store._cas(ref, expected, oid, f"langgraph put {cid}")
+            except ConflictError:
+                if time.monotonic() > deadline:
+                    raise LockTimeoutError(ref, store.lock_timeout) from None
+                time.sleep(random.random() * 0.002)
+                idx = self._index(thread_id)
+                if parent is not None:
+                    parent = idx.entries.get((ns, parent.checkpoint_id))
+                continue
+            store._written(oid, step, base)
+            entry = Entry(oid, ns, cid, parent_id, str(md["run_id"]) if md.get("run_id") is not None else None,
+                          (parent.oid,) if parent else ())
+            idx.add(entry, branch, expected)
+            return
+
+    def _ref(self, thread_id: str, branch: str) -> str:
+        return branch_ref(self.store.worktree, thread_id, branch)
+
+    # -- rewriting (writes added to a checkpoint, re-put, delete_for_runs) ---------------------
+
+    def _rewrite(self, thread_id: str, idx: ThreadIndex,
+                 change: dict[str, tuple[str, str] | None]) -> dict[str, str]:
+        """Rewrite the branches of a thread: each commit in ``change`` gets a new (tree, message) or
+        is dropped (``None``, its children move to its parent); descendants are re-parented. Every
+        branch moves by compare-and-swap. Returns old → new commit ids."""
+        store = self.store
+        repo = store.repo
+        w = self._writer()
+        renamed: dict[str, str | None] = {}
+
+        def rebuilt(oid: str | None) -> str | None:
+            chain: list[str] = []
+            cur = oid
+            while cur is not None and cur not in renamed:
+                chain.append(cur)
+                commit = repo[cur]
+                assert isinstance(commit, pygit2.Commit)
+                cur = str(commit.parent_ids[0]) if commit.parent_ids else None
+            for old in reversed(chain):
+                commit = repo[old]
+                assert isinstance(commit, pygit2.Commit)
+                old_parent = str(commit.parent_ids[0]) if commit.parent_ids else None
+                new_parent = renamed.get(old_parent) if old_parent is not None else None
+                if old_parent is not None and old_parent not in renamed:
+                    new_parent = old_parent
+                if old in change and change[old] is None:
+                    renamed[old] = new_parent
+                    continue
+                tree, message = change.get(old) or (str(commit.tree_id), commit.message)
+                if tree == str(commit.tree_id) and message == commit.message and new_parent == old_parent:
+                    renamed[old] = old
+                    continue
+                renamed[old] = store._write_commit(w, tree, [new_parent] if new_parent else [], message,
+                                                   commit.commit_time, author=commit.author,
+                                                   committer=commit.committer)
+            return renamed.get(oid) if oid is not None else None
+
+        for branch, tip in sorted(idx.tips.items()):
+            new_tip = rebuilt(tip)
+            if new_tip == tip:
+                continue
+            store._cas(self._ref(thread_id, branch), tip, new_tip, "langgraph rewrite")
+            if new_tip is not None:
+                step, base = store._step_base(new_tip)
+                store._written(new_tip, step, base)
+        self._indexes.pop(thread_id, None)
+        return {k: v for k, v in renamed.items() if v is not None and v != k}
+
+    def _replace_existing(self, thread_id: str, idx: ThreadIndex, existing: Entry, values_tree: str,
+                          payload: dict[str, Any], writes: TreeEntry | None, lg_trailers: str) -> None:
+        """A checkpoint id put a second time: its commit is rewritten in place (same line)."""
+        old = self._commit(existing.oid)
+        meta = read_meta(self.store.repo, old)
+        meta[LG_META] = payload
+        w = self._writer()
+        entries = [(cpfmt.META, w.blob(cpfmt.encode_meta(meta)), MODE_BLOB), self._state(w),
+                   (LG_TREE, values_tree, MODE_TREE)]
+        if writes is not None:
+            entries.append(writes)
+        self._rewrite(thread_id, idx, {existing.oid: (w.tree(entries), cpfmt.message(meta) + lg_trailers)})
+        self._index(thread_id)
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        """Store intermediate writes of a task, linked to the checkpoint ``config`` names (the
+        checkpoint's commit is amended: its tree gains the writes, its branch moves by CAS)."""
+        self._put_writes(config, writes, task_id, task_path, 0)
+
+    def _put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                    task_path: str, _attempt: int) -> None:
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        ns = str(conf.get("checkpoint_ns", "") or "")
+        cid = str(conf["checkpoint_id"])
+        w = self._writer()
+        with self._lock(thread_id):
+            idx = self._index(thread_id)
+            entry = idx.entries.get((ns, cid))
+            commit: pygit2.Commit | None = None
+            if entry is not None:
+                commit = self._commit(entry.oid)
+                current = self._read_writes(commit)
+            else:
+                current = self._orphan_writes.setdefault((thread_id, ns, cid), {})
+            added: dict[tuple[str, int], list[Any]] = {}
+            for i, (channel, value) in enumerate(writes):
+                widx = WRITES_IDX_MAP.get(channel, i)
+                if widx >= 0 and (task_id, widx) in current:
+                    continue
+                kind, data = self.serde.dumps_typed(value)
+                added[(task_id, widx)] = [task_id, channel, kind, bytes(data), task_path, widx]
+            if not added:
+                return
+            if entry is None or commit is None:
+                current.update(added)
+                return
+            blob = self._put_blob(w, _encode_writes({**current, **added}))
+            root = w.tree([*((e.name or "", str(e.id), e.filemode) for e in commit.tree if e.name != WRITES_BLOB),
+                           (WRITES_BLOB, blob, MODE_BLOB)])
+            branch = idx.tip_of.get(entry.oid)
+            if branch is None:
+                self._rewrite(thread_id, idx, {entry.oid: (root, commit.message)})
+                return
+            parents = [str(p) for p in commit.parent_ids]
+            new = self.store._write_commit(w, root, parents, commit.message, commit.commit_time,
+                                           author=commit.author, committer=commit.committer)
+            try:
+                self.store._cas(self._ref(thread_id, branch), entry.oid, new, f"langgraph writes {task_id}")
+            except ConflictError:
+                # another process moved the branch meanwhile: start over from what is there now
+                if _attempt * 0.002 > self.store.lock_timeout:
+                    raise
+                time.sleep(random.random() * 0.002)
+                self._put_writes(config, writes, task_id, task_path, _attempt + 1)
+                return
+            step, base = self.store._step_base(entry.oid)
+            self.store._written(new, step, base)
+            versions = self._versions.get(entry.oid)
+            if versions is not None:
+                self._remember_versions(new, versions)
+            idx.add(Entry(new, entry.ns, entry.checkpoint_id, entry.parent_id, entry.run_id, entry.parents),
+                    branch, entry.oid)
+
+    def _read_writes(self, commit: pygit2.Commit) -> dict[tuple[str, int], list[Any]]:
+        if WRITES_BLOB not in commit.tree:
+            return {}
+        oid = str(commit.tree[WRITES_BLOB].id)
+        records = encoding.loads(self._blob(oid), oid)
+        if not isinstance(records, list):
+            raise CorruptObjectError(oid, "writes are not a list")
+        return {(r[0], r[5]): r for r in records}
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names, or the latest of its thread and namespace."""
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        ns = str(conf.get("checkpoint_ns", "") or "")
+        cid = get_checkpoint_id(config)
+        with self._lock(thread_id):
+            idx = self._index(thread_id)
+            entry = idx.entries.get((ns, cid)) if cid else idx.latest(ns)
+        if entry is None:
+            return None
+        return self._tuple(thread_id, entry)
+
+    def _tuple(self, thread_id: str, entry: Entry, decoded: dict[str, list[Any]] | None = None) -> CheckpointTuple:
+        repo = self.store.repo
+        commit = self._commit(entry.oid)
+        cp, metadata = self._payload(commit, metadata=True)
+        channel_values: dict[str, Any] = {}
+        for name, sub, mode in self._values_tree(commit):
+            channel, value = self._codec.read(repo, name, sub, mode, decoded)
+            channel_values[channel] = value
+        cp["channel_values"] = channel_values
+        records = sorted(self._read_writes(commit).values(), key=lambda r: writes_sort_key(r[4], r[0], r[5]))
+        pending = [(r[0], r[1], self.serde.loads_typed((r[2], r[3]))) for r in records]
+        conf = {"thread_id": thread_id, "checkpoint_ns": entry.ns, "checkpoint_id": entry.checkpoint_id}
+        parent_config: RunnableConfig | None = None
+        if entry.parent_id:
+            parent_config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": entry.ns,
+                                              "checkpoint_id": entry.parent_id}}
+        return CheckpointTuple(config={"configurable": conf}, checkpoint=cp,  # type: ignore[arg-type]
+                               metadata=metadata,  # type: ignore[arg-type]
+                               parent_config=parent_config, pending_writes=pending)
+
+    def _thread_ids(self) -> list[str]:
+        found: set[str] = set()
+        for name, _oid in list_refs(self.store.repo, worktree_prefix(self.store.worktree)):
+            parsed = parse_ref(name)
+            if parsed is not None and parsed.kind == "heads":
+                found.add(parsed.run_id)
+        return sorted(found)
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        """Checkpoints matching ``config`` (thread, namespace, id), ``filter`` (metadata equality)
+        and ``before`` (a checkpoint id), newest first within a namespace."""
+        conf = config["configurable"] if config else {}
+        thread_ids = [str(conf["thread_id"])] if conf.get("thread_id") is not None else self._thread_ids()
+        ns_filter = conf.get("checkpoint_ns") if config else None
+        want_id = get_checkpoint_id(config) if config else None
+        before_id = get_checkpoint_id(before) if before else None
+        remaining = limit
+        decoded: dict[str, list[Any]] = {}
+        for thread_id in thread_ids:
+            with self._lock(thread_id):
+                idx = self._index(thread_id)
+                namespaces = idx.namespaces() if ns_filter is None else [str(ns_filter)]
+                selected = [e for ns in namespaces for e in idx.namespace(ns)]
+            for entry in selected:
+                if want_id and entry.checkpoint_id != want_id:
+                    continue
+                if before_id and entry.checkpoint_id >= before_id:
+                    continue
+                if filter:
+                    _cp, metadata = self._payload(self._commit(entry.oid), metadata=True)
+                    if not all(metadata.get(k) == v for k, v in filter.items()):
+                        continue
+                if remaining is not None:
+                    if remaining <= 0:
+                        return
+                    remaining -= 1
+                yield self._tuple(thread_id, entry, decoded)
+
+    # -- deleting, copying, pruning -----------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and write of a thread (its run's refs)."""
+        thread_id = str(thread_id)
+        with self._lock(thread_id):
+            try:
+                self.store.delete_run(thread_id)
+            except RunNotFound:
+                pass
+            self._indexes.pop(thread_id, None)
+            self._codec.forget(thread_id)
+            for key in [k for k in self._orphan_writes if k[0] == thread_id]:
+                del self._orphan_writes[key]
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is one of ``run_ids``;
+        their children are re-parented in git (their LangGraph parent id is kept, as other savers do)."""
+        wanted = {str(r) for r in run_ids}
+        if not wanted:
+            return
+        for thread_id in self._thread_ids():
+            with self._lock(thread_id):
+                idx = self._index(thread_id)
+                drop = {e.oid: None for e in idx.entries.values() if e.run_id in wanted}
+                if drop:
+                    self._rewrite(thread_id, idx, dict(drop))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of a thread to another thread (same ids, same lines)."""
+        src, dst = str(source_thread_id), str(target_thread_id)
+        first, second = sorted((src, dst))
+        with self._lock(first), self._lock(second):
+            idx = self._index(src)
+            if not idx.tips:
+                return
+            self._ensure_run(dst)
+            repo = self.store.repo
+            w = self._writer()
+            copied: dict[str, str] = {}
+
+            def copy(oid: str) -> str:
+                chain: list[str] = []
+                cur: str | None = oid
+                while cur is not None and cur not in copied:
+                    chain.append(cur)
+                    commit = repo[cur]
+                    assert isinstance(commit, pygit2.Commit)
+                    cur = str(commit.parent_ids[0]) if commit.parent_ids else None
+                for old in reversed(chain):
+                    commit = repo[old]
+                    assert isinstance(commit, pygit2.Commit)
+                    meta = read_meta(repo, commit)
+                    meta["run"] = dst
+                    entries = [(e.name or "", str(e.id), e.filemode) for e in commit.tree if e.name != cpfmt.META]
+                    root = w.tree([*entries, (cpfmt.META, w.blob(cpfmt.encode_meta(meta)), MODE_BLOB)])
+                    entry = parse_entry(commit)
+                    extra = ""
+                    if entry is not None:
+                        extra = trailers(entry.ns, entry.checkpoint_id, entry.parent_id, entry.run_id)
+                    parents = [copied[str(p)] for p in commit.parent_ids[:1]]
+                    copied[old] = self.store._write_commit(w, root, parents, cpfmt.message(meta) + extra,
+                                                           commit.commit_time, author=commit.author,
+                                                           committer=commit.committer)
+                return copied[oid]
+
+            target = self._index(dst)
+            for branch, tip in sorted(idx.tips.items()):
+                new = copy(tip)
+                name = branch if branch not in target.tips else f"{branch}~copy-{src}"
+                self.store._cas(self._ref(dst, name), None, new, f"gitstate: langgraph copy of thread {src}")
+                step, base = self.store._step_base(new)
+                self.store._written(new, step, base)
+            self._indexes.pop(dst, None)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep only the newest checkpoint of each namespace (with its writes);
+        ``delete``: delete the threads."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r} (expected 'keep_latest' or 'delete')")
+        for thread_id in (str(t) for t in thread_ids):
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            with self._lock(thread_id):
+                idx = self._index(thread_id)
+                if not idx.tips:
+                    continue
+                repo = self.store.repo
+                w = self._writer()
+                keep: dict[str, str] = {}
+                for ns in idx.namespaces():
+                    latest = idx.namespace(ns)[0]
+                    commit = repo[latest.oid]
+                    assert isinstance(commit, pygit2.Commit)
+                    if not commit.parent_ids:
+                        keep[line_name(ns)] = latest.oid
+                        continue
+                    keep[line_name(ns)] = self.store._write_commit(
+                        w, str(commit.tree_id), [], commit.message, commit.commit_time,
+                        author=commit.author, committer=commit.committer)
+                for branch, oid in keep.items():
+                    current = idx.tips.get(branch)
+                    if current != oid:
+                        self.store._cas(self._ref(thread_id, branch), current, oid,
+                                        "gitstate: langgraph prune (keep latest)")
+                        step, base = self.store._step_base(oid)
+                        self.store._written(oid, step, base)
+                for branch, tip in idx.tips.items():
+                    if branch not in keep:
+                        self.store._cas(self._ref(thread_id, branch), tip, None, "gitstate: langgraph prune")
+                self._indexes.pop(thread_id, None)
+
+    # -- versions -----------------------------------------------------------------------------
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Monotonic string versions (``<counter>.<random>``), as the first-party savers use."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(str(current).split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    # -- async twins --------------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Async :meth:`get_tuple`."""
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        """Async :meth:`list` (the listing runs in a worker thread)."""
+        items = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        for item in items:
+            yield item
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        """Async :meth:`put`."""
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        """Async :meth:`put_writes`."""
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Async :meth:`delete_thread`."""
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Async :meth:`delete_for_runs`."""
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Async :meth:`copy_thread`."""
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Async :meth:`prune`."""
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)

@@ -1,0 +1,293 @@
+"""Channel values of LangGraph checkpoints as git objects, with structural sharing.
+
+A value is serialised with the saver's serde (``dumps_typed`` → ``(type, bytes)``) and stored as a
+blob ``<type> NUL <bytes>`` (entry ``<channel>.v``). A ``list`` whose items all serialise to msgpack
+is stored item by item instead (entry ``<channel>.l/``): chunks of :data:`CHUNK` items aligned to
+the start of the list, each chunk a blob holding the msgpack array of its items, named
+``<index of first item, 10 digits>``; beyond :data:`FANOUT` chunks they are grouped into subtrees of
+``FANOUT`` entries, recursively. Appending to a list rewrites only its last chunk and the trees above
+it, so a growing message history costs about the appended message per checkpoint. Reading joins the
+chunks back into one msgpack array (msgpack arrays concatenate item by item) and decodes it once.
+
+Nothing is ever unpickled here: decoding goes through the saver's serde, whose policy applies."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pygit2
+from pygit2.enums import ObjectType
+
+from ..errors import CorruptObjectError
+from ..names import decode_component, encode_component
+from ..objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
+
+CHUNK = 32
+FANOUT = 64
+VALUE = ".v"
+LIST = ".l"
+MSGPACK = "msgpack"
+MEMO_LISTS = 256  # lists remembered for appending (one per thread, namespace and channel)
+
+Typed = tuple[str, bytes]
+
+
+def typed_blob(typed: Typed) -> bytes:
+    """The blob bytes of a serde-typed value: ``type NUL payload``."""
+    kind, data = typed
+    return kind.encode("utf-8") + b"\x00" + bytes(data)
+
+
+def parse_typed(data: bytes, oid: str) -> Typed:
+    """Invert :func:`typed_blob`."""
+    kind, sep, payload = data.partition(b"\x00")
+    if not sep:
+        raise CorruptObjectError(oid, "typed value blob has no type")
+    return kind.decode("utf-8", "replace"), payload
+
+
+def array_header(count: int) -> bytes:
+    """The msgpack array header for ``count`` items."""
+    if count < 16:
+        return bytes([0x90 | count])
+    if count < 0x10000:
+        return b"\xdc" + count.to_bytes(2, "big")
+    return b"\xdd" + count.to_bytes(4, "big")
+
+
+def split_array(data: bytes, oid: str) -> tuple[int, bytes]:
+    """Item count and item bytes of a msgpack array blob."""
+    if not data:
+        raise CorruptObjectError(oid, "empty list chunk")
+    first = data[0]
+    if 0x90 <= first <= 0x9F:
+        return first & 0x0F, data[1:]
+    if first == 0xDC:
+        return int.from_bytes(data[1:3], "big"), data[3:]
+    if first == 0xDD:
+        return int.from_bytes(data[1:5], "big"), data[5:]
+    raise CorruptObjectError(oid, "list chunk is not a msgpack array")
+
+
+@dataclass
+class _ListMemo:
+    """What was written last for one list channel: the stored tree, the items (kept by reference,
+    so identity comparisons are meaningful), the chunk ids and the item bytes of the last chunk."""
+
+    tree: str
+    items: list[Any]
+    chunks: list[str]
+    last_bytes: list[bytes] = field(default_factory=list)
+
+
+class ByteLRU:
+    """A small thread-safe LRU keyed by object id, bounded by total payload bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self.data: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> tuple[int, bytes] | None:
+        with self.lock:
+            hit = self.data.get(key)
+            if hit is not None:
+                self.data.move_to_end(key)
+            return hit
+
+    def put(self, key: str, value: tuple[int, bytes]) -> None:
+        with self.lock:
+            if key in self.data:
+                return
+            self.data[key] = value
+            self.size += len(value[1])
+            while self.size > self.max_bytes and self.data:
+                _k, (_, old) = self.data.popitem(last=False)
+                self.size -= len(old)
+
+
+class ValueCodec:
+    """Writes and reads channel values for one saver (``dumps``/``loads`` are the serde's typed
+    methods). Caches: the last list written per (thread, namespace, channel), and raw chunk bytes."""
+
+    def __init__(self, dumps: Callable[[Any], Typed], loads: Callable[[Typed], Any],
+                 cache_bytes: int = 64 << 20) -> None:
+        self.dumps = dumps
+        self.loads = loads
+        self._memo: OrderedDict[tuple[str, str, str], _ListMemo] = OrderedDict()  # bounded: MEMO_LISTS
+        self._memo_lock = threading.Lock()
+        self._chunks = ByteLRU(cache_bytes)
+        self._trees: OrderedDict[str, list[tuple[str, str, int]]] = OrderedDict()
+        self._trees_lock = threading.Lock()
+
+    def forget(self, thread_id: str) -> None:
+        """Drop the write memos of a thread (after it was deleted or rewritten)."""
+        with self._memo_lock:
+            for key in [k for k in self._memo if k[0] == thread_id]:
+                del self._memo[key]
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def write(self, w: ObjectWriter, key: tuple[str, str, str], value: Any, parent: TreeEntry | None) -> TreeEntry:
+        """Store one channel value; ``parent`` is the entry the same channel had in the parent
+        checkpoint (lets an appended list reuse its chunks). Returns the values-tree entry."""
+        name = encode_component(key[2])
+        if type(value) is list and value:
+            tree = self._write_list(w, key, value, parent)
+            if tree is not None:
+                return (name + LIST, tree, MODE_TREE)
+        return (name + VALUE, w.blob(typed_blob(self.dumps(value))), MODE_BLOB)
+
+    def _write_list(self, w: ObjectWriter, key: tuple[str, str, str], items: list[Any],
+                    parent: TreeEntry | None) -> str | None:
+        with self._memo_lock:
+            memo = self._memo.get(key)
+        shared = 0
+        if memo is not None and parent is not None and parent[1] == memo.tree:
+            old = memo.items
+            limit = min(len(old), len(items))
+            while shared < limit and items[shared] is old[shared]:
+                shared += 1
+            if shared == len(old) and shared:
+                shared -= 1  # the last stored item is re-encoded: it is the one most likely mutated
+        first = shared // CHUNK
+        chunks = list(memo.chunks[:first]) if memo is not None and shared else []
+        reuse_tail = memo is not None and shared and first == len(memo.chunks) - 1
+        encoded: list[bytes] = list(memo.last_bytes[: shared - first * CHUNK]) if reuse_tail and memo else []
+        start = first * CHUNK + len(encoded)
+        for item in items[start:]:
+            kind, data = self.dumps(item)
+            if kind != MSGPACK:
+                return None
+            encoded.append(bytes(data))
+        last: list[bytes] = []
+        for offset in range(0, len(encoded), CHUNK):
+            part = encoded[offset:offset + CHUNK]
+            blob = array_header(len(part)) + b"".join(part)
+            oid = w.blob(blob)
+            self._chunks.put(oid, (len(part), blob[len(array_header(len(part))):]))
+            chunks.append(oid)
+            last = part
+        tree = self._chunk_tree(w, chunks)
+        with self._memo_lock:
+            self._memo[key] = _ListMemo(tree, list(items), chunks, last)
+            self._memo.move_to_end(key)
+            while len(self._memo) > MEMO_LISTS:
+                self._memo.popitem(last=False)
+        return tree
+
+    def _chunk_tree(self, w: ObjectWriter, chunks: list[str]) -> str:
+        level: list[TreeEntry] = [(f"{i * CHUNK:010d}", oid, MODE_BLOB) for i, oid in enumerate(chunks)]
+        while len(level) > FANOUT:
+            level = [(level[g][0], self.tree(w, level[g:g + FANOUT]), MODE_TREE)
+                     for g in range(0, len(level), FANOUT)]
+        return self.tree(w, level)
+
+    def tree(self, w: ObjectWriter, entries: list[TreeEntry]) -> str:
+        """Write a tree and remember its entries (so reading it back costs no object lookup)."""
+        oid = w.tree(entries)
+        ordered = sorted(entries, key=lambda e: e[0] + "/" if e[2] == MODE_TREE else e[0])
+        with self._trees_lock:
+            self._trees[oid] = [(n, o, int(m)) for n, o, m in ordered]
+            if len(self._trees) > 16384:
+                self._trees.popitem(last=False)
+        return oid
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read(self, repo: pygit2.Repository, name: str, oid: str, mode: int,
+             decoded: dict[str, list[Any]] | None = None) -> tuple[str, Any]:
+        """Decode one values-tree entry into ``(channel, value)``. ``decoded`` (optional) caches
+        decoded chunks by id for the duration of one listing, so checkpoints sharing chunks share
+        their decoded items."""
+        if name.endswith(LIST) and mode == MODE_TREE:
+            return decode_component(name[: -len(LIST)]), self._read_list(repo, oid, decoded)
+        if name.endswith(VALUE) and mode != MODE_TREE:
+            data = _read(repo, oid, ObjectType.BLOB)
+            return decode_component(name[: -len(VALUE)]), self.loads(parse_typed(data, oid))
+        raise CorruptObjectError(oid, f"unexpected entry {name!r} in a values tree")
+
+    def _chunk(self, repo: pygit2.Repository, oid: str) -> tuple[int, bytes]:
+        hit = self._chunks.get(oid)
+        if hit is None:
+            hit = split_array(_read(repo, oid, ObjectType.BLOB), oid)
+            self._chunks.put(oid, hit)
+        return hit
+
+    def entries(self, repo: pygit2.Repository, oid: str) -> list[tuple[str, str, int]]:
+        """``(name, id, mode)`` of a tree's entries, cached by tree id (trees never change)."""
+        with self._trees_lock:
+            hit = self._trees.get(oid)
+            if hit is not None:
+                self._trees.move_to_end(oid)
+                return hit
+        out = [(e.name or "", str(e.id), int(e.filemode)) for e in _tree(repo, oid)]
+        with self._trees_lock:
+            self._trees[oid] = out
+            if len(self._trees) > 16384:
+                self._trees.popitem(last=False)
+        return out
+
+    def _chunk_ids(self, repo: pygit2.Repository, oid: str, out: list[str]) -> None:
+        for _name, sub, mode in self.entries(repo, oid):
+            if mode == MODE_TREE:
+                self._chunk_ids(repo, sub, out)
+            else:
+                out.append(sub)
+
+    def _read_list(self, repo: pygit2.Repository, oid: str, decoded: dict[str, list[Any]] | None) -> list[Any]:
+        ids: list[str] = []
+        if decoded is not None:
+            self._chunk_ids(repo, oid, ids)
+            items: list[Any] = []
+            for cid in ids:
+                part = decoded.get(cid)
+                if part is None:
+                    count, data = self._chunk(repo, cid)
+                    part = self.loads((MSGPACK, array_header(count) + data))
+                    decoded[cid] = part
+                items.extend(part)
+            return items
+        whole = self._chunks.get("list:" + oid)  # the complete msgpack array of the list
+        if whole is None:
+            self._chunk_ids(repo, oid, ids)
+            parts = [self._chunk(repo, cid) for cid in ids]
+            total = sum(c for c, _ in parts)
+            whole = (total, b"".join([array_header(total), *(d for _, d in parts)]))
+            self._chunks.put("list:" + oid, whole)
+        return list(self.loads((MSGPACK, whole[1])))
+
+
+def _read(repo: pygit2.Repository, oid: str, kind: ObjectType) -> bytes:
+    try:
+        got, data = repo.odb.read(oid)
+    except (KeyError, ValueError, pygit2.GitError) as exc:
+        raise CorruptObjectError(oid, "missing from the object database") from exc
+    if got != kind:
+        raise CorruptObjectError(oid, f"expected a {kind.name.lower()}")
+    return bytes(data)
+
+
+def _tree(repo: pygit2.Repository, oid: str) -> pygit2.Tree:
+    try:
+        obj = repo[oid]
+    except (KeyError, ValueError, pygit2.GitError) as exc:
+        raise CorruptObjectError(oid, "missing from the object database") from exc
+    if not isinstance(obj, pygit2.Tree):
+        raise CorruptObjectError(oid, "expected a tree")
+    return obj
+
+
+def read_blob(repo: pygit2.Repository, oid: str) -> bytes:
+    """Read a blob's bytes (corrupt-object error if missing or not a blob)."""
+    return _read(repo, oid, ObjectType.BLOB)
+
+
+def read_tree(repo: pygit2.Repository, oid: str) -> pygit2.Tree:
+    """Look up a tree (corrupt-object error if missing or not a tree)."""
+    return _tree(repo, oid)

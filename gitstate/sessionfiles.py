@@ -1,0 +1,212 @@
+"""Versioned session files (seed 004): files kept inside a run, apart from the workspace, each
+version a git commit authored by the writer with the reason as its message.
+
+Layout (see docs/FORMAT.md): one ref per path,
+``refs/agentos/<worktree>/runs/<run>/files/<encoded path>`` (the path encoded as one ref component,
+so ``a`` and ``a/b`` never conflict; a path longer than the component limit is named ``%%<sha1>``).
+The ref points at the latest version; each version's first parent is the previous one. A version
+commit's tree holds ``meta.cbor`` (format, path, version, author, reason, time, size) and
+``content`` (the bytes). Writers of different paths never contend; writers of one path serialise
+through a compare-and-swap on its ref, so versions are 1, 2, 3 … without gaps or duplicates."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from . import encoding
+from .checkpoint import FORMAT_VERSION, _trailer, check_format, parse_time, read_commit
+from .errors import ConflictError, CorruptObjectError, LockTimeoutError, SessionFileNotFound, UsageError
+from .names import MAX_COMPONENT, decode_component, encode_component, run_prefix
+from .objects import MODE_BLOB
+from .refs import list_refs, read_ref
+from .statetree import StateReader
+
+if TYPE_CHECKING:
+    from .run import Run
+
+FILE_KIND = "gitstate/session-file"
+META = "meta.cbor"
+CONTENT = "content"
+
+
+@dataclass(frozen=True)
+class FileVersion:
+    """One version of a session file; ``commit`` is the id of the git commit holding it."""
+
+    path: str
+    version: int
+    author: str
+    reason: str
+    created_at: datetime
+    size: int
+    commit: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form."""
+        return {"path": self.path, "version": self.version, "author": self.author, "reason": self.reason,
+                "created_at": self.created_at.isoformat(), "size": self.size, "commit": self.commit}
+
+
+def _component(path: str) -> str:
+    enc = encode_component(path)
+    if len(enc) > MAX_COMPONENT:
+        return "%%" + hashlib.sha1(path.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()
+    return enc
+
+
+def _clean(text: str) -> str:
+    return text.replace("<", "").replace(">", "").replace("\n", " ").strip()
+
+
+def _message(path: str, version: int, author: str, run_id: str, reason: str) -> str:
+    lines = reason.strip().replace("\r", "").splitlines() or [f"write {path}"]
+    body = "\n".join(lines[1:]).strip()
+    trailers = [("Path", path), ("Version", version), ("Author", author), ("Run", run_id),
+                ("Gitstate-Format", FORMAT_VERSION)]
+    text = lines[0] + "\n\n" + (body + "\n\n" if body else "")
+    return text + "".join(f"{k}: {_trailer(v)}\n" for k, v in trailers)
+
+
+class SessionFiles:
+    """The session files of one run (``run.files``)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.store = run.store
+        self.prefix = run_prefix(run.worktree, run.id) + "files/"
+
+    def ref(self, path: str) -> str:
+        """The ref holding the latest version of ``path``."""
+        if not isinstance(path, str) or not path or "\x00" in path:
+            raise UsageError(f"invalid session file path {path!r}")
+        return self.prefix + _component(path)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _meta(self, oid: str) -> dict[str, Any]:
+        commit = read_commit(self.store.repo, oid)
+        try:
+            entry = commit.tree[META]
+        except KeyError:
+            raise CorruptObjectError(oid, f"session file version has no {META}") from None
+        meta = StateReader(self.store.repo).blob_value(entry.id)
+        if not isinstance(meta, dict):
+            raise CorruptObjectError(oid, f"{META} is not a map")
+        check_format(meta, FILE_KIND, oid)
+        if not isinstance(meta.get("version"), int) or not isinstance(meta.get("path"), str):
+            raise CorruptObjectError(oid, "session file version lacks a path or version")
+        return meta
+
+    def _version(self, oid: str, meta: dict[str, Any] | None = None) -> FileVersion:
+        meta = meta or self._meta(oid)
+        return FileVersion(path=meta["path"], version=meta["version"], author=str(meta.get("author", "")),
+                           reason=str(meta.get("reason", "")), created_at=parse_time(meta.get("created_at")),
+                           size=int(meta.get("size", 0)), commit=oid)
+
+    def _chain(self, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        oid = read_ref(self.store.repo, self.ref(path))
+        if oid is None:
+            raise SessionFileNotFound(path)
+        while oid is not None:
+            meta = self._meta(oid)
+            yield oid, meta
+            parents = read_commit(self.store.repo, oid).parent_ids
+            oid = str(parents[0]) if parents else None
+
+    def latest(self, path: str) -> FileVersion | None:
+        """The latest version of ``path``, or ``None`` if it was never written."""
+        oid = read_ref(self.store.repo, self.ref(path))
+        return None if oid is None else self._version(oid)
+
+    def read(self, path: str, version: int | None = None) -> bytes:
+        """The bytes of the latest version of ``path`` (or of ``version``)."""
+        for oid, meta in self._chain(path):
+            if version is None or meta["version"] == version:
+                tree = read_commit(self.store.repo, oid).tree
+                try:
+                    blob = tree[CONTENT]
+                except KeyError:
+                    raise CorruptObjectError(oid, f"session file version has no {CONTENT}") from None
+                return bytes(self.store.repo.odb.read(blob.id)[1])
+            if meta["version"] < version:
+                break
+        raise SessionFileNotFound(path, version)
+
+    def history(self, path: str) -> list[FileVersion]:
+        """Every version of ``path``, oldest first."""
+        out = [self._version(oid, meta) for oid, meta in self._chain(path)]
+        out.reverse()
+        return out
+
+    def list(self) -> dict[str, FileVersion]:
+        """The latest version of every session file of the run, by path."""
+        out: dict[str, FileVersion] = {}
+        for name, oid in list_refs(self.store.repo, self.prefix):
+            component = name[len(self.prefix):]
+            if not component.startswith("%%"):
+                try:
+                    decode_component(component)
+                except ValueError:
+                    continue
+            fv = self._version(oid)
+            out[fv.path] = fv
+        return dict(sorted(out.items()))
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def write(self, path: str, content: bytes | str, *, author: str, reason: str = "",
+              expect_version: int | None = None) -> FileVersion:
+        """Add a version of ``path`` and return it.
+
+        Without ``expect_version`` the write lands after whatever version is current (concurrent
+        writers all land, each with its own consecutive number). With it (``0``: the file must not
+        exist yet), :class:`ConflictError` is raised and nothing is written unless the latest
+        version is exactly ``expect_version``."""
+        data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+        if not isinstance(author, str) or not author.strip():
+            raise UsageError("author must be a non-empty string (e.g. 'agent:surgeon')")
+        ref = self.ref(path)
+        store = self.store
+        name = _clean(author) or "unknown"
+        with store._writing() as w:
+            blob = w.blob(data)
+        deadline = time.monotonic() + store.lock_timeout
+        while True:
+            tip = read_ref(store.repo, ref)
+            current = 0 if tip is None else int(self._meta(tip)["version"])
+            if expect_version is not None and current != expect_version:
+                raise ConflictError(ref, str(expect_version), str(current), what="session file version")
+            version = current + 1
+            now = time.time()
+            created = datetime.fromtimestamp(now, UTC)
+            meta = {"format": FILE_KIND, "v": FORMAT_VERSION, "run": self.run.id, "path": path,
+                    "version": version, "author": author, "reason": reason, "size": len(data),
+                    "created_at": created.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+            message = _message(path, version, name, self.run.id, reason)
+            sig = pygit2.Signature(name, store._identity[1], int(now), 0)
+            with store._writing() as w:
+                meta_blob = w.blob(encoding.dumps(meta, "session file"))
+                tree = w.tree([(META, meta_blob, MODE_BLOB), (CONTENT, blob, MODE_BLOB)])
+                oid = store._write_commit(w, tree, [tip] if tip else [], message, now, author=sig,
+                                          committer=pygit2.Signature(*store._identity, int(now), 0))
+            try:
+                store._cas(ref, tip, oid, f"gitstate: session file {path} version {version}")
+            except ConflictError:
+                if expect_version is not None:
+                    actual = read_ref(store.repo, ref)
+                    found = "0" if actual is None else str(self._meta(actual)["version"])
+                    raise ConflictError(ref, str(expect_version), found, what="session file version") from None
+                if time.monotonic() > deadline:
+                    raise LockTimeoutError(ref, store.lock_timeout) from None
+                time.sleep(random.random() * 0.005)
+                continue
+            store._journal_pending()
+            return FileVersion(path, version, author, reason, created, len(data), oid)

@@ -1,0 +1,266 @@
+"""`git agentos` through click's CliRunner (stdout and stderr apart): a scenario driven only through
+the CLI compared with the library, and bad input that must give one `error:` line and no change."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from conftest import git, user_snapshot
+from gitstate_cli.main import cli
+
+import gitstate
+
+FILES_API = hasattr(gitstate.Run, "restore")
+needs_files = pytest.mark.skipif(not FILES_API, reason="workspace snapshots/restore (issue 3, branch files) not merged yet")
+
+
+@pytest.fixture
+def at_repo(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(repo)
+    return repo
+
+
+def agentos(*args: str, input: str | None = None, code: int = 0) -> Result:
+    result = CliRunner().invoke(cli, list(args), input=input, prog_name="git agentos")
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr, result.exception)
+    if code == 0:
+        assert result.stderr == "" or "warning" in result.stderr
+    return result
+
+
+def as_json(*args: str, input: str | None = None) -> Any:
+    return json.loads(agentos(*args, "--json", input=input).stdout)
+
+
+def store_snapshot(repo: Path) -> str:
+    return git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/agentos/")
+
+
+def test_help_and_version() -> None:
+    out = agentos("--help").stdout
+    for name in ("runs", "log", "show", "diff", "checkpoint", "nodes", "rollback", "undo", "fork", "restore",
+                 "files", "delete", "prune", "verify", "setup", "demo"):
+        assert name in out
+        assert agentos(name, "--help").stdout.startswith("Usage: git agentos " + name)
+    assert agentos("--version").stdout.startswith("git agentos ")
+    assert agentos("-h").stdout == out
+
+
+def test_scenario_matches_library(at_repo: Path) -> None:
+    state = {"messages": ["hello"], "count": 1}
+    cp0 = as_json("checkpoint", "r1", "--workflow", "triage", "--state", "-", input=json.dumps(state))
+    assert cp0["run"] == "r1" and cp0["step"] == 0 and cp0["workflow"] == "triage"
+    state_file = at_repo.parent / "s.json"
+    state_file.write_text(json.dumps({"messages": ["hello", "world"], "count": 2}))
+    cp1 = as_json("checkpoint", "r1", "--state", str(state_file), "--node", "plan", "--trigger", "llm_end",
+                  "--status", "done", "--meta", "n=3", "--meta", "who=me", "--expect", cp0["id"][:8])
+    assert cp1["status"] == "completed" and cp1["metadata"] == {"n": 3, "who": "me"}
+    cp2 = as_json("checkpoint", "r1", "--node", "act")  # no --state: carries the tip's state over
+
+    store = gitstate.open_store(at_repo)
+    run = store.get_run("r1")
+    assert run.head() is not None and run.head().id == cp2["id"]  # type: ignore[union-attr]
+    assert run.head().state == {"messages": ["hello", "world"], "count": 2}  # type: ignore[union-attr]
+
+    runs = as_json("runs")
+    assert [r["id"] for r in runs] == ["r1"] and runs[0]["checkpoints"] == 3
+    assert runs == [s.to_dict() for s in store.list_runs()]
+    log = as_json("log", "r1")
+    assert [c["id"] for c in log] == [cp.id for cp in run.history()]
+    assert len(as_json("log", "r1", "-n", "2")) == 2
+    shown = as_json("show", "r1~1")
+    assert shown["id"] == cp1["id"] and shown["state"]["count"] == 2 and shown["files"] == []
+    diff = as_json("diff", "r1~2", "r1")
+    assert diff["a"] == cp0["id"] and diff["b"] == cp2["id"]
+    human = agentos("diff", "r1~2", "r1").stdout
+    assert "messages" in human and "count" in human
+
+    # nodes through the library, read through the CLI
+    with run.node("review") as scope:
+        scope.checkpoint({"reviewed": True})
+    nodes = as_json("nodes", "r1")
+    assert nodes == [{"node": b.node, "entry": b.entry, "exit": b.exit, "status": b.status} for b in run.nodes()]
+    assert nodes[-1]["node"] == "review" and nodes[-1]["status"] == "completed"
+    table = agentos("nodes", "r1").stdout.splitlines()
+    assert table[0].split() == ["NODE", "STATUS", "ENTRY", "EXIT"]
+
+    # fork, rollback, undo
+    agentos("fork", "r1", "~4", "alt")
+    assert store.get_run("r1").head("alt").id == cp1["id"]  # type: ignore[union-attr]
+    as_json("checkpoint", "r1", "--branch", "alt", "--state", "-", input='{"alt": true}')
+    assert as_json("show", "r1@alt")["state"] == {"alt": True}
+    tip = run.head()
+    assert tip is not None
+    dry = agentos("rollback", "r1", "node:review", "--dry-run").stdout
+    assert "would move" in dry and run.head().id == tip.id  # type: ignore[union-attr]
+    agentos("rollback", "r1", "~4")
+    assert run.head().id == cp1["id"]  # type: ignore[union-attr]
+    agentos("undo", "r1")
+    assert run.head().id == tip.id  # type: ignore[union-attr]
+
+    # prune, verify, delete
+    before = len(as_json("log", "r1"))
+    out = agentos("prune", "r1", "--keep", "2").stdout
+    assert f"removed {before - 2}" in out
+    assert len(as_json("log", "r1")) == 2
+    report = as_json("verify")
+    assert report["ok"] is True and report["problems"] == []
+    assert "ok" in agentos("verify").stdout
+    agentos("delete", "r1", "--yes")
+    assert as_json("runs") == []
+    store.close()
+
+
+def test_show_human_and_runs_table(at_repo: Path) -> None:
+    agentos("checkpoint", "r", "--state", "-", "--node", "n", input='{"k": [1, 2]}')
+    out = agentos("show", "r").stdout
+    assert "run:" in out and '"k"' in out and "node:" in out
+    lines = agentos("runs").stdout.splitlines()
+    assert lines[0].split()[:3] == ["RUN", "WORKFLOW", "STATUS"] and lines[1].startswith("r ")
+    assert "\x1b[" not in "".join(lines)  # no colour outside a terminal
+
+
+def test_cbor_state_file(at_repo: Path, tmp_path: Path) -> None:
+    import cbor2
+
+    path = tmp_path / "s.cbor"
+    path.write_bytes(cbor2.dumps({"b": b"\x00\x01", "n": 5}))
+    as_json("checkpoint", "r", "--state", str(path))
+    assert as_json("show", "r")["state"] == {"b": {"$bytes": "0001"}, "n": 5}
+
+
+def _error(result: Result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.stderr + result.stdout
+    return lines[0]
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (["log", "nope"], 1, "no run 'nope'"),
+    (["show", "nope~1"], 1, "no run 'nope'"),
+    (["show", "r~9"], 1, "has only"),
+    (["show", "zzzz"], 1, "invalid checkpoint reference"),
+    (["show", "r:node:missing"], 1, "no exit checkpoint"),
+    (["show", "r@nobranch"], 1, "no branch"),
+    (["checkpoint", "r", "--state", "/does/not/exist.json"], 1, "/does/not/exist.json"),
+    (["checkpoint", "r", "--state", "BAD"], 2, "not valid JSON"),
+    (["checkpoint", "newrun", "--state", "BAD"], 2, "not valid JSON"),
+    (["checkpoint", "r", "--expect", "OLD"], 1, "conflict"),
+    (["checkpoint", "newrun", "--expect", "abcd1234"], 1, "no run 'newrun'"),
+    (["checkpoint", "r", "--meta", "novalue"], 2, "KEY=VALUE"),
+    (["checkpoint", "r", "some/path"], 2, "--files"),
+    (["rollback", "r", "~x"], 1, "~N"),
+    (["fork", "r", "~0", "main"], 1, "already has a branch"),
+    (["prune", "r", "--keep", "0"], 2, "--keep"),
+    (["undo", "r", "--branch", "nobranch"], 1, "no branch"),
+    (["delete", "r"], 2, "--yes"),
+    (["log"], 2, "Missing argument"),
+    (["frobnicate"], 2, "No such command"),
+])
+def test_bad_input(at_repo: Path, tmp_path: Path, args: list[str], code: int, needle: str) -> None:
+    old = as_json("checkpoint", "r", "--state", "-", input='{"a": 1}')["id"]
+    agentos("checkpoint", "r")  # OLD is no longer the tip: --expect OLD loses the compare-and-swap
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    args = [{"OLD": old, "BAD": str(bad)}.get(a, a) for a in args]
+    before, user = store_snapshot(at_repo), user_snapshot(at_repo)
+    result = CliRunner().invoke(cli, args, prog_name="git agentos")
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    assert needle in _error(result)
+    assert store_snapshot(at_repo) == before
+    assert user_snapshot(at_repo) == user
+
+
+def test_show_of_a_user_commit_is_refused(at_repo: Path) -> None:
+    head = git(at_repo, "rev-parse", "HEAD").strip()
+    result = CliRunner().invoke(cli, ["show", head[:10]])
+    assert result.exit_code == 1 and "no such checkpoint" in _error(result)
+
+
+def test_unreadable_state_file(at_repo: Path, tmp_path: Path) -> None:
+    directory = tmp_path / "a-directory.json"  # unreadable as a file, even for root
+    directory.mkdir()
+    result = CliRunner().invoke(cli, ["checkpoint", "r", "--state", str(directory)])
+    assert result.exit_code == 1 and "a-directory.json" in _error(result)
+    path = tmp_path / "secret.json"
+    path.write_text("{}")
+    path.chmod(0)
+    try:
+        result = CliRunner().invoke(cli, ["checkpoint", "r", "--state", str(path)])
+        if os.geteuid() != 0:  # root reads it anyway
+            assert result.exit_code == 1 and "secret.json" in _error(result)
+    finally:
+        path.chmod(0o600)
+    if os.geteuid() != 0:
+        assert store_snapshot(at_repo) == ""
+
+
+def test_ambiguous_ref(at_repo: Path) -> None:
+    from test_refspec import make_colliding_blob
+
+    cp = as_json("checkpoint", "r", "--state", "-", input="{}")
+    store = gitstate.open_store(at_repo)
+    make_colliding_blob(store, cp["id"])
+    store.close()
+    result = CliRunner().invoke(cli, ["show", cp["id"][:4]])
+    assert result.exit_code == 1 and "ambiguous" in _error(result)
+
+
+def test_outside_a_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    result = CliRunner().invoke(cli, ["runs"])
+    assert result.exit_code == 1
+    assert "AGENTOS_REPO" in _error(result)
+    assert not (empty / ".git").exists()
+
+
+def test_agentos_repo_env(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("AGENTOS_REPO", str(repo))
+    agentos("checkpoint", "r", "--state", "-", input="{}")
+    assert "refs/agentos/main/runs/r/heads/main" in store_snapshot(repo)
+
+
+@needs_files
+def test_files_commands(at_repo: Path) -> None:
+    (at_repo / "a.txt").write_text("one\n")
+    cp = as_json("checkpoint", "r", "--files")
+    assert any(f["path"].endswith("a.txt") for f in as_json("show", cp["id"])["files"])
+    (at_repo / "a.txt").write_text("two\n")
+    as_json("checkpoint", "r", "--files", "a.txt")
+    dry = agentos("restore", "r~1", "--dry-run").stdout
+    assert "a.txt" in dry and (at_repo / "a.txt").read_text() == "two\n"
+    agentos("restore", "r~1", "a.txt", "--force")
+    assert (at_repo / "a.txt").read_text() == "one\n"
+    agentos("rollback", "r", "~1", "--restore")
+    assert (at_repo / "a.txt").read_text() == "one\n"
+    agentos("undo", "r")
+    (at_repo / "a.txt").write_text("unsaved work\n")  # in no checkpoint: a restore must refuse
+    before = store_snapshot(at_repo)
+    refused = CliRunner().invoke(cli, ["restore", "r", "a.txt"])
+    assert refused.exit_code == 1 and "a.txt" in _error(refused)
+    assert (at_repo / "a.txt").read_text() == "unsaved work\n" and store_snapshot(at_repo) == before
+    run = gitstate.open_store(at_repo).get_run("r")
+    run.files.write("notes.md", b"v1\n", author="me", reason="first")  # type: ignore[attr-defined]
+    run.files.write("notes.md", b"v2\n", author="me", reason="second")  # type: ignore[attr-defined]
+    listing = as_json("files", "r")
+    assert [(f["path"], f["version"]) for f in listing] == [("notes.md", 2)]
+    assert agentos("files", "r", "notes.md").stdout == "v2\n"
+    assert agentos("files", "r", "notes.md", "--version", "1").stdout == "v1\n"
+    latest = as_json("files", "r", "notes.md")
+    assert (latest["version"], latest["content"], latest["reason"]) == (2, "v2\n", "second")
+    first = as_json("files", "r", "notes.md", "--version", "1")
+    assert (first["version"], first["content"]) == (1, "v1\n")
+    assert [v["version"] for v in as_json("files", "r", "notes.md", "--history")] in ([1, 2], [2, 1])

@@ -1,0 +1,100 @@
+"""Bounded housekeeping: after 1,000 checkpoints of a state that appends one ~400-byte item per
+step, the store is small, git never sees too many loose objects, fsck is clean and nothing of the
+user's moved (the issue's bar, checked on a real repository)."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import gitstate
+from gitstate import housekeeping
+from tests.conftest import git, user_snapshot
+
+WORDS = ("agent tool call result plan step file patch test build error retry model prompt token "
+         "context branch checkpoint state message reply user system review merge diff").split()
+
+
+def _item(rng: random.Random, i: int) -> dict[str, object]:
+    text = " ".join(rng.choice(WORDS) for _ in range(60))[:380]
+    return {"role": "assistant" if i % 2 else "user", "content": text, "id": f"msg-{i}"}
+
+
+def _loose_count(objects: Path) -> int:
+    return sum(len(os.listdir(objects / d)) for d in os.listdir(objects) if len(d) == 2)
+
+
+def _bytes_under(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def test_thousand_step_append_stays_small(repo: Path) -> None:
+    before = user_snapshot(repo)
+    store = gitstate.open_store(repo)
+    run = store.create_run(workflow="bench", run_id="long-thread")
+    rng = random.Random(7)
+    messages: list[dict[str, object]] = []
+    objects = repo / ".git" / "objects"
+    max_loose = 0
+    for i in range(1000):
+        messages.append(_item(rng, i))
+        run.checkpoint({"messages": messages, "step": i, "node": "agent"}, node="agent", trigger="step")
+        if i % 50 == 0:
+            max_loose = max(max_loose, _loose_count(objects))
+    max_loose = max(max_loose, _loose_count(objects))
+    assert max_loose < 6700, max_loose
+    assert max_loose <= housekeeping.PACK_THRESHOLD + 100
+    size = _bytes_under(objects)
+    assert size <= 5 * 1024 * 1024, f"{size} bytes under .git/objects"
+    head = run.head()
+    assert head is not None and head.state["messages"] == messages and head.step == 999
+    assert run.load(next(iter(run.history(limit=500))).id).state["messages"] == messages
+    git(repo, "fsck", "--strict")
+    assert user_snapshot(repo) == before
+    assert git(repo, "count-objects", "-v").count("\n") > 0
+
+
+def test_pack_merge_and_loose_cleanup(store: gitstate.Store, repo: Path, monkeypatch: object) -> None:
+    run = store.create_run(run_id="p")
+    for i in range(30):
+        run.checkpoint({"i": i, "log": list(range(i * 3))})
+    packed = store.pack()
+    assert packed > 0
+    assert store.pack() == 0  # nothing left in the journal
+    for cp in run.history():
+        assert cp.state["i"] >= 0
+    git(repo, "fsck", "--strict")
+    common = Path(store.location.common_dir)
+    names = (common / "agentos" / "packs").read_text().split()
+    assert names and all((common / "objects" / "pack" / f"{n}.idx").exists() for n in names)
+
+
+def test_pack_refs_only_ours_and_updates_still_work(store: gitstate.Store, repo: Path) -> None:
+    from gitstate import refs
+
+    git(repo, "branch", "user-branch")
+    git(repo, "tag", "-a", "v1", "-m", "annotated")
+    git(repo, "pack-refs", "--all")
+    git(repo, "branch", "loose-user-branch")  # a loose user ref that must stay loose
+    runs = [store.create_run(run_id=f"r{i}") for i in range(40)]
+    cps = [r.checkpoint({"i": i}) for i, r in enumerate(runs)]
+    before = git(repo, "for-each-ref")
+    common = Path(store.location.common_dir)
+    assert refs.count_loose_refs(str(common)) == 80
+    assert refs.pack_refs(str(common)) == 80
+    assert refs.count_loose_refs(str(common)) == 0
+    assert (common / "refs" / "heads" / "loose-user-branch").exists()
+    assert git(repo, "for-each-ref") == before
+    assert git(repo, "rev-parse", "v1^{commit}").strip() == git(repo, "rev-parse", "HEAD").strip()
+    fresh = gitstate.open_store(repo)
+    assert len(fresh.list_runs()) == 40
+    run = fresh.get_run("r3")
+    nxt = run.checkpoint({"i": "after"}, expect=cps[3].id)  # CAS on a packed ref
+    assert run.undo() is not None and run.head().id == cps[3].id  # type: ignore[union-attr]
+    assert nxt.parent_ids == (cps[3].id,)
+    fresh.delete_run("r5")
+    assert "r5" not in {s.id for s in gitstate.open_store(repo).list_runs()}
+    assert "refs/agentos/main/runs/r5/" not in git(repo, "for-each-ref")
+    git(repo, "fsck", "--strict")
+    assert git(repo, "reflog", "show", "--format=%gs", "refs/agentos/main/runs/r3/heads/main").startswith("gitstate: undo")

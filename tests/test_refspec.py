@@ -1,0 +1,135 @@
+"""REF / TARGET resolution (gitstate.refspec), including run ids holding the syntax's characters."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+import gitstate
+from gitstate import refspec
+
+
+def _run(store: gitstate.Store, run_id: str, n: int = 3, branch: str = "main") -> list[gitstate.Checkpoint]:
+    run = store.open_run(run_id)
+    return [run.checkpoint({"i": i, "run": run_id}, branch=branch) for i in range(n)]
+
+
+def test_plain_forms(store: gitstate.Store) -> None:
+    cps = _run(store, "r1")
+    run = store.get_run("r1")
+    assert refspec.resolve(store, "r1").id == cps[-1].id
+    assert refspec.resolve(store, "r1~0").id == cps[-1].id
+    assert refspec.resolve(store, "r1~2").id == cps[0].id
+    assert refspec.resolve(store, cps[1].id).id == cps[1].id
+    assert refspec.resolve(store, cps[1].id[:10]).id == cps[1].id
+    run.fork(cps[0].id, "alt")
+    alt = run.checkpoint({"alt": True}, branch="alt")
+    assert refspec.resolve(store, "r1@alt").id == alt.id
+    assert refspec.resolve(store, "r1@alt~1").id == cps[0].id
+
+
+def test_node_forms(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="r")
+    run.checkpoint({"x": 1})
+    with run.node("plan") as scope:
+        scope.checkpoint({"x": 2})
+    run.checkpoint({"x": 3})
+    assert scope.exit is not None
+    assert refspec.resolve(store, "r:node:plan").id == scope.exit.id
+    assert refspec.resolve_target(run, "node:plan").id == scope.exit.id
+    run.fork(scope.exit.id, "b")
+    assert refspec.resolve(store, "r@b:node:plan").id == scope.exit.id
+    with pytest.raises(gitstate.InvalidReferenceError):
+        refspec.resolve(store, "r:node:nope")
+
+
+def test_exact_run_id_wins_over_syntax(store: gitstate.Store) -> None:
+    weird = _run(store, "a@b~1")  # a run id that looks like RUN@BRANCH~N
+    plain = _run(store, "a", 2)
+    assert refspec.resolve(store, "a@b~1").id == weird[-1].id
+    assert refspec.resolve(store, "a@b~1~2").id == weird[0].id
+    assert refspec.resolve(store, "a~1").id == plain[0].id
+
+
+def test_longest_run_id_wins(store: gitstate.Store) -> None:
+    short = store.open_run("x")
+    short.checkpoint({"s": 1})
+    short_other = short.checkpoint({"s": 2}, branch="y@z")
+    assert refspec.resolve(store, "x@y@z").id == short_other.id  # only run "x" exists
+    long_run = _run(store, "x@y", 1)
+    long_run_z = store.get_run("x@y").checkpoint({"z": 1}, branch="z")
+    assert refspec.resolve(store, "x@y@z").id == long_run_z.id  # run "x@y" now exists: it wins
+    assert long_run
+
+
+def test_colons_in_run_ids(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="thread:42")
+    run.checkpoint({})
+    with run.node("n:1") as scope:
+        pass
+    assert scope.exit is not None
+    assert refspec.resolve(store, "thread:42:node:n:1").id == scope.exit.id
+
+
+def test_hex_looking_run_id_wins_over_prefix(store: gitstate.Store) -> None:
+    cps = _run(store, "deadbeef", 2)
+    assert refspec.resolve(store, "deadbeef").id == cps[-1].id
+
+
+def test_errors(store: gitstate.Store) -> None:
+    _run(store, "r1", 4)
+    with pytest.raises(gitstate.RunNotFound):
+        refspec.resolve(store, "nope~1")
+    with pytest.raises(gitstate.RunNotFound):
+        refspec.resolve(store, "nope@main")
+    with pytest.raises(gitstate.InvalidReferenceError):
+        refspec.resolve(store, "no such thing")
+    with pytest.raises(gitstate.InvalidReferenceError):
+        refspec.resolve(store, "r1~9")
+    with pytest.raises(gitstate.InvalidReferenceError):
+        refspec.resolve(store, "")
+    with pytest.raises(gitstate.CheckpointNotFound):
+        refspec.resolve(store, "0000000000")
+    with pytest.raises(gitstate.BranchNotFound):
+        refspec.resolve(store, "r1@nobranch")
+    for malformed in ("r1@", "r1:node:", "r1@:node:x"):
+        with pytest.raises(gitstate.InvalidReferenceError) as info:
+            refspec.resolve(store, malformed)
+        assert not isinstance(info.value, gitstate.CheckpointNotFound)
+
+
+def make_colliding_blob(store: gitstate.Store, oid: str, digits: int = 4) -> str:
+    """Write a blob whose id shares ``oid``'s first ``digits`` hex digits (found by hashing)."""
+    i = 0
+    while True:
+        data = f"collide {i}".encode()
+        if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()[:digits] == oid[:digits]:
+            return str(store.repo.create_blob(data))
+        i += 1
+
+
+def test_ambiguous_prefix(store: gitstate.Store) -> None:
+    cps = _run(store, "amb", 1)
+    make_colliding_blob(store, cps[0].id)
+    with pytest.raises(gitstate.AmbiguousReferenceError):
+        refspec.resolve(store, cps[0].id[:4])
+    assert refspec.resolve(store, cps[0].id[:12]).id == cps[0].id
+
+
+def test_targets_relative_to_run(store: gitstate.Store) -> None:
+    cps = _run(store, "r", 3)
+    other = _run(store, "s", 1)
+    run = store.get_run("r")
+    assert refspec.resolve_target(run, "~1").id == cps[1].id
+    assert refspec.resolve_target(run, cps[0].id[:8]).id == cps[0].id
+    assert refspec.resolve_target(run, "r~2").id == cps[0].id
+    run.fork(cps[0].id, "b")
+    assert refspec.resolve_target(run, "@b").id == cps[0].id
+    assert refspec.resolve_target(run, "~0", branch="b").id == cps[0].id
+    with pytest.raises(gitstate.CheckpointNotFound):
+        refspec.resolve_target(run, other[0].id)
+    with pytest.raises(gitstate.CheckpointNotFound):
+        refspec.resolve_target(run, "s")
+    with pytest.raises(gitstate.InvalidReferenceError):
+        refspec.resolve_target(run, "~x")

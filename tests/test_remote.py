@@ -1,0 +1,193 @@
+"""Push and pull between two clones through a real git server: ``git daemon`` on 127.0.0.1 and a
+bare repository over ``file://``. Two repositories play two machines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import git
+from remote_helpers import bare, git_daemon, machine
+
+import gitstate
+from gitstate.verify import verify
+
+
+@pytest.fixture(scope="module")
+def daemon_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    base = tmp_path_factory.mktemp("served")
+    with git_daemon(base) as url:
+        yield base, url
+
+
+@pytest.fixture(params=["git-daemon", "file"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """URL of a fresh bare repository, served by git daemon or as file://."""
+    if request.param == "git-daemon":
+        base, url = request.getfixturevalue("daemon_base")
+        name = f"{tmp_path.name}.git"
+        bare(base / name)
+        return f"{url}/{name}"
+    return (bare(tmp_path / "server.git")).as_uri()
+
+
+def stores(tmp_path: Path, url: str) -> tuple[gitstate.Store, gitstate.Store]:
+    a = gitstate.open_store(machine(tmp_path / "A", url))
+    b = gitstate.open_store(machine(tmp_path / "B", url))
+    return a, b
+
+
+def ids(run: gitstate.Run, branch: str = "main") -> list[str]:
+    return [cp.id for cp in run.history(branch)]
+
+
+def statuses(results: list[gitstate.PullResult] | list[gitstate.PushResult]) -> dict[str, str]:
+    return {r.ref.split("/runs/", 1)[1]: r.status for res in results for r in res.refs}
+
+
+def test_resume_on_another_machine(tmp_path: Path, server: str) -> None:
+    a, b = stores(tmp_path, server)
+    run = a.create_run(workflow="triage", run_id="job 1/ä")
+    for step in range(5):
+        run.checkpoint({"step": step, "messages": ["m"] * step}, node=f"n{step}")
+    pushed = a.push()
+    assert [r.run_id for r in pushed] == ["job 1/ä"] and all(r.ok for r in pushed)
+
+    pulled = b.pull()
+    assert [(r.run_id, r.status) for r in pulled] == [("job 1/ä", "created")]
+    resumed = b.get_run("job 1/ä")
+    assert resumed.head() is not None and resumed.head().state["step"] == 4  # type: ignore[union-attr]
+    for step in range(5, 10):
+        resumed.checkpoint({"step": step}, node=f"n{step}")
+    assert all(r.ok for r in b.push())
+
+    assert {r.status for r in a.pull()} == {"fast-forward"}
+    assert len(ids(a.get_run("job 1/ä"))) == 10
+    assert ids(a.get_run("job 1/ä")) == ids(resumed)
+    assert statuses(a.pull()) == {k: "up-to-date" for k in statuses(a.pull())}
+    assert verify(a).ok and verify(b).ok
+    # nothing but refs/agentos moved: no remote-tracking refs, no FETCH_HEAD, no staging left
+    refs = git(tmp_path / "B", "for-each-ref", "--format=%(refname)").split()
+    assert all(r.startswith(("refs/agentos/", "refs/heads/")) for r in refs)
+    assert not (tmp_path / "B" / ".git" / "FETCH_HEAD").exists()
+
+
+def test_concurrent_lines_are_both_kept(tmp_path: Path, server: str) -> None:
+    a, b = stores(tmp_path, server)
+    run_a = a.create_run(run_id="r")
+    for step in range(3):
+        run_a.checkpoint({"step": step})
+    a.push()
+    b.pull()
+    run_b = b.get_run("r")
+    for step in range(3, 5):
+        run_a.checkpoint({"a": step})
+    for step in range(3, 6):
+        run_b.checkpoint({"b": step})
+    line_a, line_b = ids(run_a), ids(run_b)
+
+    assert all(r.ok for r in a.push())
+    refused = b.push()
+    assert statuses(refused) == {"r/run": "up-to-date", "r/heads/main": "rejected"}
+    message = next(r.message for res in refused for r in res.refs if r.status == "rejected")
+    assert "pull first" in message
+
+    pulled = b.pull()
+    main = next(r for res in pulled for r in res.refs if r.ref.endswith("/heads/main"))
+    assert (main.status, main.kept_as) == ("diverged", "main@origin")
+    assert ids(run_b) == line_b and ids(run_b, "main@origin") == line_a  # ours untouched
+    assert b.pull()[0].refs[-1].status == "diverged"  # pulling again changes nothing
+    assert sorted(run_b.branches()) == ["main", "main@origin"]
+
+    # B shares its line under its own name; main stays refused, main@origin is not pushed back
+    run_b.fork(line_b[0], "main-b")
+    again = statuses(b.push())
+    assert again["r/heads/main-b"] == "pushed" and again["r/heads/main"] == "rejected"
+    assert again["r/heads/main@origin"] == "skipped"
+    a.pull()
+    assert ids(run_a) == line_a and ids(run_a, "main-b") == line_b
+    # no checkpoint lost on either machine
+    for store in (a, b):
+        run = store.get_run("r")
+        every = {cp.id for branch in run.branches() for cp in run.history(branch)}
+        assert set(line_a) | set(line_b) <= every
+        assert verify(store).ok
+
+
+def test_many_runs_in_one_push_and_pull(tmp_path: Path, daemon_base: tuple[Path, str]) -> None:
+    base, url = daemon_base
+    bare(base / "many.git")
+    a, b = stores(tmp_path, f"{url}/many.git")
+    for i in range(500):
+        a.create_run(workflow="bulk", run_id=f"run-{i:03d}").checkpoint({"i": i})
+    pushed = a.push()
+    assert len(pushed) == 500 and all(r.ok and r.status == "pushed" for r in pushed)
+    remote = git(tmp_path / "A", "ls-remote", "origin", "refs/agentos/*").splitlines()
+    assert len(remote) == 1000
+
+    pulled = b.pull()
+    assert len(pulled) == 500 and {r.status for r in pulled} == {"created"}
+    assert len(b.list_runs()) == 500
+    assert b.get_run("run-123").head().state == {"i": 123}  # type: ignore[union-attr]
+    report = verify(b)
+    assert report.ok and report.checkpoints == 500
+    assert git(tmp_path / "B", "for-each-ref", "refs/agentos-incoming/") == ""
+
+
+def test_named_runs_and_errors(tmp_path: Path, server: str) -> None:
+    a, b = stores(tmp_path, server)
+    for rid in ("one", "two"):
+        a.create_run(run_id=rid).checkpoint({"id": rid})
+    assert [r.run_id for r in a.push(runs=["one"])] == ["one"]
+    with pytest.raises(gitstate.RunNotFound):
+        a.push(runs=["nope"])
+    pulled = b.pull(runs=["one", "two"])
+    assert {r.run_id: r.ok for r in pulled} == {"one": True, "two": False}
+    with pytest.raises(gitstate.RemoteError, match="nowhere"):
+        a.pull("nowhere")
+
+
+def test_push_needs_an_allowed_remote(tmp_path: Path, server: str) -> None:
+    a = gitstate.open_store(machine(tmp_path / "A", server, allow=None))
+    a.create_run(run_id="r").checkpoint({})
+    with pytest.raises(gitstate.PushNotAllowedError, match="agentos.pushRemotes origin"):
+        a.push()
+    git(tmp_path / "A", "config", "agentos.pushRemotes", "backup, origin")
+    assert all(r.ok for r in a.push())
+    git(tmp_path / "A", "config", "agentos.pushRemotes", server)  # by URL works too
+    assert all(r.ok for r in a.push())
+
+
+def test_prune_deletes_with_a_lease(tmp_path: Path, server: str) -> None:
+    a, b = stores(tmp_path, server)
+    for rid in ("keep", "gone"):
+        a.create_run(run_id=rid).checkpoint({})
+    a.push()
+    b.pull()
+    a.delete_run("gone")
+    assert "gone" not in {r.run_id for r in a.push()}  # without --prune nothing is deleted
+    assert git(tmp_path / "A", "ls-remote", "origin", "refs/agentos/main/runs/gone/*")
+    results = statuses(a.push(prune=True))
+    assert results["gone/run"] == "deleted" and results["gone/heads/main"] == "deleted"
+    assert not git(tmp_path / "A", "ls-remote", "origin", "refs/agentos/main/runs/gone/*")
+    # B still has it locally: pull never deletes
+    assert b.get_run("gone")
+
+
+def test_failed_lease_is_reported(tmp_path: Path, server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gitstate import remote
+
+    a, b = stores(tmp_path, server)
+    a.create_run(run_id="x").checkpoint({})
+    a.push()
+    seen = remote._ls_remote(a, "origin", [remote.NAMESPACE])
+    b.pull()
+    b.get_run("x").checkpoint({"moved": True})
+    b.push()  # the remote moves after A looked
+    a.delete_run("x")
+    monkeypatch.setattr(remote, "_ls_remote", lambda *args: seen)
+    results = a.push(prune=True)
+    head = next(r for res in results for r in res.refs if r.ref.endswith("heads/main"))
+    assert head.status == "rejected" and "lease" in head.message
+    assert git(tmp_path / "A", "ls-remote", "origin", "refs/agentos/main/runs/x/heads/main")

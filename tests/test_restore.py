@@ -1,0 +1,286 @@
+"""Restoring workspace snapshots: correctness, refusal of unsaved work, safety of untrusted trees."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import gitstate
+from gitstate import checkpoint as cpfmt
+from gitstate.objects import MODE_BLOB, MODE_COMMIT, MODE_EXEC, MODE_LINK, MODE_TREE
+from gitstate.restore import SAFETY_BRANCH
+from tests.conftest import git, user_snapshot
+
+
+def worktree_files(root: Path) -> dict[str, object]:
+    """Everything in the worktree except .git: path -> (kind, content or link target, exec bit)."""
+    out: dict[str, object] = {}
+    for dirpath, dirs, files in os.walk(root):
+        if ".git" in dirs and Path(dirpath) == root:
+            dirs.remove(".git")
+        for name in dirs + files:
+            full = Path(dirpath) / name
+            rel = str(full.relative_to(root))
+            if full.is_symlink():
+                out[rel] = ("link", os.readlink(full))
+            elif full.is_file():
+                out[rel] = ("file", full.read_bytes(), os.access(full, os.X_OK))
+            elif full.is_dir():
+                out[rel] = ("dir",)
+    return out
+
+
+@pytest.fixture
+def work(repo: Path) -> Path:
+    (repo / ".gitignore").write_text("*.log\n")
+    (repo / "src").mkdir()
+    (repo / "src" / "a.py").write_text("a = 1\n")
+    (repo / "src" / "b.py").write_text("b = 1\n")
+    (repo / "tool.sh").write_text("#!/bin/sh\n")
+    (repo / "tool.sh").chmod(0o755)
+    os.symlink("src/a.py", repo / "alink")
+    (repo / "debug.log").write_text("ignored, never touched\n")
+    return repo
+
+
+def test_restore_brings_back_modified_deleted_and_removes_created(work: Path) -> None:
+    store = gitstate.open_store(work)
+    run = store.create_run()
+    c1 = run.checkpoint({"step": 1}, files=True)
+    state1 = worktree_files(work)
+    status1 = git(work, "status", "--porcelain")
+    (work / "src" / "a.py").write_text("a = 2\n")
+    (work / "src" / "b.py").unlink()
+    (work / "tool.sh").chmod(0o644)
+    (work / "alink").unlink()
+    os.symlink("src/b.py", work / "alink")
+    (work / "new" / "deep").mkdir(parents=True)
+    (work / "new" / "deep" / "c.py").write_text("c\n")
+    (work / "debug.log").write_text("ignored, changed later\n")
+    run.checkpoint({"step": 2}, files=True)
+    before = user_snapshot(work)
+
+    result = run.restore(c1.id)
+    assert set(result.changed) == {"src/a.py", "tool.sh", "alink"}
+    assert result.added == ("src/b.py",)
+    assert result.removed == ("new/deep/c.py",)
+    assert result.safety is not None and result.safety_branch == SAFETY_BRANCH
+    expected = dict(state1)
+    expected["debug.log"] = ("file", b"ignored, changed later\n", False)
+    assert worktree_files(work) == expected
+    after = user_snapshot(work)
+    assert {k: after[k] for k in ("HEAD", "index", "config", "refs")} == {
+        k: before[k] for k in ("HEAD", "index", "config", "refs")}
+    assert git(work, "status", "--porcelain") == status1
+    assert git(work, "fsck", "--strict", "--no-dangling") == ""
+
+
+def test_dry_run_changes_nothing(work: Path) -> None:
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    (work / "src" / "a.py").write_text("changed\n")
+    run.checkpoint({}, files=True)
+    files = worktree_files(work)
+    result = run.restore(c1, dry_run=True)
+    assert result.dry_run and result.changed == ("src/a.py",) and result.safety is None
+    assert worktree_files(work) == files
+    assert SAFETY_BRANCH not in run.branches()
+
+
+def test_unsaved_changes_refused_then_forced_and_recoverable(work: Path) -> None:
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    (work / "src" / "a.py").write_text("precious unsaved work\n")
+    (work / "scratch.txt").write_text("also unsaved\n")
+    files = worktree_files(work)
+    with pytest.raises(gitstate.RestoreConflictError) as err:
+        run.restore(c1)
+    assert err.value.paths == ["scratch.txt", "src/a.py"]
+    assert "scratch.txt" in str(err.value) and "src/a.py" in str(err.value)
+    assert worktree_files(work) == files
+    assert SAFETY_BRANCH not in run.branches()
+
+    result = run.restore(c1, force=True)
+    assert (work / "src" / "a.py").read_text() == "a = 1\n"
+    assert not (work / "scratch.txt").exists()
+    assert result.safety is not None
+    # the forced-over work is in the safety checkpoint; restoring it undoes the restore
+    undo = run.restore(result.safety)
+    assert worktree_files(work) == files
+    assert undo.safety is not None
+
+
+def test_restore_of_only_some_paths(work: Path) -> None:
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    (work / "src" / "a.py").write_text("a2\n")
+    (work / "tool.sh").write_text("t2\n")
+    run.checkpoint({}, files=True)
+    result = run.restore(c1, paths=["src"])
+    assert result.changed == ("src/a.py",)
+    assert (work / "src" / "a.py").read_text() == "a = 1\n"
+    assert (work / "tool.sh").read_text() == "t2\n"
+
+
+def test_ignored_file_in_the_way_is_never_touched(work: Path) -> None:
+    run = gitstate.open_store(work).create_run()
+    (work / "keep.log").write_text("snapshotted while not ignored\n")
+    (work / ".gitignore").write_text("")
+    c1 = run.checkpoint({}, files=True)
+    (work / ".gitignore").write_text("*.log\n")
+    (work / "keep.log").write_text("now ignored and different\n")
+    run.checkpoint({}, files=True)
+    with pytest.raises(gitstate.RestoreConflictError) as err:
+        run.restore(c1, force=True)
+    assert "keep.log" in err.value.paths
+    assert (work / "keep.log").read_text() == "now ignored and different\n"
+
+
+def test_rollback_with_restore(work: Path) -> None:
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({"n": 1}, files=True)
+    (work / "src" / "a.py").write_text("two\n")
+    c2 = run.checkpoint({"n": 2}, files=True)
+    cp = run.rollback(c1.id, restore=True)
+    assert cp.id == c1.id
+    head = run.head()
+    assert head is not None and head.id == c1.id
+    assert (work / "src" / "a.py").read_text() == "a = 1\n"
+    assert run.last_restore is not None and run.last_restore.changed == ("src/a.py",)
+    # refused restore: the branch does not move
+    (work / "src" / "a.py").write_text("unsaved\n")
+    with pytest.raises(gitstate.RestoreConflictError):
+        run.rollback(c2.id, restore=True)
+    head = run.head()
+    assert head is not None and head.id == c1.id
+
+
+def test_checkpoint_without_files_cannot_be_restored(work: Path) -> None:
+    run = gitstate.open_store(work).create_run()
+    cp = run.checkpoint({})
+    with pytest.raises(gitstate.NoSnapshotError):
+        run.restore(cp)
+
+
+def test_symlinked_directory_is_replaced_not_written_through(work: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = gitstate.open_store(work).create_run()
+    (work / "d").mkdir()
+    (work / "d" / "x").write_text("inside\n")
+    c1 = run.checkpoint({}, files=True)
+    (work / "d" / "x").unlink()
+    (work / "d").rmdir()
+    os.symlink(outside, work / "d")
+    run.checkpoint({}, files=True)
+    run.restore(c1)
+    assert not (work / "d").is_symlink()
+    assert (work / "d" / "x").read_text() == "inside\n"
+    assert list(outside.iterdir()) == []
+
+
+def test_big_blob_is_streamed(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gitstate import restore, workspace
+
+    monkeypatch.setattr(restore, "BIG_BLOB", 1000)
+    monkeypatch.setattr(workspace, "BIG_BLOB", 1000)
+    data = os.urandom(300_000)
+    (work / "big.bin").write_bytes(data)
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    (work / "big.bin").write_bytes(b"small")
+    run.checkpoint({}, files=True)
+    run.restore(c1)
+    assert (work / "big.bin").read_bytes() == data
+    run.store.pack()  # now packed: streamed through git cat-file
+    (work / "big.bin").write_bytes(b"small")
+    run.checkpoint({}, files=True)
+    run.restore(c1)
+    assert (work / "big.bin").read_bytes() == data
+
+
+# -- untrusted snapshots ---------------------------------------------------------------------------
+
+def _blob(store: gitstate.Store, data: bytes) -> str:
+    with store._writing() as w:
+        return w.blob(data)
+
+
+def _tree(store: gitstate.Store, entries: list[tuple[str, str, int]]) -> str:
+    with store._writing() as w:
+        return w.tree(entries)
+
+
+def _checkpoint_with_files(run: gitstate.Run, files_tree: str) -> gitstate.Checkpoint:
+    with run.store._writing() as w:
+        state = run._state_entry({}, gitstate.run.StateWriter(w))
+    return run._commit_checkpoint(state, [(cpfmt.FILES, files_tree, MODE_TREE)], branch="evil", expect=None,
+                                  node=None, trigger=None, status=None, metadata=None)
+
+
+def _malicious_trees(store: gitstate.Store, outside: Path) -> dict[str, str]:
+    payload = _blob(store, b"pwned\n")
+    hooks = _tree(store, [("post-checkout", payload, MODE_EXEC)])
+    link_out = _blob(store, str(outside).encode())
+    commit_id = git(store.path, "rev-parse", "HEAD").strip()
+    sub = lambda name, mode=MODE_BLOB, oid=payload: _tree(  # noqa: E731
+        store, [("ok.txt", payload, MODE_BLOB), (name, oid, mode)])
+    return {
+        "dotdot": _tree(store, [("..", hooks, MODE_TREE)]),
+        "dotdot-nested": _tree(store, [("a", _tree(store, [("..", _tree(store, [("..", hooks, MODE_TREE)]),
+                                                            MODE_TREE)]), MODE_TREE)]),
+        "slash-name": sub("../../evil"),
+        "absolute": sub("/tmp/evil"),
+        "dot": _tree(store, [(".", hooks, MODE_TREE)]),
+        "dotgit": _tree(store, [(".git", hooks, MODE_TREE)]),
+        "dotgit-upper": _tree(store, [(".GIT", hooks, MODE_TREE)]),
+        "dotgit-nested": _tree(store, [("x", _tree(store, [(".Git", hooks, MODE_TREE)]), MODE_TREE)]),
+        "dotgit-hfs": _tree(store, [(".g\u200cit", hooks, MODE_TREE)]),
+        "dotgit-hfs-bom": _tree(store, [("\ufeff.git", hooks, MODE_TREE)]),
+        "dotgit-ntfs-dot": _tree(store, [(".git.", hooks, MODE_TREE)]),
+        "dotgit-ntfs-space": _tree(store, [(".git ", hooks, MODE_TREE)]),
+        "dotgit-ntfs-short": _tree(store, [("GIT~1", hooks, MODE_TREE)]),
+        "dotgit-ntfs-ads": _tree(store, [(".git::$INDEX_ALLOCATION", hooks, MODE_TREE)]),
+        "backslash": sub("..\\evil"),
+        "gitlink": sub("vendor", MODE_COMMIT, commit_id),
+        "link-then-write": _tree(store, [("d", link_out, MODE_LINK),
+                                         ("d", _tree(store, [("x", payload, MODE_BLOB)]), MODE_TREE)]),
+        "link-case-collision": _tree(store, [("D", link_out, MODE_LINK),
+                                             ("d", _tree(store, [("x", payload, MODE_BLOB)]), MODE_TREE)]),
+        "link-gitmodules": sub(".gitmodules", MODE_LINK, link_out),
+        "mode-mismatch": sub("f", MODE_TREE, payload),
+    }
+
+
+def test_malicious_trees_are_refused_and_nothing_is_written(work: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = gitstate.open_store(work)
+    run = store.create_run()
+    run.checkpoint({}, files=True)
+    trees = _malicious_trees(store, outside)
+    files = worktree_files(work)
+    hooks = sorted(os.listdir(work / ".git" / "hooks"))
+    for name, tree in trees.items():
+        cp = _checkpoint_with_files(run, tree)
+        for kwargs in ({}, {"force": True}, {"dry_run": True}):
+            with pytest.raises(gitstate.UnsafeTreeError):
+                run.restore(cp, **kwargs)  # type: ignore[arg-type]
+        assert worktree_files(work) == files, name
+        assert list(outside.iterdir()) == [], name
+        assert sorted(os.listdir(work / ".git" / "hooks")) == hooks, name
+        assert not (tmp_path / "evil").exists() and not Path("/tmp/evil").exists()
+    assert SAFETY_BRANCH not in run.branches()
+
+
+def test_benign_names_that_look_alike_are_fine(work: Path) -> None:
+    store = gitstate.open_store(work)
+    run = store.create_run()
+    payload = _blob(store, b"fine\n")
+    tree = _tree(store, [(name, payload, MODE_BLOB) for name in (".gitx", "git~2", ".github", "..foo", "a.git")])
+    cp = _checkpoint_with_files(run, tree)
+    result = run.restore(cp, force=True)
+    assert set(result.added) == {".gitx", "git~2", ".github", "..foo", "a.git"}
+    assert (work / "..foo").read_text() == "fine\n"

@@ -1,0 +1,206 @@
+"""Concurrency, crashes and bad input, with real processes and real repositories: every
+acknowledged checkpoint survives, nothing half-written is visible, errors are GitStateErrors and
+leave the store unchanged."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import gitstate
+from tests.conftest import git
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WRITER = r"""
+import sys, gitstate
+path, run_id, branch, worker, count = sys.argv[1:6]
+store = gitstate.open_store(path, stale_lock_age=0.5)
+run = store.open_run(run_id, workflow="w")
+for i in range(int(count)):
+    cp = run.checkpoint({"worker": int(worker), "i": i, "log": list(range(i % 40))}, branch=branch)
+    print(cp.id, flush=True)
+"""
+
+
+def _writer(repo: Path, run_id: str, branch: str, worker: int, count: int) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(repo), run_id, branch, str(worker), str(count)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _chain(run: gitstate.Run, branch: str = "main") -> list[gitstate.Checkpoint]:
+    hist = list(run.history(branch))
+    for newer, older in zip(hist, hist[1:], strict=False):
+        assert newer.parent_ids == (older.id,)
+        assert newer.step == older.step + 1
+    assert hist[-1].parent_ids == () and hist[-1].step == 0
+    return hist
+
+
+def test_four_processes_four_runs(repo: Path) -> None:
+    gitstate.open_store(repo)  # fail early if the repo is unusable
+    procs = [_writer(repo, f"run-{w}", "main", w, 100) for w in range(4)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outputs]
+    store = gitstate.open_store(repo)
+    for w, (out, _err) in enumerate(outputs):
+        hist = _chain(store.get_run(f"run-{w}"))
+        assert len(hist) == 100
+        assert {c.id for c in hist} == set(out.split())
+        assert sorted(c.state["i"] for c in hist) == list(range(100))
+    git(repo, "fsck", "--strict")
+
+
+def test_four_processes_one_branch(repo: Path) -> None:
+    gitstate.open_store(repo).create_run(run_id="shared", workflow="w")
+    procs = [_writer(repo, "shared", "main", w, 100) for w in range(4)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outputs]
+    hist = _chain(gitstate.open_store(repo).get_run("shared"))
+    assert len(hist) == 400
+    acknowledged = set().union(*(set(o[0].split()) for o in outputs))
+    assert {c.id for c in hist} == acknowledged
+    assert sorted((c.state["worker"], c.state["i"]) for c in hist) == [(w, i) for w in range(4) for i in range(100)]
+    git(repo, "fsck", "--strict")
+
+
+def test_sigkill_at_random_points(repo: Path) -> None:
+    gitstate.open_store(repo).create_run(run_id="crashy", workflow="w")
+    acknowledged: list[str] = []
+    rng = random.Random(1234)
+    for _ in range(12):
+        proc = _writer(repo, "crashy", "main", 0, 100000)
+        time.sleep(rng.uniform(0.3, 0.9))
+        proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate()
+        acknowledged += out.split()  # ids printed after their ref move: acknowledged writes
+    store = gitstate.open_store(repo, stale_lock_age=0.5)
+    run = store.get_run("crashy")
+    hist = _chain(run)
+    ids = {c.id for c in hist}
+    assert acknowledged and set(acknowledged) <= ids
+    for cp in hist:
+        assert isinstance(cp.state["log"], list)  # every visible checkpoint decodes fully
+    nxt = run.checkpoint({"after": "crash"})
+    assert nxt.parent_ids == (hist[0].id,)
+    git(repo, "fsck", "--strict")
+
+
+def test_stale_lock_is_recovered_fresh_lock_is_respected(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="locked")
+    run.checkpoint({"a": 1})
+    lock = Path(store.location.common_dir) / (run.ref("main") + ".lock")
+    lock.write_text("")
+    quick = gitstate.open_store(store.path, stale_lock_age=60, lock_timeout=0.3)
+    with pytest.raises(gitstate.LockTimeoutError):
+        quick.get_run("locked").checkpoint({"a": 2})
+    assert lock.exists()  # a fresh lock is never broken
+    old = time.time() - 120
+    os.utime(lock, (old, old))
+    cp = quick.get_run("locked").checkpoint({"a": 3})
+    assert not lock.exists() and cp.step == 1
+
+
+def _loose_path(repo: Path, oid: str) -> Path:
+    return repo / ".git" / "objects" / oid[:2] / oid[2:]
+
+
+def _corrupt(repo: Path, oid: str) -> None:
+    path = _loose_path(repo, oid)
+    assert path.exists(), "expected a loose object to corrupt"
+    os.chmod(path, 0o644)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # truncated: libgit2 alone would loop forever on it
+
+
+def test_corrupt_objects_are_reported_and_others_listed(store: gitstate.Store, repo: Path) -> None:
+    good = store.create_run(run_id="good")
+    good.checkpoint({"ok": True})
+    bad_state = store.create_run(run_id="bad-state")
+    cp = bad_state.checkpoint({"unique-key-xyz": "value only here 8f3e"})
+    state_blob = git(repo, "rev-parse", f"{cp.id}:state/unique-key-xyz.cbor").strip()
+    _corrupt(repo, state_blob)
+    bad_meta = store.create_run(run_id="bad-meta")
+    cp2 = bad_meta.checkpoint({"x": "meta victim"}, metadata={"unique": "c0ffee-meta"})
+    meta_blob = git(repo, "rev-parse", f"{cp2.id}:meta.cbor").strip()
+    _corrupt(repo, meta_blob)
+    fresh = gitstate.open_store(repo)
+    with pytest.raises(gitstate.CorruptObjectError):
+        _ = fresh.get_run("bad-state").load(cp.id).state
+    summaries = {s.id: s for s in fresh.list_runs()}
+    assert set(summaries) == {"good", "bad-state", "bad-meta"}
+    assert summaries["good"].status != "corrupt"
+    assert summaries["bad-meta"].status == "corrupt" and summaries["bad-meta"].error
+    latest = fresh.latest_run()
+    assert latest is not None and latest.id != "bad-meta"
+
+
+def test_foreign_objects_under_namespace(store: gitstate.Store, repo: Path) -> None:
+    store.create_run(run_id="fine").checkpoint({"a": 1})
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input="x", capture_output=True,
+                          text=True, check=True).stdout.strip()
+    user_commit = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "update-ref", "refs/agentos/main/runs/blobby/heads/main", blob)
+    git(repo, "update-ref", "refs/agentos/main/runs/blobby/run", blob)
+    git(repo, "update-ref", "refs/agentos/main/runs/usercommit/run", user_commit)
+    git(repo, "update-ref", "refs/agentos/main/runs/bad%ZZname/run", user_commit)
+    summaries = {s.id: s for s in store.list_runs()}
+    assert summaries["fine"].status != "corrupt"
+    assert summaries["blobby"].status == "corrupt"
+    assert summaries["usercommit"].status == "corrupt"
+    with pytest.raises(gitstate.CorruptObjectError):
+        store.get_run("usercommit")
+    with pytest.raises(gitstate.CheckpointNotFound):
+        store.get_run("fine").load(user_commit)
+
+
+def test_bad_references(store: gitstate.Store, repo: Path) -> None:
+    run = store.create_run(run_id="r")
+    run.checkpoint({"a": 1})
+    before = git(repo, "for-each-ref", "refs/agentos")
+    for bad in ["", "zz", "123", "g" * 40, "node:nothing", "0" * 41]:
+        with pytest.raises(gitstate.InvalidReferenceError):
+            run.load(bad)
+        with pytest.raises(gitstate.InvalidReferenceError):
+            run.rollback(bad)
+    with pytest.raises(gitstate.RunNotFound):
+        store.get_run("missing")
+    assert git(repo, "for-each-ref", "refs/agentos") == before
+
+
+@pytest.mark.skipif(not shutil.which("setpriv") and os.geteuid() == 0, reason="needs setpriv to drop root")
+def test_read_only_git_dir() -> None:
+    base = Path(tempfile.mkdtemp(prefix="gitstate-ro-"))
+    try:
+        repo = base / "repo"
+        git(base, "init", "-q", str(repo))
+        gitstate.open_store(repo).create_run(run_id="existing").checkpoint({"a": 1})
+        before = git(repo, "for-each-ref")
+        script = ("import gitstate,sys\n"
+                  "s=gitstate.open_store(sys.argv[1])\n"
+                  "try:\n  s.get_run('existing').checkpoint({'a': 2})\n"
+                  "except gitstate.StoreWriteError as e:\n  print('StoreWriteError', e); sys.exit(3)\n")
+        cmd = [sys.executable, "-c", script, str(repo)]
+        env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(base))
+        if os.geteuid() == 0:
+            os.chmod(base, 0o755)
+            subprocess.run(["chown", "-R", "nobody", str(repo)], check=True)
+            cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *cmd]
+        subprocess.run(["chmod", "-R", "a-w", str(repo / ".git")], check=True)
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        assert out.returncode == 3, out.stderr
+        assert "StoreWriteError" in out.stdout and "Traceback" not in out.stderr
+        assert git(repo, "-c", "safe.directory=*", "for-each-ref") == before
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)

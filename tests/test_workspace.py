@@ -1,0 +1,204 @@
+"""Workspace snapshots: what is captured, and that nothing of the user's changes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pygit2
+import pytest
+
+import gitstate
+from tests.conftest import git, user_snapshot
+
+
+def tree_listing(repo: Path, tree: str) -> dict[str, tuple[str, str]]:
+    out = {}
+    for line in git(repo, "ls-tree", "-r", "-z", tree).split("\0"):
+        if line:
+            meta, path = line.split("\t", 1)
+            mode, _kind, oid = meta.split()
+            out[path] = (mode, oid)
+    return out
+
+
+def loose_objects(repo: Path) -> set[str]:
+    objdir = repo / ".git" / "objects"
+    return {d.name + f.name for d in objdir.iterdir() if len(d.name) == 2 for f in d.iterdir()}
+
+
+@pytest.fixture
+def work(repo: Path) -> Path:
+    (repo / ".gitignore").write_text("*.log\nbuild/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore")
+    (repo / "debug.log").write_text("ignored\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "out.o").write_text("ignored\n")
+    (repo / "src").mkdir()
+    (repo / "src" / "main.py").write_text("print('hi')\n")
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
+    os.symlink("src/main.py", repo / "link")
+    (repo / "README").write_text("edited, not staged\n")
+    return repo
+
+
+def test_snapshot_captures_tracked_untracked_modes_and_links(work: Path) -> None:
+    store = gitstate.open_store(work)
+    before = user_snapshot(work)
+    snap = store.workspace.snapshot()
+    files = tree_listing(work, snap.tree)
+    assert set(files) == {".gitignore", "README", "src/main.py", "run.sh", "link"}
+    assert files["run.sh"][0] == "100755"
+    assert files["link"][0] == "120000"
+    assert files["src/main.py"][0] == "100644"
+    assert git(work, "cat-file", "blob", files["README"][1]) == "edited, not staged\n"
+    assert git(work, "cat-file", "blob", files["link"][1]) == "src/main.py"
+    assert user_snapshot(work) == before
+    assert not (work / ".git" / "index.lock").exists()
+    assert os.path.exists(store.workspace.index_path)
+
+
+def test_checkpoint_with_files_and_without(work: Path) -> None:
+    store = gitstate.open_store(work)
+    run = store.create_run()
+    before = user_snapshot(work)
+    with_files = run.checkpoint({"a": 1}, files=True)
+    without = run.checkpoint({"a": 2})
+    assert with_files.files_tree_id is not None
+    assert without.files_tree_id is None
+    assert store.checkpoint(with_files.id).files_tree_id == with_files.files_tree_id
+    assert user_snapshot(work) == before
+    assert git(work, "fsck", "--strict", "--no-dangling") == ""
+
+
+def test_files_list_limits_capture(work: Path) -> None:
+    run = gitstate.open_store(work).create_run()
+    cp = run.checkpoint({}, files=["src", "run.sh"])
+    assert cp.files_tree_id is not None
+    assert set(tree_listing(work, cp.files_tree_id)) == {"src/main.py", "run.sh"}
+
+
+def test_tracked_but_ignored_file_is_captured(work: Path) -> None:
+    (work / "keep.log").write_text("tracked although ignored\n")
+    git(work, "add", "-f", "keep.log")
+    snap = gitstate.open_store(work).workspace.snapshot()
+    files = tree_listing(work, snap.tree)
+    assert "keep.log" in files and "debug.log" not in files
+
+
+def test_deleted_and_newly_ignored_files_leave_the_snapshot(work: Path) -> None:
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    (work / "src" / "main.py").unlink()
+    (work / "notes.txt").write_text("x\n")
+    (work / ".gitignore").write_text("*.log\nbuild/\nnotes.txt\n")
+    files = tree_listing(work, store.workspace.snapshot().tree)
+    assert "src/main.py" not in files and "notes.txt" not in files
+
+
+def test_nested_repository_is_skipped_not_fatal(work: Path) -> None:
+    nested = work / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    git(nested, "init", "-q")
+    (nested / "x").write_text("x\n")
+    git(nested, "add", "x")
+    git(nested, "commit", "-q", "-m", "x")
+    (work / "vendor" / "other.txt").write_text("o\n")
+    snap = gitstate.open_store(work).workspace.snapshot()
+    assert snap.skipped == ("vendor/lib",)
+    files = tree_listing(work, snap.tree)
+    assert "vendor/other.txt" in files
+    assert not any(p.startswith("vendor/lib") for p in files)
+
+
+def test_unchanged_snapshot_writes_no_objects(work: Path) -> None:
+    store = gitstate.open_store(work)
+    first = store.workspace.snapshot()
+    objects = loose_objects(work)
+    second = store.workspace.snapshot()
+    assert second.tree == first.tree
+    assert loose_objects(work) == objects
+    (work / "src" / "main.py").write_text("changed\n")
+    third = store.workspace.snapshot()
+    new = loose_objects(work) - objects
+    assert third.tree in new and len(new) == 3  # the blob, src/ and the root tree
+
+
+def test_new_objects_are_journaled(work: Path) -> None:
+    store = gitstate.open_store(work)
+    snap = store.workspace.snapshot()
+    journal = (work / ".git" / "agentos" / "loose.journal").read_text().split()
+    assert snap.tree in journal
+    store.pack()
+    assert snap.tree not in loose_objects(work)
+    assert git(work, "fsck", "--strict", "--no-dangling") == ""
+
+
+def test_snapshot_from_another_process_picks_up_edits(work: Path) -> None:
+    store = gitstate.open_store(work)
+    first = store.workspace.snapshot()
+    # an edit made by some other program: nothing goes through gitstate
+    subprocess.run(["sh", "-c", "echo more >> src/main.py"], cwd=work, check=True)
+    second = store.workspace.snapshot()
+    assert second.tree != first.tree
+    blob = tree_listing(work, second.tree)["src/main.py"][1]
+    assert git(work, "cat-file", "blob", blob).endswith("more\n")
+
+
+def test_linked_worktree_has_its_own_private_index(work: Path, tmp_path: Path) -> None:
+    linked = tmp_path / "linked"
+    git(work, "worktree", "add", "-q", str(linked), "-b", "side")
+    (linked / "only-here").write_text("x\n")
+    main_before = user_snapshot(work)
+    store = gitstate.open_store(linked)
+    snap = store.workspace.snapshot()
+    assert "only-here" in tree_listing(work, snap.tree)
+    assert store.workspace.index_path.endswith("index-" + store.worktree)
+    assert store.worktree != "main"
+    assert user_snapshot(work) == main_before
+    assert git(linked, "status", "--porcelain") == "?? only-here\n"
+
+
+def test_paths_outside_the_worktree_are_refused(work: Path) -> None:
+    run = gitstate.open_store(work).create_run()
+    with pytest.raises(gitstate.UsageError):
+        run.checkpoint({}, files=["../elsewhere"])
+    with pytest.raises(gitstate.UsageError):
+        run.checkpoint({}, files=[".git/config"])
+
+
+def test_repository_without_commits_or_index(tmp_path: Path) -> None:
+    path = tmp_path / "fresh"
+    path.mkdir()
+    git(path, "init", "-q")
+    (path / "a").write_text("a\n")
+    run = gitstate.open_store(path).create_run()
+    cp = run.checkpoint({}, files=True)
+    assert cp.files_tree_id is not None and "a" in tree_listing(path, cp.files_tree_id)
+    assert not (path / ".git" / "index").exists()
+    assert isinstance(pygit2.Repository(str(path)).head_is_unborn, bool)
+
+
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_read_index_paths_matches_libgit2(work: Path, version: str) -> None:
+    from gitstate.workspace import read_index_paths
+
+    git(work, "add", "-A")
+    git(work, "update-index", "--index-version", version)
+    if version == "3":
+        git(work, "update-index", "--skip-worktree", "README")  # an extended-flags entry
+    expected = {e.path for e in pygit2.Index(str(work / ".git" / "index"))}
+    assert read_index_paths(str(work / ".git" / "index")) == expected
+
+
+def test_bench_script_runs_small(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_files.py"
+    out = subprocess.run([sys.executable, str(script), "--files", "40", "--total-mb", "0.2", "--rounds", "2",
+                          "--big-mib", "4"], capture_output=True, text=True, check=True, timeout=300).stdout
+    assert "ratio gitstate / git stash create" in out
+    assert "unchanged tree: 0" in out
+    assert out.count("peak RSS") == 2
