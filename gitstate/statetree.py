@@ -176,6 +176,10 @@ class StateReader:
             _BLOBS.put(key, data)
         return data
 
+    def raw_blob(self, oid: str | pygit2.Oid) -> bytes:
+        """The bytes of a blob (checked: present, undamaged, of type blob)."""
+        return self._read(oid, ObjectType.BLOB)
+
     def blob_value(self, oid: str | pygit2.Oid) -> Any:
         """Decode one leaf blob."""
         return encoding.loads(self._read(oid, ObjectType.BLOB), str(oid))
