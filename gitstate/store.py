@@ -21,9 +21,8 @@ from pygit2.enums import ObjectType
 
 from . import bundle as bundle_mod
 from . import checkpoint as cpfmt
-from . import encoding
+from . import encoding, housekeeping
 from . import hooks as hooks_mod
-from . import housekeeping
 from . import remote as remote_mod
 from .checkpoint import Checkpoint, check_format, parse_time, read_commit
 from .errors import (
