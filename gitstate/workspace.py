@@ -53,10 +53,12 @@ _ENV_KEYS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A captured worktree: the id of its tree and the nested repositories left out."""
+    """A captured worktree: the id of its tree, the nested repositories left out, and the
+    worktree-relative paths it was limited to (``None``: the whole worktree)."""
 
     tree: str
     skipped: tuple[str, ...] = ()
+    paths: tuple[str, ...] | None = None
 
 
 def normalize_path(path: str | os.PathLike[str], workdir: str) -> str:
@@ -158,7 +160,7 @@ class Workspace:
             self._journal(repo, tree, _head_tree(repo), big)
         if big or self._big_stats():
             self._save_big(index, big)
-        return Snapshot(tree, tuple(sorted(skipped)))
+        return Snapshot(tree, tuple(sorted(skipped)), None if prefixes is None else tuple(prefixes))
 
     def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int = 0) -> tuple[list[str], bool]:
         skipped: list[str] = []

@@ -1,0 +1,98 @@
+"""Regressions: partial workspace snapshots (``files=[paths]``) restore only their paths, CLI paths
+are relative to the current directory, a failed CLI checkpoint leaves the store unchanged, and
+session file arguments are type-checked."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from gitstate_cli.main import cli
+
+import gitstate
+from tests.conftest import git
+
+
+@pytest.fixture
+def three(repo: Path) -> Path:
+    """A repository with a.txt, b.txt and src/c.py committed."""
+    (repo / "a.txt").write_text("a1\n")
+    (repo / "b.txt").write_text("b1\n")
+    (repo / "src").mkdir()
+    (repo / "src" / "c.py").write_text("c = 1\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "three files")
+    return repo
+
+
+def _refs(repo: Path) -> str:
+    return git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/agentos/")
+
+
+# -- 1. partial snapshots ---------------------------------------------------------------------------
+
+def test_restore_of_a_partial_snapshot_keeps_other_files(three: Path) -> None:
+    run = gitstate.open_store(three).create_run("r")
+    cp = run.checkpoint({"x": 1}, files=["a.txt"])
+    (three / "a.txt").write_text("a2\n")
+    run.checkpoint({"x": 2}, files=["a.txt"])
+    result = run.restore(cp.id)
+    assert result.paths == ("a.txt",)
+    assert (three / "a.txt").read_text() == "a1\n"
+    assert (three / "b.txt").read_text() == "b1\n" and (three / "src" / "c.py").read_text() == "c = 1\n"
+    assert cp.files_paths == ("a.txt",) and run.load(cp.id).files_paths == ("a.txt",)
+    # the safety checkpoint holds at least the restored scope (here: the whole worktree)
+    assert result.safety is not None
+    safety = run.load(result.safety)
+    assert safety.files_paths is None
+    run.restore(safety, force=True)
+    assert (three / "a.txt").read_text() == "a2\n" and (three / "b.txt").exists()
+
+
+def test_partial_scope_with_explicit_paths_and_new_files_inside_it(three: Path) -> None:
+    run = gitstate.open_store(three).create_run("r")
+    cp = run.checkpoint({}, files=["src"])
+    assert cp.files_paths == ("src",)
+    (three / "src" / "new.py").write_text("new\n")  # created after the snapshot, inside its scope
+    (three / "other.txt").write_text("outside\n")  # outside its scope: never touched
+    run.checkpoint({}, files=True)
+    assert run.restore(cp, dry_run=True).removed == ("src/new.py",)
+    assert run.restore(cp, paths=[three], dry_run=True).removed == ("src/new.py",)  # whole worktree ∩ scope
+    assert run.restore(cp, paths=["src/c.py"], dry_run=True).paths == ()
+    with pytest.raises(gitstate.UsageError):
+        run.restore(cp, paths=["b.txt"])
+    run.restore(cp)
+    assert not (three / "src" / "new.py").exists()
+    assert (three / "other.txt").read_text() == "outside\n" and (three / "b.txt").exists()
+
+
+def test_rollback_restore_and_nodes_respect_the_scope(three: Path) -> None:
+    run = gitstate.open_store(three).create_run("r")
+    with run.node("edit", files=["a.txt"]) as scope:
+        (three / "a.txt").write_text("a2\n")
+    assert scope.entry is not None and scope.entry.files_paths == ("a.txt",)
+    assert scope.exit is not None and scope.exit.files_paths == ("a.txt",)
+    with run.node("carry"):  # carries the tip's snapshot and its scope forward
+        pass
+    assert run.head().files_paths == ("a.txt",)  # type: ignore[union-attr]
+    (three / "a.txt").write_text("a3\n")
+    run.checkpoint({}, files=True)
+    run.rollback(scope.entry.id, restore=True)
+    assert (three / "a.txt").read_text() == "a1\n"
+    assert (three / "b.txt").exists() and (three / "src" / "c.py").exists()
+
+
+def test_prune_keeps_the_scope(three: Path) -> None:
+    run = gitstate.open_store(three).create_run("r")
+    for i in range(3):
+        (three / "a.txt").write_text(f"a{i}\n")
+        run.checkpoint({"i": i}, files=["a.txt"])
+    result = run.prune(keep_latest=2)
+    head = run.head()
+    assert head is not None and head.id in result.renamed.values() and head.files_paths == ("a.txt",)
+    (three / "a.txt").write_text("a9\n")
+    run.checkpoint({}, files=True)
+    run.restore(head.parent_id or "")
+    assert (three / "a.txt").read_text() == "a1\n" and (three / "b.txt").exists()
