@@ -96,3 +96,32 @@ def test_prune_keeps_the_scope(three: Path) -> None:
     run.checkpoint({}, files=True)
     run.restore(head.parent_id or "")
     assert (three / "a.txt").read_text() == "a1\n" and (three / "b.txt").exists()
+
+
+# -- 4. session file arguments ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("content", [123, None, 1.5, ["a"], {"a": 1}, True])
+def test_session_file_content_must_be_bytes_or_str(store: gitstate.Store, content: object) -> None:
+    run = store.create_run("r")
+    before = _refs(Path(store.location.workdir or ""))
+    with pytest.raises(gitstate.UsageError):
+        run.files.write("p", content, author="x")  # type: ignore[arg-type]
+    assert _refs(Path(store.location.workdir or "")) == before and run.files.latest("p") is None
+
+
+def test_session_file_content_kinds_and_version_checks(store: gitstate.Store) -> None:
+    run = store.create_run("r")
+    run.files.write("p", bytearray(b"ab"), author="x")
+    run.files.write("p", memoryview(b"cd"), author="x")
+    run.files.write("p", "é", author="x")
+    assert [run.files.read("p", version=v) for v in (1, 2, 3)] == [b"ab", b"cd", "é".encode()]
+    for bad in ("1", 0, -1, True, 1.0):
+        with pytest.raises(gitstate.UsageError):
+            run.files.read("p", version=bad)  # type: ignore[arg-type]
+    for bad_expect in ("3", -1, True, 3.0):
+        with pytest.raises(gitstate.UsageError):
+            run.files.write("p", b"x", author="x", expect_version=bad_expect)  # type: ignore[arg-type]
+    with pytest.raises(gitstate.UsageError):
+        run.files.write("p", "\ud800", author="x")
+    assert run.files.latest("p").version == 3  # type: ignore[union-attr]
+    run.files.write("q", b"new", author="x", expect_version=0)
