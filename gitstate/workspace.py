@@ -125,19 +125,42 @@ class Workspace:
 
     # -- capture ----------------------------------------------------------------------------------
 
+    def resolve_paths(self, paths: Iterable[str | os.PathLike[str]] | None) -> list[str] | None:
+        """The worktree-relative prefixes a snapshot of ``paths`` is limited to (``None``: all).
+
+        Relative paths are taken relative to the worktree root (callers with a current directory,
+        like the CLI, make them absolute first). :class:`UsageError` for a path outside the worktree,
+        inside ``.git``, or that exists neither on disk nor in the user's index (a deleted tracked
+        file is fine: the snapshot then records its absence), so a typo never yields an empty
+        snapshot silently."""
+        if paths is None:
+            return None
+        given = [(p, normalize_path(p, self.workdir)) for p in paths]
+        prefixes = sorted({rel for _, rel in given})
+        if "" in prefixes:
+            return None
+        tracked: set[str] | None = None
+        for text, rel in given:
+            if os.path.lexists(os.path.join(self.workdir, rel)):
+                continue
+            if tracked is None:
+                tracked = self._user_paths()
+            if rel not in tracked and not any(t.startswith(rel + "/") for t in tracked):
+                raise UsageError(f"path {os.fspath(text)!r} does not exist in the worktree {self.workdir}")
+        return prefixes
+
     def snapshot(self, paths: Iterable[str | os.PathLike[str]] | None = None) -> Snapshot:
-        """Capture the worktree (or only ``paths``: files or directories) and return its tree.
+        """Capture the worktree (or only ``paths``: files or directories, see
+        :meth:`resolve_paths`) and return its tree.
 
         Nothing of the user's is written: not ``.git/index``, not HEAD, not a file of the worktree."""
+        prefixes = self.resolve_paths(paths)
         repo = self._repo()
         index = repo.index
         try:
             index.read(False)  # pick up a newer private index written by another process
         except pygit2.GitError:
             index.clear()  # unreadable (torn by a crash): rebuilt from the worktree
-        prefixes = None if paths is None else sorted({normalize_path(p, self.workdir) for p in paths})
-        if prefixes == [""]:
-            prefixes = None
         self._forget_changed_big(index)
         skipped, ignore_changed = self._add_all(index, prefixes or [])
         if self._add_tracked(repo, index) or ignore_changed:

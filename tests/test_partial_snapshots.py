@@ -4,7 +4,6 @@ session file arguments are type-checked."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -125,3 +124,99 @@ def test_session_file_content_kinds_and_version_checks(store: gitstate.Store) ->
         run.files.write("p", "\ud800", author="x")
     assert run.files.latest("p").version == 3  # type: ignore[union-attr]
     run.files.write("q", b"new", author="x", expect_version=0)
+
+
+# -- 2. CLI paths are relative to the current directory ------------------------------------------
+
+def _cli(*args: str, code: int = 0) -> str:
+    result = CliRunner().invoke(cli, list(args), prog_name="git agentos")
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr, result.exception)
+    return result.stdout if code == 0 else result.stderr
+
+
+def test_cli_checkpoint_and_restore_paths_from_a_subdirectory(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    (repo / "sub" / "x").mkdir(parents=True)
+    (repo / "sub" / "x" / "f").write_text("f1\n")
+    (repo / "top.txt").write_text("top\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "sub")
+    state = tmp_path / "s.json"
+    state.write_text("{}")
+    monkeypatch.chdir(repo / "sub")
+    _cli("checkpoint", "r", "--state", str(state), "--files", "x")
+    run = gitstate.open_store(repo).get_run("r")
+    cp = run.head()
+    assert cp is not None and cp.files_paths == ("sub/x",)
+    tree = run.store.repo[cp.files_tree_id or ""]
+    assert [e.name for e in tree] == ["sub"]  # type: ignore[attr-defined]
+    (repo / "sub" / "x" / "f").write_text("f2\n")
+    (repo / "x").mkdir()  # a same-named path at the root must not be what "x" means
+    _cli("checkpoint", "r", "--state", str(state), "--files", "x")
+    _cli("restore", "r~1", "x")
+    assert (repo / "sub" / "x" / "f").read_text() == "f1\n" and (repo / "top.txt").exists()
+    # a missing path is an error, never an empty snapshot
+    before = _refs(repo)
+    assert "does not exist" in _cli("checkpoint", "r", "--state", str(state), "--files", "nope", code=1)
+    assert _refs(repo) == before
+
+
+def test_library_snapshot_refuses_missing_paths(three: Path) -> None:
+    store = gitstate.open_store(three)
+    run = store.create_run("r")
+    with pytest.raises(gitstate.UsageError, match="does not exist"):
+        run.checkpoint({}, files=["missing.txt"])
+    with pytest.raises(gitstate.UsageError, match="outside"):
+        run.checkpoint({}, files=[str(three.parent)])
+    assert run.head() is None
+    (three / "b.txt").unlink()  # deleted but still tracked in the user's index: a valid path
+    cp = run.checkpoint({}, files=["b.txt", "src"])
+    assert cp.files_paths == ("b.txt", "src")
+
+
+# -- 3. a failed CLI checkpoint leaves the store unchanged -------------------------------------------
+
+@pytest.mark.parametrize("extra", [["--branch", ""], ["--files", "nope"], ["--node", "n", "--expect", "abcd"]])
+def test_failed_first_checkpoint_creates_no_run(repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                extra: list[str]) -> None:
+    state = tmp_path / "s.json"
+    state.write_text("{}")
+    monkeypatch.chdir(repo)
+    before = _refs(repo)
+    _cli("checkpoint", "newrun3", "--state", str(state), *extra, code=1)
+    assert _refs(repo) == before
+    assert "newrun3" not in _cli("runs")
+
+
+def test_failed_first_checkpoint_deletes_the_run_it_created(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    state = tmp_path / "s.json"
+    state.write_text("{}")
+    monkeypatch.chdir(repo)
+    before = _refs(repo)
+
+    def boom(*_args: object, **_kwargs: object) -> None:
+        raise gitstate.StoreWriteError("x", "disk full")
+
+    monkeypatch.setattr(gitstate.Run, "checkpoint", boom)
+    _cli("checkpoint", "newrun4", "--state", str(state), code=1)
+    assert _refs(repo) == before
+    monkeypatch.undo()
+    monkeypatch.chdir(repo)
+    _cli("checkpoint", "kept", "--state", str(state))
+    monkeypatch.setattr(gitstate.Run, "checkpoint", boom)
+    _cli("checkpoint", "kept", "--state", str(state), code=1)  # an existing run is never deleted
+    assert "refs/agentos/main/runs/kept/run " in _refs(repo)
+
+
+def test_unencodable_state_is_refused_before_the_run_exists(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    deep: object = 1
+    for _ in range(300):
+        deep = [deep]
+    state = tmp_path / "s.json"
+    state.write_text(__import__("json").dumps(deep))
+    monkeypatch.chdir(repo)
+    before = _refs(repo)
+    _cli("checkpoint", "newrun5", "--state", str(state), code=1)
+    assert _refs(repo) == before
