@@ -1,10 +1,11 @@
 """Workspace snapshots: the worktree captured as a git tree without touching anything of the user's.
 
 Capture goes through a *private* index, ``<common git dir>/agentos/index-<worktree key>``, never
-``.git/index``: a second ``pygit2.Repository`` is opened on the same git dir with
-``GIT_INDEX_FILE`` pointing at the private index (libgit2 reads that variable only when the
-repository is opened with ``FROM_ENV`` and its index is first touched, so both happen under one
-process-wide lock and the environment is restored at once). ``git_index_add_all`` then adds tracked
+``.git/index``: a second ``pygit2.Repository`` is opened on the same git dir with the private index
+attached by libgit2's ``git_repository_set_index`` (see :mod:`gitstate.privateindex`; where that
+call cannot be reached, the fallback sets ``GIT_DIR``/``GIT_WORK_TREE``/``GIT_INDEX_FILE`` in
+``os.environ`` for a moment under a lock, so another thread spawning git at that instant could see
+them). ``git_index_add_all`` then adds tracked
 and untracked files, honours ``.gitignore``/``info/exclude``/``core.excludesFile``, applies clean
 filters as ``git add`` does, streams file contents into the object store (a 1 GiB file is never held
 in memory), and keeps a stat cache: an unchanged file costs one ``lstat``, not a hash.
@@ -33,12 +34,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pygit2
-from pygit2.enums import RepositoryOpenFlag
 from pygit2.errors import check_error
 from pygit2.ffi import C, ffi
 from pygit2.utils import StrArray
 
-from . import housekeeping
+from . import housekeeping, privateindex
 from .errors import StoreWriteError, UsageError
 from .objects import MODE_COMMIT, MODE_TREE
 
@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 
 BIG_BLOB = 32 * 1024 * 1024  # bytes; larger blobs are not packed by gitstate
 _ADD_LITERAL = 2  # GIT_INDEX_ADD_DISABLE_PATHSPEC_MATCH
-_ENV_LOCK = threading.Lock()
-_ENV_KEYS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
 
 
 @dataclass(frozen=True)
@@ -104,22 +102,10 @@ class Workspace:
         if repo is not None:
             return repo
         loc = self.store.location
-        with _ENV_LOCK:
-            saved = {k: os.environ.get(k) for k in _ENV_KEYS}
-            try:
-                os.environ["GIT_DIR"] = loc.git_dir
-                os.environ["GIT_WORK_TREE"] = self.workdir
-                os.environ["GIT_INDEX_FILE"] = self.index_path
-                repo = pygit2.Repository(loc.git_dir, flags=RepositoryOpenFlag.FROM_ENV)
-                repo.index  # noqa: B018 -- libgit2 reads GIT_INDEX_FILE here, so load it now
-            except pygit2.GitError as exc:
-                raise StoreWriteError(self.index_path, f"cannot open the private index: {exc}") from exc
-            finally:
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
+        try:
+            repo = privateindex.open_with_index(loc.git_dir, self.workdir, self.index_path)
+        except (pygit2.GitError, OSError) as exc:
+            raise StoreWriteError(self.index_path, f"cannot open the private index: {exc}") from exc
         self._local.repo = repo
         return repo
 

@@ -4,6 +4,7 @@ session file arguments are type-checked."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,61 @@ def test_unencodable_state_is_refused_before_the_run_exists(repo: Path, monkeypa
     before = _refs(repo)
     _cli("checkpoint", "newrun5", "--state", str(state), code=1)
     assert _refs(repo) == before
+
+
+# -- 5. the private index is attached without touching os.environ ----------------------------------
+
+class _RecordingEnv(dict):  # type: ignore[type-arg]
+    """A stand-in for os.environ that remembers every key written (and, like os.environ, passes
+    changes on to the C environment libgit2 reads)."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.written: list[str] = []
+
+    def __setitem__(self, key: str, value: str) -> None:
+        self.written.append(key)
+        os.putenv(key, value)
+        super().__setitem__(key, value)
+
+    def pop(self, key: str, *default: object) -> object:
+        if key in self:
+            os.unsetenv(key)
+        return super().pop(key, *default)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_private_index_open_leaves_the_environment_alone(three: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         native: bool) -> None:
+    from gitstate import privateindex
+
+    if native:
+        assert privateindex.NATIVE  # Linux/macOS: git_repository_set_index is reachable
+    else:
+        monkeypatch.setattr(privateindex, "_NATIVE", None)
+    env = _RecordingEnv(os.environ)
+    monkeypatch.setattr(os, "environ", env)
+    before = (three / ".git" / "index").read_bytes()
+    store = gitstate.open_store(three)
+    (three / "new.txt").write_text("untracked\n")
+    snap = store.workspace.snapshot()
+    tree = store.repo[snap.tree]
+    assert {e.name for e in tree} == {"README", "a.txt", "b.txt", "src", "new.txt"}  # type: ignore[attr-defined]
+    assert (three / ".git" / "index").read_bytes() == before
+    assert os.path.exists(store.workspace.index_path)
+    if native:
+        assert env.written == []
+    else:
+        assert set(env.written) == {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"}
+        assert not {"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"} & set(env)
+
+
+def test_private_index_in_a_linked_worktree(three: Path, tmp_path: Path) -> None:
+    wt = tmp_path / "linked"
+    git(three, "worktree", "add", "-q", "-b", "other", str(wt))
+    (wt / "only-here.txt").write_text("x\n")
+    store = gitstate.open_store(wt)
+    names = {e.name for e in store.repo[store.workspace.snapshot().tree]}  # type: ignore[attr-defined]
+    assert "only-here.txt" in names and "a.txt" in names
+    assert store.workspace.index_path.endswith(f"index-{store.location.worktree}")
+    assert store.location.worktree != "main"
