@@ -194,7 +194,9 @@ class Run:
 
         ``files=True`` also captures the worktree (tracked and untracked files, ``.gitignore``
         honoured) as the checkpoint's ``files/`` tree; ``files=[paths]`` captures only those files
-        or directories. Without ``files`` the checkpoint carries no workspace snapshot (it does not
+        or directories (relative to the worktree root; each must exist on disk or in the user's
+        index, else :class:`UsageError`) and records them as :attr:`Checkpoint.files_paths`, so a
+        restore touches only them. Without ``files`` the checkpoint carries no workspace snapshot (it does not
         inherit its parent's), so it cannot be restored from."""
         check_name("branch name", branch)
         with self.store._writing() as w:
@@ -318,7 +320,9 @@ class Run:
                 dry_run: bool = False, force: bool = False) -> RestoreResult:
         """Make the worktree match a checkpoint's workspace snapshot (only ``paths`` if given).
 
-        Modified files are rewritten, deleted ones brought back, files created since removed;
+        Modified files are rewritten, deleted ones brought back, files created since removed —
+        within the snapshot's :attr:`Checkpoint.files_paths` when it is partial (``paths`` then
+        narrows that scope; a path wholly outside it is a :class:`UsageError`);
         ignored files, nested repositories, HEAD and the user's index are never touched. The
         snapshot is validated first (:class:`UnsafeTreeError`); files whose current content is in no
         checkpoint are not overwritten unless ``force`` (:class:`RestoreConflictError` lists them).
