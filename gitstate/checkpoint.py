@@ -7,6 +7,7 @@ holds ``meta.cbor`` and the state (``state/`` tree or ``state.cbor``), optionall
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,14 +49,22 @@ def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# The exact shape :func:`now_iso` writes; such text takes the fast path (``strptime`` costs ~30 µs,
+# a third of decoding a checkpoint's metadata in ``history``/``list_runs``).
+_STORED_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
 def parse_time(text: Any) -> datetime:
     """Parse a stored timestamp (falls back to the epoch on garbage, never raises)."""
     if isinstance(text, str):
         try:
+            if _STORED_TIME.fullmatch(text):
+                return datetime.fromisoformat(text)  # 3.11+: reads the trailing Z as UTC
             return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
         except ValueError:
             pass
-    return datetime.fromtimestamp(0, UTC)
+    return _EPOCH
 
 
 def normalize_status(status: str | None) -> str | None:

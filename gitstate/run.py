@@ -199,6 +199,8 @@ class Run:
         restore touches only them. Without ``files`` the checkpoint carries no workspace snapshot (it does not
         inherit its parent's), so it cannot be restored from."""
         check_name("branch name", branch)
+        for kind, value in (("node", node), ("trigger", trigger), ("status", status)):
+            _check_label(kind, value)
         with self.store._writing() as w:
             state_entry = self._state_entry(state, StateWriter(w))
             extra = self._extra_entries(w, tools, audit)
@@ -463,7 +465,10 @@ class Run:
                     (e.name or "", str(e.id), e.filemode) for e in root if e.name != cpfmt.META]
                 entries.append((cpfmt.META, w.blob(cpfmt.encode_meta(meta)), MODE_BLOB))
                 new_root = w.tree(entries)
-                parent = store._write_commit(w, new_root, [parent] if parent else [], commit.message,
+                message = commit.message
+                if meta.get("node_entry") and meta["node_entry"] != commit_meta_entry(commit.message):
+                    message = _replace_trailer(message, "Node-Entry", meta["node_entry"])
+                parent = store._write_commit(w, new_root, [parent] if parent else [], message,
                                              commit.commit_time, author=commit.author, committer=commit.committer)
                 renamed[cp.id] = parent
         assert parent is not None
@@ -524,6 +529,30 @@ class NodeScope:
             trigger=cpfmt.NODE_END, status=None, metadata=metadata,
             node_status="failed" if failed else "completed", node_entry=self.entry.id, files_paths=scope)
         return False
+
+
+def commit_meta_entry(message: str) -> str | None:
+    """The ``Node-Entry:`` trailer of a checkpoint message, if any."""
+    for line in reversed(message.splitlines()):
+        if line.startswith("Node-Entry: "):
+            return line[len("Node-Entry: "):].strip()
+    return None
+
+
+def _replace_trailer(message: str, key: str, value: str) -> str:
+    """The message with the value of trailer ``key`` replaced (other lines, e.g. integrations'
+    own trailers, kept as they are)."""
+    lines = message.split("\n")
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(f"{key}: "):
+            lines[i] = f"{key}: {value}"
+            break
+    return "\n".join(lines)
+
+
+def _check_label(kind: str, value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise UsageError(f"{kind} must be a string or None, not {type(value).__name__}")
 
 
 def _is_hex(text: str) -> bool:

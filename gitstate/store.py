@@ -191,12 +191,19 @@ class Store:
         return housekeeping.pack_loose(self.repo, self.location.common_dir)
 
     def _read_identity(self, repo: pygit2.Repository) -> tuple[str, str]:
+        """Who writes checkpoints: ``GIT_COMMITTER_NAME``/``EMAIL``, else the repository's
+        ``user.name``/``user.email``, else ``gitstate <gitstate@localhost>`` (as git would, but
+        never failing for lack of an identity)."""
+        name = os.environ.get("GIT_COMMITTER_NAME", "")
+        email = os.environ.get("GIT_COMMITTER_EMAIL", "")
         try:
             config = repo.config
-            name = str(config["user.name"]) if "user.name" in config else _FALLBACK_NAME
-            email = str(config["user.email"]) if "user.email" in config else _FALLBACK_EMAIL
+            if not name and "user.name" in config:
+                name = str(config["user.name"])
+            if not email and "user.email" in config:
+                email = str(config["user.email"])
         except (pygit2.GitError, KeyError, ValueError):
-            name, email = _FALLBACK_NAME, _FALLBACK_EMAIL
+            pass
         name = name.replace("<", "").replace(">", "").replace("\n", " ").strip() or _FALLBACK_NAME
         email = email.replace("<", "").replace(">", "").replace("\n", "").strip() or _FALLBACK_EMAIL
         return name, email
