@@ -153,12 +153,25 @@ def read_meta(repo: pygit2.Repository, commit: pygit2.Commit) -> dict[str, Any]:
     return meta
 
 
+def files_paths(meta: Mapping[str, Any], oid: str) -> tuple[str, ...] | None:
+    """The paths a partial workspace snapshot was limited to (``meta.cbor`` key ``files_paths``);
+    ``None`` for a full snapshot (or none). Malformed values count as corrupt, not as "everything":
+    treating a partial snapshot as full would make a restore delete the files it never saw."""
+    value = meta.get("files_paths")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise CorruptObjectError(oid, "files_paths is not a list of paths")
+    return tuple(value)
+
+
 @dataclass(frozen=True, eq=False)
 class Checkpoint:
     """One checkpoint: an immutable snapshot of a run's state at one step.
 
     ``state``, ``tools`` and ``audit`` are decoded from git on first access; every access returns a
-    fresh copy, so mutating it never changes what is stored."""
+    fresh copy, so mutating it never changes what is stored. ``files_paths`` is set when the
+    workspace snapshot (``files/``) holds only some paths of the worktree (``files=[paths]``)."""
 
     id: str
     run_id: str
@@ -176,6 +189,7 @@ class Checkpoint:
     tree_id: str
     base: int
     _repo: pygit2.Repository
+    files_paths: tuple[str, ...] | None = None
 
     @classmethod
     def from_commit(cls, repo: pygit2.Repository, commit: pygit2.Commit) -> Checkpoint:
@@ -201,6 +215,7 @@ class Checkpoint:
             tree_id=str(commit.tree_id),
             base=meta["base"] if isinstance(meta.get("base"), int) else 0,
             _repo=repo,
+            files_paths=files_paths(meta, str(commit.id)),
         )
 
     @property
