@@ -285,6 +285,7 @@ class Checkpoint:
             "id": self.id, "run": self.run_id, "branch": self.branch, "node": self.node, "step": self.step,
             "trigger": self.trigger, "status": self.status, "node_status": self.node_status,
             "node_entry": self.node_entry, "workflow": self.workflow, "metadata": self.metadata,
+            "files_paths": list(self.files_paths) if self.files_paths is not None else None,
             "created_at": self.created_at.isoformat(), "parent_ids": list(self.parent_ids),
         }
         if with_state:
