@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -23,7 +24,8 @@ def restore(store: gitstate.Store, ref: str, paths: tuple[str, ...], dry_run: bo
     """Restore workspace files from a checkpoint's snapshot.
 
     Only the working tree is written (never the index or HEAD). Without --force, files changed
-    since they were last snapshotted are refused.
+    since they were last snapshotted are refused. PATHs are relative to the current directory;
+    a snapshot taken of some paths only (checkpoint --files PATH) restores only those.
 
     \b
     Examples:
@@ -32,7 +34,8 @@ def restore(store: gitstate.Store, ref: str, paths: tuple[str, ...], dry_run: bo
     """
     cp = resolve(store, ref)
     run = store.get_run(cp.run_id)
-    result = run.restore(cp, paths=list(paths) or None, dry_run=dry_run, force=force)
+    # PATHs are relative to the current directory, as in git
+    result = run.restore(cp, paths=[os.path.abspath(p) for p in paths] or None, dry_run=dry_run, force=force)
     click.echo(("would restore" if dry_run else "restored") + f" the files of {cp.short_id}:")
     print_restore(result)
 

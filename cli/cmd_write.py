@@ -3,13 +3,16 @@ and checked before the first write, so a bad argument leaves the store unchanged
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 import click
 
 import gitstate
-from gitstate import refspec
+from gitstate import encoding, names, refspec
+from gitstate.names import run_info_ref, run_prefix
+from gitstate.refs import list_refs
 
 from . import output as out
 from .context import get_run, parse_meta, pass_store, read_state
@@ -33,7 +36,8 @@ def _describe(cp: gitstate.Checkpoint) -> str:
 @click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE",
               help="User metadata; VALUE is parsed as JSON when it can be. Repeatable.")
 @click.option("--files", "with_files", is_flag=True,
-              help="Snapshot the workspace files (all, or only the PATHs given after the run).")
+              help="Snapshot the workspace files (all, or only the PATHs given after the run, "
+                   "relative to the current directory).")
 @branch_option
 @click.option("--expect", default=None, metavar="ID",
               help="Write only if the branch tip is this checkpoint (compare-and-swap); else fail.")
@@ -43,6 +47,10 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
                state_file: str | None, node: str | None, trigger: str | None, status: str | None,
                meta: tuple[str, ...], with_files: bool, branch: str, expect: str | None, as_json: bool) -> None:
     """Write a checkpoint (creates the run if it is new).
+
+    Everything is checked before the first write: if the command fails, the store is unchanged
+    (a run it created is removed again). PATHs are relative to the current directory and must
+    exist (on disk or in git's index).
 
     \b
     Examples:
@@ -55,24 +63,60 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
     if paths and not with_files:
         raise click.UsageError("PATHs are only accepted with --files")
     metadata = parse_meta(meta)
+    names.check_name("run id", run_id)
+    names.check_name("branch name", branch)
     if state_file is not None:
         state: Any = read_state(state_file)
+        encoding.check_value(state)
+    encoding.check_value(metadata)
+    kwargs: dict[str, Any] = {}
+    if with_files:
+        # PATHs are relative to the current directory, as in git; checked before anything is written
+        files = [os.path.abspath(p) for p in paths]
+        store.workspace.resolve_paths(files)
+        kwargs["files"] = files or True
+    created = False
     if expect is not None:
         run = get_run(store, run_id)  # a compare-and-swap on a run that does not exist cannot hold
     else:
-        run = store.open_run(run_id, workflow=workflow)
-    if state_file is None:
-        head = run.head(branch)
-        state = head.state if head is not None else {}
-    kwargs: dict[str, Any] = {}
-    if with_files:
-        kwargs["files"] = list(paths) if paths else True
-    cp = run.checkpoint(state, node=node, trigger=trigger, status=status, metadata=metadata or None,
-                        branch=branch, expect=expect, **kwargs)
+        run, created = _open_or_create(store, run_id, workflow)
+    try:
+        if state_file is None:
+            head = run.head(branch)
+            state = head.state if head is not None else {}
+        cp = run.checkpoint(state, node=node, trigger=trigger, status=status, metadata=metadata or None,
+                            branch=branch, expect=expect, **kwargs)
+    except BaseException:
+        if created:
+            _discard_new_run(store, run)
+        raise
     if as_json:
         out.emit_json(cp.to_dict())
     else:
         click.echo(f"checkpoint {_describe(cp)}")
+
+
+def _open_or_create(store: gitstate.Store, run_id: str, workflow: str | None) -> tuple[gitstate.Run, bool]:
+    """The run of that id, and whether this call created it."""
+    try:
+        return store.get_run(run_id), False
+    except gitstate.RunNotFound:
+        pass
+    try:
+        return store.create_run(workflow=workflow, run_id=run_id), True
+    except gitstate.RunExistsError:
+        return store.get_run(run_id), False
+
+
+def _discard_new_run(store: gitstate.Store, run: gitstate.Run) -> None:
+    """Delete a run this command created when its first checkpoint failed, so a failed command
+    leaves the store as it found it; left alone if anything else was written to it meanwhile."""
+    refs = list_refs(store.repo, run_prefix(run.worktree, run.id))
+    if [name for name, _ in refs] == [run_info_ref(run.worktree, run.id)]:
+        try:
+            store.delete_run(run.id)  # compare-and-swap on each ref
+        except gitstate.GitStateError:
+            pass  # someone else changed it: theirs now
 
 
 @click.command()

@@ -2,7 +2,11 @@
 gitstate runs.
 
 A *session* is one branch of one run: the session id of a run's first line is the run id; a branch
-created by :meth:`GitStateAdapter.create_branch` has the session id ``<run id>#<branch>``. A
+created by :meth:`GitStateAdapter.create_branch` has the session id ``<run id>#<branch>``. Run ids
+may contain any character, ``#`` included, so a session id is read like a CLI reference
+(gitstate.refspec): an exact existing run id wins; otherwise it is split at the ``#`` whose prefix
+is the longest existing run id. ``create_branch`` never picks a branch whose session id is also a
+run id, so the ids it returns always read back to the same session. A
 *snapshot* is a checkpoint (its id is the commit id). What the seed kept in side tables is in git:
 node boundaries (``wtb_node_boundaries``) are the entry/exit checkpoints :meth:`Run.node` writes,
 and the workspace snapshot of a checkpoint (``wtb_checkpoint_files``) is its ``files/`` tree."""
@@ -16,7 +20,7 @@ from typing import Any
 
 from . import checkpoint as cpfmt
 from .checkpoint import Checkpoint
-from .errors import CorruptObjectError, UsageError
+from .errors import CorruptObjectError, InvalidNameError, RunNotFound, UsageError
 from .objects import MODE_TREE, TreeEntry
 from .run import NodeBoundary, NodeScope, Run
 from .statetree import StateWriter
@@ -57,11 +61,31 @@ def _session(run_id: str, branch: str) -> str:
     return run_id if branch == "main" else f"{run_id}{SESSION_SEP}{branch}"
 
 
-def _parse_session(session_id: str) -> tuple[str, str]:
+def _run_exists(store: Store, run_id: str) -> bool:
+    if not run_id:
+        return False
+    try:
+        store.get_run(run_id)
+    except (RunNotFound, InvalidNameError):
+        return False
+    except CorruptObjectError:  # it exists; reading it reports the damage
+        return True
+    return True
+
+
+def _parse_session(store: Store, session_id: str) -> tuple[str, str]:
+    """``(run id, branch)`` of a session id: an exact run id is its ``main`` session; otherwise the
+    split at the ``#`` leaving the longest existing run id; otherwise the whole id (→ RunNotFound)."""
     if not isinstance(session_id, str) or not session_id:
         raise UsageError("session id must be a non-empty string")
-    run_id, sep, branch = session_id.rpartition(SESSION_SEP)
-    return (run_id, branch) if sep and run_id else (session_id, "main")
+    if _run_exists(store, session_id):
+        return session_id, "main"
+    cuts = [i for i, ch in enumerate(session_id) if ch == SESSION_SEP]
+    for i in reversed(cuts):  # rightmost '#' first = longest run id
+        run_id, branch = session_id[:i], session_id[i + 1:]
+        if branch and _run_exists(store, run_id):
+            return run_id, branch
+    return session_id, "main"
 
 
 class GitStateAdapter:
@@ -94,7 +118,7 @@ class GitStateAdapter:
         return self._run
 
     def _use(self, session_id: str) -> tuple[Run, str]:
-        run_id, branch = _parse_session(session_id)
+        run_id, branch = _parse_session(self.store, session_id)
         return self.store.get_run(run_id), branch
 
     def initialize_session(self, execution_id: str, initial_state: ExecutionState) -> str:
@@ -149,7 +173,7 @@ class GitStateAdapter:
         run = self.store.get_run(cp.run_id)
         taken = set(run.branches())
         n = 1
-        while f"branch-{n}" in taken:
+        while f"branch-{n}" in taken or _run_exists(self.store, _session(run.id, f"branch-{n}")):
             n += 1
         run.fork(cp.id, f"branch-{n}")
         self._run, self._branch = run, f"branch-{n}"

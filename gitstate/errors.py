@@ -138,6 +138,16 @@ class CorruptObjectError(GitStateError):
         super().__init__(f"corrupt object {oid}: {reason}")
 
 
+class UnsafeValueError(CorruptObjectError):
+    """A stored value asks to construct a Python type the decoder is not allowed to build (decoding
+    it could import and run arbitrary code), or is a pickle. ``type_name`` is ``module.name``."""
+
+    def __init__(self, oid: str, type_name: str) -> None:
+        self.type_name = type_name
+        super().__init__(oid or "<value>", f"refusing to decode type {type_name} (not in the allowed "
+                                           "types; see gitstate.langgraph.StrictSerializer)")
+
+
 class UnsupportedFormatError(CorruptObjectError):
     """A payload carries a format version this gitstate does not know."""
 

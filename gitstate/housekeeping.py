@@ -13,6 +13,7 @@ takes ``agentos/housekeeping.lock``, writes those objects into one pack with lib
 
 from __future__ import annotations
 
+import glob
 import os
 import struct
 import time
@@ -132,9 +133,16 @@ def pack_loose(repo: pygit2.Repository, common_dir: str) -> int:
         try:
             os.rename(journal, taken)
         except FileNotFoundError:
+            pass
+        # With the lock held no other packer runs, so every other ".packing" file was left by a
+        # packer that was killed: its objects are packed now.
+        batches = sorted(glob.glob(glob.escape(journal) + ".*.packing"))
+        if not batches:
             return 0
-        with open(taken, encoding="ascii", errors="replace") as fh:
-            wanted = {line.strip() for line in fh if len(line.strip()) == 40}
+        wanted: set[str] = set()
+        for batch in batches:
+            with open(batch, encoding="ascii", errors="replace") as fh:
+                wanted.update(line.strip() for line in fh if len(line.strip()) == 40)
         loose = sorted(o for o in wanted if os.path.exists(_loose_path(common_dir, o)))
         pack_dir = os.path.join(common_dir, "objects", "pack")
         os.makedirs(pack_dir, exist_ok=True)
@@ -148,7 +156,8 @@ def pack_loose(repo: pygit2.Repository, common_dir: str) -> int:
                     os.unlink(_loose_path(common_dir, oid))
                 except OSError:
                     pass
-        os.unlink(taken)
+        for batch in batches:
+            os.unlink(batch)
         if len(packs) >= MERGE_THRESHOLD:
             _merge_packs(repo, common_dir, packs)
         if refs.count_loose_refs(common_dir) >= REF_PACK_THRESHOLD:

@@ -17,12 +17,16 @@ MAX_COMPONENT = 200  # bytes; file systems cap one name at 255 and git adds ".lo
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+=,@-")
 _ESCAPED = re.compile(r"%([0-9A-F]{2})")
+# Names made only of safe characters encode to themselves (the common case: ids, keys, "main").
+_PLAIN = re.compile(r"[A-Za-z0-9_+=,@-]+")
 
 
 def encode_component(name: str) -> str:
     """Encode any string as one ref component / tree entry name (``""`` becomes ``%``)."""
     if name == "":
         return "%"
+    if _PLAIN.fullmatch(name):
+        return name
     out = []
     for byte in name.encode("utf-8", "surrogatepass"):
         out.append(chr(byte) if byte in _SAFE else f"%{byte:02X}")
@@ -33,6 +37,8 @@ def decode_component(text: str) -> str:
     """Invert :func:`encode_component`; raises ``ValueError`` on text it could not have produced."""
     if text == "%":
         return ""
+    if _PLAIN.fullmatch(text):
+        return text
     raw = bytearray()
     i = 0
     while i < len(text):

@@ -24,11 +24,12 @@ PATTERNS = ("/meta.cbor", "/run.cbor", "/state.cbor", "/tools.cbor", "/audit.cbo
 
 
 def textconv_command() -> str:
-    """The command git runs (it appends the file name): ``git-agentos textconv`` when that is on
-    PATH, else this interpreter running the CLI module."""
+    """The command git runs (it appends the file name): the absolute path of ``git-agentos``
+    when it is on PATH, else this interpreter running the CLI module. Absolute, so ``git show``
+    keeps working from shells, IDEs and CI jobs whose PATH lacks the virtual environment."""
     exe = shutil.which("git-agentos")
     if exe:
-        return "git-agentos textconv"
+        return f"{shlex.quote(os.path.abspath(exe))} textconv"
     return f"{shlex.quote(sys.executable)} -m gitstate_cli textconv"
 
 

@@ -250,6 +250,7 @@ def pack_refs(common_dir: str, prefix: str = "refs/agentos/") -> int:
                 os.unlink(path)
             except OSError:
                 pass
+        _remove_empty_dirs(root, {os.path.dirname(p) for p, _v in held})
         return len(held)
     finally:
         if fd >= 0:
@@ -263,6 +264,18 @@ def pack_refs(common_dir: str, prefix: str = "refs/agentos/") -> int:
             os.unlink(lock_path)
         except FileNotFoundError:
             pass
+
+
+def _remove_empty_dirs(root: str, dirs: set[str]) -> None:
+    """Remove now-empty ref directories below ``root`` (as git's pack-refs does), deepest first.
+    A writer that recreates one concurrently just retries its lock."""
+    for path in sorted(dirs, key=len, reverse=True):
+        while path.startswith(root + os.sep):
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
+            path = os.path.dirname(path)
 
 
 def count_loose_refs(common_dir: str, prefix: str = "refs/agentos/") -> int:

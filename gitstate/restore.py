@@ -32,7 +32,7 @@ import pygit2
 from pygit2.enums import FilterMode
 
 from .checkpoint import FILES
-from .errors import CorruptObjectError, NoSnapshotError, RestoreConflictError, UnsafeTreeError
+from .errors import CorruptObjectError, NoSnapshotError, RestoreConflictError, UnsafeTreeError, UsageError
 from .objects import MODE_EXEC, MODE_LINK, MODE_TREE
 from .pathsafety import _hfs_fold, check_name
 from .workspace import BIG_BLOB, matches, normalize_path
@@ -363,6 +363,33 @@ def _head_tree(repo: pygit2.Repository) -> str | None:
         return None
 
 
+def restore_scope(cp: Checkpoint, wanted: Sequence[str] | None) -> list[str] | None:
+    """The worktree paths a restore of ``cp`` may touch (``None``: all of them).
+
+    A partial snapshot (``files=[paths]``, recorded as :attr:`Checkpoint.files_paths`) says nothing
+    about files outside its paths, so the restore is limited to them; ``wanted`` (normalised
+    user paths, ``""`` for the whole worktree) narrows that further. A wanted path that lies wholly
+    outside the snapshot's paths is refused (:class:`UsageError`) rather than silently skipped."""
+    scope = cp.files_paths
+    if scope is not None and "" in scope:
+        scope = None
+    if wanted is None or "" in wanted:
+        return None if scope is None else sorted(set(scope))
+    if scope is None:
+        return sorted(set(wanted))
+    out: set[str] = set()
+    for path in wanted:
+        inside = [s for s in scope if matches(s, [path])]  # captured paths under the wanted one
+        if matches(path, scope):
+            out.add(path)
+        elif inside:
+            out.update(inside)
+        else:
+            raise UsageError(f"checkpoint {cp.short_id} captured only {', '.join(sorted(scope))}; "
+                             f"{path!r} is not in its snapshot")
+    return sorted(out)
+
+
 def restore_checkpoint(run: Run, cp: Checkpoint, paths: Iterable[str | os.PathLike[str]] | None,
                        dry_run: bool, force: bool) -> RestoreResult:
     """Run.restore: validate, plan, refuse or take a safety checkpoint, apply."""
@@ -374,10 +401,8 @@ def restore_checkpoint(run: Run, cp: Checkpoint, paths: Iterable[str | os.PathLi
     validate_tree(repo, target)
     workspace = store.workspace
     workdir = workspace.workdir
-    prefixes = None if paths is None else sorted({normalize_path(p, workdir) for p in paths})
-    if prefixes is not None and "" in prefixes:
-        prefixes = None
-    snap = workspace.snapshot()
+    prefixes = restore_scope(cp, None if paths is None else [normalize_path(p, workdir) for p in paths])
+    snap = workspace.snapshot()  # the whole worktree: the safety checkpoint covers any scope
     plan = make_plan(repo, snap.tree, target, prefixes)
     nested = [p for p in (*plan.writes, *plan.deletes) if any(matches(p, [s]) for s in snap.skipped)]
     blocked = sorted(set(find_obstacles(workdir, plan)) | set(nested))

@@ -152,16 +152,22 @@ class Run:
             return (cpfmt.STATE_TREE, writer.mapping(dict(state)), MODE_TREE)
         return (cpfmt.STATE_LEAF, writer.leaf(state, ""), MODE_BLOB)
 
-    def _head_entries(self, branch: str) -> tuple[TreeEntry, list[TreeEntry]] | None:
-        """The tip's state entry and its workspace snapshot entry (if any), to carry forward."""
+    def _head_entries(self, branch: str) -> tuple[TreeEntry, list[TreeEntry], tuple[str, ...] | None] | None:
+        """The tip's state entry, its workspace snapshot entry (if any) and the paths that snapshot
+        is limited to (``None``: whole worktree), to carry forward."""
         tip = self._tip(branch)
         if tip is None:
             return None
-        root = read_commit(self.store.repo, tip).tree
-        files = [(cpfmt.FILES, str(root[cpfmt.FILES].id), MODE_TREE)] if cpfmt.FILES in root else []
+        commit = read_commit(self.store.repo, tip)
+        root = commit.tree
+        files: list[TreeEntry] = []
+        scope: tuple[str, ...] | None = None
+        if cpfmt.FILES in root:
+            files = [(cpfmt.FILES, str(root[cpfmt.FILES].id), MODE_TREE)]
+            scope = cpfmt.files_paths(read_meta(self.store.repo, commit), tip)
         for name, mode in ((cpfmt.STATE_TREE, MODE_TREE), (cpfmt.STATE_LEAF, MODE_BLOB)):
             if name in root:
-                return (name, str(root[name].id), mode), files
+                return (name, str(root[name].id), mode), files, scope
         raise CorruptObjectError(tip, "checkpoint has no state")
 
     def checkpoint(
@@ -188,18 +194,24 @@ class Run:
 
         ``files=True`` also captures the worktree (tracked and untracked files, ``.gitignore``
         honoured) as the checkpoint's ``files/`` tree; ``files=[paths]`` captures only those files
-        or directories. Without ``files`` the checkpoint carries no workspace snapshot (it does not
+        or directories (relative to the worktree root; each must exist on disk or in the user's
+        index, else :class:`UsageError`) and records them as :attr:`Checkpoint.files_paths`, so a
+        restore touches only them. Without ``files`` the checkpoint carries no workspace snapshot (it does not
         inherit its parent's), so it cannot be restored from."""
         check_name("branch name", branch)
+        for kind, value in (("node", node), ("trigger", trigger), ("status", status)):
+            _check_label(kind, value)
         with self.store._writing() as w:
             state_entry = self._state_entry(state, StateWriter(w))
             extra = self._extra_entries(w, tools, audit)
+        scope: tuple[str, ...] | None = None
         if files:
             snap = self.store.workspace.snapshot(None if files is True else list(files))
             extra.append((cpfmt.FILES, snap.tree, MODE_TREE))
+            scope = snap.paths
         return self._commit_checkpoint(
             state_entry, extra, branch=branch, expect=expect, node=node, trigger=trigger,
-            status=cpfmt.normalize_status(status), metadata=metadata)
+            status=cpfmt.normalize_status(status), metadata=metadata, files_paths=scope)
 
     def _extra_entries(self, w: Any, tools: Sequence[Any] | None, audit: Sequence[Any] | None) -> list[TreeEntry]:
         extra: list[TreeEntry] = []
@@ -223,8 +235,12 @@ class Run:
         metadata: Mapping[str, Any] | None,
         node_status: str | None = None,
         node_entry: str | None = None,
+        files_paths: Sequence[str] | None = None,
     ) -> Checkpoint:
+        """The single write path: objects first, then one compare-and-swap of the branch ref.
+        ``files_paths`` records the paths a partial ``files/`` snapshot is limited to."""
         store = self.store
+        scope = None if files_paths is None else sorted(set(files_paths))
         if expect is not None:
             expect = self.load(expect).id
         ref = self.ref(branch)
@@ -243,6 +259,7 @@ class Run:
                 "branch": branch, "workflow": self.workflow, "worktree": self.worktree, "node": node,
                 "step": step, "base": base or None, "trigger": trigger, "status": status,
                 "node_status": node_status, "node_entry": node_entry, "metadata": meta_user or None,
+                "files_paths": scope,
                 "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             }
             with store._writing() as w:
@@ -264,6 +281,7 @@ class Run:
                 metadata=meta_user, created_at=datetime.fromtimestamp(now, UTC),
                 parent_ids=(tip,) if tip else (), workflow=self.workflow, node_status=node_status,
                 node_entry=node_entry, tree_id=root, base=base, _repo=store.repo,
+                files_paths=None if scope is None else tuple(scope),
             )
 
     # -- moving branches ----------------------------------------------------------------------
@@ -304,7 +322,9 @@ class Run:
                 dry_run: bool = False, force: bool = False) -> RestoreResult:
         """Make the worktree match a checkpoint's workspace snapshot (only ``paths`` if given).
 
-        Modified files are rewritten, deleted ones brought back, files created since removed;
+        Modified files are rewritten, deleted ones brought back, files created since removed —
+        within the snapshot's :attr:`Checkpoint.files_paths` when it is partial (``paths`` then
+        narrows that scope; a path wholly outside it is a :class:`UsageError`);
         ignored files, nested repositories, HEAD and the user's index are never touched. The
         snapshot is validated first (:class:`UnsafeTreeError`); files whose current content is in no
         checkpoint are not overwritten unless ``force`` (:class:`RestoreConflictError` lists them).
@@ -318,7 +338,8 @@ class Run:
             raise CheckpointNotFound(cp.id, self.id)
         return restore_checkpoint(self, cp, paths, dry_run, force)
 
-    def _safety_checkpoint(self, files_tree: str, target: Checkpoint) -> Checkpoint:
+    def _safety_checkpoint(self, files_tree: str, target: Checkpoint,
+                           files_paths: Sequence[str] | None = None) -> Checkpoint:
         from .restore import SAFETY_BRANCH, SAFETY_TRIGGER
 
         head = self._head_entries(target.branch)
@@ -330,7 +351,7 @@ class Run:
         return self._commit_checkpoint(
             state_entry, [(cpfmt.FILES, files_tree, MODE_TREE)], branch=SAFETY_BRANCH, expect=None,
             node=None, trigger=SAFETY_TRIGGER, status=None,
-            metadata={"restore_of": target.id, "branch": target.branch})
+            metadata={"restore_of": target.id, "branch": target.branch}, files_paths=files_paths)
 
     def diff(self, a: str | Checkpoint, b: str | Checkpoint | None = None, branch: str = "main") -> Diff:
         """Changed state keys and files from checkpoint ``a`` to ``b`` (default: the tip of
@@ -444,7 +465,10 @@ class Run:
                     (e.name or "", str(e.id), e.filemode) for e in root if e.name != cpfmt.META]
                 entries.append((cpfmt.META, w.blob(cpfmt.encode_meta(meta)), MODE_BLOB))
                 new_root = w.tree(entries)
-                parent = store._write_commit(w, new_root, [parent] if parent else [], commit.message,
+                message = commit.message
+                if meta.get("node_entry") and meta["node_entry"] != commit_meta_entry(commit.message):
+                    message = _replace_trailer(message, "Node-Entry", meta["node_entry"])
+                parent = store._write_commit(w, new_root, [parent] if parent else [], message,
                                              commit.commit_time, author=commit.author, committer=commit.committer)
                 renamed[cp.id] = parent
         assert parent is not None
@@ -466,23 +490,24 @@ class NodeScope:
         self.entry: Checkpoint | None = None
         self.exit: Checkpoint | None = None
 
-    def _current(self, state: Any = None) -> tuple[TreeEntry, list[TreeEntry]]:
-        """State and files entries for a boundary checkpoint: the tip's, unless given/captured."""
+    def _current(self, state: Any = None) -> tuple[TreeEntry, list[TreeEntry], tuple[str, ...] | None]:
+        """State and files entries for a boundary checkpoint (the tip's, unless given/captured),
+        and the paths the files snapshot is limited to."""
         head = self.run._head_entries(self.branch)
-        state_entry, files = head if head is not None else (None, [])
+        state_entry, files, scope = head if head is not None else (None, [], None)
         if state is not None or state_entry is None:
             with self.run.store._writing() as w:
                 state_entry = self.run._state_entry({} if state is None else state, StateWriter(w))
         if self._files:
             snap = self.run.store.workspace.snapshot(None if self._files is True else list(self._files))
-            files = [(cpfmt.FILES, snap.tree, MODE_TREE)]
-        return state_entry, files
+            files, scope = [(cpfmt.FILES, snap.tree, MODE_TREE)], snap.paths
+        return state_entry, files, scope
 
     def __enter__(self) -> NodeScope:
-        state_entry, files = self._current(self._state)
+        state_entry, files, scope = self._current(self._state)
         self.entry = self.run._commit_checkpoint(
             state_entry, files, branch=self.branch, expect=None, node=self.name, trigger=cpfmt.NODE_START,
-            status=None, metadata=self._metadata, node_status="running")
+            status=None, metadata=self._metadata, node_status="running", files_paths=scope)
         return self
 
     def checkpoint(self, state: Any, **kwargs: Any) -> Checkpoint:
@@ -498,12 +523,36 @@ class NodeScope:
         metadata = dict(self._metadata)
         if failed:
             metadata["error"] = f"{exc_type.__name__ if exc_type else 'Error'}: {exc}"
-        state_entry, files = self._current()
+        state_entry, files, scope = self._current()
         self.exit = self.run._commit_checkpoint(
             state_entry, files, branch=self.branch, expect=None, node=self.name,
             trigger=cpfmt.NODE_END, status=None, metadata=metadata,
-            node_status="failed" if failed else "completed", node_entry=self.entry.id)
+            node_status="failed" if failed else "completed", node_entry=self.entry.id, files_paths=scope)
         return False
+
+
+def commit_meta_entry(message: str) -> str | None:
+    """The ``Node-Entry:`` trailer of a checkpoint message, if any."""
+    for line in reversed(message.splitlines()):
+        if line.startswith("Node-Entry: "):
+            return line[len("Node-Entry: "):].strip()
+    return None
+
+
+def _replace_trailer(message: str, key: str, value: str) -> str:
+    """The message with the value of trailer ``key`` replaced (other lines, e.g. integrations'
+    own trailers, kept as they are)."""
+    lines = message.split("\n")
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(f"{key}: "):
+            lines[i] = f"{key}: {value}"
+            break
+    return "\n".join(lines)
+
+
+def _check_label(kind: str, value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise UsageError(f"{kind} must be a string or None, not {type(value).__name__}")
 
 
 def _is_hex(text: str) -> bool:

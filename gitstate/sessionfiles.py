@@ -174,6 +174,25 @@ def _hashed_key(sha: str, suffix: str, path: str) -> str:
     return path + suffix
 
 
+def _content_bytes(content: Any) -> bytes:
+    """Session file content as bytes: bytes-like objects as they are, ``str`` as UTF-8."""
+    if isinstance(content, str):
+        try:
+            return content.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise UsageError(f"session file content is not encodable as UTF-8: {exc.reason}") from None
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        return bytes(content)
+    raise UsageError(f"session file content must be bytes or str, not {type(content).__name__}")
+
+
+def _check_count(name: str, value: Any, minimum: int) -> None:
+    """Refuse a version number that is not an int (``bool`` excluded) of at least ``minimum``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise UsageError(f"{name} must be {kind}, got {value!r}")
+
+
 def _clean(text: str) -> str:
     return text.replace("<", "").replace(">", "").replace("\n", " ").strip()
 
@@ -234,7 +253,9 @@ class SessionFiles:
         return None if oid is None else self._version(oid)
 
     def read(self, path: str, version: int | None = None) -> bytes:
-        """The bytes of the latest version of ``path`` (or of ``version``)."""
+        """The bytes of the latest version of ``path`` (or of ``version``, a positive integer)."""
+        if version is not None:
+            _check_count("version", version, minimum=1)
         for oid, meta in self._chain(path):
             if version is None or meta["version"] == version:
                 tree = read_commit(self.store.repo, oid).tree
@@ -293,7 +314,9 @@ class SessionFiles:
         writers all land, each with its own consecutive number). With it (``0``: the file must not
         exist yet), :class:`ConflictError` is raised and nothing is written unless the latest
         version is exactly ``expect_version``."""
-        data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+        data = _content_bytes(content)
+        if expect_version is not None:
+            _check_count("expect_version", expect_version, minimum=0)
         if not isinstance(author, str) or not author.strip():
             raise UsageError("author must be a non-empty string (e.g. 'agent:surgeon')")
         ref = self.ref(path)

@@ -21,8 +21,8 @@ from pygit2.enums import ObjectType
 
 from . import bundle as bundle_mod
 from . import checkpoint as cpfmt
+from . import encoding, housekeeping
 from . import hooks as hooks_mod
-from . import housekeeping
 from . import remote as remote_mod
 from .checkpoint import Checkpoint, check_format, parse_time, read_commit
 from .errors import (
@@ -80,6 +80,28 @@ class RunSummary:
         }
 
 
+SUMMARY_CACHE_VERSION = 1
+_SUMMARY_FIELDS = ("workflow", "branch", "node", "step", "status", "updated_at", "checkpoints", "created_at",
+                   "branches")
+
+
+def _summary_row(s: RunSummary) -> list[Any]:
+    return [s.workflow, s.branch, s.node, s.step, s.status, s.updated_at.timestamp(), s.checkpoints,
+            s.created_at.timestamp(), s.branches]
+
+
+def _summary_from_row(run_id: str, worktree: str, row: list[Any]) -> RunSummary | None:
+    if len(row) != len(_SUMMARY_FIELDS):
+        return None
+    fields = dict(zip(_SUMMARY_FIELDS, row, strict=True))
+    try:
+        fields["updated_at"] = datetime.fromtimestamp(fields["updated_at"], UTC)
+        fields["created_at"] = datetime.fromtimestamp(fields["created_at"], UTC)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return RunSummary(id=run_id, worktree=worktree, **fields)
+
+
 def derive_status(cp: Checkpoint | None) -> str:
     """The run status seed 003 describes, derived from a branch tip."""
     if cp is None:
@@ -102,7 +124,7 @@ class Store:
     """The checkpoint store of one repository and worktree. Use :func:`open_store`."""
 
     def __init__(self, repo: pygit2.Repository, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-                 stale_lock_age: float = DEFAULT_STALE_LOCK_AGE) -> None:
+                 stale_lock_age: float = DEFAULT_STALE_LOCK_AGE, pack_in_background: bool = True) -> None:
         self.location: Location = locate(repo)
         self.lock_timeout = lock_timeout
         self.stale_lock_age = stale_lock_age
@@ -112,9 +134,9 @@ class Store:
         self._step_cache: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._identity = self._read_identity(repo)
         self._workspace: Workspace | None = None
-        # When True, packing of loose objects (housekeeping) runs in a worker thread instead of
-        # inside the write that crossed the threshold, so no single write pays for it.
-        self.pack_in_background = False
+        # Packing of loose objects (housekeeping) runs in a worker thread instead of inside the
+        # write that crossed the threshold, so no single write pays for it (False: inline).
+        self.pack_in_background = pack_in_background
         self._packer: threading.Thread | None = None
 
     # -- plumbing shared by runs --------------------------------------------------------------
@@ -191,12 +213,19 @@ class Store:
         return housekeeping.pack_loose(self.repo, self.location.common_dir)
 
     def _read_identity(self, repo: pygit2.Repository) -> tuple[str, str]:
+        """Who writes checkpoints: ``GIT_COMMITTER_NAME``/``EMAIL``, else the repository's
+        ``user.name``/``user.email``, else ``gitstate <gitstate@localhost>`` (as git would, but
+        never failing for lack of an identity)."""
+        name = os.environ.get("GIT_COMMITTER_NAME", "")
+        email = os.environ.get("GIT_COMMITTER_EMAIL", "")
         try:
             config = repo.config
-            name = str(config["user.name"]) if "user.name" in config else _FALLBACK_NAME
-            email = str(config["user.email"]) if "user.email" in config else _FALLBACK_EMAIL
+            if not name and "user.name" in config:
+                name = str(config["user.name"])
+            if not email and "user.email" in config:
+                email = str(config["user.email"])
         except (pygit2.GitError, KeyError, ValueError):
-            name, email = _FALLBACK_NAME, _FALLBACK_EMAIL
+            pass
         name = name.replace("<", "").replace(">", "").replace("\n", " ").strip() or _FALLBACK_NAME
         email = email.replace("<", "").replace(">", "").replace("\n", "").strip() or _FALLBACK_EMAIL
         return name, email
@@ -313,7 +342,12 @@ class Store:
 
     def list_runs(self, all_worktrees: bool = False) -> list[RunSummary]:
         """Summaries of the runs of this worktree (or of all), most recently updated first. A run
-        whose objects cannot be read is listed with status ``corrupt`` and an ``error``."""
+        whose objects cannot be read is listed with status ``corrupt`` and an ``error``.
+
+        Summaries are derived from immutable objects, so they are cached in
+        ``agentos/summaries-<worktree>.cbor`` keyed by the ids the run's refs point at: a run is
+        read again (and checked: its record, its tips' metadata and state objects) only when one of
+        its refs moved. Deleting the cache files loses nothing."""
         prefix = NAMESPACE if all_worktrees else worktree_prefix(self.worktree)
         grouped: dict[tuple[str, str], dict[str, Any]] = {}
         for name, oid in list_refs(self.repo, prefix):
@@ -325,8 +359,45 @@ class Store:
                 entry["record"] = oid
             elif parsed.kind == "heads" and parsed.name is not None:
                 entry["heads"][parsed.name] = oid
-        out = [self._summary(wt, run_id, e["record"], e["heads"]) for (wt, run_id), e in grouped.items()]
+        by_worktree: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for (wt, run_id), e in grouped.items():
+            by_worktree.setdefault(wt, []).append((run_id, e))
+        out: list[RunSummary] = []
+        for wt, runs in by_worktree.items():
+            out += self._summaries(wt, runs)
         out.sort(key=lambda s: (s.updated_at, s.id), reverse=True)
+        return out
+
+    def _summaries(self, worktree: str, runs: list[tuple[str, dict[str, Any]]]) -> list[RunSummary]:
+        path = os.path.join(self.location.common_dir, "agentos", f"summaries-{worktree}.cbor")
+        cache: dict[str, Any] = {}
+        try:
+            with open(path, "rb") as fh:
+                loaded = encoding.loads(fh.read(), path)
+            if isinstance(loaded, dict) and loaded.get("v") == SUMMARY_CACHE_VERSION:
+                cache = loaded.get("runs") or {}
+        except (OSError, GitStateError):
+            cache = {}  # missing or damaged: rebuilt below
+        fresh: dict[str, Any] = {}
+        out = []
+        for run_id, e in runs:
+            key = "\0".join([run_id, e["record"] or "", *sorted(f"{b}\0{o}" for b, o in e["heads"].items())])
+            row = cache.get(key)
+            summary = _summary_from_row(run_id, worktree, row) if isinstance(row, list) else None
+            if summary is None:
+                summary = self._summary(worktree, run_id, e["record"], e["heads"])
+            if summary.error is None:
+                fresh[key] = _summary_row(summary)
+            out.append(summary)
+        if fresh.keys() != cache.keys():
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+                with open(tmp, "wb") as fh:
+                    fh.write(encoding.dumps({"v": SUMMARY_CACHE_VERSION, "runs": fresh}))
+                os.replace(tmp, path)
+            except (OSError, GitStateError):
+                pass  # a cache that cannot be written only costs speed
         return out
 
     def _summary(self, worktree: str, run_id: str, record_oid: str | None, heads: dict[str, str]) -> RunSummary:
@@ -340,6 +411,8 @@ class Store:
             workflow = record.get("workflow")
             created = parse_time(record.get("created_at"))
             tips = {name: self._checkpoint(oid) for name, oid in heads.items()}
+            for tip in tips.values():
+                self._check_payload_objects(tip)
         except GitStateError as exc:
             return RunSummary(run_id, workflow, None, None, None, "corrupt", created, 0, worktree, created,
                               len(heads), error=str(exc))
@@ -351,6 +424,18 @@ class Store:
         updated = max(cp.created_at for cp in tips.values())
         return RunSummary(run_id, workflow or tip.workflow, branch, tip.node, tip.step, derive_status(tip),
                           updated, tip.step - tip.base + 1, worktree, created, len(tips))
+
+    def _check_payload_objects(self, cp: Checkpoint) -> None:
+        """Read (without decoding) every object of a checkpoint's tree but its workspace snapshot,
+        so a missing or damaged state blob is found; libgit2 verifies each object's hash."""
+        reader = StateReader(self.repo)
+        todo = [e for e in reader.tree(cp.tree_id) if e.name != cpfmt.FILES]
+        while todo:
+            entry = todo.pop()
+            if entry.type_str == "tree":
+                todo.extend(reader.tree(entry.id))
+            elif entry.type_str == "blob":
+                reader.raw_blob(entry.id)
 
     def latest_run(self) -> Run | None:
         """The most recently updated readable run of this worktree, or ``None``."""
@@ -427,6 +512,7 @@ def open_store(path: str | os.PathLike[str] | pygit2.Repository | None = None, *
 
     ``AGENTOS_REPO`` overrides the lookup, ``GIT_DIR`` is honoured as git honours it; outside a
     repository :class:`NotARepositoryError` is raised. An open ``pygit2.Repository`` may be passed
-    instead of a path. ``options``: ``lock_timeout``, ``stale_lock_age`` (seconds)."""
+    instead of a path. ``options``: ``lock_timeout``, ``stale_lock_age`` (seconds),
+    ``pack_in_background`` (default ``True``: housekeeping packs in a worker thread)."""
     repo = path if isinstance(path, pygit2.Repository) else open_repository(path)
     return Store(repo, **options)

@@ -1,10 +1,11 @@
 """Workspace snapshots: the worktree captured as a git tree without touching anything of the user's.
 
 Capture goes through a *private* index, ``<common git dir>/agentos/index-<worktree key>``, never
-``.git/index``: a second ``pygit2.Repository`` is opened on the same git dir with
-``GIT_INDEX_FILE`` pointing at the private index (libgit2 reads that variable only when the
-repository is opened with ``FROM_ENV`` and its index is first touched, so both happen under one
-process-wide lock and the environment is restored at once). ``git_index_add_all`` then adds tracked
+``.git/index``: a second ``pygit2.Repository`` is opened on the same git dir with the private index
+attached by libgit2's ``git_repository_set_index`` (see :mod:`gitstate.privateindex`; where that
+call cannot be reached, the fallback sets ``GIT_DIR``/``GIT_WORK_TREE``/``GIT_INDEX_FILE`` in
+``os.environ`` for a moment under a lock, so another thread spawning git at that instant could see
+them). ``git_index_add_all`` then adds tracked
 and untracked files, honours ``.gitignore``/``info/exclude``/``core.excludesFile``, applies clean
 filters as ``git add`` does, streams file contents into the object store (a 1 GiB file is never held
 in memory), and keeps a stat cache: an unchanged file costs one ``lstat``, not a hash.
@@ -33,12 +34,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pygit2
-from pygit2.enums import RepositoryOpenFlag
 from pygit2.errors import check_error
 from pygit2.ffi import C, ffi
 from pygit2.utils import StrArray
 
-from . import housekeeping
+from . import housekeeping, privateindex
 from .errors import StoreWriteError, UsageError
 from .objects import MODE_COMMIT, MODE_TREE
 
@@ -47,16 +47,16 @@ if TYPE_CHECKING:
 
 BIG_BLOB = 32 * 1024 * 1024  # bytes; larger blobs are not packed by gitstate
 _ADD_LITERAL = 2  # GIT_INDEX_ADD_DISABLE_PATHSPEC_MATCH
-_ENV_LOCK = threading.Lock()
-_ENV_KEYS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A captured worktree: the id of its tree and the nested repositories left out."""
+    """A captured worktree: the id of its tree, the nested repositories left out, and the
+    worktree-relative paths it was limited to (``None``: the whole worktree)."""
 
     tree: str
     skipped: tuple[str, ...] = ()
+    paths: tuple[str, ...] | None = None
 
 
 def normalize_path(path: str | os.PathLike[str], workdir: str) -> str:
@@ -102,40 +102,51 @@ class Workspace:
         if repo is not None:
             return repo
         loc = self.store.location
-        with _ENV_LOCK:
-            saved = {k: os.environ.get(k) for k in _ENV_KEYS}
-            try:
-                os.environ["GIT_DIR"] = loc.git_dir
-                os.environ["GIT_WORK_TREE"] = self.workdir
-                os.environ["GIT_INDEX_FILE"] = self.index_path
-                repo = pygit2.Repository(loc.git_dir, flags=RepositoryOpenFlag.FROM_ENV)
-                repo.index  # noqa: B018 -- libgit2 reads GIT_INDEX_FILE here, so load it now
-            except pygit2.GitError as exc:
-                raise StoreWriteError(self.index_path, f"cannot open the private index: {exc}") from exc
-            finally:
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
+        try:
+            repo = privateindex.open_with_index(loc.git_dir, self.workdir, self.index_path)
+        except (pygit2.GitError, OSError) as exc:
+            raise StoreWriteError(self.index_path, f"cannot open the private index: {exc}") from exc
         self._local.repo = repo
         return repo
 
     # -- capture ----------------------------------------------------------------------------------
 
+    def resolve_paths(self, paths: Iterable[str | os.PathLike[str]] | None) -> list[str] | None:
+        """The worktree-relative prefixes a snapshot of ``paths`` is limited to (``None``: all).
+
+        Relative paths are taken relative to the worktree root (callers with a current directory,
+        like the CLI, make them absolute first). :class:`UsageError` for a path outside the worktree,
+        inside ``.git``, or that exists neither on disk nor in the user's index (a deleted tracked
+        file is fine: the snapshot then records its absence), so a typo never yields an empty
+        snapshot silently."""
+        if paths is None:
+            return None
+        given = [(p, normalize_path(p, self.workdir)) for p in paths]
+        prefixes = sorted({rel for _, rel in given})
+        if "" in prefixes:
+            return None
+        tracked: set[str] | None = None
+        for text, rel in given:
+            if os.path.lexists(os.path.join(self.workdir, rel)):
+                continue
+            if tracked is None:
+                tracked = self._user_paths()
+            if rel not in tracked and not any(t.startswith(rel + "/") for t in tracked):
+                raise UsageError(f"path {os.fspath(text)!r} does not exist in the worktree {self.workdir}")
+        return prefixes
+
     def snapshot(self, paths: Iterable[str | os.PathLike[str]] | None = None) -> Snapshot:
-        """Capture the worktree (or only ``paths``: files or directories) and return its tree.
+        """Capture the worktree (or only ``paths``: files or directories, see
+        :meth:`resolve_paths`) and return its tree.
 
         Nothing of the user's is written: not ``.git/index``, not HEAD, not a file of the worktree."""
+        prefixes = self.resolve_paths(paths)
         repo = self._repo()
         index = repo.index
         try:
             index.read(False)  # pick up a newer private index written by another process
         except pygit2.GitError:
             index.clear()  # unreadable (torn by a crash): rebuilt from the worktree
-        prefixes = None if paths is None else sorted({normalize_path(p, self.workdir) for p in paths})
-        if prefixes == [""]:
-            prefixes = None
         self._forget_changed_big(index)
         skipped, ignore_changed = self._add_all(index, prefixes or [])
         if self._add_tracked(repo, index) or ignore_changed:
@@ -158,7 +169,7 @@ class Workspace:
             self._journal(repo, tree, _head_tree(repo), big)
         if big or self._big_stats():
             self._save_big(index, big)
-        return Snapshot(tree, tuple(sorted(skipped)))
+        return Snapshot(tree, tuple(sorted(skipped)), None if prefixes is None else tuple(prefixes))
 
     def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int = 0) -> tuple[list[str], bool]:
         skipped: list[str] = []

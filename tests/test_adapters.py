@@ -150,3 +150,42 @@ def test_usage_errors(repo: Path) -> None:
         adapter.save_snapshot(ExecutionState())
     with pytest.raises(gitstate.RunNotFound):
         adapter.get_snapshots("missing")
+
+
+@pytest.mark.parametrize("execution_id", ["exec#1", "a#b#c", "team/exec 1", "run #ünï cödé ✓", "#", "x#"])
+def test_session_ids_with_any_characters(repo: Path, execution_id: str) -> None:
+    adapter = _adapter(repo)
+    state = ExecutionState("start")
+    sid = adapter.initialize_session(execution_id, state)
+    assert sid == execution_id
+    for i in range(3):
+        state = state.clone()
+        state.workflow_variables["i"] = i
+        adapter.save_snapshot(state, name=f"s{i}")
+    assert [s["name"] for s in adapter.get_snapshots(sid)] == ["initial", "s0", "s1", "s2"]
+    first = adapter.get_snapshots(sid)[1]["id"]
+    branch = adapter.create_branch(first)
+    assert branch == f"{execution_id}#branch-1"
+    adapter.save_snapshot(state, name="on-branch")
+    assert [s["name"] for s in adapter.get_snapshots(branch)] == ["initial", "s0", "on-branch"]
+    assert adapter.cleanup(branch, 1) == 2
+    assert adapter.cleanup(sid, 1) == 3
+    assert [s["name"] for s in adapter.get_snapshots(sid)] == ["s2"]
+    assert [s["name"] for s in adapter.get_snapshots(branch)] == ["on-branch"]
+
+
+def test_session_id_that_is_also_a_run_id(repo: Path) -> None:
+    """Run ``x`` and run ``x#branch-1``: the exact run id wins, and create_branch on ``x`` skips
+    ``branch-1`` so its session id cannot be confused with the other run."""
+    adapter = _adapter(repo)
+    other = adapter.initialize_session("x#branch-1", ExecutionState("other"))
+    adapter.save_snapshot(ExecutionState("other-2"), name="other")
+    sid = adapter.initialize_session("x", ExecutionState("start"))
+    snap = adapter.save_snapshot(ExecutionState("mine"), name="mine")
+    branch = adapter.create_branch(snap)
+    assert branch == "x#branch-2"
+    assert [s["name"] for s in adapter.get_snapshots(other)] == ["initial", "other"]
+    assert [s["name"] for s in adapter.get_snapshots(branch)] == ["initial", "mine"]
+    assert [s["name"] for s in adapter.get_snapshots(sid)] == ["initial", "mine"]
+    with pytest.raises(gitstate.RunNotFound):
+        adapter.get_snapshots("nope#branch-1")

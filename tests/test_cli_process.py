@@ -161,3 +161,16 @@ def test_textconv_decodes_like_the_library_and_refuses_tags(tmp_path: Path) -> N
     (tmp_path / "p.cbor").write_bytes(encoding.dumps({"k": "v"}))
     done = run(tmp_path, sys.executable, "-c", code)
     assert '"k": "v"' in done.stdout and "HEAVY []" in done.stdout
+
+
+def test_setup_textconv_works_without_the_venv_on_path(tmp_path: Path) -> None:
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    run(repo, "git", "agentos", "checkpoint", "r1", "--state", "-", input='{"answer": 42}')
+    run(repo, "git", "agentos", "setup")
+    plain_path = {**os.environ, "PATH": "/usr/bin:/bin"}
+    shown = subprocess.run(["git", "show", "refs/agentos/main/runs/r1/heads/main", "--", "state"],
+                           cwd=repo, capture_output=True, text=True, env=plain_path, check=False)
+    assert shown.returncode == 0, shown.stderr
+    # decoded by the textconv (found by its absolute path), not shown as binary CBOR
+    assert "+++ b/state/answer.cbor" in shown.stdout and "\n+42\n" in shown.stdout

@@ -4,6 +4,7 @@ tasks, two threads), and what lands in git is a run per thread with every checkp
 
 from __future__ import annotations
 
+import json
 import operator
 import subprocess
 import sys
@@ -188,6 +189,43 @@ def test_threads_are_runs_and_every_checkpoint_is_on_a_ref(repo: Path) -> None:
     assert git(repo, "fsck", "--strict", "--no-dangling").strip() == ""
     # the user's branch and working tree are untouched
     assert git(repo, "status", "--porcelain").strip() == ""
+
+
+def test_cli_lists_threads_subgraphs_and_forks(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`git agentos runs` and `git agentos log` read LangGraph threads: a subgraph namespace and a
+    fork are branches whose checkpoints show readable steps, nodes and triggers."""
+    from click.testing import CliRunner
+    from gitstate_cli.main import cli
+
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    sub_scenario(saver)
+    scenario(saver)
+    monkeypatch.chdir(repo)
+
+    def agentos(*args: str) -> str:
+        result = CliRunner().invoke(cli, list(args), prog_name="git agentos")
+        assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+        return result.stdout
+
+    runs = {r["id"]: r for r in json.loads(agentos("runs", "--json"))}
+    assert {"nested", "thread-a", "thread-b"} <= set(runs)
+    assert runs["nested"]["workflow"] == "langgraph" and runs["nested"]["branches"] == 2
+    assert "nested" in agentos("runs") and "langgraph" in agentos("runs")
+    run = gitstate.open_store(repo).get_run("nested")
+    sub = next(b for b in run.branches() if b.startswith("ns:sub:"))
+    rows = json.loads(agentos("log", "nested", "--branch", sub, "--json"))
+    assert rows and {r["node"] for r in rows} == {"sub"} and rows[-1]["trigger"] == "input"
+    assert [r["step"] for r in rows] == list(range(len(rows) - 1, -1, -1))
+    table = agentos("log", "nested", "--branch", sub)
+    assert "sub" in table and "input" in table and "loop" in table
+    main_rows = json.loads(agentos("log", "nested", "--json"))
+    assert all(r["metadata"].get("checkpoint_id") for r in main_rows)
+    fork = next(b for b in gitstate.open_store(repo).get_run("thread-a").branches() if b.startswith("main~"))
+    fork_rows = json.loads(agentos("log", "thread-a", "--branch", fork, "--json"))
+    assert "fork" in {r["trigger"] for r in fork_rows} or "update" in {r["trigger"] for r in fork_rows}
+    assert "thread-a" in agentos("show", f"thread-a@{fork}")
+    subjects = git(repo, "log", "--format=%s", run.ref(sub)).splitlines()
+    assert subjects and all(s.startswith("sub · step ") for s in subjects), subjects
 
 
 class Fan(TypedDict):

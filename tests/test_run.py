@@ -333,3 +333,25 @@ def test_node_boundaries_carry_or_capture_files(store: gitstate.Store, repo: Pat
     run.checkpoint({"a": 2}, files=True)
     run.rollback("node:edit", restore=True)
     assert (repo / "work.txt").read_text() == "v2\n"
+
+
+def test_labels_must_be_strings(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="labels")
+    for kwargs in ({"node": 5}, {"trigger": ["x"]}, {"status": True}):
+        with pytest.raises(gitstate.UsageError):
+            run.checkpoint({"a": 1}, **kwargs)  # type: ignore[arg-type]
+    assert run.head() is None
+
+
+def test_prune_rewrites_node_entry_trailer(store: gitstate.Store, repo: Path) -> None:
+    run = store.create_run(run_id="pt")
+    run.checkpoint({"a": 0})
+    with run.node("n"):
+        run.checkpoint({"a": 1}, node="n")
+    result = run.prune(keep_latest=3)
+    exit_cp = run.head()
+    assert exit_cp is not None and exit_cp.node_entry is not None
+    assert exit_cp.node_entry in result.renamed.values()
+    body = git(repo, "log", "-1", "--format=%B", run.ref("main"))
+    assert f"Node-Entry: {exit_cp.node_entry}" in body
+    assert [b.entry for b in run.nodes()] == [exit_cp.node_entry]

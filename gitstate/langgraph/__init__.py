@@ -4,7 +4,8 @@ imports this package, so the core works without LangGraph."""
 
 try:
     from .saver import GitCheckpointSaver
+    from .serde import StrictSerializer
 except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
     raise ImportError(f"gitstate.langgraph needs LangGraph: pip install 'gitstate[langgraph]' ({exc})") from exc
 
-__all__ = ["GitCheckpointSaver"]
+__all__ = ["GitCheckpointSaver", "StrictSerializer"]

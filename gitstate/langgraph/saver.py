@@ -15,9 +15,9 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pygit2
 from langchain_core.runnables import RunnableConfig
@@ -37,13 +37,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .. import checkpoint as cpfmt
 from .. import encoding
 from ..checkpoint import read_meta
-from ..errors import ConflictError, CorruptObjectError, LockTimeoutError, RunNotFound
+from ..errors import ConflictError, CorruptObjectError, LockTimeoutError, RunNotFound, UsageError
 from ..names import MAX_COMPONENT, branch_ref, decode_component, encode_component, parse_ref, worktree_prefix
 from ..objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
 from ..refs import list_refs
 from ..store import Store, open_store
 from .index import Entry, RefReader, ThreadIndex, parse_entry, trailers
-from .values import ByteLRU, ValueCodec, read_blob
+from .serde import StrictSerializer
+from .values import ByteLRU, ValueCodec, decode, read_blob
 
 WORKFLOW = "langgraph"
 LG_TREE = "langgraph"  # the values tree: one entry per channel
@@ -81,6 +82,21 @@ def _encode_writes(records: dict[tuple[str, int], list[Any]]) -> bytes:
     return encoding.dumps([records[k] for k in sorted(records)], "writes")
 
 
+def _serializer(serde: SerializerProtocol | None, allowed: Iterable[type | tuple[str, ...]]) -> SerializerProtocol:
+    """The saver's serializer: strict unless the caller brings one; never with pickle fallback."""
+    extra = tuple(allowed)
+    if serde is None:
+        return StrictSerializer(allowed=extra)
+    if getattr(serde, "pickle_fallback", False):
+        raise UsageError("a serializer with pickle_fallback would unpickle stored data; gitstate refuses it")
+    if extra:
+        widen = getattr(serde, "with_msgpack_allowlist", None)
+        if widen is None:
+            raise UsageError("allowed_types needs a serializer with with_msgpack_allowlist (or serde=None)")
+        return cast(SerializerProtocol, widen(extra))
+    return serde
+
+
 def _node_of(ns: str) -> str | None:
     if not ns:
         return None
@@ -92,10 +108,18 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
     ``store`` defaults to the store of the repository around the current directory. All sync and
     async methods are implemented (async ones run the sync code in a worker thread). One instance may
-    be shared by several threads; several processes may write different threads at once."""
+    be shared by several threads; several processes may write different threads at once.
 
-    def __init__(self, store: Store | None = None, *, serde: SerializerProtocol | None = None) -> None:
-        super().__init__(serde=serde)
+    Decoding is strict by default (DESIGN §3.6): values are read by a :class:`StrictSerializer`, which
+    builds only LangGraph's safe types (datetime, uuid, LangChain messages, ``Send`` …) and the
+    ``allowed_types`` given here (classes or ``(module, name)`` tuples, e.g. a pydantic model kept in
+    a channel); any other type named by a stored value raises :class:`UnsafeValueError` instead of
+    being imported and called. A caller-supplied ``serde`` applies its own policy, except that pickle
+    fallback is refused."""
+
+    def __init__(self, store: Store | None = None, *, serde: SerializerProtocol | None = None,
+                 allowed_types: Iterable[type | tuple[str, ...]] = ()) -> None:
+        super().__init__(serde=_serializer(serde, allowed_types))
         self.store = store if store is not None else open_store()
         self.store.pack_in_background = True
         self._codec = ValueCodec(self.serde.dumps_typed, self.serde.loads_typed)
@@ -109,9 +133,18 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         self._blobs = ByteLRU(16 << 20)  # small immutable blobs (meta, writes) by id, written or read here
 
     @classmethod
-    def from_path(cls, path: str | os.PathLike[str], *, serde: SerializerProtocol | None = None) -> GitCheckpointSaver:
+    def from_path(cls, path: str | os.PathLike[str], *, serde: SerializerProtocol | None = None,
+                  allowed_types: Iterable[type | tuple[str, ...]] = ()) -> GitCheckpointSaver:
         """A saver on the repository at (or above) ``path``."""
-        return cls(open_store(path), serde=serde)
+        return cls(open_store(path), serde=serde, allowed_types=allowed_types)
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> GitCheckpointSaver:
+        """A shallow clone whose serializer also allows ``extra_allowlist`` (LangGraph calls this
+        with a graph's state types in strict mode). The clone shares this saver's caches."""
+        clone = cast(GitCheckpointSaver, super().with_allowlist(extra_allowlist))
+        if clone is not self:
+            clone._codec = self._codec.with_serde(clone.serde.dumps_typed, clone.serde.loads_typed)
+        return clone
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -173,9 +206,11 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         lg = meta.get(LG_META) if isinstance(meta, dict) else None
         if not isinstance(lg, dict) or "checkpoint" not in lg:
             raise CorruptObjectError(oid, "not a LangGraph checkpoint")
-        cp = self.serde.loads_typed(_typed(lg["checkpoint"], oid))
-        md = dict(self.serde.loads_typed(_typed(lg["metadata"], oid))) if metadata else {}
-        return cp, md
+        cp = decode(self.serde.loads_typed, _typed(lg["checkpoint"], oid), oid)
+        md = decode(self.serde.loads_typed, _typed(lg["metadata"], oid), oid) if metadata else {}
+        if not isinstance(cp, dict) or not isinstance(md, dict):
+            raise CorruptObjectError(oid, "LangGraph checkpoint or metadata is not a mapping")
+        return cp, dict(md)
 
     def _remember_versions(self, oid: str, versions: dict[str, Any]) -> None:
         cache = self._versions
@@ -479,8 +514,10 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             return {}
         oid = str(commit.tree[WRITES_BLOB].id)
         records = encoding.loads(self._blob(oid), oid)
-        if not isinstance(records, list):
-            raise CorruptObjectError(oid, "writes are not a list")
+        if not isinstance(records, list) or not all(
+                isinstance(r, list) and len(r) == 6 and isinstance(r[2], str) and isinstance(r[3], bytes)
+                for r in records):
+            raise CorruptObjectError(oid, "writes are not a list of write records")
         return {(r[0], r[5]): r for r in records}
 
     # -- reading ------------------------------------------------------------------------------
@@ -508,7 +545,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             channel_values[channel] = value
         cp["channel_values"] = channel_values
         records = sorted(self._read_writes(commit).values(), key=lambda r: writes_sort_key(r[4], r[0], r[5]))
-        pending = [(r[0], r[1], self.serde.loads_typed((r[2], r[3]))) for r in records]
+        wid = str(commit.tree[WRITES_BLOB].id) if records else ""
+        pending = [(r[0], r[1], decode(self.serde.loads_typed, (r[2], r[3]), wid)) for r in records]
         conf = {"thread_id": thread_id, "checkpoint_ns": entry.ns, "checkpoint_id": entry.checkpoint_id}
         parent_config: RunnableConfig | None = None
         if entry.parent_id:

@@ -13,6 +13,7 @@ Nothing is ever unpickled here: decoding goes through the saver's serde, whose p
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any
 import pygit2
 from pygit2.enums import ObjectType
 
-from ..errors import CorruptObjectError
+from ..errors import CorruptObjectError, GitStateError, UnsafeValueError
 from ..names import decode_component, encode_component
 from ..objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
 
@@ -34,6 +35,20 @@ MSGPACK = "msgpack"
 MEMO_LISTS = 256  # lists remembered for appending (one per thread, namespace and channel)
 
 Typed = tuple[str, bytes]
+
+
+def decode(loads: Callable[[Typed], Any], typed: Typed, oid: str) -> Any:
+    """``loads(typed)``, with every failure reported as a :class:`CorruptObjectError` (subclass)
+    naming the object ``oid`` the value came from: a stored value that does not decode, or that the
+    serializer refuses (:class:`~gitstate.errors.UnsafeValueError`), is damage, never a crash."""
+    try:
+        return loads(typed)
+    except UnsafeValueError as exc:
+        raise UnsafeValueError(oid, exc.type_name) from None
+    except GitStateError:
+        raise
+    except Exception as exc:  # the serde's own errors (unknown type, bad msgpack, a failing constructor)
+        raise CorruptObjectError(oid, f"value does not decode ({type(exc).__name__}: {exc})") from exc
 
 
 def typed_blob(typed: Typed) -> bytes:
@@ -125,6 +140,13 @@ class ValueCodec:
         self._trees: OrderedDict[str, list[tuple[str, str, int]]] = OrderedDict()
         self._trees_lock = threading.Lock()
 
+    def with_serde(self, dumps: Callable[[Any], Typed], loads: Callable[[Typed], Any]) -> ValueCodec:
+        """A codec using other serde methods but sharing this one's caches (they hold only bytes,
+        ids and the items this saver wrote)."""
+        clone = copy.copy(self)
+        clone.dumps, clone.loads = dumps, loads
+        return clone
+
     def forget(self, thread_id: str) -> None:
         """Drop the write memos of a thread (after it was deleted or rewritten)."""
         with self._memo_lock:
@@ -209,7 +231,7 @@ class ValueCodec:
             return decode_component(name[: -len(LIST)]), self._read_list(repo, oid, decoded)
         if name.endswith(VALUE) and mode != MODE_TREE:
             data = _read(repo, oid, ObjectType.BLOB)
-            return decode_component(name[: -len(VALUE)]), self.loads(parse_typed(data, oid))
+            return decode_component(name[: -len(VALUE)]), decode(self.loads, parse_typed(data, oid), oid)
         raise CorruptObjectError(oid, f"unexpected entry {name!r} in a values tree")
 
     def _chunk(self, repo: pygit2.Repository, oid: str) -> tuple[int, bytes]:
@@ -249,7 +271,7 @@ class ValueCodec:
                 part = decoded.get(cid)
                 if part is None:
                     count, data = self._chunk(repo, cid)
-                    part = self.loads((MSGPACK, array_header(count) + data))
+                    part = decode(self.loads, (MSGPACK, array_header(count) + data), cid)
                     decoded[cid] = part
                 items.extend(part)
             return items
@@ -260,7 +282,10 @@ class ValueCodec:
             total = sum(c for c, _ in parts)
             whole = (total, b"".join([array_header(total), *(d for _, d in parts)]))
             self._chunks.put("list:" + oid, whole)
-        return list(self.loads((MSGPACK, whole[1])))
+        value = decode(self.loads, (MSGPACK, whole[1]), oid)
+        if not isinstance(value, list):
+            raise CorruptObjectError(oid, "list chunks do not decode to a list")
+        return value
 
 
 def _read(repo: pygit2.Repository, oid: str, kind: ObjectType) -> bytes:
