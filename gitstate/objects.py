@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import time
 import zlib
 from collections import OrderedDict
@@ -37,9 +38,11 @@ class ObjectWriter:
     """Writes objects into one repository, skipping those it already knows exist."""
 
     def __init__(self, repo: pygit2.Repository, on_write: Callable[[str], None] | None = None,
-                 cache_size: int = 65536) -> None:
+                 cache_size: int = 65536, fsync: bool = False) -> None:
         self.repo = repo
         self.odb = repo.odb
+        self.objects = objects_dir(repo)
+        self.fsync = fsync
         self.on_write = on_write
         self._known: OrderedDict[str, None] = OrderedDict()
         self._cache_size = cache_size
@@ -65,24 +68,51 @@ class ObjectWriter:
         return oid in self._known
 
     def write(self, kind: ObjectType, data: bytes) -> str:
-        """Write one object (unless known) and return its hex id."""
+        """Write one object (unless it exists) and return its hex id."""
         self._expire()
-        header = b"%s %d\x00" % (_TYPE_NAMES[kind], len(data))
-        oid = hashlib.sha1(header + data, usedforsecurity=False).hexdigest()
+        raw = b"%s %d\x00" % (_TYPE_NAMES[kind], len(data)) + data
+        oid = hashlib.sha1(raw, usedforsecurity=False).hexdigest()
         if oid in self._known:
             self._known.move_to_end(oid)
             return oid
+        loose = os.path.join(self.objects, oid[:2], oid[2:])
         try:
-            existed = oid in self.odb
+            existed = os.path.exists(loose) or oid in self.odb
             if not existed:
-                written = str(self.odb.write(kind, data))
-                assert written == oid, "object id mismatch between gitstate and libgit2"
+                self._write_loose(loose, raw)
         except (pygit2.GitError, OSError) as exc:
             raise StoreWriteError(self.repo.path, str(exc)) from exc
         if not existed and self.on_write is not None:
             self.on_write(oid)
         self.remember(oid)
         return oid
+
+    def _write_loose(self, path: str, raw: bytes) -> None:
+        """Write a loose object as git does: zlib (level 1, git's ``core.looseCompression``
+        default) into a temporary file in the fan-out directory, read-only, then renamed into
+        place, so readers never see a partial object.
+
+        Written here rather than through ``Odb.write``: libgit2 1.9 costs about 0.6 ms per loose
+        object on our test machine (existence checks with pack rescans, then its own temp-file
+        dance), this about 0.1 ms, and objects are most of a checkpoint's cost. The format is
+        git's; ``git fsck --strict`` checks it in the tests."""
+        directory = os.path.dirname(path)
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            pass
+        tmp = os.path.join(directory, f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        try:
+            os.write(fd, zlib.compress(raw, 1))
+            if self.fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        os.replace(tmp, path)  # an identical object written meanwhile is replaced by the same bytes
 
     def blob(self, data: bytes) -> str:
         """Write a blob."""

@@ -115,6 +115,14 @@ def derive_status(cp: Checkpoint | None) -> str:
     return "interrupted"
 
 
+def _config_true(repo: pygit2.Repository, key: str) -> bool:
+    try:
+        config = repo.config
+        return key in config and config.get_bool(key)
+    except (pygit2.GitError, KeyError, ValueError):
+        return False
+
+
 def new_run_id() -> str:
     """A readable, time-sortable run id: ``20261121-231105-3f2a9c``."""
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
@@ -124,8 +132,11 @@ class Store:
     """The checkpoint store of one repository and worktree. Use :func:`open_store`."""
 
     def __init__(self, repo: pygit2.Repository, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-                 stale_lock_age: float = DEFAULT_STALE_LOCK_AGE, pack_in_background: bool = True) -> None:
+                 stale_lock_age: float = DEFAULT_STALE_LOCK_AGE, pack_in_background: bool = True,
+                 fsync: bool | None = None) -> None:
         self.location: Location = locate(repo)
+        # Durable objects when asked, or when the repository asks git for them.
+        self.fsync = _config_true(repo, "core.fsyncObjectFiles") if fsync is None else fsync
         self.lock_timeout = lock_timeout
         self.stale_lock_age = stale_lock_age
         self._owner_thread = threading.get_ident()
@@ -175,7 +186,7 @@ class Store:
         writer = getattr(self._local, "writer", None)
         if writer is None or writer.repo is not self.repo:
             pending: list[str] = []
-            writer = ObjectWriter(self.repo, on_write=pending.append)
+            writer = ObjectWriter(self.repo, on_write=pending.append, fsync=self.fsync)
             self._local.writer = writer
             self._local.pending = pending
         return writer
@@ -513,6 +524,7 @@ def open_store(path: str | os.PathLike[str] | pygit2.Repository | None = None, *
     ``AGENTOS_REPO`` overrides the lookup, ``GIT_DIR`` is honoured as git honours it; outside a
     repository :class:`NotARepositoryError` is raised. An open ``pygit2.Repository`` may be passed
     instead of a path. ``options``: ``lock_timeout``, ``stale_lock_age`` (seconds),
-    ``pack_in_background`` (default ``True``: housekeeping packs in a worker thread)."""
+    ``pack_in_background`` (default ``True``: housekeeping packs in a worker thread), ``fsync``
+    (fsync every object written; default: git's ``core.fsyncObjectFiles``)."""
     repo = path if isinstance(path, pygit2.Repository) else open_repository(path)
     return Store(repo, **options)

@@ -14,8 +14,8 @@
 gitstate does not fsync (libgit2's default), so the main comparison uses the alternatives without
 fsync too (``json`` skips the fsync, ``sqlite`` runs ``synchronous=NORMAL``, under which WAL commits do
 not fsync). The "durable writes" table then compares the seed-faithful fsyncing variants (``json``
-with fsync, ``sqlite`` with Python's default ``synchronous=FULL``) with gitstate with libgit2's
-``enable_fsync_gitdir`` turned on.
+with fsync, ``sqlite`` with Python's default ``synchronous=FULL``) with gitstate with
+``fsync=True`` (every object fsynced) and libgit2's ``enable_fsync_gitdir`` (refs).
 
 Workload: a state whose ``messages`` list grows by one ~400-byte item (varied generated text) per
 step, plus a few small changing keys. Writes are interleaved across stores step by step (machine
@@ -198,7 +198,7 @@ class GitstateBackend(Backend):
 
     name = "gitstate"
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, fsync: bool = False) -> None:
         os.makedirs(root)
         _git(root, "init", "-q", "-b", "main")
         with open(os.path.join(root, "README"), "w") as fh:
@@ -206,7 +206,7 @@ class GitstateBackend(Backend):
         _git(root, "add", "README")
         _git(root, "commit", "-q", "-m", "initial")
         self.root = root
-        self.store = gitstate.open_store(root)
+        self.store = gitstate.open_store(root, fsync=fsync)
         self.git_dir = self.store.location.common_dir
 
     def create_run(self, run_id: str, workflow: str) -> Any:
@@ -709,7 +709,7 @@ def run(cfg: Config, workdir: str, out: Any = sys.stdout) -> dict[str, Any]:
     if cfg.durable:
         pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, 1)
         try:
-            gd = GitstateBackend(os.path.join(workdir, "gitstate-fsync"))
+            gd = GitstateBackend(os.path.join(workdir, "gitstate-fsync"), fsync=True)
             jd = JsonBackend(os.path.join(workdir, "json-fsync"), fsync=True)
             sd = SqliteBackend(os.path.join(workdir, "sqlite-fsync"), "FULL")
             t0 = time.perf_counter()
