@@ -9,14 +9,14 @@ import os
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import click
 
 import gitstate
+from gitstate.environ import scoped_environ
 
 from . import output as out
 
@@ -58,21 +58,9 @@ def _agentos(*args: str) -> None:
     cli.main(args=list(args), prog_name="git agentos", standalone_mode=False)
 
 
-@contextmanager
-def _pointed_at(repo: Path) -> Iterator[None]:
+def _pointed_at(repo: Path) -> AbstractContextManager[None]:
     """Make every store lookup in this process find the demo repository."""
-    saved = {k: os.environ.get(k) for k in ("AGENTOS_REPO", "GIT_DIR", "GIT_WORK_TREE")}
-    os.environ["AGENTOS_REPO"] = str(repo)
-    os.environ.pop("GIT_DIR", None)
-    os.environ.pop("GIT_WORK_TREE", None)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return scoped_environ({"AGENTOS_REPO": str(repo), "GIT_DIR": None, "GIT_WORK_TREE": None})
 
 
 def _prepare(directory: str | None) -> Path:

@@ -26,8 +26,9 @@ import pygit2
 from pygit2.enums import RepositoryOpenFlag
 from pygit2.ffi import ffi
 
+from .environ import scoped_environ
+
 _ENV_LOCK = threading.Lock()
-_ENV_KEYS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")
 
 
 def _load() -> tuple[Any, Any] | None:
@@ -78,20 +79,10 @@ def _open_native(git_dir: str, workdir: str, index_path: str) -> pygit2.Reposito
 
 
 def _open_env(git_dir: str, workdir: str, index_path: str) -> pygit2.Repository:
-    with _ENV_LOCK:
-        saved = {k: os.environ.get(k) for k in _ENV_KEYS}
-        try:
-            os.environ["GIT_DIR"] = git_dir
-            os.environ["GIT_WORK_TREE"] = workdir
-            os.environ["GIT_INDEX_FILE"] = index_path
-            repo = pygit2.Repository(git_dir, flags=RepositoryOpenFlag.FROM_ENV)
-            repo.index  # noqa: B018 -- libgit2 reads GIT_INDEX_FILE here, so load it now
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    env = {"GIT_DIR": git_dir, "GIT_WORK_TREE": workdir, "GIT_INDEX_FILE": index_path}
+    with _ENV_LOCK, scoped_environ(env):
+        repo = pygit2.Repository(git_dir, flags=RepositoryOpenFlag.FROM_ENV)
+        repo.index  # noqa: B018 -- libgit2 reads GIT_INDEX_FILE here, so load it now
     return repo
 
 

@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -395,16 +395,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         renamed: dict[str, str | None] = {}
 
         def rebuilt(oid: str | None) -> str | None:
-            chain: list[str] = []
-            cur = oid
-            while cur is not None and cur not in renamed:
-                chain.append(cur)
-                commit = repo[cur]
-                assert isinstance(commit, pygit2.Commit)
-                cur = str(commit.parent_ids[0]) if commit.parent_ids else None
-            for old in reversed(chain):
-                commit = repo[old]
-                assert isinstance(commit, pygit2.Commit)
+            for old, commit in _unvisited_line(repo, oid, renamed):
                 old_parent = str(commit.parent_ids[0]) if commit.parent_ids else None
                 new_parent = renamed.get(old_parent) if old_parent is not None else None
                 if old_parent is not None and old_parent not in renamed:
@@ -637,16 +628,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             copied: dict[str, str] = {}
 
             def copy(oid: str) -> str:
-                chain: list[str] = []
-                cur: str | None = oid
-                while cur is not None and cur not in copied:
-                    chain.append(cur)
-                    commit = repo[cur]
-                    assert isinstance(commit, pygit2.Commit)
-                    cur = str(commit.parent_ids[0]) if commit.parent_ids else None
-                for old in reversed(chain):
-                    commit = repo[old]
-                    assert isinstance(commit, pygit2.Commit)
+                for old, commit in _unvisited_line(repo, oid, copied):
                     meta = read_meta(repo, commit)
                     meta["run"] = dst
                     entries = [(e.name or "", str(e.id), e.filemode) for e in commit.tree if e.name != cpfmt.META]
@@ -758,3 +740,18 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async :meth:`prune`."""
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+def _unvisited_line(repo: pygit2.Repository, oid: str | None,
+                    done: Mapping[str, object]) -> list[tuple[str, pygit2.Commit]]:
+    """The first-parent line from ``oid`` down to the first commit already in ``done``, oldest
+    first, so a rewrite can handle each commit after its parent."""
+    chain: list[tuple[str, pygit2.Commit]] = []
+    cur = oid
+    while cur is not None and cur not in done:
+        commit = repo[cur]
+        assert isinstance(commit, pygit2.Commit)
+        chain.append((cur, commit))
+        cur = str(commit.parent_ids[0]) if commit.parent_ids else None
+    chain.reverse()
+    return chain
