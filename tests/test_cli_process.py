@@ -174,3 +174,20 @@ def test_setup_textconv_works_without_the_venv_on_path(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     # decoded by the textconv (found by its absolute path), not shown as binary CBOR
     assert "+++ b/state/answer.cbor" in shown.stdout and "\n+42\n" in shown.stdout
+
+
+def test_man_page_renders_every_command(tmp_path: Path) -> None:
+    """`git agentos --help` is git's `git help agentos`: the installed man page must be readable."""
+    import shutil
+
+    page = ROOT / "docs" / "git-agentos.1"
+    text = page.read_text(encoding="utf-8")
+    for name, entry in COMMANDS.items():
+        if not entry.hidden:
+            assert f".SS git agentos {name}\n" in text, name
+    if shutil.which("man") is None:
+        return
+    shown = subprocess.run(["man", "-l", str(page)], capture_output=True, text=True,
+                           env={**os.environ, "MANPAGER": "cat", "MANWIDTH": "100"}, check=False)
+    assert shown.returncode == 0, shown.stderr
+    assert "git agentos rollback" in shown.stdout and "Usage: git agentos" in shown.stdout
