@@ -5,6 +5,8 @@ housekeeping). A store may be used from several threads: each thread gets its ow
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import secrets
 import threading
@@ -143,6 +145,7 @@ class Store:
         self._main_repo = repo
         self._local = threading.local()
         self._step_cache: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._cp_cache: dict[str, Checkpoint] = {}
         self._identity = self._read_identity(repo)
         self._workspace: Workspace | None = None
         # Packing of loose objects (housekeeping) runs in a worker thread instead of inside the
@@ -273,7 +276,15 @@ class Store:
         return hit
 
     def _checkpoint(self, oid: str) -> Checkpoint:
-        return Checkpoint.from_commit(self.repo, read_commit(self.repo, oid))
+        """The checkpoint of a commit. Commits never change, so the decoded view is kept (bounded)
+        and handed out as a copy: fresh metadata, and this thread's repository handle."""
+        hit = self._cp_cache.get(oid)
+        if hit is None:
+            hit = Checkpoint.from_commit(self.repo, read_commit(self.repo, oid))
+            if len(self._cp_cache) >= 8192:
+                self._cp_cache.clear()
+            self._cp_cache[oid] = hit
+        return dataclasses.replace(hit, metadata=copy.deepcopy(hit.metadata), _repo=self.repo)
 
     def _expand(self, ref: str) -> str:
         return expand_id(self.repo, ref)
