@@ -83,6 +83,7 @@ class RunSummary:
 
 
 SUMMARY_CACHE_VERSION = 1
+SUMMARY_CACHE_MIN_RUNS = 64  # below this, listing reads every run afresh
 _SUMMARY_FIELDS = ("workflow", "branch", "node", "step", "status", "updated_at", "checkpoints", "created_at",
                    "branches")
 
@@ -367,9 +368,10 @@ class Store:
         whose objects cannot be read is listed with status ``corrupt`` and an ``error``.
 
         Summaries are derived from immutable objects, so they are cached in
-        ``agentos/summaries-<worktree>.cbor`` keyed by the ids the run's refs point at: a run is
-        read again (and checked: its record, its tips' metadata and state objects) only when one of
-        its refs moved. Deleting the cache files loses nothing."""
+        ``agentos/summaries-<worktree>.cbor`` keyed by the ids the run's refs point at: in a
+        worktree with many runs (64 or more) a run is read again (and checked: its record, its tips'
+        metadata and state objects) only when one of its refs moved; ``verify`` checks everything.
+        Deleting the cache files loses nothing."""
         prefix = NAMESPACE if all_worktrees else worktree_prefix(self.worktree)
         grouped: dict[tuple[str, str], dict[str, Any]] = {}
         for name, oid in list_refs(self.repo, prefix):
@@ -391,6 +393,9 @@ class Store:
         return out
 
     def _summaries(self, worktree: str, runs: list[tuple[str, dict[str, Any]]]) -> list[RunSummary]:
+        if len(runs) < SUMMARY_CACHE_MIN_RUNS:
+            # few runs: read and check every one afresh (damage done since the last listing shows)
+            return [self._summary(worktree, run_id, e["record"], e["heads"]) for run_id, e in runs]
         path = os.path.join(self.location.common_dir, "agentos", f"summaries-{worktree}.cbor")
         cache: dict[str, Any] = {}
         try:

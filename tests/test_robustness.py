@@ -204,3 +204,22 @@ def test_read_only_git_dir() -> None:
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_listing_many_runs_uses_the_cache_and_stays_right(store: gitstate.Store) -> None:
+    from gitstate.store import SUMMARY_CACHE_MIN_RUNS
+
+    runs = [store.create_run(workflow="w", run_id=f"m{i:03d}") for i in range(SUMMARY_CACHE_MIN_RUNS + 2)]
+    for i, run in enumerate(runs):
+        run.checkpoint({"i": i}, node="n")
+    first = {s.id: s for s in store.list_runs()}
+    cache = Path(store.location.common_dir) / "agentos" / f"summaries-{store.worktree}.cbor"
+    assert cache.exists()
+    runs[3].checkpoint({"i": "moved"}, node="later", status="completed")
+    store.delete_run(runs[4].id)
+    again = {s.id: s for s in gitstate.open_store(store.path).list_runs()}
+    assert set(again) == set(first) - {runs[4].id}
+    assert (again[runs[3].id].node, again[runs[3].id].status, again[runs[3].id].checkpoints) == ("later", "completed", 2)
+    assert again[runs[5].id] == first[runs[5].id]
+    cache.write_bytes(b"garbage")  # a damaged cache is rebuilt, never trusted
+    assert {s.id: s for s in gitstate.open_store(store.path).list_runs()} == again
