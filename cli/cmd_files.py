@@ -35,7 +35,9 @@ def restore(store: gitstate.Store, ref: str, paths: tuple[str, ...], dry_run: bo
     cp = resolve(store, ref)
     run = store.get_run(cp.run_id)
     # PATHs are relative to the current directory, as in git
-    result = run.restore(cp, paths=[os.path.abspath(p) for p in paths] or None, dry_run=dry_run, force=force)
+    with out.progress("restoring files") as step:
+        result = run.restore(cp, paths=[os.path.abspath(p) for p in paths] or None, dry_run=dry_run, force=force,
+                             progress=step)
     click.echo(("would restore" if dry_run else "restored") + f" the files of {cp.short_id}:")
     print_restore(result)
 

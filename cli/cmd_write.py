@@ -84,8 +84,9 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
         if state_file is None:
             head = run.head(branch)
             state = head.state if head is not None else {}
-        cp = run.checkpoint(state, node=node, trigger=trigger, status=status, metadata=metadata or None,
-                            branch=branch, expect=expect, **kwargs)
+        with out.progress("snapshotting files") as step:
+            cp = run.checkpoint(state, node=node, trigger=trigger, status=status, metadata=metadata or None,
+                                branch=branch, expect=expect, progress=step, **kwargs)
     except BaseException:
         if created:
             _discard_new_run(store, run)
@@ -151,7 +152,8 @@ def rollback(store: gitstate.Store, run_id: str, target: str, branch: str, resto
         if restore_files:
             print_restore(run.restore(cp, dry_run=True))
         return
-    new = run.rollback(cp.id, branch=branch, restore=restore_files)
+    with out.progress("restoring files") as step:
+        new = run.rollback(cp.id, branch=branch, restore=restore_files, progress=step)
     click.echo(f"rolled back branch {branch} of run {run.id}: {tip.short_id} -> {_describe(new)}")
     if restore_files and run.last_restore is not None:
         print_restore(run.last_restore)

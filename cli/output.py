@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -86,10 +87,37 @@ def short(oid: str | None) -> str:
 
 @contextmanager
 def progress(label: str, length: int | None = None) -> Iterator[Callable[[int], None]]:
-    """A progress callback: a bar on a terminal (stderr), nothing in pipes."""
+    """A progress callback for long work: a bar on a terminal (stderr) when the total is known, a
+    running count when it is not; nothing at all in pipes."""
     if not is_tty() or not sys.stderr.isatty():
         yield lambda n: None
+        return
+    if length is None:
+        with _counter(label) as count:
+            yield count
         return
     bar: Any
     with click.progressbar(length=length, label=label, file=sys.stderr) as bar:
         yield bar.update
+
+
+@contextmanager
+def _counter(label: str) -> Iterator[Callable[[int], None]]:
+    done = 0
+    shown = 0.0
+
+    def count(n: int) -> None:
+        nonlocal done, shown
+        done += n
+        now = time.monotonic()
+        if now - shown >= 0.1:  # redraw at most ten times a second
+            shown = now
+            sys.stderr.write(f"\r{label}: {done}")
+            sys.stderr.flush()
+
+    try:
+        yield count
+    finally:
+        if shown:
+            sys.stderr.write(f"\r{label}: {done}\n")
+            sys.stderr.flush()

@@ -24,7 +24,7 @@ import os
 import secrets
 import subprocess
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -204,8 +204,10 @@ def unsaved(repo: pygit2.Repository, plan: Plan, saved_trees: Iterable[str]) -> 
 
 # -- applying ------------------------------------------------------------------------------------
 
-def apply(repo: pygit2.Repository, common_dir: str, workdir: str, plan: Plan) -> None:
-    """Carry the plan out: deletions first (deepest first), then writes."""
+def apply(repo: pygit2.Repository, common_dir: str, workdir: str, plan: Plan,
+          progress: Callable[[int], None] | None = None) -> None:
+    """Carry the plan out: deletions first (deepest first), then writes (``progress(1)`` per path)."""
+    tick = progress or (lambda n: None)
     for path in sorted(plan.deletes, key=lambda p: (-p.count("/"), p)):
         full = os.path.join(workdir, path)
         _check_parents(workdir, path)
@@ -214,9 +216,11 @@ def apply(repo: pygit2.Repository, common_dir: str, workdir: str, plan: Plan) ->
         except FileNotFoundError:
             pass
         _prune_empty_dirs(workdir, path)
+        tick(1)
     for path in sorted(plan.writes):
         oid, mode = plan.writes[path]
         _write(repo, common_dir, workdir, path, oid, mode)
+        tick(1)
 
 
 def _check_parents(workdir: str, path: str) -> None:
@@ -391,7 +395,8 @@ def restore_scope(cp: Checkpoint, wanted: Sequence[str] | None) -> list[str] | N
 
 
 def restore_checkpoint(run: Run, cp: Checkpoint, paths: Iterable[str | os.PathLike[str]] | None,
-                       dry_run: bool, force: bool) -> RestoreResult:
+                       dry_run: bool, force: bool,
+                       progress: Callable[[int], None] | None = None) -> RestoreResult:
     """Run.restore: validate, plan, refuse or take a safety checkpoint, apply."""
     target = cp.files_tree_id
     if target is None:
@@ -402,7 +407,7 @@ def restore_checkpoint(run: Run, cp: Checkpoint, paths: Iterable[str | os.PathLi
     workspace = store.workspace
     workdir = workspace.workdir
     prefixes = restore_scope(cp, None if paths is None else [normalize_path(p, workdir) for p in paths])
-    snap = workspace.snapshot()  # the whole worktree: the safety checkpoint covers any scope
+    snap = workspace.snapshot(progress=progress)  # the whole worktree: the safety checkpoint covers any scope
     plan = make_plan(repo, snap.tree, target, prefixes)
     nested = [p for p in (*plan.writes, *plan.deletes) if any(matches(p, [s]) for s in snap.skipped)]
     blocked = sorted(set(find_obstacles(workdir, plan)) | set(nested))
@@ -417,6 +422,6 @@ def restore_checkpoint(run: Run, cp: Checkpoint, paths: Iterable[str | os.PathLi
     if dry_run or not (plan.writes or plan.deletes):
         return result
     safety = run._safety_checkpoint(snap.tree, cp)
-    apply(repo, store.location.common_dir, workdir, plan)
+    apply(repo, store.location.common_dir, workdir, plan, progress)
     return RestoreResult(checkpoint=cp.id, changed=result.changed, added=result.added, removed=result.removed,
                          safety=safety.id, safety_branch=SAFETY_BRANCH, dry_run=False, skipped=snap.skipped)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -183,6 +183,7 @@ class Run:
         tools: Sequence[Any] | None = None,
         audit: Sequence[Any] | None = None,
         files: bool | Sequence[str | os.PathLike[str]] | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> Checkpoint:
         """Write a checkpoint of ``state`` on ``branch`` and return it.
 
@@ -197,7 +198,8 @@ class Run:
         or directories (relative to the worktree root; each must exist on disk or in the user's
         index, else :class:`UsageError`) and records them as :attr:`Checkpoint.files_paths`, so a
         restore touches only them. Without ``files`` the checkpoint carries no workspace snapshot (it does not
-        inherit its parent's), so it cannot be restored from."""
+        inherit its parent's), so it cannot be restored from. ``progress``, if given, is called
+        with ``1`` per file the snapshot has to hash (for a progress display)."""
         check_name("branch name", branch)
         for kind, value in (("node", node), ("trigger", trigger), ("status", status)):
             _check_label(kind, value)
@@ -206,7 +208,7 @@ class Run:
             extra = self._extra_entries(w, tools, audit)
         scope: tuple[str, ...] | None = None
         if files:
-            snap = self.store.workspace.snapshot(None if files is True else list(files))
+            snap = self.store.workspace.snapshot(None if files is True else list(files), progress=progress)
             extra.append((cpfmt.FILES, snap.tree, MODE_TREE))
             scope = snap.paths
         return self._commit_checkpoint(
@@ -297,7 +299,8 @@ class Run:
         return target
 
     def rollback(self, target: str, branch: str = "main", *, expect: str | None = None,
-                 restore: bool = False, force: bool = False) -> Checkpoint:
+                 restore: bool = False, force: bool = False,
+                 progress: Callable[[int], None] | None = None) -> Checkpoint:
         """Move ``branch`` back (or to any checkpoint of the run) and return the new tip. The old tip
         stays reachable through the branch's reflog, and :meth:`undo` moves it back.
 
@@ -311,7 +314,7 @@ class Run:
             raise ConflictError(self.ref(branch), self.load(expect).id, tip)
         cp = self.load(target, branch=branch)
         if restore:
-            self.last_restore = self.restore(cp, force=force)
+            self.last_restore = self.restore(cp, force=force, progress=progress)
         if cp.id != tip:  # rolling back to the tip moves nothing and logs nothing
             self._cas(branch, tip, cp.id, f"gitstate: rollback to {cp.short_id} ({target})")
         return cp
@@ -319,7 +322,8 @@ class Run:
     # -- workspace ----------------------------------------------------------------------------
 
     def restore(self, checkpoint: str | Checkpoint, paths: Sequence[str | os.PathLike[str]] | None = None,
-                dry_run: bool = False, force: bool = False) -> RestoreResult:
+                dry_run: bool = False, force: bool = False,
+                progress: Callable[[int], None] | None = None) -> RestoreResult:
         """Make the worktree match a checkpoint's workspace snapshot (only ``paths`` if given).
 
         Modified files are rewritten, deleted ones brought back, files created since removed —
@@ -336,7 +340,7 @@ class Run:
         cp = checkpoint if isinstance(checkpoint, Checkpoint) else self.load(checkpoint)
         if cp.run_id != self.id:
             raise CheckpointNotFound(cp.id, self.id)
-        return restore_checkpoint(self, cp, paths, dry_run, force)
+        return restore_checkpoint(self, cp, paths, dry_run, force, progress)
 
     def _safety_checkpoint(self, files_tree: str, target: Checkpoint,
                            files_paths: Sequence[str] | None = None) -> Checkpoint:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -135,9 +135,11 @@ class Workspace:
                 raise UsageError(f"path {os.fspath(text)!r} does not exist in the worktree {self.workdir}")
         return prefixes
 
-    def snapshot(self, paths: Iterable[str | os.PathLike[str]] | None = None) -> Snapshot:
+    def snapshot(self, paths: Iterable[str | os.PathLike[str]] | None = None,
+                 progress: Callable[[int], None] | None = None) -> Snapshot:
         """Capture the worktree (or only ``paths``: files or directories, see
-        :meth:`resolve_paths`) and return its tree.
+        :meth:`resolve_paths`) and return its tree. ``progress`` is called with ``1`` per file
+        libgit2 has to hash (new or changed since the last snapshot), for a progress display.
 
         Nothing of the user's is written: not ``.git/index``, not HEAD, not a file of the worktree."""
         prefixes = self.resolve_paths(paths)
@@ -148,7 +150,7 @@ class Workspace:
         except pygit2.GitError:
             index.clear()  # unreadable (torn by a crash): rebuilt from the worktree
         self._forget_changed_big(index)
-        skipped, ignore_changed = self._add_all(index, prefixes or [])
+        skipped, ignore_changed = self._add_all(index, prefixes or [], progress=progress)
         if self._add_tracked(repo, index) or ignore_changed:
             self._drop_ignored(repo, index)
         try:
@@ -171,7 +173,8 @@ class Workspace:
             self._save_big(index, big)
         return Snapshot(tree, tuple(sorted(skipped)), None if prefixes is None else tuple(prefixes))
 
-    def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int = 0) -> tuple[list[str], bool]:
+    def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int = 0,
+                 progress: Callable[[int], None] | None = None) -> tuple[list[str], bool]:
         skipped: list[str] = []
         state = {"ignore": False}
 
@@ -184,6 +187,8 @@ class Workspace:
             base = name.rsplit("/", 1)[-1]
             if base == ".gitignore":
                 state["ignore"] = True
+            if progress is not None:
+                progress(1)
             return 0
 
         with StrArray(pathspecs) as arr:

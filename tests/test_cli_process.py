@@ -191,3 +191,28 @@ def test_man_page_renders_every_command(tmp_path: Path) -> None:
                            env={**os.environ, "MANPAGER": "cat", "MANWIDTH": "100"}, check=False)
     assert shown.returncode == 0, shown.stderr
     assert "git agentos rollback" in shown.stdout and "Usage: git agentos" in shown.stdout
+
+
+def test_progress_shows_on_a_terminal_only(tmp_path: Path) -> None:
+    """Long work (verify, snapshots, restores) shows progress on a terminal and nothing in pipes."""
+    import shutil
+
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for i in range(30):
+        (repo / f"f{i}.txt").write_text(f"{i}\n")
+    piped = run(repo, "git", "agentos", "checkpoint", "r1", "--state", "-", "--files", input='{"a": 1}')
+    assert "snapshotting" not in piped.stdout + piped.stderr
+    if shutil.which("script") is None:
+        return
+    exe = str(Path(sys.executable).parent / "git-agentos")
+    for command in (f"{exe} verify", f"{exe} checkpoint r1 --files", f"{exe} restore r1 --force"):
+        tty = subprocess.run(["script", "-qec", command, "/dev/null"], cwd=repo, capture_output=True,
+                             text=True, check=False)
+        assert tty.returncode == 0, tty.stdout
+        assert "Traceback" not in tty.stdout
+    for i in range(30):
+        (repo / f"f{i}.txt").write_text(f"changed {i}\n")  # libgit2 reports the files it has to hash
+    assert "snapshotting files: " in subprocess.run(
+        ["script", "-qec", f"{exe} checkpoint r1 --files", "/dev/null"], cwd=repo, capture_output=True,
+        text=True, check=False).stdout
