@@ -77,7 +77,7 @@ class ObjectWriter:
             return oid
         loose = os.path.join(self.objects, oid[:2], oid[2:])
         try:
-            existed = os.path.exists(loose) or oid in self.odb
+            existed = _freshen(loose) or oid in self.odb
             if not existed:
                 self._write_loose(loose, raw)
         except (pygit2.GitError, OSError) as exc:
@@ -104,7 +104,7 @@ class ObjectWriter:
         tmp = os.path.join(directory, f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         try:
-            os.write(fd, zlib.compress(raw, 1))
+            _write_all(fd, zlib.compress(raw, 1))
             if self.fsync:
                 os.fsync(fd)
         except BaseException:
@@ -155,6 +155,25 @@ def tree_bytes(entries: Iterable[TreeEntry]) -> bytes:
         parts.append(b"%o %s\x00" % (mode, name.encode("utf-8", "surrogateescape")))
         parts.append(bytes.fromhex(oid))
     return b"".join(parts)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is out (one call writes at most about 2 GiB)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _freshen(path: str) -> bool:
+    """Whether the loose object exists; if so, touch it as git does when it reuses an object, so a
+    concurrent ``git gc`` does not prune it as old and unreachable just before a ref names it."""
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return os.path.exists(path)  # read-only or foreign file: it exists, leave its time alone
+    return True
 
 
 _OBJECT_DIRS: dict[str, str] = {}

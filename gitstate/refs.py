@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import time
 from dataclasses import dataclass
 
@@ -85,20 +86,25 @@ def _ensure_reflog(common_dir: str, name: str) -> None:
             pass
 
 
-def _lock_paths(common_dir: str, name: str) -> list[str]:
-    return [os.path.join(common_dir, *name.split("/")) + ".lock", os.path.join(common_dir, "packed-refs.lock")]
+PACKED_LOCK_STALE_AGE = 120.0  # packed-refs.lock is held for whole batches by git and by pack_refs
+
+
+def _lock_paths(common_dir: str, name: str, max_age: float) -> list[tuple[str, float]]:
+    return [(os.path.join(common_dir, *name.split("/")) + ".lock", max_age),
+            (os.path.join(common_dir, "packed-refs.lock"), max(max_age, PACKED_LOCK_STALE_AGE))]
 
 
 def break_stale_locks(common_dir: str, name: str, max_age: float) -> bool:
-    """Remove ``.lock`` files of this ref (and packed-refs) older than ``max_age`` seconds.
+    """Remove ``.lock`` files of this ref older than ``max_age`` seconds (``packed-refs.lock``:
+    older than :data:`PACKED_LOCK_STALE_AGE`, since git holds it through whole batches).
 
     A lock is taken aside by an atomic rename before it is deleted, so a lock that a live writer
     created in the meantime is never removed: if the file we took aside turns out to be fresh, it is
     put back."""
     broke = False
-    for path in _lock_paths(common_dir, name):
+    for path, limit in _lock_paths(common_dir, name, max_age):
         try:
-            if time.time() - os.stat(path).st_mtime < max_age:
+            if time.time() - os.stat(path).st_mtime < limit:
                 continue
             aside = f"{path}.stale.{os.getpid()}.{random.getrandbits(32):08x}"
             os.rename(path, aside)
@@ -107,7 +113,7 @@ def break_stale_locks(common_dir: str, name: str, max_age: float) -> bool:
         except OSError:
             continue
         try:
-            if time.time() - os.stat(aside).st_mtime < max_age:
+            if time.time() - os.stat(aside).st_mtime < limit:
                 try:
                     os.link(aside, path)  # fails if someone locked again meanwhile: then theirs stands
                 except OSError:
@@ -120,6 +126,39 @@ def break_stale_locks(common_dir: str, name: str, max_age: float) -> bool:
             except OSError:
                 pass
     return broke
+
+
+class _LockBusy(OSError):
+    """git could not take a lock another writer holds."""
+
+
+def _delete(repo: pygit2.Repository, common_dir: str, name: str, expected: str | None) -> None:
+    """Delete ``name`` if it holds ``expected``: through ``git update-ref -d <ref> <old>``.
+
+    A narrow fallback to the git command, on purpose: libgit2 1.9 rewrites ``packed-refs`` from a
+    copy it read before taking ``packed-refs.lock``, so two processes deleting packed refs (or one
+    deleting while ``git gc`` packs) can bring deleted refs back or drop others; git re-reads the
+    file under the lock. Updates and creations never touch ``packed-refs`` and stay in libgit2."""
+    if expected is None:
+        actual = read_ref(repo, name)
+        if actual is not None:
+            raise ConflictError(name, None, actual)
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    done = subprocess.run(["git", "--git-dir", common_dir, "update-ref", "--no-deref", "-d", name, expected],
+                          capture_output=True, text=True, env=env, check=False)
+    if done.returncode == 0:
+        return
+    err = done.stderr.strip()
+    low = err.lower()
+    if ".lock" in low and ("exists" in low or "unable to create" in low):
+        raise _LockBusy(err)
+    if "permission denied" in low or "read-only" in low:
+        raise PermissionError(err)
+    actual = read_ref(repo, name)
+    if actual != expected:
+        raise ConflictError(name, expected, actual)
+    raise StoreWriteError(common_dir, err or f"git update-ref -d {name} failed")
 
 
 def _is_lock_error(exc: BaseException) -> bool:
@@ -147,18 +186,18 @@ def compare_and_swap(
     delay = 0.001
     while True:
         try:
+            if new is None:
+                _delete(repo, common_dir, name, expected)
+                return
             with repo.transaction() as tx:
                 tx.lock_ref(name)
                 actual = read_ref(repo, name)
                 if actual != expected:
                     raise ConflictError(name, expected, actual)
-                if new is None:
-                    tx.remove(name)
-                else:
-                    _ensure_reflog(common_dir, name)
-                    tx.set_target(name, new, message=message)
+                _ensure_reflog(common_dir, name)
+                tx.set_target(name, new, message=message)
             return
-        except (ConflictError, CorruptObjectError):
+        except (ConflictError, CorruptObjectError, StoreWriteError):
             raise
         except (pygit2.GitError, OSError) as exc:
             if isinstance(exc, PermissionError) or "permission" in str(exc).lower() or "read-only" in str(exc).lower():
@@ -198,45 +237,58 @@ def _read_packed(path: str) -> tuple[str, dict[str, list[str]]]:
     return header, entries
 
 
-def pack_refs(common_dir: str, prefix: str = "refs/agentos/") -> int:
+def pack_refs(common_dir: str, prefix: str = "refs/agentos/", batch: int = 200) -> int:
     """Move the loose refs under ``prefix`` into ``packed-refs``, as ``git pack-refs`` does but for
     gitstate's namespace only (git 2.39 has no ``--include``; libgit2's compress packs the user's
-    refs too). Returns how many refs were packed; 0 if another process holds ``packed-refs.lock``.
+    refs too). Returns how many refs were packed; stops early when another process holds
+    ``packed-refs.lock``.
 
-    Git's protocol: every loose ref is locked before it is read and stays locked until its loose
-    file is removed, so no concurrent update or delete is lost or resurrected; ``packed-refs`` is
-    replaced by an atomic rename of its lock file."""
+    Git's protocol, in batches so no lock is held long: take ``packed-refs.lock``, lock each loose
+    ref of the batch before reading it (so no concurrent update or delete is lost or brought
+    back), write the new file into the lock and rename it over ``packed-refs`` (after checking the
+    lock is still ours), then remove the loose files and release their locks."""
+    root = os.path.join(common_dir, *prefix.rstrip("/").split("/"))
+    loose = []
+    for dirpath, _dirs, files in os.walk(root):
+        loose += [os.path.join(dirpath, f) for f in files if not f.endswith(".lock")]
+    packed = 0
+    for start in range(0, len(loose), batch):
+        done = _pack_batch(common_dir, root, loose[start:start + batch])
+        if done < 0:
+            break
+        packed += done
+    return packed
+
+
+def _pack_batch(common_dir: str, root: str, paths: list[str]) -> int:
     packed_path = os.path.join(common_dir, "packed-refs")
     lock_path = packed_path + ".lock"
     try:
         fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
-        return 0
-    held: list[tuple[str, str]] = []  # (loose path, value) of refs locked by us
+        return -1
+    renamed = False
+    held: list[str] = []  # loose refs locked by us
     try:
-        root = os.path.join(common_dir, *prefix.rstrip("/").split("/"))
-        header, entries = _read_packed(packed_path)
-        for dirpath, _dirs, files in os.walk(root):
-            for fname in files:
-                if fname.endswith(".lock"):
-                    continue
-                path = os.path.join(dirpath, fname)
-                try:
-                    ref_lock = os.open(path + ".lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                except OSError:
-                    continue  # being updated right now: leave it loose
-                os.close(ref_lock)
-                try:
-                    with open(path, encoding="ascii", errors="replace") as fh:
-                        value = fh.read().strip()
-                except OSError:
-                    value = ""
-                if len(value) != 40 or any(c not in "0123456789abcdef" for c in value):
-                    os.unlink(path + ".lock")  # symbolic or odd: not ours to pack
-                    continue
-                name = os.path.relpath(path, common_dir).replace(os.sep, "/")
-                entries[name] = [f"{value} {name}\n"]
-                held.append((path, value))
+        header, entries = _read_packed(packed_path)  # read under the lock, as git does
+        for path in paths:
+            try:
+                ref_lock = os.open(path + ".lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except OSError:
+                continue  # being updated right now: leave it loose
+            os.close(ref_lock)
+            held.append(path)
+            try:
+                with open(path, encoding="ascii", errors="replace") as fh:
+                    value = fh.read().strip()
+            except OSError:
+                value = ""  # deleted meanwhile: nothing to pack
+            if len(value) != 40 or any(c not in "0123456789abcdef" for c in value):
+                held.pop()
+                os.unlink(path + ".lock")  # gone, symbolic or odd: not ours to pack
+                continue
+            name = os.path.relpath(path, common_dir).replace(os.sep, "/")
+            entries[name] = [f"{value} {name}\n"]
         if not held:
             return 0
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
@@ -244,26 +296,32 @@ def pack_refs(common_dir: str, prefix: str = "refs/agentos/") -> int:
             fh.write(header)
             for name in sorted(entries, key=lambda n: n.encode("utf-8", "surrogateescape")):
                 fh.writelines(entries[name])
+            fh.flush()
+            ours = os.fstat(fh.fileno()).st_ino
+        if os.stat(lock_path).st_ino != ours:
+            return -1  # our lock was broken and retaken by someone else: leave everything loose
         os.replace(lock_path, packed_path)
-        for path, _value in held:
+        renamed = True
+        for path in held:
             try:
                 os.unlink(path)
             except OSError:
                 pass
-        _remove_empty_dirs(root, {os.path.dirname(p) for p, _v in held})
+        _remove_empty_dirs(root, {os.path.dirname(p) for p in held})
         return len(held)
     finally:
         if fd >= 0:
             os.close(fd)
-        for path, _value in held:
+        for path in held:
             try:
                 os.unlink(path + ".lock")
             except OSError:
                 pass
-        try:
-            os.unlink(lock_path)
-        except FileNotFoundError:
-            pass
+        if not renamed:
+            try:
+                os.unlink(lock_path)  # only a lock we still own: after the rename it may be another's
+            except OSError:
+                pass
 
 
 def _remove_empty_dirs(root: str, dirs: set[str]) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import gitstate
@@ -100,3 +102,84 @@ def test_pack_refs_only_ours_and_updates_still_work(store: gitstate.Store, repo:
     assert "refs/agentos/main/runs/r5/" not in git(repo, "for-each-ref")
     git(repo, "fsck", "--strict")
     assert git(repo, "reflog", "show", "--format=%gs", "refs/agentos/main/runs/r3/heads/main").startswith("gitstate: undo")
+
+
+_DELETER = r"""
+import sys, pygit2
+from gitstate import refs
+repo = pygit2.Repository(sys.argv[1])
+for name in sys.argv[3:]:
+    refs.compare_and_swap(repo, sys.argv[2], name, refs.read_ref(repo, name), None, "delete", lock_timeout=30)
+"""
+
+_UPDATER = r"""
+import sys, pygit2
+from gitstate import refs
+repo = pygit2.Repository(sys.argv[1])
+a, b = sys.argv[3], sys.argv[4]
+for round_ in range(int(sys.argv[5])):
+    for i in range(40):
+        name = f"refs/agentos/main/runs/u{i}/heads/main"
+        cur = refs.read_ref(repo, name)
+        new = None if (round_ + i) % 4 == 0 and cur is not None else (b if cur == a else a)
+        if cur is None and new is None:
+            new = a
+        refs.compare_and_swap(repo, sys.argv[2], name, cur, new, "stress", lock_timeout=30)
+print("ok")
+"""
+
+
+def _py(*args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    return subprocess.Popen([sys.executable, "-c", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def test_concurrent_deletes_of_packed_refs_lose_nothing(store: gitstate.Store, repo: Path) -> None:
+    from gitstate import refs
+
+    head = git(repo, "rev-parse", "HEAD").strip()
+    common = store.location.common_dir
+    names = [f"refs/agentos/main/runs/d{i}/heads/main" for i in range(200)]
+    for name in names:
+        refs.compare_and_swap(store.repo, common, name, None, head, "create")
+    git(repo, "tag", "v1")
+    git(repo, "pack-refs", "--all")  # as the user's git gc would
+    procs = [_py(_DELETER, str(repo), common, *names[k::2]) for k in range(2)]
+    for p in procs:
+        _out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert git(repo, "for-each-ref", "refs/agentos") == ""  # none came back
+    assert git(repo, "rev-parse", "main", "v1").split() == [head, head]  # the user's refs intact
+    git(repo, "fsck", "--strict")
+
+
+def test_pack_refs_races_with_updates_and_deletes(store: gitstate.Store, repo: Path) -> None:
+    from gitstate import refs
+
+    a = git(repo, "rev-parse", "HEAD").strip()
+    run = store.create_run(run_id="other")
+    b = run.checkpoint({"x": 1}).id
+    git(repo, "tag", "v1")
+    git(repo, "pack-refs", "--all")
+    common = store.location.common_dir
+    writer = _py(_UPDATER, str(repo), common, a, b, "12")
+    while writer.poll() is None:
+        refs.pack_refs(common)
+    out, err = writer.communicate()
+    assert writer.returncode == 0 and "ok" in out, err
+    # replay the writer's deterministic moves to know where every ref must be
+    expected: dict[str, str | None] = {}
+    for round_ in range(12):
+        for i in range(40):
+            name = f"refs/agentos/main/runs/u{i}/heads/main"
+            cur = expected.get(name)
+            new = None if (round_ + i) % 4 == 0 and cur is not None else (b if cur == a else a)
+            if cur is None and new is None:
+                new = a
+            expected[name] = new
+    for name, value in expected.items():
+        assert refs.read_ref(store.repo, name) == value, name
+    assert git(repo, "rev-parse", "main", "v1").split() == [a, a]
+    assert not (Path(common) / "packed-refs.lock").exists()
+    git(repo, "fsck", "--strict")
