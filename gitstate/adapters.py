@@ -20,7 +20,7 @@ from typing import Any
 
 from . import checkpoint as cpfmt
 from .checkpoint import Checkpoint
-from .errors import CorruptObjectError, InvalidNameError, RunNotFound, UsageError
+from .errors import CorruptObjectError, UsageError
 from .objects import MODE_TREE, TreeEntry
 from .run import NodeBoundary, NodeScope, Run
 from .statetree import StateWriter
@@ -61,29 +61,17 @@ def _session(run_id: str, branch: str) -> str:
     return run_id if branch == "main" else f"{run_id}{SESSION_SEP}{branch}"
 
 
-def _run_exists(store: Store, run_id: str) -> bool:
-    if not run_id:
-        return False
-    try:
-        store.get_run(run_id)
-    except (RunNotFound, InvalidNameError):
-        return False
-    except CorruptObjectError:  # it exists; reading it reports the damage
-        return True
-    return True
-
-
 def _parse_session(store: Store, session_id: str) -> tuple[str, str]:
     """``(run id, branch)`` of a session id: an exact run id is its ``main`` session; otherwise the
     split at the ``#`` leaving the longest existing run id; otherwise the whole id (→ RunNotFound)."""
     if not isinstance(session_id, str) or not session_id:
         raise UsageError("session id must be a non-empty string")
-    if _run_exists(store, session_id):
+    if store.has_run(session_id):
         return session_id, "main"
     cuts = [i for i, ch in enumerate(session_id) if ch == SESSION_SEP]
     for i in reversed(cuts):  # rightmost '#' first = longest run id
         run_id, branch = session_id[:i], session_id[i + 1:]
-        if branch and _run_exists(store, run_id):
+        if branch and store.has_run(run_id):
             return run_id, branch
     return session_id, "main"
 
@@ -173,7 +161,7 @@ class GitStateAdapter:
         run = self.store.get_run(cp.run_id)
         taken = set(run.branches())
         n = 1
-        while f"branch-{n}" in taken or _run_exists(self.store, _session(run.id, f"branch-{n}")):
+        while f"branch-{n}" in taken or self.store.has_run(_session(run.id, f"branch-{n}")):
             n += 1
         run.fork(cp.id, f"branch-{n}")
         self._run, self._branch = run, f"branch-{n}"

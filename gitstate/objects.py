@@ -104,7 +104,7 @@ class ObjectWriter:
         tmp = os.path.join(directory, f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         try:
-            _write_all(fd, zlib.compress(raw, 1))
+            write_all(fd, zlib.compress(raw, 1))
             if self.fsync:
                 os.fsync(fd)
         except BaseException:
@@ -157,7 +157,7 @@ def tree_bytes(entries: Iterable[TreeEntry]) -> bytes:
     return b"".join(parts)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     """``os.write`` until every byte is out (one call writes at most about 2 GiB)."""
     view = memoryview(data)
     while view:

@@ -33,8 +33,6 @@ from typing import TYPE_CHECKING
 from .errors import (
     BranchNotFound,
     CheckpointNotFound,
-    CorruptObjectError,
-    InvalidNameError,
     InvalidReferenceError,
     RunNotFound,
 )
@@ -62,26 +60,14 @@ class Parsed:
     oid: str | None = None
 
 
-def _run_exists(store: Store, run_id: str) -> bool:
-    if not run_id:
-        return False
-    try:
-        store.get_run(run_id)
-    except (RunNotFound, InvalidNameError):  # an invalid name (too long) cannot be an existing run
-        return False
-    except CorruptObjectError:  # it exists; reading it will report the damage
-        return True
-    return True
-
-
 def _split_base(store: Store, base: str) -> tuple[str, str] | None:
     """``RUN`` or ``RUN@BRANCH`` with an existing run, preferring the longest run id."""
-    if _run_exists(store, base):
+    if store.has_run(base):
         return base, "main"
     positions = [i for i, ch in enumerate(base) if ch == "@"]
     for i in reversed(positions):  # rightmost '@' first = longest run id
         run, branch = base[:i], base[i + 1:]
-        if branch and _run_exists(store, run):
+        if branch and store.has_run(run):
             return run, branch
     return None
 
@@ -91,7 +77,7 @@ def parse(store: Store, text: str) -> Parsed:
     (runs are looked up in ``store`` to settle how separators inside run ids are read)."""
     if not isinstance(text, str) or not text:
         raise InvalidReferenceError(str(text), "empty reference")
-    if _run_exists(store, text):
+    if store.has_run(text):
         return Parsed(text)
     candidates: list[Parsed] = []
     m = _STEPS.search(text)
@@ -116,7 +102,7 @@ def parse(store: Store, text: str) -> Parsed:
         return Parsed(None, oid=text)
     if m or _NODE in text or "@" in text:
         base = (text[: m.start()] if m else text).split(_NODE, 1)[0].split("@", 1)[0]
-        if base and _run_exists(store, base):  # the run is there; the rest is malformed ("r@", "r:node:")
+        if base and store.has_run(base):  # the run is there; the rest is malformed ("r@", "r:node:")
             raise InvalidReferenceError(text, "expected RUN, RUN@BRANCH, RUN~N or RUN:node:NAME")
         raise RunNotFound(base or text, store.worktree)
     raise InvalidReferenceError(
@@ -169,7 +155,7 @@ def resolve_target(run: Run, text: str, branch: str = "main") -> Checkpoint:
         return _walk_back(run, other, back, text)
     if text.startswith("node:"):
         return run.load(text, branch=branch)
-    if _HEX.fullmatch(text) and not _run_exists(run.store, text):
+    if _HEX.fullmatch(text) and not run.store.has_run(text):
         return run.load(text)
     cp = resolve(run.store, text)
     if cp.run_id != run.id:

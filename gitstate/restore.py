@@ -33,9 +33,9 @@ from pygit2.enums import FilterMode
 
 from .checkpoint import FILES
 from .errors import CorruptObjectError, NoSnapshotError, RestoreConflictError, UnsafeTreeError, UsageError
-from .objects import MODE_EXEC, MODE_LINK, MODE_TREE
+from .objects import MODE_EXEC, MODE_LINK, MODE_TREE, write_all
 from .pathsafety import _hfs_fold, check_name
-from .workspace import BIG_BLOB, matches, normalize_path
+from .workspace import BIG_BLOB, head_tree, matches, normalize_path
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint
@@ -290,7 +290,7 @@ def _write_blob(repo: pygit2.Repository, common_dir: str, path: str, oid: str, f
         filters = repo.load_filter_list(path, FilterMode.TO_WORKTREE)
         if filters is not None and len(filters) and b"\0" not in data:
             data = filters.apply_to_buffer(data)
-        _write_all(fd, data)
+        write_all(fd, data)
         return
     loose = os.path.join(common_dir, "objects", oid[:2], oid[2:])
     if os.path.exists(loose):
@@ -318,18 +318,11 @@ def _stream_loose(loose: str, fd: int) -> None:
                         raise CorruptObjectError(os.path.basename(loose), "loose object header too long")
                     out = out[nul + 1:]
                     header_done = True
-                _write_all(fd, out)
+                write_all(fd, out)
                 if not inflater.unconsumed_tail:
                     break
                 out = inflater.decompress(inflater.unconsumed_tail, _CHUNK)
-        _write_all(fd, inflater.flush())
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+        write_all(fd, inflater.flush())
 
 
 # -- orchestration for Run.restore -----------------------------------------------------------------
@@ -358,13 +351,6 @@ def saved_trees(run: Run, head_tree: str | None) -> Iterator[str]:
             oid = str(commit.parent_ids[0]) if commit.parent_ids else None
     if head_tree is not None and head_tree not in seen_trees:
         yield head_tree
-
-
-def _head_tree(repo: pygit2.Repository) -> str | None:
-    try:
-        return str(repo.head.peel(pygit2.Tree).id)
-    except (pygit2.GitError, KeyError, ValueError):
-        return None
 
 
 def restore_scope(cp: Checkpoint, wanted: Sequence[str] | None) -> list[str] | None:
@@ -414,7 +400,7 @@ def restore_checkpoint(run: Run, cp: Checkpoint, paths: Iterable[str | os.PathLi
     if blocked:
         raise RestoreConflictError(blocked, "ignored files, nested repositories or directories are in the way")
     if not force:
-        lost = unsaved(repo, plan, saved_trees(run, _head_tree(repo)))
+        lost = unsaved(repo, plan, saved_trees(run, head_tree(repo)))
         if lost:
             raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint (use force=True)")
     result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),

@@ -32,6 +32,7 @@ from .errors import (
     ConflictError,
     CorruptObjectError,
     GitStateError,
+    InvalidNameError,
     RunExistsError,
     RunNotFound,
 )
@@ -341,6 +342,19 @@ class Store:
         record = self._read_record(oid)
         metadata = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
         return Run(self, run_id, worktree, record.get("workflow"), parse_time(record.get("created_at")), metadata)
+
+    def has_run(self, run_id: str) -> bool:
+        """Whether this worktree has a run of that id (``False`` for a name no run can have; a run
+        whose record is damaged still exists: reading it reports the damage)."""
+        if not run_id:
+            return False
+        try:
+            self.get_run(run_id)
+        except (RunNotFound, InvalidNameError):
+            return False
+        except CorruptObjectError:
+            return True
+        return True
 
     def open_run(self, run_id: str, workflow: str | None = None) -> Run:
         """The run of that id, created (with ``workflow``) if it does not exist yet."""

@@ -160,7 +160,7 @@ class Workspace:
         big: list[str] = []
         if prefixes is None:
             tree = str(index.write_tree())
-            self._journal(repo, tree, self._last_tree() or _head_tree(repo), big)
+            self._journal(repo, tree, self._last_tree() or head_tree(repo), big)
             self._save_last_tree(tree)
         else:
             subset = pygit2.Index()
@@ -168,7 +168,7 @@ class Workspace:
                 if matches(entry.path, prefixes):
                     subset.add(entry)
             tree = str(subset.write_tree(repo))
-            self._journal(repo, tree, _head_tree(repo), big)
+            self._journal(repo, tree, head_tree(repo), big)
         if big or self._big_stats():
             self._save_big(index, big)
         return Snapshot(tree, tuple(sorted(skipped)), None if prefixes is None else tuple(prefixes))
@@ -363,7 +363,7 @@ def read_index_paths(path: str) -> set[str]:
     return out
 
 
-def _head_tree(repo: pygit2.Repository) -> str | None:
+def head_tree(repo: pygit2.Repository) -> str | None:
     """The tree of the user's HEAD commit: its objects are the user's, not gitstate's to pack."""
     try:
         return str(repo.head.peel(pygit2.Tree).id)

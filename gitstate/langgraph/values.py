@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pygit2
-from pygit2.enums import ObjectType
 
 from ..errors import CorruptObjectError, GitStateError, UnsafeValueError
 from ..names import decode_component, encode_component
 from ..objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
+from ..statetree import StateReader
 
 CHUNK = 32
 FANOUT = 64
@@ -230,14 +230,14 @@ class ValueCodec:
         if name.endswith(LIST) and mode == MODE_TREE:
             return decode_component(name[: -len(LIST)]), self._read_list(repo, oid, decoded)
         if name.endswith(VALUE) and mode != MODE_TREE:
-            data = _read(repo, oid, ObjectType.BLOB)
+            data = read_blob(repo, oid)
             return decode_component(name[: -len(VALUE)]), decode(self.loads, parse_typed(data, oid), oid)
         raise CorruptObjectError(oid, f"unexpected entry {name!r} in a values tree")
 
     def _chunk(self, repo: pygit2.Repository, oid: str) -> tuple[int, bytes]:
         hit = self._chunks.get(oid)
         if hit is None:
-            hit = split_array(_read(repo, oid, ObjectType.BLOB), oid)
+            hit = split_array(read_blob(repo, oid), oid)
             self._chunks.put(oid, hit)
         return hit
 
@@ -248,7 +248,7 @@ class ValueCodec:
             if hit is not None:
                 self._trees.move_to_end(oid)
                 return hit
-        out = [(e.name or "", str(e.id), int(e.filemode)) for e in _tree(repo, oid)]
+        out = [(e.name or "", str(e.id), int(e.filemode)) for e in read_tree(repo, oid)]
         with self._trees_lock:
             self._trees[oid] = out
             if len(self._trees) > 16384:
@@ -288,31 +288,11 @@ class ValueCodec:
         return value
 
 
-def _read(repo: pygit2.Repository, oid: str, kind: ObjectType) -> bytes:
-    try:
-        got, data = repo.odb.read(oid)
-    except (KeyError, ValueError, pygit2.GitError) as exc:
-        raise CorruptObjectError(oid, "missing from the object database") from exc
-    if got != kind:
-        raise CorruptObjectError(oid, f"expected a {kind.name.lower()}")
-    return bytes(data)
-
-
-def _tree(repo: pygit2.Repository, oid: str) -> pygit2.Tree:
-    try:
-        obj = repo[oid]
-    except (KeyError, ValueError, pygit2.GitError) as exc:
-        raise CorruptObjectError(oid, "missing from the object database") from exc
-    if not isinstance(obj, pygit2.Tree):
-        raise CorruptObjectError(oid, "expected a tree")
-    return obj
-
-
 def read_blob(repo: pygit2.Repository, oid: str) -> bytes:
-    """Read a blob's bytes (corrupt-object error if missing or not a blob)."""
-    return _read(repo, oid, ObjectType.BLOB)
+    """Read a blob's bytes (corrupt-object error if missing, damaged or not a blob)."""
+    return StateReader(repo).raw_blob(oid)
 
 
 def read_tree(repo: pygit2.Repository, oid: str) -> pygit2.Tree:
-    """Look up a tree (corrupt-object error if missing or not a tree)."""
-    return _tree(repo, oid)
+    """Look up a tree (corrupt-object error if missing, damaged or not a tree)."""
+    return StateReader(repo).tree(oid)
