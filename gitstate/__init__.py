@@ -12,7 +12,7 @@ in the user's own repository::
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
+from gitstate.errors import (
     AmbiguousReferenceError,
     BranchExistsError,
     BranchNotFound,
@@ -46,27 +46,27 @@ from .errors import (
 # `gitstate.errors`/`gitstate.encoding` stay free of pygit2 (the CLI's --help and git's textconv
 # start in milliseconds); type checkers see ordinary imports.
 _LAZY = {
-    "Checkpoint": "checkpoint",
-    "Diff": "diff", "FileChange": "diff", "KeyChange": "diff",
-    "HookInstall": "hooks",
-    "PullResult": "remote", "PushResult": "remote", "RefResult": "remote",
-    "RestoreResult": "restore",
-    "NodeBoundary": "run", "PruneResult": "run", "Run": "run",
-    "FileVersion": "sessionfiles", "SessionFiles": "sessionfiles",
-    "RunSummary": "store", "Store": "store", "open_store": "store",
-    "Snapshot": "workspace", "Workspace": "workspace",
+    "Checkpoint": "format.checkpoint",
+    "Diff": "workspace.diff", "FileChange": "workspace.diff", "KeyChange": "workspace.diff",
+    "HookInstall": "sync.hooks",
+    "PullResult": "sync.remote", "PushResult": "sync.remote", "RefResult": "sync.remote",
+    "RestoreResult": "workspace.restore",
+    "NodeBoundary": "store.run", "PruneResult": "store.run", "Run": "store.run",
+    "FileVersion": "store.sessionfiles", "SessionFiles": "store.sessionfiles",
+    "RunSummary": "store.store", "Store": "store.store", "open_store": "store.store",
+    "Snapshot": "workspace.snapshot", "Workspace": "workspace.snapshot",
 }
 
 if TYPE_CHECKING:
-    from .checkpoint import Checkpoint
-    from .diff import Diff, FileChange, KeyChange
-    from .hooks import HookInstall
-    from .remote import PullResult, PushResult, RefResult
-    from .restore import RestoreResult
-    from .run import NodeBoundary, PruneResult, Run
-    from .sessionfiles import FileVersion, SessionFiles
-    from .store import RunSummary, Store, open_store
-    from .workspace import Snapshot, Workspace
+    from gitstate.format.checkpoint import Checkpoint
+    from gitstate.store.run import NodeBoundary, PruneResult, Run
+    from gitstate.store.sessionfiles import FileVersion, SessionFiles
+    from gitstate.store.store import RunSummary, Store, open_store
+    from gitstate.sync.hooks import HookInstall
+    from gitstate.sync.remote import PullResult, PushResult, RefResult
+    from gitstate.workspace.diff import Diff, FileChange, KeyChange
+    from gitstate.workspace.restore import RestoreResult
+    from gitstate.workspace.snapshot import Snapshot, Workspace
 
 
 def __getattr__(name: str) -> Any:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import click
+
 from gitstate_cli.main import COMMANDS, cli
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "CLI.md"
@@ -44,7 +45,7 @@ same help without it.
 
 `TARGET` (rollback, fork) is read relative to the run and branch: `~N`, `node:NAME`, `@BRANCH[~N]`, an
 id, or any REF of the same run. Run ids may contain `@`, `~` and `:`: an exact run id always wins,
-and otherwise the split with the longest existing run id wins (see `gitstate/refspec.py`).
+and otherwise the split with the longest existing run id wins (see `gitstate/store/refspec.py`).
 
 ## Output and errors
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import git
 
 import gitstate
-from gitstate.adapters import ExecutionState, GitStateAdapter
+from gitstate.adapters.workflow import ExecutionState, GitStateAdapter
 
 
 def _adapter(repo: Path) -> GitStateAdapter:

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from conftest import git, user_snapshot
-from gitstate_cli.main import cli
 
 import gitstate
+from gitstate_cli.main import cli
 
 FILES_API = hasattr(gitstate.Run, "restore")
 needs_files = pytest.mark.skipif(not FILES_API, reason="workspace snapshots/restore (issue 3, branch files) not merged yet")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 from conftest import git, user_snapshot
+
 from gitstate_cli.main import COMMANDS, cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,9 +146,9 @@ def test_worktrees_are_scoped_and_all_lists_them(repo: Path, tmp_path: Path) -> 
 
 def test_textconv_decodes_like_the_library_and_refuses_tags(tmp_path: Path) -> None:
     import cbor2
-    from gitstate_cli.textconv import convert
 
-    from gitstate import encoding
+    from gitstate.format import encoding
+    from gitstate_cli.textconv import convert
 
     value = {"b": b"\x00\xff", "n": [1, 2.5, None, True], "big": 2**80, "s": "é"}
     assert json.loads(convert(encoding.dumps(value))) == {"b": {"$bytes": "00ff"}, "n": [1, 2.5, None, True],

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import gitstate
-from gitstate import housekeeping
+from gitstate.git import housekeeping
 from tests.conftest import git, user_snapshot
 
 WORDS = ("agent tool call result plan step file patch test build error retry model prompt token "
@@ -75,7 +75,7 @@ def test_pack_merge_and_loose_cleanup(store: gitstate.Store, repo: Path, monkeyp
 
 
 def test_pack_refs_only_ours_and_updates_still_work(store: gitstate.Store, repo: Path) -> None:
-    from gitstate import refs
+    from gitstate.git import refs
 
     git(repo, "branch", "user-branch")
     git(repo, "tag", "-a", "v1", "-m", "annotated")
@@ -106,7 +106,7 @@ def test_pack_refs_only_ours_and_updates_still_work(store: gitstate.Store, repo:
 
 _DELETER = r"""
 import sys, pygit2
-from gitstate import refs
+from gitstate.git import refs
 repo = pygit2.Repository(sys.argv[1])
 for name in sys.argv[3:]:
     refs.compare_and_swap(repo, sys.argv[2], name, refs.read_ref(repo, name), None, "delete", lock_timeout=30)
@@ -114,7 +114,7 @@ for name in sys.argv[3:]:
 
 _UPDATER = r"""
 import sys, pygit2
-from gitstate import refs
+from gitstate.git import refs
 repo = pygit2.Repository(sys.argv[1])
 a, b = sys.argv[3], sys.argv[4]
 for round_ in range(int(sys.argv[5])):
@@ -136,7 +136,7 @@ def _py(*args: str) -> subprocess.Popen[str]:
 
 
 def test_concurrent_deletes_of_packed_refs_lose_nothing(store: gitstate.Store, repo: Path) -> None:
-    from gitstate import refs
+    from gitstate.git import refs
 
     head = git(repo, "rev-parse", "HEAD").strip()
     common = store.location.common_dir
@@ -155,7 +155,7 @@ def test_concurrent_deletes_of_packed_refs_lose_nothing(store: gitstate.Store, r
 
 
 def test_pack_refs_races_with_updates_and_deletes(store: gitstate.Store, repo: Path) -> None:
-    from gitstate import refs
+    from gitstate.git import refs
 
     a = git(repo, "rev-parse", "HEAD").strip()
     run = store.create_run(run_id="other")

@@ -195,6 +195,7 @@ def test_cli_lists_threads_subgraphs_and_forks(repo: Path, monkeypatch: pytest.M
     """`git agentos runs` and `git agentos log` read LangGraph threads: a subgraph namespace and a
     fork are branches whose checkpoints show readable steps, nodes and triggers."""
     from click.testing import CliRunner
+
     from gitstate_cli.main import cli
 
     saver = GitCheckpointSaver(gitstate.open_store(repo))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from gitstate_cli.main import cli
 
 import gitstate
+from gitstate_cli.main import cli
 from tests.conftest import git
 
 
@@ -247,7 +247,7 @@ class _RecordingEnv(dict):  # type: ignore[type-arg]
 @pytest.mark.parametrize("native", [True, False])
 def test_private_index_open_leaves_the_environment_alone(three: Path, monkeypatch: pytest.MonkeyPatch,
                                                          native: bool) -> None:
-    from gitstate import privateindex
+    from gitstate.git import privateindex
 
     if native:
         assert privateindex.NATIVE  # Linux/macOS: git_repository_set_index is reachable

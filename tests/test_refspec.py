@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 import gitstate
-from gitstate import refspec
+from gitstate.store import refspec
 
 
 def _run(store: gitstate.Store, run_id: str, n: int = 3, branch: str = "main") -> list[gitstate.Checkpoint]:

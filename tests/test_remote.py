@@ -11,7 +11,7 @@ from conftest import git
 from remote_helpers import bare, git_daemon, machine
 
 import gitstate
-from gitstate.verify import verify
+from gitstate.verify.checks import verify
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_prune_deletes_with_a_lease(tmp_path: Path, server: str) -> None:
 
 
 def test_failed_lease_is_reported(tmp_path: Path, server: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gitstate import remote
+    from gitstate.sync import remote
 
     a, b = stores(tmp_path, server)
     a.create_run(run_id="x").checkpoint({})

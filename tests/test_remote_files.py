@@ -8,7 +8,7 @@ from pathlib import Path
 from remote_helpers import bare, machine
 
 import gitstate
-from gitstate.verify import verify
+from gitstate.verify.checks import verify
 
 
 def _machines(tmp_path: Path) -> tuple[gitstate.Store, gitstate.Store]:

@@ -13,7 +13,7 @@ from conftest import git
 from remote_helpers import bare, machine
 
 import gitstate
-from gitstate.verify import verify
+from gitstate.verify.checks import verify
 
 
 def _push(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 import gitstate
-from gitstate import checkpoint as cpfmt
-from gitstate.objects import MODE_BLOB, MODE_COMMIT, MODE_EXEC, MODE_LINK, MODE_TREE
-from gitstate.restore import SAFETY_BRANCH
+from gitstate.format import checkpoint as cpfmt
+from gitstate.format.statetree import StateWriter
+from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, MODE_EXEC, MODE_LINK, MODE_TREE
+from gitstate.workspace.restore import SAFETY_BRANCH
 from tests.conftest import git, user_snapshot
 
 
@@ -182,7 +183,8 @@ def test_symlinked_directory_is_replaced_not_written_through(work: Path, tmp_pat
 
 
 def test_big_blob_is_streamed(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gitstate import restore, workspace
+    from gitstate.workspace import restore
+    from gitstate.workspace import snapshot as workspace
 
     monkeypatch.setattr(restore, "BIG_BLOB", 1000)
     monkeypatch.setattr(workspace, "BIG_BLOB", 1000)
@@ -215,7 +217,7 @@ def _tree(store: gitstate.Store, entries: list[tuple[str, str, int]]) -> str:
 
 def _checkpoint_with_files(run: gitstate.Run, files_tree: str) -> gitstate.Checkpoint:
     with run.store._writing() as w:
-        state = run._state_entry({}, gitstate.run.StateWriter(w))
+        state = run._state_entry({}, StateWriter(w))
     return run._commit_checkpoint(state, [(cpfmt.FILES, files_tree, MODE_TREE)], branch="evil", expect=None,
                                   node=None, trigger=None, status=None, metadata=None)
 

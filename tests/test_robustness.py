@@ -207,7 +207,7 @@ def test_read_only_git_dir() -> None:
 
 
 def test_listing_many_runs_uses_the_cache_and_stays_right(store: gitstate.Store) -> None:
-    from gitstate.store import SUMMARY_CACHE_MIN_RUNS
+    from gitstate.store.store import SUMMARY_CACHE_MIN_RUNS
 
     runs = [store.create_run(workflow="w", run_id=f"m{i:03d}") for i in range(SUMMARY_CACHE_MIN_RUNS + 2)]
     for i, run in enumerate(runs):

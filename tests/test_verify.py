@@ -11,7 +11,7 @@ import cbor2
 import pygit2
 
 import gitstate
-from gitstate.verify import verify
+from gitstate.verify.checks import verify
 
 
 def _healthy(store: gitstate.Store) -> gitstate.Run:
@@ -136,7 +136,7 @@ def test_session_file_chains_are_checked(store: gitstate.Store) -> None:
 _VERIFY = """
 import json, sys
 import gitstate
-from gitstate.verify import verify
+from gitstate.verify.checks import verify
 print(json.dumps([str(p) for p in verify(gitstate.open_store(sys.argv[1])).problems]))
 """
 

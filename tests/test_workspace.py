@@ -185,7 +185,7 @@ def test_repository_without_commits_or_index(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("version", ["2", "3", "4"])
 def test_read_index_paths_matches_libgit2(work: Path, version: str) -> None:
-    from gitstate.workspace import read_index_paths
+    from gitstate.workspace.snapshot import read_index_paths
 
     git(work, "add", "-A")
     git(work, "update-index", "--index-version", version)

@@ -3,8 +3,8 @@ thread as a gitstate run (install the ``gitstate[langgraph]`` extra). The rest o
 imports this package, so the core works without LangGraph."""
 
 try:
-    from .saver import GitCheckpointSaver
-    from .serde import StrictSerializer
+    from gitstate.langgraph.saver import GitCheckpointSaver
+    from gitstate.langgraph.serde import StrictSerializer
 except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
     raise ImportError(f"gitstate.langgraph needs LangGraph: pip install 'gitstate[langgraph]' ({exc})") from exc
 

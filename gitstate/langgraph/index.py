@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from ..names import decode_component, run_prefix
-from ..refs import list_refs
+from gitstate.format.names import decode_component, run_prefix
+from gitstate.git.refs import list_refs
 
 T_ID = "LangGraph-Checkpoint"
 T_NS = "LangGraph-Namespace"

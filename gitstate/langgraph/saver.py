@@ -34,17 +34,24 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .. import checkpoint as cpfmt
-from .. import encoding
-from ..checkpoint import read_meta
-from ..errors import ConflictError, CorruptObjectError, LockTimeoutError, RunNotFound, UsageError
-from ..names import MAX_COMPONENT, branch_ref, decode_component, encode_component, parse_ref, worktree_prefix
-from ..objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
-from ..refs import list_refs
-from ..store import Store, open_store
-from .index import Entry, RefReader, ThreadIndex, parse_entry, trailers
-from .serde import StrictSerializer
-from .values import ByteLRU, ValueCodec, decode, read_blob
+from gitstate.errors import ConflictError, CorruptObjectError, LockTimeoutError, RunNotFound, UsageError
+from gitstate.format import checkpoint as cpfmt
+from gitstate.format import encoding
+from gitstate.format.checkpoint import read_meta
+from gitstate.format.names import (
+    MAX_COMPONENT,
+    branch_ref,
+    decode_component,
+    encode_component,
+    parse_ref,
+    worktree_prefix,
+)
+from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
+from gitstate.git.refs import list_refs
+from gitstate.langgraph.index import Entry, RefReader, ThreadIndex, parse_entry, trailers
+from gitstate.langgraph.serde import StrictSerializer
+from gitstate.langgraph.values import ByteLRU, ValueCodec, decode, read_blob
+from gitstate.store.store import Store, open_store
 
 WORKFLOW = "langgraph"
 LG_TREE = "langgraph"  # the values tree: one entry per channel

@@ -24,7 +24,7 @@ import ormsgpack
 from langgraph.checkpoint.serde import _msgpack as lg_msgpack
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from ..errors import UnsafeValueError
+from gitstate.errors import UnsafeValueError
 
 __all__ = ["StrictSerializer"]
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import pygit2
 
-from ..errors import CorruptObjectError, GitStateError, UnsafeValueError
-from ..names import decode_component, encode_component
-from ..objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
-from ..statetree import StateReader
+from gitstate.errors import CorruptObjectError, GitStateError, UnsafeValueError
+from gitstate.format.names import decode_component, encode_component
+from gitstate.format.statetree import StateReader
+from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
 
 CHUNK = 32
 FANOUT = 64

@@ -1,0 +1,2 @@
+"""Integrations on the public store API: the workflow adapter with the seed systems'
+``IStateAdapter`` semantics."""

@@ -1,0 +1,301 @@
+"""The checkpoint as stored: the ``meta.cbor`` payload, the readable commit message with trailers,
+and :class:`Checkpoint`, the read-side view of one checkpoint commit (state decoded lazily).
+
+Format (version :data:`FORMAT_VERSION`, see docs/FORMAT.md): a checkpoint is a commit whose tree
+holds ``meta.cbor`` and the state (``state/`` tree or ``state.cbor``), optionally ``tools.cbor``,
+``audit.cbor`` and ``files/``; its first parent is the previous checkpoint of its branch."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pygit2
+
+from gitstate.errors import CorruptObjectError, UnsupportedFormatError
+from gitstate.format import encoding
+from gitstate.format.statetree import StateReader
+from gitstate.git.objects import check_loose
+
+FORMAT_VERSION = 1
+CHECKPOINT_KIND = "gitstate/checkpoint"
+RUN_KIND = "gitstate/run"
+
+META = "meta.cbor"
+STATE_TREE = "state"
+STATE_LEAF = "state.cbor"
+TOOLS = "tools.cbor"
+AUDIT = "audit.cbor"
+FILES = "files"
+RUN_RECORD = "run.cbor"
+
+NODE_START = "node_start"
+NODE_END = "node_end"
+
+STATUSES = ("running", "completed", "failed", "interrupted")
+_STATUS_SYNONYMS = {
+    "done": "completed", "complete": "completed", "success": "completed", "succeeded": "completed",
+    "ok": "completed", "error": "failed", "failure": "failed", "errored": "failed",
+    "cancelled": "interrupted", "canceled": "interrupted", "aborted": "interrupted", "paused": "interrupted",
+    "active": "running", "in_progress": "running",
+}
+
+
+def now_iso() -> str:
+    """The current UTC time as stored in payloads (ISO 8601, microseconds, ``Z``)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# The exact shape :func:`now_iso` writes; such text takes the fast path (``strptime`` costs ~30 µs,
+# a third of decoding a checkpoint's metadata in ``history``/``list_runs``).
+_STORED_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+def parse_time(text: Any) -> datetime:
+    """Parse a stored timestamp (falls back to the epoch on garbage, never raises)."""
+    if isinstance(text, str):
+        try:
+            if _STORED_TIME.fullmatch(text):
+                return datetime.fromisoformat(text)  # 3.11+: reads the trailing Z as UTC
+            return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+        except ValueError:
+            pass
+    return _EPOCH
+
+
+def normalize_status(status: str | None) -> str | None:
+    """Map a user status to one of running/completed/failed/interrupted (others kept as given)."""
+    if status is None:
+        return None
+    low = status.strip().lower()
+    return low if low in STATUSES else _STATUS_SYNONYMS.get(low, status)
+
+
+def _trailer(value: Any) -> str:
+    text = str(value)
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def subject(node: str | None, step: int, trigger: str | None, status: str | None) -> str:
+    """The readable first line of a checkpoint commit: ``plan · step 3 · tool_end``."""
+    parts = [node or "checkpoint", f"step {step}", trigger or "save"]
+    if status:
+        parts.append(status)
+    return " · ".join(_trailer(p) for p in parts)
+
+
+def message(meta: Mapping[str, Any]) -> str:
+    """The full commit message: subject, blank line, trailers."""
+    lines = [subject(meta.get("node"), meta["step"], meta.get("trigger"), meta.get("status")), ""]
+    trailers = [
+        ("Run", meta["run"]), ("Branch", meta["branch"]), ("Workflow", meta.get("workflow")),
+        ("Node", meta.get("node")), ("Step", meta["step"]), ("Trigger", meta.get("trigger")),
+        ("Status", meta.get("status")), ("Node-Status", meta.get("node_status")),
+        ("Node-Entry", meta.get("node_entry")), ("Gitstate-Format", FORMAT_VERSION),
+    ]
+    lines += [f"{k}: {_trailer(v)}" for k, v in trailers if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def check_format(payload: Mapping[str, Any], kind: str, oid: str) -> None:
+    """Refuse payloads of another kind or of a format version this code does not know."""
+    if payload.get("format") != kind:
+        raise CorruptObjectError(oid, f"not a {kind} payload")
+    version = payload.get("v")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CorruptObjectError(oid, "payload has no format version")
+    if version > FORMAT_VERSION or version < 1:
+        raise UnsupportedFormatError(oid, f"format version {version} is not supported (this gitstate reads 1)")
+
+
+def _tree_entry(tree: pygit2.Tree, name: str) -> pygit2.Object | None:
+    try:
+        return tree[name]
+    except KeyError:
+        return None
+
+
+def read_commit(repo: pygit2.Repository, oid: str) -> pygit2.Commit:
+    """Look up a commit, as a corrupt-object error when missing or of another type."""
+    damage = check_loose(repo, oid)
+    if damage:
+        raise CorruptObjectError(oid, damage)
+    try:
+        obj = repo[oid]
+    except (KeyError, ValueError, pygit2.GitError) as exc:
+        raise CorruptObjectError(oid, "missing from the object database") from exc
+    if not isinstance(obj, pygit2.Commit):
+        raise CorruptObjectError(oid, f"expected a commit, found {obj.type_str}")
+    return obj
+
+
+def read_meta(repo: pygit2.Repository, commit: pygit2.Commit) -> dict[str, Any]:
+    """Decode and validate the ``meta.cbor`` of a checkpoint commit."""
+    oid = str(commit.id)
+    try:
+        tree = commit.tree
+    except (KeyError, pygit2.GitError) as exc:
+        raise CorruptObjectError(oid, "its tree is missing") from exc
+    entry = _tree_entry(tree, META)
+    if entry is None or entry.type_str != "blob":
+        raise CorruptObjectError(oid, f"not a gitstate checkpoint (no {META})")
+    meta = StateReader(repo).blob_value(entry.id)
+    if not isinstance(meta, dict):
+        raise CorruptObjectError(oid, f"{META} is not a map")
+    check_format(meta, CHECKPOINT_KIND, oid)
+    step = meta.get("step")
+    if not isinstance(meta.get("run"), str) or not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CorruptObjectError(oid, f"{META} lacks a run id or a valid step")
+    return meta
+
+
+def files_paths(meta: Mapping[str, Any], oid: str) -> tuple[str, ...] | None:
+    """The paths a partial workspace snapshot was limited to (``meta.cbor`` key ``files_paths``);
+    ``None`` for a full snapshot (or none). Malformed values count as corrupt, not as "everything":
+    treating a partial snapshot as full would make a restore delete the files it never saw."""
+    value = meta.get("files_paths")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise CorruptObjectError(oid, "files_paths is not a list of paths")
+    return tuple(value)
+
+
+@dataclass(frozen=True, eq=False)
+class Checkpoint:
+    """One checkpoint: an immutable snapshot of a run's state at one step.
+
+    ``state``, ``tools`` and ``audit`` are decoded from git on first access; every access returns a
+    fresh copy, so mutating it never changes what is stored. ``files_paths`` is set when the
+    workspace snapshot (``files/``) holds only some paths of the worktree (``files=[paths]``)."""
+
+    id: str
+    run_id: str
+    branch: str
+    node: str | None
+    step: int
+    trigger: str | None
+    status: str | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    parent_ids: tuple[str, ...]
+    workflow: str | None
+    node_status: str | None
+    node_entry: str | None
+    tree_id: str
+    base: int
+    _repo: pygit2.Repository
+    files_paths: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_commit(cls, repo: pygit2.Repository, commit: pygit2.Commit) -> Checkpoint:
+        """Build the view of a checkpoint commit (decodes only ``meta.cbor``)."""
+        meta = read_meta(repo, commit)
+        metadata = meta.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise CorruptObjectError(str(commit.id), "metadata is not a map")
+        return cls(
+            id=str(commit.id),
+            run_id=meta["run"],
+            branch=str(meta.get("branch", "main")),
+            node=meta.get("node"),
+            step=meta["step"],
+            trigger=meta.get("trigger"),
+            status=meta.get("status"),
+            metadata=metadata,
+            created_at=parse_time(meta.get("created_at")),
+            parent_ids=tuple(str(p) for p in commit.parent_ids),
+            workflow=meta.get("workflow"),
+            node_status=meta.get("node_status"),
+            node_entry=meta.get("node_entry"),
+            tree_id=str(commit.tree_id),
+            base=meta["base"] if isinstance(meta.get("base"), int) else 0,
+            _repo=repo,
+            files_paths=files_paths(meta, str(commit.id)),
+        )
+
+    @property
+    def short_id(self) -> str:
+        """The first 12 hex digits of the id."""
+        return self.id[:12]
+
+    @property
+    def parent_id(self) -> str | None:
+        """The previous checkpoint of the branch (``None`` for the first)."""
+        return self.parent_ids[0] if self.parent_ids else None
+
+    def _root(self) -> pygit2.Tree:
+        return StateReader(self._repo).tree(self.tree_id)
+
+    @property
+    def state(self) -> Any:
+        """The stored state (a fresh copy on every access)."""
+        root = self._root()
+        reader = StateReader(self._repo)
+        tree = _tree_entry(root, STATE_TREE)
+        if tree is not None:
+            return reader.mapping(tree.id)
+        leaf = _tree_entry(root, STATE_LEAF)
+        if leaf is not None:
+            return reader.blob_value(leaf.id)
+        raise CorruptObjectError(self.id, "checkpoint has no state")
+
+    @property
+    def state_id(self) -> str | None:
+        """Id of the state tree (or leaf blob): equal ids mean equal states."""
+        root = self._root()
+        for name in (STATE_TREE, STATE_LEAF):
+            entry = _tree_entry(root, name)
+            if entry is not None:
+                return str(entry.id)
+        return None
+
+    def _optional_list(self, name: str) -> list[Any]:
+        entry = _tree_entry(self._root(), name)
+        if entry is None:
+            return []
+        value = StateReader(self._repo).blob_value(entry.id)
+        if not isinstance(value, list):
+            raise CorruptObjectError(str(entry.id), f"{name} is not a list")
+        return value
+
+    @property
+    def tools(self) -> list[Any]:
+        """Tool invocations recorded with this checkpoint (``tools=`` of ``Run.checkpoint``)."""
+        return self._optional_list(TOOLS)
+
+    @property
+    def audit(self) -> list[Any]:
+        """Audit events recorded with this checkpoint (``audit=`` of ``Run.checkpoint``)."""
+        return self._optional_list(AUDIT)
+
+    @property
+    def files_tree_id(self) -> str | None:
+        """Id of the workspace snapshot tree, if the checkpoint captured files."""
+        entry = _tree_entry(self._root(), FILES)
+        return str(entry.id) if entry is not None else None
+
+    def to_dict(self, with_state: bool = False) -> dict[str, Any]:
+        """A JSON-friendly summary (the CLI's ``--json`` shape)."""
+        out: dict[str, Any] = {
+            "id": self.id, "run": self.run_id, "branch": self.branch, "node": self.node, "step": self.step,
+            "trigger": self.trigger, "status": self.status, "node_status": self.node_status,
+            "node_entry": self.node_entry, "workflow": self.workflow, "metadata": self.metadata,
+            "files_paths": list(self.files_paths) if self.files_paths is not None else None,
+            "created_at": self.created_at.isoformat(), "parent_ids": list(self.parent_ids),
+        }
+        if with_state:
+            out["state"] = self.state
+        return out
+
+    def __repr__(self) -> str:
+        return f"<Checkpoint {self.short_id} run={self.run_id!r} branch={self.branch!r} step={self.step}>"
+
+
+def encode_meta(meta: Mapping[str, Any]) -> bytes:
+    """Encode a meta payload (``None`` fields are left out)."""
+    return encoding.dumps({k: v for k, v in meta.items() if v is not None}, "meta")

@@ -1,0 +1,242 @@
+"""State as a git tree, for structural sharing.
+
+A state mapping becomes a tree whose entries are named after its keys (``names.encode_component``)
+with a suffix saying what the entry holds:
+
+- ``<key>.cbor``  a blob: the canonical CBOR of the value;
+- ``<key>.map/``  a tree: a nested mapping with string keys, split the same way (used when the
+  mapping is large or holds something large);
+- ``<key>.list/`` a tree: a long list in chunks of :data:`CHUNK` items, each chunk a blob
+  ``<index>.cbor`` holding a CBOR array (``index`` = position of its first item, 10 digits); when a
+  list has more than :data:`FANOUT` chunks they are grouped into subtrees ``<index>/`` of
+  ``FANOUT`` entries, recursively.
+
+Chunks are aligned to the start of the list, so appending to a list rewrites only its last chunk and
+the trees above it: a growing message history costs about the appended item per checkpoint. Equal
+values give equal blobs, so an unchanged key keeps its id. The layout is a pure function of the
+value (deterministic), documented in docs/FORMAT.md."""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import pygit2
+from pygit2.enums import ObjectType
+
+from gitstate.errors import CorruptObjectError
+from gitstate.format import encoding
+from gitstate.format.names import decode_component, encode_component
+from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry, check_loose
+
+CHUNK = 32  # items per list chunk
+FANOUT = 64  # entries per list subtree level
+MAP_SPLIT_KEYS = 16  # a nested mapping with this many keys gets its own tree
+
+LEAF = ".cbor"
+MAP = ".map"
+LIST = ".list"
+
+
+def _is_long_list(value: Any) -> bool:
+    return isinstance(value, list | tuple) and len(value) > CHUNK
+
+
+def _splits(value: Any, depth: int = 0) -> bool:
+    """Whether a nested mapping is stored as its own tree rather than one blob."""
+    if not isinstance(value, dict) or not value or depth > 8:
+        return False
+    if not all(isinstance(k, str) for k in value):
+        return False
+    if len(value) >= MAP_SPLIT_KEYS:
+        return True
+    return any(_is_long_list(v) or _splits(v, depth + 1) for v in value.values())
+
+
+class StateWriter:
+    """Writes state values as trees and blobs through an :class:`ObjectWriter`."""
+
+    def __init__(self, writer: ObjectWriter) -> None:
+        self.w = writer
+
+    def leaf(self, value: Any, path: str) -> str:
+        """Blob id of one value, reusing the id of an identical value written before.
+
+        The cache key is a digest of ``marshal.dumps(value)``: marshal is exact about types (``1``,
+        ``1.0`` and ``True`` differ) and fast, so a hit means the same value and therefore the same
+        canonical bytes. Nothing is ever unmarshalled."""
+        key = None
+        try:
+            key = hashlib.blake2b(marshal.dumps(value), digest_size=20).digest()
+        except (ValueError, TypeError):
+            pass  # a type marshal does not know: encode (and validate) without the cache
+        if key is not None:
+            hit = self.w.cached_value(key)
+            if hit is not None:
+                return hit
+        oid = self.w.blob(encoding.dumps(value, path))
+        if key is not None:
+            self.w.cache_value(key, oid)
+        return oid
+
+    def mapping(self, value: Mapping[str, Any], path: str = "") -> str:
+        """Tree id of a mapping with string keys."""
+        entries: list[TreeEntry] = []
+        for key, item in value.items():
+            name = encode_component(key)
+            sub = f"{path}.{key}" if path else key
+            if _is_long_list(item):
+                entries.append((name + LIST, self.list(item, sub), MODE_TREE))
+            elif _splits(item):
+                entries.append((name + MAP, self.mapping(item, sub), MODE_TREE))
+            else:
+                entries.append((name + LEAF, self.leaf(item, sub), MODE_BLOB))
+        return self.w.tree(entries)
+
+    def list(self, items: list[Any] | tuple[Any, ...], path: str) -> str:
+        """Tree id of a long list, chunked as described in the module docstring."""
+        level: list[TreeEntry] = []
+        for start in range(0, len(items), CHUNK):
+            chunk = list(items[start:start + CHUNK])
+            level.append((f"{start:010d}{LEAF}", self.leaf(chunk, f"{path}[{start}:]"), MODE_BLOB))
+        while len(level) > FANOUT:
+            grouped: list[TreeEntry] = []
+            for g in range(0, len(level), FANOUT):
+                group = level[g:g + FANOUT]
+                first = group[0][0].split(".", 1)[0]
+                grouped.append((first, self.w.tree(group), MODE_TREE))
+            level = grouped
+        return self.w.tree(level)
+
+
+class _BlobCache:
+    """Bytes of large blobs already read (and hash-verified by libgit2), by id.
+
+    An id names its content, so a hit is exact in any repository; only reads fill it (never writes),
+    and only blobs of :attr:`MIN_SIZE` bytes or more (list chunks), within :attr:`BUDGET` bytes.
+    Reading a head whose list grew by one item then costs one object read, not one per chunk (each
+    read of an 11 kB chunk costs ~100-200 µs in libgit2, mostly SHA-1 verification and pack lookup).
+    Values are still decoded on every access, so callers always get a fresh copy."""
+
+    MIN_SIZE = 1024
+    BUDGET = 32 << 20
+
+    def __init__(self) -> None:
+        self._data: OrderedDict[str, bytes] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> bytes | None:
+        with self._lock:
+            data = self._data.get(key)
+            if data is not None:
+                self._data.move_to_end(key)
+            return data
+
+    def put(self, key: str, data: bytes) -> None:
+        with self._lock:
+            if key in self._data:
+                return
+            self._data[key] = data
+            self._size += len(data)
+            while self._size > self.BUDGET:
+                _, old = self._data.popitem(last=False)
+                self._size -= len(old)
+
+
+_BLOBS = _BlobCache()
+
+
+class StateReader:
+    """Reads state trees back into Python values."""
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        self.repo = repo
+
+    def _read(self, oid: str | pygit2.Oid, expect: ObjectType) -> bytes:
+        key = str(oid)
+        if expect == ObjectType.BLOB:
+            hit = _BLOBS.get(key)
+            if hit is not None:
+                return hit
+        damage = check_loose(self.repo, key)
+        if damage:
+            raise CorruptObjectError(key, damage)
+        try:
+            kind, data = self.repo.odb.read(oid)
+        except (KeyError, pygit2.GitError, ValueError) as exc:
+            raise CorruptObjectError(key, "missing from the object database") from exc
+        if kind != expect:
+            raise CorruptObjectError(key, f"expected a {expect.name.lower()}, found {kind.name.lower()}")
+        if kind == ObjectType.BLOB and len(data) >= _BlobCache.MIN_SIZE:
+            _BLOBS.put(key, data)
+        return data
+
+    def raw_blob(self, oid: str | pygit2.Oid) -> bytes:
+        """The bytes of a blob (checked: present, undamaged, of type blob)."""
+        return self._read(oid, ObjectType.BLOB)
+
+    def blob_value(self, oid: str | pygit2.Oid) -> Any:
+        """Decode one leaf blob."""
+        return encoding.loads(self._read(oid, ObjectType.BLOB), str(oid))
+
+    def tree(self, oid: str | pygit2.Oid) -> pygit2.Tree:
+        """Look up a tree object, as a corrupt-object error if it is not one."""
+        damage = check_loose(self.repo, str(oid))
+        if damage:
+            raise CorruptObjectError(str(oid), damage)
+        try:
+            obj = self.repo[oid]
+        except (KeyError, ValueError, pygit2.GitError) as exc:
+            raise CorruptObjectError(str(oid), "missing from the object database") from exc
+        if not isinstance(obj, pygit2.Tree):
+            raise CorruptObjectError(str(oid), f"expected a tree, found {obj.type_str}")
+        return obj
+
+    def entries(self, oid: str | pygit2.Oid) -> dict[str, tuple[str, str]]:
+        """The keys of a mapping tree: ``{key: (kind, id)}`` with kind ``cbor``/``map``/``list``."""
+        out: dict[str, tuple[str, str]] = {}
+        for entry in self.tree(oid):
+            name = entry.name or ""
+            stem, dot, suffix = name.rpartition(".")
+            try:
+                key = decode_component(stem)
+            except ValueError as exc:
+                raise CorruptObjectError(str(oid), f"bad state entry name {name!r}") from exc
+            if not dot or "." + suffix not in (LEAF, MAP, LIST):
+                raise CorruptObjectError(str(oid), f"bad state entry name {name!r}")
+            if (suffix == "cbor") != (entry.type_str == "blob") or entry.type_str not in ("blob", "tree"):
+                raise CorruptObjectError(str(oid), f"state entry {name!r} has the wrong object type")
+            out[key] = (suffix, str(entry.id))
+        return out
+
+    def value(self, kind: str, oid: str) -> Any:
+        """Decode one entry of a mapping tree."""
+        if kind == "cbor":
+            return self.blob_value(oid)
+        if kind == "map":
+            return self.mapping(oid)
+        return self.list(oid)
+
+    def mapping(self, oid: str | pygit2.Oid) -> dict[str, Any]:
+        """Decode a mapping tree."""
+        return {key: self.value(kind, sub) for key, (kind, sub) in self.entries(oid).items()}
+
+    def list(self, oid: str | pygit2.Oid) -> list[Any]:
+        """Decode a chunked list tree."""
+        items: list[Any] = []
+        for entry in self.tree(oid):
+            if entry.type_str == "tree":
+                items.extend(self.list(entry.id))
+            elif entry.type_str == "blob":
+                chunk = self.blob_value(entry.id)
+                if not isinstance(chunk, list):
+                    raise CorruptObjectError(str(entry.id), "list chunk is not an array")
+                items.extend(chunk)
+            else:
+                raise CorruptObjectError(str(oid), f"unexpected {entry.type_str} in a list tree")
+        return items

@@ -1,0 +1,196 @@
+"""Bounded housekeeping: gitstate packs the loose objects it wrote, so a repository never crosses
+git's ``gc.auto`` threshold (6,700 loose objects) because of checkpoints, and merges its own packs
+when they become many (below ``gc.autoPackLimit``). It never deletes anything that is not also in a
+pack it just wrote, never touches packs it did not write, and never runs ``git gc`` or prunes.
+
+Writers append the ids of objects they create to ``<common git dir>/agentos/loose.journal`` (one
+append per checkpoint). When the journal holds :data:`PACK_THRESHOLD` ids, the writer that notices
+takes ``agentos/housekeeping.lock``, writes those objects into one pack with libgit2's PackBuilder
+(deltas included), and removes the loose copies. The pack names gitstate wrote are listed in
+``agentos/packs``; when they reach :data:`MERGE_THRESHOLD` they are merged into one pack. When
+``refs/agentos/`` holds :data:`REF_PACK_THRESHOLD` loose refs they are moved into ``packed-refs``
+(:func:`refs.pack_refs`), so listing thousands of runs reads one file."""
+
+from __future__ import annotations
+
+import glob
+import os
+import struct
+import time
+from collections.abc import Iterable
+
+import pygit2
+
+from gitstate.git import refs
+
+PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
+MERGE_THRESHOLD = 12  # gitstate packs before they are merged (git's gc.autoPackLimit is 50)
+REF_PACK_THRESHOLD = 500  # loose refs under refs/agentos/ before they are moved to packed-refs
+LOCK_STALE_SECONDS = 120.0
+
+
+def _agentos_dir(common_dir: str) -> str:
+    path = os.path.join(common_dir, "agentos")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _journal(common_dir: str) -> str:
+    return os.path.join(_agentos_dir(common_dir), "loose.journal")
+
+
+def record(common_dir: str, oids: Iterable[str]) -> int:
+    """Append written object ids to the journal; return the journal's size in entries."""
+    data = "".join(f"{oid}\n" for oid in oids).encode()
+    if not data:
+        return 0
+    path = _journal(common_dir)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    return size // 41
+
+
+def _loose_path(common_dir: str, oid: str) -> str:
+    return os.path.join(common_dir, "objects", oid[:2], oid[2:])
+
+
+def _take_lock(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        try:
+            if time.time() - os.stat(path).st_mtime > LOCK_STALE_SECONDS:
+                os.unlink(path)  # left by a killed process; the work it guarded is idempotent
+                return _take_lock(path)
+        except OSError:
+            pass
+        return False
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    return True
+
+
+def read_pack_index(idx_path: str) -> list[str]:
+    """Object ids listed in a pack ``.idx`` (version 2) file."""
+    with open(idx_path, "rb") as fh:
+        data = fh.read()
+    if data[:4] != b"\xfftOc" or struct.unpack(">I", data[4:8])[0] != 2:
+        raise ValueError(f"{idx_path}: not a version 2 pack index")
+    count = struct.unpack(">I", data[8 + 255 * 4: 8 + 256 * 4])[0]
+    base = 8 + 256 * 4
+    return [data[base + 20 * i: base + 20 * (i + 1)].hex() for i in range(count)]
+
+
+def _write_pack(repo: pygit2.Repository, pack_dir: str, oids: Iterable[str]) -> str | None:
+    before = set(os.listdir(pack_dir)) if os.path.isdir(pack_dir) else set()
+    builder = pygit2.PackBuilder(repo)
+    added = 0
+    for oid in oids:
+        builder.add(pygit2.Oid(hex=oid))
+        added += 1
+    if not added:
+        return None
+    builder.write(pack_dir)
+    new = [n for n in os.listdir(pack_dir) if n not in before and n.endswith(".idx")]
+    return new[0][: -len(".idx")] if new else None
+
+
+def _our_packs(common_dir: str) -> list[str]:
+    path = os.path.join(_agentos_dir(common_dir), "packs")
+    try:
+        with open(path, encoding="ascii") as fh:
+            names = [line.strip() for line in fh if line.strip()]
+    except OSError:
+        return []
+    pack_dir = os.path.join(common_dir, "objects", "pack")
+    return [n for n in names if os.path.exists(os.path.join(pack_dir, n + ".idx"))]
+
+
+def _save_packs(common_dir: str, names: list[str]) -> None:
+    path = os.path.join(_agentos_dir(common_dir), "packs")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write("".join(n + "\n" for n in names))
+    os.replace(tmp, path)
+
+
+def pack_loose(repo: pygit2.Repository, common_dir: str) -> int:
+    """Pack the journaled loose objects now (if no other process is doing it); return how many.
+
+    Safe to call at any time and from any process: it packs only objects listed in the journal that
+    are still loose, and deletes a loose file only after the pack holding it is complete."""
+    agentos = _agentos_dir(common_dir)
+    lock = os.path.join(agentos, "housekeeping.lock")
+    if not _take_lock(lock):
+        return 0
+    try:
+        journal = _journal(common_dir)
+        taken = f"{journal}.{os.getpid()}.packing"
+        try:
+            os.rename(journal, taken)
+        except FileNotFoundError:
+            pass
+        # With the lock held no other packer runs, so every other ".packing" file was left by a
+        # packer that was killed: its objects are packed now.
+        batches = sorted(glob.glob(glob.escape(journal) + ".*.packing"))
+        if not batches:
+            return 0
+        wanted: set[str] = set()
+        for batch in batches:
+            with open(batch, encoding="ascii", errors="replace") as fh:
+                wanted.update(line.strip() for line in fh if len(line.strip()) == 40)
+        loose = sorted(o for o in wanted if os.path.exists(_loose_path(common_dir, o)))
+        pack_dir = os.path.join(common_dir, "objects", "pack")
+        os.makedirs(pack_dir, exist_ok=True)
+        name = _write_pack(repo, pack_dir, loose)
+        packs = _our_packs(common_dir)
+        if name:
+            packs.append(name)
+            _save_packs(common_dir, packs)
+            for oid in loose:
+                try:
+                    os.unlink(_loose_path(common_dir, oid))
+                except OSError:
+                    pass
+        for batch in batches:
+            os.unlink(batch)
+        if len(packs) >= MERGE_THRESHOLD:
+            _merge_packs(repo, common_dir, packs)
+        if refs.count_loose_refs(common_dir) >= REF_PACK_THRESHOLD:
+            refs.pack_refs(common_dir)
+        return len(loose)
+    finally:
+        try:
+            os.unlink(lock)
+        except OSError:
+            pass
+
+
+def _merge_packs(repo: pygit2.Repository, common_dir: str, packs: list[str]) -> None:
+    pack_dir = os.path.join(common_dir, "objects", "pack")
+    oids: set[str] = set()
+    for name in packs:
+        oids.update(read_pack_index(os.path.join(pack_dir, name + ".idx")))
+    merged = _write_pack(repo, pack_dir, sorted(oids))
+    if merged is None:
+        return
+    _save_packs(common_dir, [merged])
+    for name in packs:
+        if name == merged or os.path.exists(os.path.join(pack_dir, name + ".keep")):
+            continue
+        # the index first, so no new reader picks the pack up while it is being removed
+        for ext in (".idx", ".rev", ".bitmap", ".pack"):
+            try:
+                os.unlink(os.path.join(pack_dir, name + ext))
+            except OSError:
+                pass
+
+
+def maybe_pack(repo: pygit2.Repository, common_dir: str, journal_size: int) -> None:
+    """Pack when the journal has reached the threshold (called after each checkpoint)."""
+    if journal_size >= PACK_THRESHOLD:
+        pack_loose(repo, common_dir)

@@ -1,0 +1,110 @@
+"""Finding the repository a store lives in, and which worktree it is scoped to.
+
+Order: ``AGENTOS_REPO`` (empty means unset, ``~`` expanded) overrides everything; otherwise
+``GIT_DIR`` is honoured as git honours it; otherwise the repository is discovered upwards from the
+given path or the current directory. Outside any repository it fails closed with
+:class:`NotARepositoryError`, whose message names ``AGENTOS_REPO``."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import pygit2
+
+from gitstate.errors import NotARepositoryError, UnsupportedRepositoryError
+from gitstate.format.names import encode_component
+
+MAIN_WORKTREE = "main"
+LINKED_PREFIX = "wt-"
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a store lives: the git dir of its worktree, the shared (common) git dir, the work tree
+    (``None`` for a bare repository) and the worktree key used in ref names."""
+
+    git_dir: str
+    common_dir: str
+    workdir: str | None
+    worktree: str
+
+
+def _unsupported_feature(git_dir: str, message: str) -> str | None:
+    text = message.lower()
+    config = ""
+    try:
+        with open(os.path.join(git_dir, "config"), encoding="utf-8", errors="replace") as fh:
+            config = fh.read().lower()
+    except OSError:
+        pass
+    if "object format" in text or re.search(r"objectformat\s*=\s*sha256", config):
+        return "the SHA-256 object format"
+    if "refstorage" in text or "reftable" in text or re.search(r"refstorage\s*=\s*reftable", config):
+        return "the reftable ref storage format"
+    if "extension" in text:
+        return f"a repository extension libgit2 does not support ({message.strip()})"
+    return None
+
+
+def _open(path: str) -> pygit2.Repository:
+    try:
+        return pygit2.Repository(path)
+    except (pygit2.GitError, ValueError, KeyError) as exc:
+        feature = _unsupported_feature(path if os.path.isdir(path) else os.path.dirname(path), str(exc))
+        if feature is None and os.path.isdir(os.path.join(path, ".git")):
+            feature = _unsupported_feature(os.path.join(path, ".git"), str(exc))
+        if feature:
+            raise UnsupportedRepositoryError(path, feature) from exc
+        raise NotARepositoryError(path, str(exc).strip() or None) from exc
+
+
+def _discover(start: str, via: str | None = None) -> pygit2.Repository:
+    if not os.path.exists(start):
+        raise NotARepositoryError(start, f"{via} points to a path that does not exist" if via else "no such path")
+    try:
+        found = pygit2.discover_repository(start)
+    except (pygit2.GitError, ValueError) as exc:
+        feature = _unsupported_feature(os.path.join(start, ".git"), str(exc))
+        if feature:
+            raise UnsupportedRepositoryError(start, feature) from exc
+        found = None
+    if not found:
+        raise NotARepositoryError(start)
+    return _open(found)
+
+
+def open_repository(path: str | os.PathLike[str] | None = None) -> pygit2.Repository:
+    """Open the repository for a store, following the documented lookup order."""
+    override = os.environ.get("AGENTOS_REPO", "")
+    if override:
+        return _discover(os.path.abspath(os.path.expanduser(override)), via="AGENTOS_REPO")
+    start = os.path.abspath(os.fspath(path)) if path is not None else os.getcwd()
+    git_dir = os.environ.get("GIT_DIR")
+    if git_dir:
+        # pygit2 ignores GIT_DIR, and libgit2's FROM_ENV flag only reads it when no path is given,
+        # which pygit2 cannot express: open the named git dir directly, as git does.
+        repo = _open(os.path.abspath(os.path.expanduser(git_dir)))
+        work_tree = os.environ.get("GIT_WORK_TREE")
+        if work_tree and not repo.is_bare:
+            repo.workdir = os.path.abspath(os.path.expanduser(work_tree))
+        return repo
+    return _discover(start)
+
+
+def locate(repo: pygit2.Repository) -> Location:
+    """Describe an open repository: its git dirs, work tree and worktree key."""
+    git_dir = os.path.realpath(repo.path)
+    commondir_file = os.path.join(git_dir, "commondir")
+    if os.path.isfile(commondir_file):
+        with open(commondir_file, encoding="utf-8") as fh:
+            rel = fh.read().strip()
+        common = os.path.realpath(os.path.join(git_dir, rel))
+        # A linked worktree's admin dir is <common>/worktrees/<id>; the id is unique per repository.
+        worktree = LINKED_PREFIX + encode_component(os.path.basename(git_dir))
+    else:
+        common = git_dir
+        worktree = MAIN_WORKTREE
+    workdir = None if repo.is_bare or repo.workdir is None else os.path.realpath(repo.workdir)
+    return Location(git_dir=git_dir, common_dir=common, workdir=workdir, worktree=worktree)

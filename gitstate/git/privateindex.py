@@ -1,0 +1,93 @@
+"""Opening the repository with gitstate's *private* index instead of ``.git/index``.
+
+pygit2 has no call for "this repository, but that index file". libgit2 has one,
+``git_repository_set_index``, that pygit2's cffi declarations leave out; it is reached here through
+:mod:`ctypes`, looked up through pygit2's own extension module (``dlsym`` on that handle searches
+the libraries it links, so it is the very libgit2 instance pygit2 uses, never a second copy). The
+repository pointer comes from ``Repository._pointer`` and the index pointer from a
+``pygit2.Index(path)``; afterwards ``repo.index`` must be that very index, else the handle is
+dropped. Nothing of the process environment is touched.
+
+Fallback, only where that lookup is impossible (a platform whose loader does not search a module's
+dependencies, e.g. Windows, or a libgit2 without the symbol): the repository is opened with
+``FROM_ENV`` while ``GIT_DIR``, ``GIT_WORK_TREE`` and ``GIT_INDEX_FILE`` are set in ``os.environ``
+for a moment under a process-wide lock, then restored. Known limitation of that fallback: another
+thread that starts a git process (or reads those variables) at that instant, outside gitstate,
+would see them. :data:`NATIVE` says which way is in use."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Any
+
+import pygit2
+from pygit2.enums import RepositoryOpenFlag
+from pygit2.ffi import ffi
+
+from gitstate.git.environ import scoped_environ
+
+_ENV_LOCK = threading.Lock()
+
+
+def _load() -> tuple[Any, Any] | None:
+    """``git_repository_set_index`` and ``git_repository_set_workdir`` of pygit2's libgit2."""
+    try:
+        from pygit2 import _libgit2
+
+        lib = ctypes.CDLL(_libgit2.__file__)
+        set_index = lib.git_repository_set_index
+        set_workdir = lib.git_repository_set_workdir
+    except (ImportError, OSError, AttributeError, TypeError):
+        return None
+    set_index.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    set_index.restype = ctypes.c_int
+    set_workdir.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    set_workdir.restype = ctypes.c_int
+    return set_index, set_workdir
+
+
+_NATIVE = _load()
+#: Whether the private index is attached without touching ``os.environ``.
+NATIVE = _NATIVE is not None
+
+
+def _address(cdata: Any) -> int:
+    return int(ffi.cast("uintptr_t", cdata))
+
+
+def _repo_address(repo: pygit2.Repository) -> int:
+    holder = ffi.new("git_repository **")
+    ffi.buffer(holder)[:] = repo._pointer[:]
+    return _address(holder[0])
+
+
+def _open_native(git_dir: str, workdir: str, index_path: str) -> pygit2.Repository | None:
+    if _NATIVE is None:
+        return None
+    set_index, set_workdir = _NATIVE
+    repo = pygit2.Repository(git_dir, flags=RepositoryOpenFlag.NO_SEARCH)
+    index = pygit2.Index(index_path)  # created on first write when absent
+    wanted = _address(index._index)
+    address = _repo_address(repo)
+    if set_workdir(address, os.fsencode(workdir), 0) != 0 or set_index(address, wanted) != 0:
+        return None
+    if _address(repo.index._index) != wanted:  # not the libgit2 pygit2 uses: never trust it
+        return None
+    return repo
+
+
+def _open_env(git_dir: str, workdir: str, index_path: str) -> pygit2.Repository:
+    env = {"GIT_DIR": git_dir, "GIT_WORK_TREE": workdir, "GIT_INDEX_FILE": index_path}
+    with _ENV_LOCK, scoped_environ(env):
+        repo = pygit2.Repository(git_dir, flags=RepositoryOpenFlag.FROM_ENV)
+        repo.index  # noqa: B018 -- libgit2 reads GIT_INDEX_FILE here, so load it now
+    return repo
+
+
+def open_with_index(git_dir: str, workdir: str, index_path: str) -> pygit2.Repository:
+    """A new handle on the repository at ``git_dir`` with worktree ``workdir`` whose index is the
+    file ``index_path``. Raises :class:`pygit2.GitError` when it cannot be opened."""
+    repo = _open_native(git_dir, workdir, index_path)
+    return repo if repo is not None else _open_env(git_dir, workdir, index_path)

@@ -1,0 +1,518 @@
+"""Sharing runs with other repositories: push and pull of ``refs/agentos/…``, fast-forward only,
+and the merge rules that bundles reuse.
+
+Transport is the ``git`` command, on purpose: it carries the user's own remote configuration —
+URLs, ``insteadOf`` rewrites, credential helpers, ssh config and agents, proxies, http settings —
+which a libgit2 (pygit2) remote does not see. gitstate only chooses explicit refspecs, so nothing
+but ``refs/agentos/…`` moves and the user's branches, tags and remote-tracking refs are untouched.
+
+Pull never lets git write ``refs/agentos/…``: it fetches into a private staging namespace,
+``refs/agentos-incoming/<remote>/<session>/…`` (removed afterwards), then moves each local ref
+itself by compare-and-swap (reflogged): a new ref is created, a ref the remote advanced is
+fast-forwarded, and a branch that advanced on both sides keeps the remote's line as a separate
+branch ``<branch>@<remote>`` (a session file, as the session file ``<path>@<remote>``) — nothing
+is overwritten, nothing is lost. Refs from the remote that
+gitstate cannot read (odd names, objects that are not commits, missing objects) are skipped and
+reported; nothing fetched is decoded or executed here."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+from pygit2.enums import ObjectType
+
+from gitstate.errors import ConflictError, GitStateError, InvalidNameError, RemoteError, RunNotFound
+from gitstate.format.names import (
+    NAMESPACE,
+    branch_ref,
+    encode_component,
+    parse_ref,
+    run_prefix,
+    worktree_prefix,
+)
+from gitstate.git.refs import list_refs
+from gitstate.store.sessionfiles import copy_ref, is_copy_of
+from gitstate.sync.hooks import check_push_allowed, git_cwd, git_env
+
+if TYPE_CHECKING:
+    from gitstate.store.store import Store
+
+STAGING = "refs/agentos-incoming/"
+_MAX_ARGV = 200_000  # bytes of refspecs per git push (Linux allows ~2 MB; stay far below)
+
+# statuses a result reports; the ones in _FAILED make ``ok`` false
+_FAILED = frozenset({"rejected", "error", "skipped", "conflict"})
+
+
+@dataclass(frozen=True)
+class RefResult:
+    """What happened to one ref. Push statuses: ``pushed``, ``deleted``, ``up-to-date``,
+    ``rejected`` (the remote has checkpoints we lack), ``error``, ``skipped``. Pull statuses:
+    ``created``, ``fast-forward``, ``up-to-date``, ``ahead`` (ours is newer), ``diverged`` (the
+    remote's line was kept as branch ``kept_as``; for a session file, as the session file
+    ``kept_as``), ``conflict`` (kept ours), ``skipped``, ``error``."""
+
+    ref: str
+    status: str
+    old: str | None = None
+    new: str | None = None
+    message: str = ""
+    kept_as: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """False when this ref did not reach the state asked for."""
+        return self.status not in _FAILED
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form."""
+        return {"ref": self.ref, "status": self.status, "old": self.old, "new": self.new,
+                "message": self.message, "kept_as": self.kept_as}
+
+
+@dataclass
+class SyncResult:
+    """The results of one run (``run_id`` ``None`` gathers refs that name no run)."""
+
+    run_id: str | None
+    worktree: str | None
+    refs: list[RefResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every ref of the run reached the state asked for."""
+        return all(r.ok for r in self.refs)
+
+    @property
+    def status(self) -> str:
+        """The most notable status of the run's refs (a failure before a change before a no-op)."""
+        order = ["error", "rejected", "conflict", "skipped", "diverged", "deleted", "created",
+                 "pushed", "fast-forward", "ahead", "up-to-date"]
+        found = {r.status for r in self.refs}
+        return next((s for s in order if s in found), "up-to-date")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form (the CLI's ``--json`` shape)."""
+        return {"run": self.run_id, "worktree": self.worktree, "status": self.status, "ok": self.ok,
+                "refs": [r.to_dict() for r in self.refs]}
+
+
+class PushResult(SyncResult):
+    """Per-run result of :func:`push`."""
+
+
+class PullResult(SyncResult):
+    """Per-run result of :func:`pull`, :func:`gitstate.bundle.import_bundle`."""
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+def run_git(store: Store, args: Sequence[str], *, action: str, remote: str, stdin: str | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``git args`` on the store's repository; :class:`RemoteError` with git's last error line
+    when it fails and ``check`` is set."""
+    env = git_env(store)
+    env["LC_ALL"] = "C"  # git's porcelain reasons are parsed
+    try:
+        out = subprocess.run(["git", *args], cwd=git_cwd(store), env=env, input=stdin,
+                             capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise RemoteError(remote, action, f"cannot run git: {exc}") from exc
+    if check and out.returncode != 0:
+        raise RemoteError(remote, action, last_error_line(out.stderr) or f"git exited {out.returncode}")
+    return out
+
+
+def last_error_line(stderr: str) -> str:
+    """The most telling line of git's stderr (a ``fatal:``/``error:`` line if there is one)."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith(("fatal:", "error:")):
+            return ln
+    return lines[-1] if lines else ""
+
+
+def remote_label(store: Store, remote: str) -> str:
+    """A short name for branch suffixes: the remote's name when it is a configured remote, else
+    ``remote`` (a URL or a path makes a poor branch name)."""
+    names = run_git(store, ["remote"], action="list remotes", remote=remote, check=False).stdout.split()
+    return remote if remote in names else "remote"
+
+
+def scope_prefixes(store: Store, runs: Iterable[str] | None, all_worktrees: bool) -> list[str]:
+    """The ref prefixes a push or pull covers: named runs, the worktree's runs, or everything."""
+    run_list = list(runs or [])
+    if run_list:
+        return [run_prefix(store.worktree, r) for r in run_list]
+    return [NAMESPACE] if all_worktrees else [worktree_prefix(store.worktree)]
+
+
+def _in_scope(name: str, prefixes: Sequence[str]) -> bool:
+    return any(name.startswith(p) for p in prefixes)
+
+
+def _group(results: Iterable[RefResult], cls: type[SyncResult]) -> list[Any]:
+    grouped: dict[tuple[str | None, str | None], SyncResult] = {}
+    for r in results:
+        parsed = parse_ref(r.ref)
+        key = (parsed.run_id, parsed.worktree) if parsed else (None, None)
+        grouped.setdefault(key, cls(key[0], key[1])).refs.append(r)
+    return sorted(grouped.values(), key=lambda s: (s.run_id is None, s.worktree or "", s.run_id or ""))
+
+
+# -- push --------------------------------------------------------------------------------------------
+
+_REJECT_HINT = ("the remote has checkpoints this repository lacks (the branch advanced on both sides?): "
+                "pull first — the remote's line is kept as a separate branch — then share yours under "
+                "its own name (Run.fork)")
+_REJECT_FILE_HINT = ("the remote has versions of this session file that this repository lacks (written on "
+                     "both sides?): pull first — the remote's versions are kept as the session file "
+                     "'<path>@<remote>' — then share yours under another path")
+
+
+def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None, *,
+         all_worktrees: bool = False, prune: bool = False) -> list[PushResult]:
+    """Push runs to ``remote`` (fast-forward only) and return one result per run.
+
+    ``runs``: run ids of this worktree (default: all its runs; ``all_worktrees``: every worktree).
+    A branch that the remote advanced is rejected with a clear message while the others are pushed.
+    ``prune`` deletes remote refs in scope that do not exist here, each with a lease on the value
+    just seen on the remote (a ref someone moved meanwhile is not deleted). Branches named
+    ``<branch>@<remote>`` are that remote's own lines kept by pull, so they are not pushed back to
+    it. Raises :class:`PushNotAllowedError` unless ``agentos.pushRemotes`` allows ``remote``."""
+    check_push_allowed(store, remote)
+    run_list = list(runs or [])
+    prefixes = scope_prefixes(store, run_list, all_worktrees)
+    label = remote_label(store, remote)
+    local = {name: oid for p in prefixes for name, oid in list_refs(store.repo, p)}
+    if not prune:
+        for run_id in run_list:
+            p = run_prefix(store.worktree, run_id)
+            if not any(n.startswith(p) for n in local):
+                raise RunNotFound(run_id, store.worktree)
+    results: dict[str, RefResult] = {}
+    expected: dict[str, str | None] = {}  # remote ref -> local oid (None: a deletion)
+    excluded: list[str] = []
+    for name, oid in sorted(local.items()):
+        parsed = parse_ref(name)
+        if parsed is None:
+            results[name] = RefResult(name, "skipped", None, oid, "not a gitstate ref name")
+            excluded.append(name)
+        elif _is_kept_copy(name, parsed.kind, parsed.name, label):
+            results[name] = RefResult(name, "skipped", None, oid,
+                                      f"a copy of {remote}'s own line kept by pull; not pushed back")
+            excluded.append(name)
+        else:
+            expected[name] = oid
+    # One glob refspec per prefix plus negative refspecs for the exclusions: git matches explicit
+    # refspecs against every ref (quadratic; 1000 explicit refspecs take seconds), globs once.
+    specs = [f"{p}*:{p}*" for p in prefixes] + [f"^{name}" for name in excluded] if expected else []
+    if not specs:
+        excluded = []
+    deletions: list[str] = []
+    leases: list[str] = []
+    if prune:
+        for name, oid in _ls_remote(store, remote, prefixes).items():
+            if name not in local and parse_ref(name) is not None:
+                leases.append(f"--force-with-lease={name}:{oid}")
+                deletions.append(f":{name}")
+                expected[name] = None
+    pushes = {name: oid for name, oid in expected.items() if oid is not None}
+    for batch in _batches(deletions) or ([[]] if specs else []):
+        covered = {**pushes, **{spec[1:]: None for spec in batch}}
+        args = ["push", "--porcelain", "--no-follow-tags", "--recurse-submodules=no",
+                *[le for le in leases if _lease_in(le, batch)], remote, *specs, *batch]
+        results.update(_push_run(store, remote, args, covered))
+        specs, pushes = [], {}  # the globs go with the first batch only
+    return _group(results.values(), PushResult)
+
+
+def _is_kept_copy(ref: str, kind: str, name: str | None, label: str) -> bool:
+    """Whether ``ref`` is a copy of ``label``'s own line kept by pull (never pushed back to it)."""
+    if kind == "heads":
+        return re.search("@" + re.escape(label) + r"(-[0-9]+)?$", name or "") is not None
+    return kind == "files" and is_copy_of(ref, label)
+
+
+def _lease_in(lease: str, batch: list[str]) -> bool:
+    ref = lease.split("=", 1)[1].rsplit(":", 1)[0]
+    return f":{ref}" in batch
+
+
+def _batches(specs: list[str]) -> list[list[str]]:
+    out: list[list[str]] = []
+    size = _MAX_ARGV + 1
+    for spec in specs:
+        if size + len(spec) > _MAX_ARGV:
+            out.append([])
+            size = 0
+        out[-1].append(spec)
+        size += len(spec) + 1
+    return out
+
+
+def _ls_remote(store: Store, remote: str, prefixes: Sequence[str]) -> dict[str, str]:
+    out = run_git(store, ["ls-remote", "--refs", remote, NAMESPACE + "*"], action="list refs of",
+                  remote=remote)
+    refs: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        oid, _, name = line.partition("\t")
+        if _in_scope(name, prefixes):
+            refs[name] = oid
+    return refs
+
+
+def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, str | None]) -> dict[str, RefResult]:
+    """Run one ``git push --porcelain`` and report each ref it covered (a ref git said nothing
+    about gets git's overall error, so one failure never hides the others' results)."""
+    out = run_git(store, args, action="push to", remote=remote, check=False)
+    results: dict[str, RefResult] = {}
+    for line in out.stdout.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or len(parts[0]) != 1:
+            continue
+        dst = parts[1].rpartition(":")[2]
+        if dst not in expected:
+            continue
+        status, message = _push_status(parts[0], parts[2])
+        if message == _REJECT_HINT and getattr(parse_ref(dst), "kind", None) == "files":
+            message = _REJECT_FILE_HINT
+        results[dst] = RefResult(dst, status, None, expected[dst], message)
+    if len(results) < len(expected):
+        failure = last_error_line(out.stderr) or f"git push exited {out.returncode}"
+        if "pre-push" in out.stderr or "gitstate: refusing" in out.stderr:
+            failure = "refused by the pre-push hook: " + failure
+        for dst, oid in expected.items():
+            if dst not in results:
+                results[dst] = RefResult(dst, "error", None, oid, failure)
+    return results
+
+
+def _local_oid(store: Store, name: str) -> str | None:
+    ref = store.repo.references.get(name)
+    return str(ref.target) if ref is not None and isinstance(ref.target, pygit2.Oid) else None
+
+
+def _push_status(flag: str, summary: str) -> tuple[str, str]:
+    if flag == "=":
+        return "up-to-date", ""
+    if flag == "-":
+        return "deleted", ""
+    if flag in (" ", "*", "+"):
+        return "pushed", summary
+    reason = summary[summary.find("(") + 1:summary.rfind(")")] if "(" in summary else summary
+    if "stale info" in summary:
+        return "rejected", "the remote ref changed since it was looked at (lease); pull and retry"
+    if "non-fast-forward" in summary or "fetch first" in summary:
+        return "rejected", _REJECT_HINT
+    return ("rejected" if "rejected" in summary else "error"), reason or summary
+
+
+# -- pull and the shared merge ---------------------------------------------------------------------
+
+def pull(store: Store, remote: str = "origin", runs: Iterable[str] | None = None, *,
+         all_worktrees: bool = False) -> list[PullResult]:
+    """Bring runs from ``remote`` in, fast-forward only, and return one result per run.
+
+    ``runs``: run ids of this worktree (default: all of its runs on the remote; ``all_worktrees``:
+    every worktree's). A branch that advanced on both sides keeps the remote's line as branch
+    ``<branch>@<remote>`` (reported as ``diverged``); refs gitstate cannot read are skipped and
+    reported; a run named here but absent on the remote is reported as an error."""
+    prefixes = scope_prefixes(store, runs, all_worktrees)
+    results = fetch_and_merge(store, remote, remote_label(store, remote), prefixes, action="fetch from")
+    names = {r.run_id for r in results}
+    for run_id in runs or []:
+        if run_id not in names:
+            missing = PullResult(run_id, store.worktree)
+            missing.refs.append(RefResult(run_prefix(store.worktree, run_id) + "run", "error",
+                                          message=f"no run {run_id!r} on {remote}"))
+            results.append(missing)
+    return results
+
+
+def fetch_and_merge(store: Store, source: str, label: str, prefixes: Sequence[str], *,
+                    action: str) -> list[PullResult]:
+    """Fetch ``prefixes`` (under ``refs/agentos/``) from ``source`` (a remote, URL, path or bundle
+    file) into a fresh staging namespace, merge them by the no-overwrite rules, and remove the
+    staging refs again (also when anything fails)."""
+    _remove_stale_sessions(store)
+    session = f"{STAGING}{encode_component(label)}/{os.getpid()}-{secrets.token_hex(4)}/"
+    specs = [f"+{p}*:{session}{p[len(NAMESPACE):]}*" for p in prefixes]
+    try:
+        run_git(store, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
+                        "--no-recurse-submodules", "--refmap=", source, *specs],
+                action=action, remote=source)
+        staged = list_refs(store.repo, session)
+        results = merge_staged(store, staged, session, label)
+    finally:
+        _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
+    return _group(results, PullResult)
+
+
+def _kind_order(name: str) -> int:
+    parsed = parse_ref(name)
+    return 0 if parsed is not None and parsed.kind == "run" else 1
+
+
+def merge_staged(store: Store, staged: list[tuple[str, str]], session: str, label: str) -> list[RefResult]:
+    """Apply staged remote refs to ``refs/agentos/…`` by the no-overwrite rules (run records first,
+    so a run's branches never appear without it)."""
+    pairs = [(NAMESPACE + name[len(session):], oid) for name, oid in staged]
+    pairs.sort(key=lambda p: (_kind_order(p[0]), p[0]))
+    out: list[RefResult] = []
+    for local, oid in pairs:
+        try:
+            out.append(_merge_one(store, local, oid, label))
+        except GitStateError as exc:
+            out.append(RefResult(local, "error", None, oid, str(exc)))
+    return out
+
+
+def _check_commit(repo: pygit2.Repository, oid: str) -> str | None:
+    """Why the object cannot be a checkpoint tip, or ``None`` (reads the header only: a huge blob
+    at a ref is never loaded)."""
+    try:
+        kind, _size = repo.odb.read_header(oid)
+    except (KeyError, pygit2.GitError, ValueError):
+        return "object is missing"
+    if kind != ObjectType.COMMIT:
+        return f"object is a {ObjectType(kind).name.lower()}, not a commit"
+    return None
+
+
+def _relation(repo: pygit2.Repository, ours: str, theirs: str) -> str:
+    if ours == theirs:
+        return "same"
+    if repo.descendant_of(theirs, ours):
+        return "behind"
+    if repo.descendant_of(ours, theirs):
+        return "ahead"
+    return "diverged"
+
+
+def _merge_one(store: Store, local: str, theirs: str, label: str) -> RefResult:
+    repo = store.repo
+    parsed = parse_ref(local)
+    if parsed is None:
+        return RefResult(local, "skipped", None, theirs, "not a gitstate ref name")
+    problem = _check_commit(repo, theirs)
+    if problem is not None:
+        return RefResult(local, "skipped", None, theirs, problem)
+    ours = _read(store, local)
+    try:
+        if ours is None:
+            store._cas(local, None, theirs, f"gitstate: pull from {label} (new)")
+            return RefResult(local, "created", None, theirs)
+        relation = _relation(repo, ours, theirs)
+    except ConflictError as exc:
+        return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")
+    except pygit2.GitError as exc:
+        return RefResult(local, "skipped", ours, theirs, f"history cannot be read: {exc}")
+    if relation == "same":
+        return RefResult(local, "up-to-date", ours, theirs)
+    if relation == "ahead":
+        return RefResult(local, "ahead", ours, theirs, "ours is newer; push to share it")
+    if relation == "behind":
+        try:
+            store._cas(local, ours, theirs, f"gitstate: pull from {label} (fast-forward)")
+        except ConflictError as exc:
+            return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")
+        return RefResult(local, "fast-forward", ours, theirs)
+    if parsed.kind == "heads" and parsed.name is not None:
+        worktree, run_id, branch = parsed.worktree, parsed.run_id, parsed.name
+
+        def branch_copy(n: int) -> tuple[str, str]:
+            name = diverged_branch_name(branch, label, n)
+            return branch_ref(worktree, run_id, name), name
+        return _keep_diverged(store, local, ours, theirs, label, branch_copy, "branch", branch)
+    if parsed.kind == "files" and parsed.name is not None and "/" not in parsed.name:
+        return _keep_diverged(store, local, ours, theirs, label,
+                              lambda n: copy_ref(store.repo, local, label, n), "session file",
+                              parsed.name)
+    what = "run record" if parsed.kind == "run" else f"{parsed.kind} ref"
+    return RefResult(local, "conflict", ours, theirs,
+                     f"the remote's {what} differs (created independently?); kept ours")
+
+
+def _read(store: Store, name: str) -> str | None:
+    ref = store.repo.references.get(name)
+    return str(ref.target) if ref is not None and isinstance(ref.target, pygit2.Oid) else None
+
+
+def diverged_branch_name(branch: str, label: str, n: int = 1) -> str:
+    """The branch a diverged remote line is kept as: ``<branch>@<label>``, then ``…-2``, ``…-3``."""
+    return f"{branch}@{label}" + (f"-{n}" if n > 1 else "")
+
+
+def _keep_diverged(store: Store, local: str, ours: str, theirs: str, label: str,
+                   copy: Callable[[int], tuple[str, str]], what: str, subject: str) -> RefResult:
+    """Keep the remote's line beside ours under the name ``copy(n)`` gives (``(ref, name)``,
+    ``n`` = 1, 2, …): fast-forward that copy if it is an older copy of the remote's line, else try
+    the next name. Never moves ``local`` itself."""
+    for n in range(1, 100):
+        try:
+            ref, name = copy(n)
+        except (InvalidNameError, ValueError) as exc:
+            return RefResult(local, "skipped", ours, theirs, f"no {what} name to keep the remote's line: {exc}")
+        kept = _read(store, ref)
+        msg = f"diverged: kept {label}'s line as {what} {name!r}; ours is unchanged"
+        try:
+            if kept is None:
+                store._cas(ref, None, theirs, f"gitstate: pull from {label} (diverged {subject})")
+                return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
+            relation = _relation(store.repo, kept, theirs)
+            if relation in ("same", "ahead"):
+                return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
+            if relation == "behind":
+                store._cas(ref, kept, theirs, f"gitstate: pull from {label} (fast-forward {name})")
+                return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
+        except ConflictError as exc:
+            return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")
+    return RefResult(local, "conflict", ours, theirs, f"too many diverged copies of this {what}; kept ours")
+
+
+def _delete_refs(store: Store, names: list[str]) -> None:
+    """Delete staging refs (our private namespace: no compare-and-swap needed, nobody else writes
+    there) and the empty directories they leave. ``git update-ref --stdin`` would take seconds for
+    a thousand deletions; libgit2 takes a fraction of that."""
+    for name in names:
+        try:
+            store.repo.references.delete(name)
+        except (KeyError, pygit2.GitError):
+            continue
+    root = os.path.join(store.location.common_dir, *STAGING.rstrip("/").split("/"))
+    for dirpath, _dirs, _files in os.walk(root, topdown=False):
+        try:
+            os.rmdir(dirpath)
+        except OSError:
+            pass
+
+
+def _remove_stale_sessions(store: Store) -> None:
+    """Remove staging refs left by a pull that was killed (its process no longer exists)."""
+    stale: list[str] = []
+    for name, _ in list_refs(store.repo, STAGING):
+        parts = name[len(STAGING):].split("/")
+        if len(parts) < 2:
+            continue
+        pid_text = parts[1].split("-", 1)[0]
+        if pid_text.isdigit() and int(pid_text) != os.getpid() and not _alive(int(pid_text)):
+            stale.append(name)
+    _delete_refs(store, stale)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

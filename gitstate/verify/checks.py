@@ -1,0 +1,235 @@
+"""Checking a store end to end: every ref under ``refs/agentos/`` resolves, every object it reaches
+exists with the right type, every payload decodes with a known format version, and node boundaries
+point where they should. Read-only; it reports problems instead of stopping at the first one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+from pygit2.enums import ObjectType
+
+from gitstate.errors import GitStateError
+from gitstate.format import checkpoint as cpfmt
+from gitstate.format.checkpoint import Checkpoint, read_commit
+from gitstate.format.names import NAMESPACE, parse_ref, worktree_prefix
+from gitstate.format.statetree import StateReader
+from gitstate.git.objects import check_loose
+from gitstate.store.sessionfiles import check_chain
+
+if TYPE_CHECKING:
+    from gitstate.store.store import Store
+
+__all__ = ["Problem", "VerifyReport", "verify"]
+
+_WORKTREE_KEY = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+=,@-%")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in the store: the ref it was found from, the object (if any) and why."""
+
+    ref: str
+    message: str
+    oid: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return {"ref": self.ref, "oid": self.oid, "message": self.message}
+
+    def __str__(self) -> str:
+        where = f" ({self.oid[:12]})" if self.oid else ""
+        return f"{self.ref}{where}: {self.message}"
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify` checked and what it found."""
+
+    refs: int = 0
+    checkpoints: int = 0
+    objects: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether no problem was found."""
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (the CLI's ``verify --json`` shape)."""
+        return {"ok": self.ok, "refs": self.refs, "checkpoints": self.checkpoints, "objects": self.objects,
+                "problems": [p.to_dict() for p in self.problems]}
+
+
+class _Checker:
+    def __init__(self, store: Store, report: VerifyReport, progress: Callable[[int], None] | None) -> None:
+        self.store = store
+        self.repo: pygit2.Repository = store.repo
+        self.reader = StateReader(self.repo)
+        self.report = report
+        self.progress = progress or (lambda n: None)
+        self.seen_commits: set[str] = set()
+        self.seen_objects: set[str] = set()
+
+    def problem(self, ref: str, message: str, oid: str | None = None) -> None:
+        self.report.problems.append(Problem(ref, message, oid))
+
+    def check_ref(self, name: str, oid: str) -> None:
+        self.report.refs += 1
+        parsed = parse_ref(name)
+        worktree = name[len(NAMESPACE):].split("/", 1)[0]
+        if parsed is None or not worktree or not set(worktree) <= _WORKTREE_KEY:
+            self.problem(name, "not a gitstate ref name (foreign or malformed ref under refs/agentos/)", oid)
+            return
+        kind = self._exists(name, oid)
+        if kind is None:
+            return
+        if parsed.kind in ("run", "heads", "files") and kind != ObjectType.COMMIT:
+            self.problem(name, f"expected a commit, found a {ObjectType(kind).name.lower()}", oid)
+            return
+        if parsed.kind == "run":
+            self.check_record(name, oid, parsed.run_id)
+        elif parsed.kind == "heads":
+            self.check_branch(name, oid, parsed.run_id)
+        elif parsed.kind == "files":
+            self.check_files(name, oid)
+        # other per-run kinds (added by later features) are only checked to resolve
+
+    def _exists(self, ref: str, oid: str) -> int | None:
+        """The object's type from its header (the object itself is never loaded), or ``None``
+        after reporting it missing."""
+        try:
+            kind, _size = self.repo.odb.read_header(oid)
+        except (KeyError, ValueError, pygit2.GitError):
+            self.problem(ref, "ref does not resolve: object missing", oid)
+            return None
+        return int(kind)
+
+    def _commit_damage(self, oid: str) -> str | None:
+        """Why the commit ``oid`` or its root tree cannot be read safely (a truncated loose object
+        would make libgit2 loop forever), or ``None``."""
+        damage = check_loose(self.repo, oid)
+        if damage:
+            return damage
+        try:
+            commit = read_commit(self.repo, oid)
+        except GitStateError as exc:
+            return str(exc)
+        damage = check_loose(self.repo, str(commit.tree_id))
+        return f"its tree {str(commit.tree_id)[:12]}: {damage}" if damage else None
+
+    def check_files(self, ref: str, tip: str) -> None:
+        for oid, message in check_chain(self.repo, tip):
+            self.problem(ref, f"session file: {message}", oid)
+
+    def check_record(self, ref: str, oid: str, run_id: str) -> None:
+        damage = self._commit_damage(oid)
+        if damage:
+            self.problem(ref, damage, oid)
+            return
+        try:
+            record = self.store._read_record(oid)
+        except GitStateError as exc:
+            self.problem(ref, str(exc), oid)
+            return
+        if record.get("id") not in (None, run_id):
+            self.problem(ref, f"run record names run {record.get('id')!r}, ref names {run_id!r}", oid)
+
+    def check_branch(self, ref: str, tip: str, run_id: str) -> None:
+        chain: list[Checkpoint] = []
+        oid: str | None = tip
+        while oid is not None and oid not in self.seen_commits:
+            damage = self._commit_damage(oid)
+            if damage:
+                self.problem(ref, damage, oid)
+                return
+            try:
+                cp = Checkpoint.from_commit(self.repo, read_commit(self.repo, oid))
+            except GitStateError as exc:
+                self.problem(ref, str(exc), oid)
+                return
+            self.seen_commits.add(oid)
+            self.report.checkpoints += 1
+            self.progress(1)
+            if cp.run_id != run_id:
+                self.problem(ref, f"checkpoint belongs to run {cp.run_id!r}", oid)
+            self.check_payloads(ref, cp)
+            chain.append(cp)
+            oid = cp.parent_id
+        # node_entry must be an earlier checkpoint of the same line (its ancestor)
+        ancestors: set[str] = set()
+        line = list(reversed(chain))
+        if oid is not None:  # the rest of the line was verified from another ref: collect its ids
+            walk: str | None = oid
+            while walk is not None:
+                ancestors.add(walk)
+                try:
+                    parents = read_commit(self.repo, walk).parent_ids
+                except GitStateError:
+                    break
+                walk = str(parents[0]) if parents else None
+        for cp in line:
+            if cp.trigger == cpfmt.NODE_END and cp.node_entry is not None:
+                # a prune (base > 0) may cut a node's entry off the line; otherwise it must be there
+                if cp.node_entry not in ancestors and cp.base == 0:
+                    self.problem(ref, f"node_entry {cp.node_entry[:12]} of node {cp.node!r} is not an "
+                                      "earlier checkpoint of this branch", cp.id)
+            ancestors.add(cp.id)
+
+    def check_payloads(self, ref: str, cp: Checkpoint) -> None:
+        try:
+            _ = cp.state, cp.tools, cp.audit
+        except GitStateError as exc:
+            self.problem(ref, f"payload does not decode: {exc}", cp.id)
+        files = cp.files_tree_id
+        if files is not None:
+            self.check_tree(ref, cp.id, files)
+
+    def check_tree(self, ref: str, cp_id: str, tree_id: str) -> None:
+        stack = [tree_id]
+        while stack:
+            oid = stack.pop()
+            if oid in self.seen_objects:
+                continue
+            self.seen_objects.add(oid)
+            try:
+                tree = self.reader.tree(oid)
+            except GitStateError as exc:
+                self.problem(ref, f"files snapshot: {exc}", cp_id)
+                continue
+            for entry in tree:
+                sub = str(entry.id)
+                if entry.type_str == "tree":
+                    stack.append(sub)
+                elif entry.type_str == "blob" and sub not in self.seen_objects:
+                    self.seen_objects.add(sub)
+                    if not self.repo.odb.exists(sub):
+                        self.problem(ref, f"files snapshot: blob of {entry.name!r} missing", sub)
+                    elif damage := check_loose(self.repo, sub):
+                        self.problem(ref, f"files snapshot: blob of {entry.name!r}: {damage}", sub)
+        self.report.objects = len(self.seen_objects)
+
+
+def verify(store: Store, all_worktrees: bool = True,
+           progress: Callable[[int], None] | None = None) -> VerifyReport:
+    """Check every gitstate ref (of every worktree, or only the store's) and what it reaches.
+
+    ``progress`` is called with ``1`` per checkpoint checked. Returns a :class:`VerifyReport`
+    whose ``problems`` list is empty when the store is sound."""
+    from gitstate.git.refs import list_refs
+
+    report = VerifyReport()
+    checker = _Checker(store, report, progress)
+    prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
+    for name, oid in list_refs(store.repo, prefix):
+        checker.check_ref(name, oid)
+    from gitstate.sync.remote import STAGING
+
+    for name, oid in list_refs(store.repo, STAGING):  # left by a pull that is running or was killed
+        checker.problem(name, "staging ref of an unfinished pull (the next pull removes it once its "
+                              "process is gone)", oid)
+    report.objects = max(report.objects, len(checker.seen_objects)) + len(checker.seen_commits)
+    return report

@@ -1,0 +1,162 @@
+"""Differences between two checkpoints: which state keys were added, removed or changed (with the
+old and new values) and which workspace files were added, modified, deleted or renamed.
+
+State trees are compared entry by entry: a key whose entry keeps its object id is unchanged and is
+neither read nor decoded, so comparing two checkpoints of a large state costs about the size of what
+changed. Files are compared with libgit2's tree diff (equal subtrees skipped the same way) and its
+rename detection (``find_similar``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pygit2
+
+from gitstate.format import checkpoint as cpfmt
+from gitstate.format.checkpoint import Checkpoint
+from gitstate.format.statetree import StateReader
+
+_STATUS = {"A": "added", "D": "deleted", "M": "modified", "R": "renamed", "T": "modified", "C": "added"}
+
+
+@dataclass(frozen=True)
+class KeyChange:
+    """One top-level state key that differs: ``kind`` is ``added``, ``removed`` or ``changed``;
+    ``old``/``new`` are the decoded values (``None`` on the side where the key is absent). A state
+    that is not a mapping is reported as the single key ``""``."""
+
+    key: str
+    kind: str
+    old: Any = None
+    new: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form (values as decoded)."""
+        return {"key": self.key, "kind": self.kind, "old": self.old, "new": self.new}
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One workspace file that differs: ``status`` is ``added``, ``modified``, ``deleted`` or
+    ``renamed`` (then ``old_path`` is where it came from and ``similarity`` the percentage)."""
+
+    path: str
+    status: str
+    old_path: str | None = None
+    old_id: str | None = None
+    new_id: str | None = None
+    old_mode: int | None = None
+    new_mode: int | None = None
+    similarity: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form (modes as octal strings)."""
+        return {
+            "path": self.path, "status": self.status, "old_path": self.old_path, "old_id": self.old_id,
+            "new_id": self.new_id, "old_mode": None if self.old_mode is None else f"{self.old_mode:o}",
+            "new_mode": None if self.new_mode is None else f"{self.new_mode:o}", "similarity": self.similarity,
+        }
+
+
+@dataclass(frozen=True)
+class Diff:
+    """Differences from checkpoint ``a`` to checkpoint ``b``. ``files_compared`` is false when
+    neither checkpoint carries a workspace snapshot (a missing snapshot on one side counts as an
+    empty worktree)."""
+
+    a: str
+    b: str
+    state: tuple[KeyChange, ...] = ()
+    files: tuple[FileChange, ...] = ()
+    files_compared: bool = True
+
+    @property
+    def empty(self) -> bool:
+        """True when neither state nor files differ."""
+        return not self.state and not self.files
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form (``--json`` shape)."""
+        return {
+            "a": self.a, "b": self.b, "state": [c.to_dict() for c in self.state],
+            "files": [f.to_dict() for f in self.files], "files_compared": self.files_compared,
+        }
+
+
+def _state_root(repo: pygit2.Repository, tree_id: str) -> tuple[str, str] | None:
+    root = repo[tree_id]
+    assert isinstance(root, pygit2.Tree)
+    if cpfmt.STATE_TREE in root:
+        return ("tree", str(root[cpfmt.STATE_TREE].id))
+    if cpfmt.STATE_LEAF in root:
+        return ("leaf", str(root[cpfmt.STATE_LEAF].id))
+    return None
+
+
+def diff_state(repo: pygit2.Repository, a: Checkpoint, b: Checkpoint) -> list[KeyChange]:
+    """Top-level state keys that differ between two checkpoints."""
+    reader = StateReader(repo)
+    ra, rb = _state_root(repo, a.tree_id), _state_root(repo, b.tree_id)
+    if ra == rb:
+        return []
+    if ra is None or rb is None or ra[0] != "tree" or rb[0] != "tree":
+        old = None if ra is None else a.state
+        new = None if rb is None else b.state
+        return [KeyChange("", "changed", old, new)]
+    ea, eb = reader.entries(ra[1]), reader.entries(rb[1])
+    out: list[KeyChange] = []
+    for key in sorted(set(ea) | set(eb)):
+        va, vb = ea.get(key), eb.get(key)
+        if va == vb:
+            continue  # same id: unchanged, not decoded
+        if va is None:
+            assert vb is not None
+            out.append(KeyChange(key, "added", None, reader.value(*vb)))
+        elif vb is None:
+            out.append(KeyChange(key, "removed", reader.value(*va), None))
+        else:
+            old, new = reader.value(*va), reader.value(*vb)
+            if old != new or type(old) is not type(new):
+                out.append(KeyChange(key, "changed", old, new))
+    return out
+
+
+def _tree(repo: pygit2.Repository, oid: str | None) -> pygit2.Tree:
+    tree = repo[oid]  # type: ignore[index]
+    assert isinstance(tree, pygit2.Tree)
+    return tree
+
+
+def diff_files(repo: pygit2.Repository, a: str | None, b: str | None) -> list[FileChange]:
+    """Files that differ between two snapshot trees (``None``: no snapshot, an empty tree)."""
+    if a == b:
+        return []
+    if a is None:
+        diff = _tree(repo, b).diff_to_tree(swap=True)
+    elif b is None:
+        diff = _tree(repo, a).diff_to_tree()
+    else:
+        diff = _tree(repo, a).diff_to_tree(_tree(repo, b))
+    diff.find_similar()
+    out: list[FileChange] = []
+    for delta in diff.deltas:
+        status = _STATUS.get(delta.status_char(), "modified")
+        old, new = delta.old_file, delta.new_file
+        added, deleted = status == "added", status == "deleted"
+        out.append(FileChange(
+            path=old.path if deleted else new.path, status=status,
+            old_path=old.path if status == "renamed" else None,
+            old_id=None if added else str(old.id), new_id=None if deleted else str(new.id),
+            old_mode=None if added else int(old.mode), new_mode=None if deleted else int(new.mode),
+            similarity=delta.similarity if status == "renamed" else None,
+        ))
+    out.sort(key=lambda c: c.path)
+    return out
+
+
+def diff_checkpoints(repo: pygit2.Repository, a: Checkpoint, b: Checkpoint) -> Diff:
+    """The full difference from ``a`` to ``b``."""
+    fa, fb = a.files_tree_id, b.files_tree_id
+    return Diff(a=a.id, b=b.id, state=tuple(diff_state(repo, a, b)),
+                files=tuple(diff_files(repo, fa, fb)), files_compared=fa is not None or fb is not None)

@@ -1,0 +1,72 @@
+"""Which tree entry names may be written into a worktree: the rules git's own ``verify_path`` applies
+(``read-tree``, ``checkout``, ``fsck``), so that a snapshot fetched from an untrusted remote can
+neither escape the worktree nor write into ``.git``.
+
+A name is refused when it is empty, ``.`` or ``..``, holds ``/``, ``\\`` or NUL, or is a spelling of
+``.git`` that some file system maps onto ``.git``: any case (``.GIT``), with the Unicode code points
+HFS+ ignores (``.g\\u200cit``), or NTFS forms (``.git.``, ``.git ``, ``git~1``, ``.git::$INDEX_ALLOCATION``).
+Symbolic links may not be named ``.gitmodules``, ``.gitattributes``, ``.gitignore`` or ``.mailmap``
+(git refuses them too), and gitlinks (submodule entries) are never written."""
+
+from __future__ import annotations
+
+from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, MODE_EXEC, MODE_LINK, MODE_TREE
+
+# Code points HFS+ drops when comparing names (git: next_hfs_char in utf8.c).
+_HFS_IGNORABLE = frozenset(
+    [*range(0x200C, 0x2010), *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF]
+)
+_LINK_PROTECTED = (".gitmodules", ".gitattributes", ".gitignore", ".mailmap")
+WRITABLE_MODES = frozenset({MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, 0o100664})
+
+
+def _hfs_fold(name: str) -> str:
+    return "".join(c for c in name if ord(c) not in _HFS_IGNORABLE).lower()
+
+
+def is_hfs_dotgit(name: str) -> bool:
+    """``name`` equals ``.git`` once HFS+ drops ignorable code points and folds case."""
+    return _hfs_fold(name) == ".git"
+
+
+def is_ntfs_dotgit(name: str) -> bool:
+    """``name`` names ``.git`` on NTFS: ``.git`` or its short name ``git~1`` (any case) followed only
+    by spaces and periods, or by an alternate data stream (``:``)."""
+    low = name.lower()
+    if low.startswith(".git"):
+        rest = name[4:]
+    elif low.startswith("git~1"):
+        rest = name[5:]
+    else:
+        return False
+    for ch in rest:
+        if ch == ":":
+            return True
+        if ch not in ". ":
+            return False
+    return True
+
+
+def _is_protected_link_name(name: str) -> bool:
+    folded = _hfs_fold(name).rstrip(". ")
+    if folded.split(":", 1)[0] in _LINK_PROTECTED:
+        return True
+    # NTFS short names of .gitmodules (git: is_ntfs_dotgitmodules checks "gi7eba~N")
+    return folded.startswith("gi7eba~")
+
+
+def check_name(name: str, mode: int) -> str | None:
+    """Why a tree entry of this name and mode must not be written (``None`` when it is fine)."""
+    if name in ("", ".", ".."):
+        return "empty, '.' or '..' path component"
+    if "/" in name or "\\" in name or "\x00" in name:
+        return "path component holds a separator or NUL"
+    if is_hfs_dotgit(name) or is_ntfs_dotgit(name):
+        return "path component names .git"
+    if mode == MODE_COMMIT:
+        return "gitlink (submodule) entries are never restored"
+    if mode not in WRITABLE_MODES:
+        return f"unsupported file mode {mode:o}"
+    if mode == MODE_LINK and _is_protected_link_name(name):
+        return "symbolic link in place of a git control file"
+    return None

@@ -1,0 +1,419 @@
+"""Workspace snapshots: the worktree captured as a git tree without touching anything of the user's.
+
+Capture goes through a *private* index, ``<common git dir>/agentos/index-<worktree key>``, never
+``.git/index``: a second ``pygit2.Repository`` is opened on the same git dir with the private index
+attached by libgit2's ``git_repository_set_index`` (see :mod:`gitstate.privateindex`; where that
+call cannot be reached, the fallback sets ``GIT_DIR``/``GIT_WORK_TREE``/``GIT_INDEX_FILE`` in
+``os.environ`` for a moment under a lock, so another thread spawning git at that instant could see
+them). ``git_index_add_all`` then adds tracked
+and untracked files, honours ``.gitignore``/``info/exclude``/``core.excludesFile``, applies clean
+filters as ``git add`` does, streams file contents into the object store (a 1 GiB file is never held
+in memory), and keeps a stat cache: an unchanged file costs one ``lstat``, not a hash.
+
+Choices:
+
+- Tracked files that match an ignore rule are captured (git keeps them too): the paths of the
+  user's index are read (read-only) whenever that file changes and added to the private index.
+- Nested repositories (an untracked directory holding its own ``.git``) and submodules are **not
+  captured**: ``add_all`` would fail on them, a gitlink records only a commit id that may exist
+  nowhere else, and restore refuses gitlinks from untrusted trees anyway. They are listed in
+  :attr:`Snapshot.skipped`, and restore never writes into them.
+- New blobs and trees (those not in the previous snapshot; for the first one, not in the user's
+  HEAD tree, whose objects are the user's) are appended to gitstate's housekeeping journal so they
+  get packed; blobs
+  larger than :data:`BIG_BLOB` are left loose (packing would read them whole into memory; git's
+  own ``gc`` streams them with ``core.bigFileThreshold``)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+from pygit2.errors import check_error
+from pygit2.ffi import C, ffi
+from pygit2.utils import StrArray
+
+from gitstate.errors import StoreWriteError, UsageError
+from gitstate.git import housekeeping, privateindex
+from gitstate.git.objects import MODE_COMMIT, MODE_TREE
+
+if TYPE_CHECKING:
+    from gitstate.store.store import Store
+
+BIG_BLOB = 32 * 1024 * 1024  # bytes; larger blobs are not packed by gitstate
+_ADD_LITERAL = 2  # GIT_INDEX_ADD_DISABLE_PATHSPEC_MATCH
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A captured worktree: the id of its tree, the nested repositories left out, and the
+    worktree-relative paths it was limited to (``None``: the whole worktree)."""
+
+    tree: str
+    skipped: tuple[str, ...] = ()
+    paths: tuple[str, ...] | None = None
+
+
+def normalize_path(path: str | os.PathLike[str], workdir: str) -> str:
+    """A user-given path as a worktree-relative, ``/``-separated path; refuses paths outside."""
+    text = os.fspath(path)
+    full = os.path.normpath(text if os.path.isabs(text) else os.path.join(workdir, text))
+    rel = os.path.relpath(full, workdir)
+    if rel == ".":
+        return ""
+    if rel == ".." or rel.startswith(".." + os.sep) or os.path.isabs(rel):
+        raise UsageError(f"path {text!r} is outside the worktree {workdir}")
+    rel = rel.replace(os.sep, "/")
+    if rel.split("/", 1)[0].lower() == ".git":
+        raise UsageError(f"path {text!r} is inside .git")
+    return rel
+
+
+def matches(path: str, prefixes: Sequence[str]) -> bool:
+    """Whether ``path`` is one of ``prefixes`` or lies under one of them (``""`` matches all)."""
+    return any(p == "" or path == p or path.startswith(p + "/") for p in prefixes)
+
+
+class Workspace:
+    """Snapshots of one store's worktree through the store's private index."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        loc = store.location
+        if loc.workdir is None:
+            raise UsageError("a bare repository has no worktree to snapshot")
+        self.workdir = loc.workdir
+        agentos = os.path.join(loc.common_dir, "agentos")
+        os.makedirs(agentos, exist_ok=True)
+        self.index_path = os.path.join(agentos, f"index-{loc.worktree}")
+        self._local = threading.local()
+        self._tracked_sig: tuple[Any, ...] | None = None
+        self._user_known: set[str] = set()
+
+    # -- the private repository handle ---------------------------------------------------------
+
+    def _repo(self) -> pygit2.Repository:
+        repo = getattr(self._local, "repo", None)
+        if repo is not None:
+            return repo
+        loc = self.store.location
+        try:
+            repo = privateindex.open_with_index(loc.git_dir, self.workdir, self.index_path)
+        except (pygit2.GitError, OSError) as exc:
+            raise StoreWriteError(self.index_path, f"cannot open the private index: {exc}") from exc
+        self._local.repo = repo
+        return repo
+
+    # -- capture ----------------------------------------------------------------------------------
+
+    def resolve_paths(self, paths: Iterable[str | os.PathLike[str]] | None) -> list[str] | None:
+        """The worktree-relative prefixes a snapshot of ``paths`` is limited to (``None``: all).
+
+        Relative paths are taken relative to the worktree root (callers with a current directory,
+        like the CLI, make them absolute first). :class:`UsageError` for a path outside the worktree,
+        inside ``.git``, or that exists neither on disk nor in the user's index (a deleted tracked
+        file is fine: the snapshot then records its absence), so a typo never yields an empty
+        snapshot silently."""
+        if paths is None:
+            return None
+        given = [(p, normalize_path(p, self.workdir)) for p in paths]
+        prefixes = sorted({rel for _, rel in given})
+        if "" in prefixes:
+            return None
+        tracked: set[str] | None = None
+        for text, rel in given:
+            if os.path.lexists(os.path.join(self.workdir, rel)):
+                continue
+            if tracked is None:
+                tracked = self._user_paths()
+            if rel not in tracked and not any(t.startswith(rel + "/") for t in tracked):
+                raise UsageError(f"path {os.fspath(text)!r} does not exist in the worktree {self.workdir}")
+        return prefixes
+
+    def snapshot(self, paths: Iterable[str | os.PathLike[str]] | None = None,
+                 progress: Callable[[int], None] | None = None) -> Snapshot:
+        """Capture the worktree (or only ``paths``: files or directories, see
+        :meth:`resolve_paths`) and return its tree. ``progress`` is called with ``1`` per file
+        libgit2 has to hash (new or changed since the last snapshot), for a progress display.
+
+        Nothing of the user's is written: not ``.git/index``, not HEAD, not a file of the worktree."""
+        prefixes = self.resolve_paths(paths)
+        repo = self._repo()
+        index = repo.index
+        try:
+            index.read(False)  # pick up a newer private index written by another process
+        except pygit2.GitError:
+            index.clear()  # unreadable (torn by a crash): rebuilt from the worktree
+        self._forget_changed_big(index)
+        skipped, ignore_changed = self._add_all(index, prefixes or [], progress=progress)
+        if self._add_tracked(repo, index) or ignore_changed:
+            self._drop_ignored(repo, index)
+        try:
+            index.write()
+        except (pygit2.GitError, OSError):
+            pass  # another process holds index.lock: the tree is right, only the stat cache is not saved
+        big: list[str] = []
+        if prefixes is None:
+            tree = str(index.write_tree())
+            self._journal(repo, tree, self._last_tree() or head_tree(repo), big)
+            self._save_last_tree(tree)
+        else:
+            subset = pygit2.Index()
+            for entry in index:
+                if matches(entry.path, prefixes):
+                    subset.add(entry)
+            tree = str(subset.write_tree(repo))
+            self._journal(repo, tree, head_tree(repo), big)
+        if big or self._big_stats():
+            self._save_big(index, big)
+        return Snapshot(tree, tuple(sorted(skipped)), None if prefixes is None else tuple(prefixes))
+
+    def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int = 0,
+                 progress: Callable[[int], None] | None = None) -> tuple[list[str], bool]:
+        skipped: list[str] = []
+        state = {"ignore": False}
+
+        @ffi.callback("int(*)(const char *, const char *, void *)")
+        def visit(path: Any, _spec: Any, _payload: Any) -> int:
+            name = ffi.string(path).decode("utf-8", "surrogateescape")
+            if name.endswith("/"):  # a directory git will not descend into: a nested repository
+                skipped.append(name.rstrip("/"))
+                return 1
+            base = name.rsplit("/", 1)[-1]
+            if base == ".gitignore":
+                state["ignore"] = True
+            if progress is not None:
+                progress(1)
+            return 0
+
+        with StrArray(pathspecs) as arr:
+            err = C.git_index_add_all(index._index, arr.ptr, flags | _ADD_LITERAL, visit, ffi.NULL)
+        if err < 0:
+            try:
+                check_error(err, io=True)
+            except (pygit2.GitError, OSError) as exc:
+                raise StoreWriteError(self.workdir, f"cannot snapshot the worktree: {exc}") from exc
+        return skipped, state["ignore"]
+
+    def _signature(self) -> tuple[Any, ...]:
+        loc = self.store.location
+        sig: list[Any] = []
+        for path in (os.path.join(loc.git_dir, "index"), os.path.join(loc.common_dir, "info", "exclude")):
+            try:
+                st = os.stat(path)
+                sig.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                sig.append(None)
+        return tuple(sig)
+
+    def _user_paths(self) -> set[str]:
+        return read_index_paths(os.path.join(self.store.location.git_dir, "index"))
+
+    def _add_tracked(self, repo: pygit2.Repository, index: pygit2.Index) -> bool:
+        """Tracked-but-ignored files are captured as git captures them: paths that appeared in the
+        user's index since the last look are added to the private index (libgit2 then keeps them
+        even though they match an ignore rule). Returns whether ``info/exclude`` changed since the
+        last call (ignore rules must be re-applied)."""
+        sig = self._signature()
+        old = self._tracked_sig
+        self._tracked_sig = sig
+        if old is not None and sig[0] == old[0] and len(index):
+            return sig[1] != old[1]
+        users = self._user_paths()
+        known = self._user_known if old is not None and len(index) else set()
+        self._user_known = users
+        for path in users - known:
+            if path not in index and os.path.lexists(os.path.join(self.workdir, path)):
+                try:
+                    index.add(path)  # add by path: ignore rules do not apply
+                except (pygit2.GitError, OSError):
+                    pass  # a directory now, or unreadable: left out as git would
+        return old is not None and sig[1] != old[1]
+
+    def _drop_ignored(self, repo: pygit2.Repository, index: pygit2.Index) -> None:
+        """After ignore rules changed: forget files that became ignored and are not user-tracked."""
+        tracked = self._user_paths()
+        for entry in list(index):
+            if entry.path not in tracked and repo.path_is_ignored(entry.path):
+                index.remove(entry.path)
+
+    # -- housekeeping --------------------------------------------------------------------------
+
+    def _last_tree(self) -> str | None:
+        try:
+            with open(self.index_path + ".tree", encoding="ascii") as fh:
+                text = fh.read().strip()
+        except OSError:
+            return None
+        return text if len(text) == 40 else None
+
+    def _save_last_tree(self, tree: str) -> None:
+        tmp = f"{self.index_path}.tree.{os.getpid()}.{threading.get_ident()}"
+        try:
+            with open(tmp, "w", encoding="ascii") as fh:
+                fh.write(tree + "\n")
+            os.replace(tmp, self.index_path + ".tree")
+        except OSError:
+            pass
+
+    # Big files: libgit2 hashes a tracked file whose stat changed but whose size did not by reading
+    # it whole (with a second copy for filters). For files above BIG_BLOB gitstate keeps its own
+    # stat record; when one changed, its index entry is dropped first, so add_all streams it in as a
+    # new file instead.
+
+    def _big_path(self) -> str:
+        return self.index_path + ".big"
+
+    def _big_stats(self) -> dict[str, tuple[int, ...]]:
+        out: dict[str, tuple[int, ...]] = {}
+        try:
+            with open(self._big_path(), encoding="utf-8", errors="surrogateescape") as fh:
+                for line in fh:
+                    parts = line.rstrip("\n").split(" ", 4)
+                    if len(parts) == 5:
+                        out[parts[4]] = tuple(int(x) for x in parts[:4])
+        except (OSError, ValueError):
+            return {}
+        return out
+
+    def _forget_changed_big(self, index: pygit2.Index) -> None:
+        for path, stat in self._big_stats().items():
+            if _stat_key(os.path.join(self.workdir, path)) != stat and path in index:
+                index.remove(path)
+
+    def _save_big(self, index: pygit2.Index, found: list[str]) -> None:
+        lines = []
+        for path in sorted(set(found) | set(self._big_stats())):
+            stat = _stat_key(os.path.join(self.workdir, path))
+            if stat is not None and stat[0] > BIG_BLOB and path in index:
+                lines.append(" ".join(str(x) for x in stat) + " " + path + "\n")
+        tmp = f"{self._big_path()}.{os.getpid()}.{threading.get_ident()}"
+        try:
+            with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as fh:
+                fh.write("".join(lines))
+            os.replace(tmp, self._big_path())
+        except OSError:
+            pass
+
+    def _journal(self, repo: pygit2.Repository, tree: str, old: str | None, big: list[str]) -> None:
+        """Journal the objects of ``tree`` not in ``old`` (unchanged subtrees share ids: skipped);
+        collect the paths of new blobs too big to pack into ``big``."""
+        common = self.store.location.common_dir
+        found: list[str] = []
+        _new_objects(repo, tree, old, common, found, "", big)
+        if found:
+            size = housekeeping.record(common, found)
+            housekeeping.maybe_pack(self.store.repo, common, size)
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    byte = data[pos]
+    pos += 1
+    value = byte & 0x7F
+    while byte & 0x80:
+        value += 1
+        byte = data[pos]
+        pos += 1
+        value = (value << 7) + (byte & 0x7F)
+    return value, pos
+
+
+def read_index_paths(path: str) -> set[str]:
+    """Paths of the regular entries of a git index file (versions 2–4), read without libgit2 and
+    without writing anything; gitlinks and sparse directory entries are left out. An absent or
+    unreadable index gives an empty set."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return set()
+    if len(data) < 12 or data[:4] != b"DIRC":
+        return set()
+    version, count = struct.unpack_from(">II", data, 4)
+    if version not in (2, 3, 4):
+        return set()
+    out: set[str] = set()
+    pos = 12
+    prev = b""
+    try:
+        for _ in range(count):
+            mode = struct.unpack_from(">I", data, pos + 24)[0]
+            flags = struct.unpack_from(">H", data, pos + 60)[0]
+            start = pos + 62 + (2 if version >= 3 and flags & 0x4000 else 0)
+            if version == 4:
+                strip, start = _varint(data, start)
+                end = data.index(b"\0", start)
+                name = prev[: len(prev) - strip] + data[start:end]
+                pos = end + 1
+            else:
+                end = data.index(b"\0", start)
+                name = data[start:end]
+                pos += (start - pos + len(name) + 8) & ~7
+            prev = name
+            kind = mode & 0o170000
+            if kind in (0o100000, 0o120000):
+                out.add(name.decode("utf-8", "surrogateescape"))
+    except (struct.error, ValueError, IndexError):
+        return out
+    return out
+
+
+def head_tree(repo: pygit2.Repository) -> str | None:
+    """The tree of the user's HEAD commit: its objects are the user's, not gitstate's to pack."""
+    try:
+        return str(repo.head.peel(pygit2.Tree).id)
+    except (pygit2.GitError, KeyError, ValueError):
+        return None
+
+
+def _stat_key(path: str) -> tuple[int, ...] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def _loose_size(common_dir: str, oid: str) -> int | None:
+    try:
+        return os.stat(os.path.join(common_dir, "objects", oid[:2], oid[2:])).st_size
+    except OSError:
+        return None
+
+
+def _blob_size(repo: pygit2.Repository, oid: str) -> int:
+    try:
+        return int(repo.odb.read_header(oid)[1])
+    except (KeyError, ValueError, pygit2.GitError):
+        return 0
+
+
+def _new_objects(repo: pygit2.Repository, tree: str, old: str | None, common: str, out: list[str],
+                 prefix: str, big: list[str]) -> None:
+    if tree == old:
+        return
+    if _loose_size(common, tree) is not None:
+        out.append(tree)
+    before: dict[str, str] = {}
+    if old is not None:
+        try:
+            before = {e.name or "": str(e.id) for e in repo[old]}  # type: ignore[attr-defined]
+        except (KeyError, TypeError, pygit2.GitError):
+            before = {}
+    for entry in repo[tree]:  # type: ignore[attr-defined]
+        oid = str(entry.id)
+        prev = before.get(entry.name or "")
+        if oid == prev:
+            continue
+        if entry.filemode == MODE_TREE:
+            _new_objects(repo, oid, prev, common, out, f"{prefix}{entry.name}/", big)
+        elif entry.filemode != MODE_COMMIT and _loose_size(common, oid) is not None:
+            if _blob_size(repo, oid) <= BIG_BLOB:
+                out.append(oid)
+            else:
+                big.append(prefix + (entry.name or ""))

@@ -1,0 +1,212 @@
+"""Read-only commands: runs, log, show, diff, nodes. Each opens the store, makes one library call
+and prints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+import gitstate
+from gitstate.workspace import views
+
+from . import output as out
+from .context import get_run, pass_store, resolve
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (shape documented in docs/CLI.md).")
+branch_option = click.option("--branch", "-b", default="main", show_default=True, help="Branch of the run.")
+
+
+@click.command()
+@click.option("--all", "all_worktrees", is_flag=True, help="Include the runs of every worktree.")
+@json_option
+@pass_store
+def runs(store: gitstate.Store, all_worktrees: bool, as_json: bool) -> None:
+    """List runs, most recently updated first.
+
+    \b
+    Example:
+      git agentos runs --all
+
+    JSON: a list of {"id", "workflow", "branch", "node", "step", "status", "updated_at",
+    "created_at", "checkpoints", "branches", "worktree", "error"}; status is running, completed,
+    failed, interrupted or corrupt (then "error" says why).
+    """
+    summaries = store.list_runs(all_worktrees=all_worktrees)
+    if as_json:
+        out.emit_json([s.to_dict() for s in summaries])
+        return
+    if not summaries:
+        click.echo("no runs" + ("" if all_worktrees else f" in worktree {store.worktree!r} (try --all)"))
+        return
+    headers = ["run", "workflow", "status", "node", "step", "checkpoints", "branches", "updated"]
+    if all_worktrees:
+        headers.insert(1, "worktree")
+    rows = []
+    for s in summaries:
+        row: list[Any] = [s.id, s.workflow, out.status(s.status), s.node, s.step, s.checkpoints, s.branches,
+                          s.updated_at]
+        if all_worktrees:
+            row.insert(1, s.worktree)
+        rows.append(row)
+    out.table(headers, rows)
+    for s in summaries:
+        if s.error:
+            click.echo(f"warning: run {s.id!r}: {s.error}", err=True)
+
+
+def _checkpoint_rows(cps: list[gitstate.Checkpoint]) -> list[list[Any]]:
+    return [[out.style(cp.short_id, fg="yellow"), cp.step, cp.node, cp.trigger, out.status(cp.status or cp.node_status),
+             cp.created_at] for cp in cps]
+
+
+CHECKPOINT_HEADERS = ["id", "step", "node", "trigger", "status", "created"]
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@branch_option
+@click.option("-n", "limit", type=click.IntRange(min=1), default=None, help="Show at most N checkpoints.")
+@json_option
+@pass_store
+def log(store: gitstate.Store, run_id: str, branch: str, limit: int | None, as_json: bool) -> None:
+    """List the checkpoints of a run's branch, newest first.
+
+    \b
+    Example:
+      git agentos log my-run --branch main -n 10
+
+    JSON: a list of checkpoints {"id", "run", "branch", "node", "step", "trigger", "status",
+    "node_status", "node_entry", "workflow", "metadata", "created_at", "parent_ids"}.
+    """
+    run = get_run(store, run_id)
+    if run.head(branch) is None:
+        raise gitstate.BranchNotFound(run.id, branch)
+    cps = list(run.history(branch, limit=limit))
+    if as_json:
+        out.emit_json([cp.to_dict() for cp in cps])
+        return
+    out.table(CHECKPOINT_HEADERS, _checkpoint_rows(cps))
+
+
+def _show_value(state: Any) -> str:
+    return out.dumps(state)
+
+
+@click.command()
+@click.argument("ref", metavar="REF")
+@json_option
+@pass_store
+def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
+    """Show one checkpoint: metadata, decoded state, files.
+
+    REF is an id or unique prefix, RUN, RUN@BRANCH, RUN~N or RUN:node:NAME.
+
+    \b
+    Example:
+      git agentos show my-run~1
+
+    JSON: the checkpoint fields of `log --json` plus "state" (the decoded state), "tools",
+    "audit" (lists) and "files" (the workspace snapshot: a list of {"path", "size", "id", "mode"}).
+    """
+    cp = resolve(store, ref)
+    files = views.snapshot_files(cp)
+    if as_json:
+        data = cp.to_dict(with_state=True)
+        data.update(tools=cp.tools, audit=cp.audit, files=[f.to_dict() for f in files])
+        out.emit_json(data)
+        return
+    label = out.style
+    click.echo(label(f"checkpoint {cp.id}", fg="yellow"))
+    fields = [("run", cp.run_id), ("branch", cp.branch), ("workflow", cp.workflow), ("node", cp.node),
+              ("step", cp.step), ("trigger", cp.trigger), ("status", cp.status),
+              ("node status", cp.node_status), ("node entry", cp.node_entry),
+              ("parent", cp.parent_id), ("created", cp.created_at.isoformat())]
+    width = max(len(k) for k, _ in fields)
+    for key, value in fields:
+        if value is not None:
+            click.echo(f"{key + ':':<{width + 1}} {value}")
+    if cp.metadata:
+        click.echo("metadata:")
+        click.echo(_indent(_show_value(cp.metadata)))
+    click.echo("state:")
+    click.echo(_indent(_show_value(cp.state)))
+    for name, items in (("tools", cp.tools), ("audit", cp.audit)):
+        if items:
+            click.echo(f"{name}:")
+            click.echo(_indent(_show_value(items)))
+    if files:
+        click.echo(f"files ({len(files)}):")
+        for f in files:
+            click.echo(f"  {f.path}  ({f.size} bytes)")
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+@click.command()
+@click.argument("ref_a", metavar="REF")
+@click.argument("ref_b", metavar="REF")
+@json_option
+@pass_store
+def diff(store: gitstate.Store, ref_a: str, ref_b: str, as_json: bool) -> None:
+    """Show the state keys and files that changed between two checkpoints.
+
+    \b
+    Example:
+      git agentos diff my-run~3 my-run
+
+    JSON: {"a": id, "b": id, "files_compared": bool (false when neither has a snapshot),
+    "state": [{"key", "kind": "added"|"removed"|"changed", "old", "new"}],
+    "files": [{"path", "status": "added"|"modified"|"deleted"|"renamed", "old_path", "old_id",
+    "new_id", "old_mode", "new_mode", "similarity"}]}. A state that is not a mapping is the
+    single key "".
+    """
+    a, b = resolve(store, ref_a), resolve(store, ref_b)
+    result = store.diff(a, b)
+    if as_json:
+        out.emit_json(result.to_dict())
+        return
+    click.echo(f"diff {a.short_id} {b.short_id}")
+    if result.empty:
+        click.echo("no changes")
+    for change in result.state:
+        mark, colour = _MARKS[change.kind]
+        click.echo(out.style(f"{mark} state {change.key or '(whole state)'}", fg=colour))
+    for f in result.files:
+        mark, colour = _MARKS[f.status]
+        name = f"{f.old_path} -> {f.path}" if f.old_path else f.path
+        click.echo(out.style(f"{mark} file  {name}", fg=colour))
+
+
+_MARKS = {"added": ("+", "green"), "removed": ("-", "red"), "deleted": ("-", "red"),
+          "changed": ("~", "yellow"), "modified": ("~", "yellow"), "renamed": (">", "yellow")}
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@branch_option
+@json_option
+@pass_store
+def nodes(store: gitstate.Store, run_id: str, branch: str, as_json: bool) -> None:
+    """List the node boundaries of a run's branch.
+
+    Boundaries are listed in execution order.
+
+    \b
+    Example:
+      git agentos nodes my-run
+
+    JSON: a list of {"node", "entry", "exit", "status"}; entry and exit are checkpoint ids (exit
+    is null while the node is running); status is completed, failed or running.
+    """
+    run = get_run(store, run_id)
+    if run.head(branch) is None:
+        raise gitstate.BranchNotFound(run.id, branch)
+    boundaries = run.nodes(branch)
+    if as_json:
+        out.emit_json([{"node": b.node, "entry": b.entry, "exit": b.exit, "status": b.status} for b in boundaries])
+        return
+    out.table(["node", "status", "entry", "exit"],
+              [[b.node, out.status(b.status), out.short(b.entry), out.short(b.exit)] for b in boundaries])

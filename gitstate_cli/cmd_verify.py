@@ -1,0 +1,44 @@
+"""``git agentos verify``: check the store; exit 1 when anything is wrong."""
+
+from __future__ import annotations
+
+import click
+
+import gitstate
+from gitstate.verify.checks import verify as verify_store
+
+from . import output as out
+from .context import pass_store
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@pass_store
+def verify(store: gitstate.Store, as_json: bool) -> None:
+    """Check every ref, object and payload of the store.
+
+    Checks every ref under refs/agentos/ (all worktrees): it resolves, each checkpoint it reaches
+    is a commit whose payloads decode with a known format version, node boundaries point at
+    earlier checkpoints of the same branch, snapshot objects exist, and no foreign or malformed
+    ref names sit in the namespace. Exits 1 when it finds a problem.
+
+    \b
+    Example:
+      git agentos verify
+
+    JSON: {"ok": bool, "refs": int, "checkpoints": int, "objects": int,
+    "problems": [{"ref", "oid", "message"}]}.
+    """
+    with out.progress("verifying") as step:
+        report = verify_store(store, all_worktrees=True, progress=step)
+    if as_json:
+        out.emit_json(report.to_dict())
+    else:
+        for problem in report.problems:
+            click.echo(f"problem: {problem}")
+        summary = f"checked {report.refs} refs, {report.checkpoints} checkpoints, {report.objects} objects"
+        if report.ok:
+            click.echo(f"{summary}: {out.style('ok', fg='green')}")
+    if not report.ok:
+        click.echo(f"error: {len(report.problems)} problem(s) found", err=True)
+        click.get_current_context().exit(1)
