@@ -55,6 +55,10 @@ _LAZY = {
     "FileVersion": "store.sessionfiles", "SessionFiles": "store.sessionfiles",
     "RunSummary": "store.store", "Store": "store.store", "open_store": "store.store",
     "Snapshot": "workspace.snapshot", "Workspace": "workspace.snapshot",
+    "push": "sync.remote", "pull": "sync.remote",
+    "export_bundle": "sync.bundle", "import_bundle": "sync.bundle",
+    "install_hooks": "sync.hooks",
+    "Transaction": "store.transaction",
 }
 
 if TYPE_CHECKING:
@@ -62,8 +66,10 @@ if TYPE_CHECKING:
     from gitstate.store.run import NodeBoundary, PruneResult, Run
     from gitstate.store.sessionfiles import FileVersion, SessionFiles
     from gitstate.store.store import RunSummary, Store, open_store
-    from gitstate.sync.hooks import HookInstall
-    from gitstate.sync.remote import PullResult, PushResult, RefResult
+    from gitstate.store.transaction import Transaction
+    from gitstate.sync.bundle import export_bundle, import_bundle
+    from gitstate.sync.hooks import HookInstall, install_hooks
+    from gitstate.sync.remote import PullResult, PushResult, RefResult, pull, push
     from gitstate.workspace.diff import Diff, FileChange, KeyChange
     from gitstate.workspace.restore import RestoreResult
     from gitstate.workspace.snapshot import Snapshot, Workspace
@@ -130,5 +136,11 @@ __all__ = [
     "UnsupportedRepositoryError",
     "UsageError",
     "Workspace",
+    "Transaction",
+    "export_bundle",
+    "import_bundle",
+    "install_hooks",
     "open_store",
+    "pull",
+    "push",
 ]

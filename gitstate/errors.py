@@ -30,6 +30,10 @@ class UnsupportedRepositoryError(GitStateError):
         super().__init__(f"repository {path} uses {feature}, which gitstate (libgit2) cannot open")
 
 
+class GitVersionError(GitStateError):
+    """The ``git`` command is missing or older than gitstate needs (see README, "Requirements")."""
+
+
 class RunNotFound(GitStateError):
     """The run id names no run of this store's worktree."""
 
@@ -105,6 +109,7 @@ class ConflictError(GitStateError):
 
     def __init__(self, ref: str, expected: str | None, actual: str | None, what: str = "ref") -> None:
         self.ref = ref
+        self.what = what
         self.expected = expected
         self.actual = actual
         super().__init__(

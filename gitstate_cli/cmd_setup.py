@@ -37,7 +37,7 @@ def setup(store: gitstate.Store, hooks: bool) -> None:
     else:
         click.echo("already set up; nothing changed")
     if hooks:
-        installed = store.install_hooks()
+        installed = gitstate.install_hooks(store)
         chained = f" (previous hook kept as {installed.chained})" if installed.chained else ""
         click.echo(f"pre-push hook {installed.action}: {installed.path}{chained}")
     click.echo("try: git show <checkpoint id>   or   git log -p refs/agentos/<worktree>/runs/<run>/heads/main")

@@ -144,7 +144,7 @@ def rollback(store: gitstate.Store, run_id: str, target: str, branch: str, resto
       git agentos rollback my-run node:plan --restore
     """
     run = get_run(store, run_id)
-    cp = refspec.resolve_target(run, target, branch)
+    cp = refspec.resolve_target(store, run, target, branch)
     tip = run.head(branch)
     if tip is None:
         raise gitstate.BranchNotFound(run.id, branch)
@@ -220,7 +220,7 @@ def fork(store: gitstate.Store, run_id: str, target: str, new_branch: str) -> No
       git agentos fork my-run node:plan try-other-tool
     """
     run = get_run(store, run_id)
-    cp = refspec.resolve_target(run, target, "main")
+    cp = refspec.resolve_target(store, run, target, "main")
     run.fork(cp.id, new_branch)
     click.echo(f"forked branch {new_branch} of run {run.id} at {out.style(cp.short_id, fg='yellow')}")
 

@@ -64,7 +64,7 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     JSON: [{"run", "worktree", "status", "ok", "refs": [{"ref", "status", "old", "new",
     "message", "kept_as"}]}].
     """
-    results = store.push(remote, list(runs), all_worktrees=all_worktrees, prune=prune)
+    results = gitstate.push(store, remote, list(runs), all_worktrees=all_worktrees, prune=prune)
     _report(results, as_json, "pushed", remote)
 
 
@@ -89,7 +89,7 @@ def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
 
     JSON: the same shape as `push --json`.
     """
-    results = store.pull(remote, list(runs), all_worktrees=all_worktrees)
+    results = gitstate.pull(store, remote, list(runs), all_worktrees=all_worktrees)
     _report(results, as_json, "pulled", remote)
 
 
@@ -107,7 +107,7 @@ def export(store: gitstate.Store, runs: tuple[str, ...], output: str) -> None:
     Example:
       git agentos export 20261121-2311-3f2a9c --output run.bundle
     """
-    refs = store.export_bundle(list(runs), output)
+    refs = gitstate.export_bundle(store, list(runs), output)
     click.echo(f"wrote {output}: {len(refs)} ref(s)")
 
 
@@ -126,5 +126,5 @@ def import_(store: gitstate.Store, file: str, as_json: bool) -> None:
 
     JSON: the same shape as `push --json`.
     """
-    results = store.import_bundle(file)
+    results = gitstate.import_bundle(store, file)
     _report(results, as_json, "imported", file)

@@ -105,26 +105,24 @@ def test_pack_refs_only_ours_and_updates_still_work(store: gitstate.Store, repo:
 
 
 _DELETER = r"""
-import sys, pygit2
-from gitstate.git import refs
-repo = pygit2.Repository(sys.argv[1])
+import sys, gitstate
+store = gitstate.open_store(sys.argv[1], lock_timeout=30)
 for name in sys.argv[3:]:
-    refs.compare_and_swap(repo, sys.argv[2], name, refs.read_ref(repo, name), None, "delete", lock_timeout=30)
+    store.move_ref(name, store.read_ref(name), None, "delete")
 """
 
 _UPDATER = r"""
-import sys, pygit2
-from gitstate.git import refs
-repo = pygit2.Repository(sys.argv[1])
+import sys, gitstate
+store = gitstate.open_store(sys.argv[1], lock_timeout=30)
 a, b = sys.argv[3], sys.argv[4]
 for round_ in range(int(sys.argv[5])):
     for i in range(40):
         name = f"refs/agentos/main/runs/u{i}/heads/main"
-        cur = refs.read_ref(repo, name)
+        cur = store.read_ref(name)
         new = None if (round_ + i) % 4 == 0 and cur is not None else (b if cur == a else a)
         if cur is None and new is None:
             new = a
-        refs.compare_and_swap(repo, sys.argv[2], name, cur, new, "stress", lock_timeout=30)
+        store.move_ref(name, cur, new, "stress")
 print("ok")
 """
 
@@ -136,13 +134,12 @@ def _py(*args: str) -> subprocess.Popen[str]:
 
 
 def test_concurrent_deletes_of_packed_refs_lose_nothing(store: gitstate.Store, repo: Path) -> None:
-    from gitstate.git import refs
 
     head = git(repo, "rev-parse", "HEAD").strip()
     common = store.location.common_dir
     names = [f"refs/agentos/main/runs/d{i}/heads/main" for i in range(200)]
     for name in names:
-        refs.compare_and_swap(store.repo, common, name, None, head, "create")
+        store.move_ref(name, None, head, "create")
     git(repo, "tag", "v1")
     git(repo, "pack-refs", "--all")  # as the user's git gc would
     procs = [_py(_DELETER, str(repo), common, *names[k::2]) for k in range(2)]

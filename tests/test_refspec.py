@@ -37,7 +37,7 @@ def test_node_forms(store: gitstate.Store) -> None:
     run.checkpoint({"x": 3})
     assert scope.exit is not None
     assert refspec.resolve(store, "r:node:plan").id == scope.exit.id
-    assert refspec.resolve_target(run, "node:plan").id == scope.exit.id
+    assert refspec.resolve_target(store, run, "node:plan").id == scope.exit.id
     run.fork(scope.exit.id, "b")
     assert refspec.resolve(store, "r@b:node:plan").id == scope.exit.id
     with pytest.raises(gitstate.InvalidReferenceError):
@@ -121,15 +121,15 @@ def test_targets_relative_to_run(store: gitstate.Store) -> None:
     cps = _run(store, "r", 3)
     other = _run(store, "s", 1)
     run = store.get_run("r")
-    assert refspec.resolve_target(run, "~1").id == cps[1].id
-    assert refspec.resolve_target(run, cps[0].id[:8]).id == cps[0].id
-    assert refspec.resolve_target(run, "r~2").id == cps[0].id
+    assert refspec.resolve_target(store, run, "~1").id == cps[1].id
+    assert refspec.resolve_target(store, run, cps[0].id[:8]).id == cps[0].id
+    assert refspec.resolve_target(store, run, "r~2").id == cps[0].id
     run.fork(cps[0].id, "b")
-    assert refspec.resolve_target(run, "@b").id == cps[0].id
-    assert refspec.resolve_target(run, "~0", branch="b").id == cps[0].id
+    assert refspec.resolve_target(store, run, "@b").id == cps[0].id
+    assert refspec.resolve_target(store, run, "~0", branch="b").id == cps[0].id
     with pytest.raises(gitstate.CheckpointNotFound):
-        refspec.resolve_target(run, other[0].id)
+        refspec.resolve_target(store, run, other[0].id)
     with pytest.raises(gitstate.CheckpointNotFound):
-        refspec.resolve_target(run, "s")
+        refspec.resolve_target(store, run, "s")
     with pytest.raises(gitstate.InvalidReferenceError):
-        refspec.resolve_target(run, "~x")
+        refspec.resolve_target(store, run, "~x")

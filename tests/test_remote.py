@@ -51,21 +51,21 @@ def test_resume_on_another_machine(tmp_path: Path, server: str) -> None:
     run = a.create_run(workflow="triage", run_id="job 1/ä")
     for step in range(5):
         run.checkpoint({"step": step, "messages": ["m"] * step}, node=f"n{step}")
-    pushed = a.push()
+    pushed = gitstate.push(a)
     assert [r.run_id for r in pushed] == ["job 1/ä"] and all(r.ok for r in pushed)
 
-    pulled = b.pull()
+    pulled = gitstate.pull(b)
     assert [(r.run_id, r.status) for r in pulled] == [("job 1/ä", "created")]
     resumed = b.get_run("job 1/ä")
     assert resumed.head() is not None and resumed.head().state["step"] == 4  # type: ignore[union-attr]
     for step in range(5, 10):
         resumed.checkpoint({"step": step}, node=f"n{step}")
-    assert all(r.ok for r in b.push())
+    assert all(r.ok for r in gitstate.push(b))
 
-    assert {r.status for r in a.pull()} == {"fast-forward"}
+    assert {r.status for r in gitstate.pull(a)} == {"fast-forward"}
     assert len(ids(a.get_run("job 1/ä"))) == 10
     assert ids(a.get_run("job 1/ä")) == ids(resumed)
-    assert statuses(a.pull()) == {k: "up-to-date" for k in statuses(a.pull())}
+    assert statuses(gitstate.pull(a)) == {k: "up-to-date" for k in statuses(gitstate.pull(a))}
     assert verify(a).ok and verify(b).ok
     # nothing but refs/agentos moved: no remote-tracking refs, no FETCH_HEAD, no staging left
     refs = git(tmp_path / "B", "for-each-ref", "--format=%(refname)").split()
@@ -78,8 +78,8 @@ def test_concurrent_lines_are_both_kept(tmp_path: Path, server: str) -> None:
     run_a = a.create_run(run_id="r")
     for step in range(3):
         run_a.checkpoint({"step": step})
-    a.push()
-    b.pull()
+    gitstate.push(a)
+    gitstate.pull(b)
     run_b = b.get_run("r")
     for step in range(3, 5):
         run_a.checkpoint({"a": step})
@@ -87,25 +87,25 @@ def test_concurrent_lines_are_both_kept(tmp_path: Path, server: str) -> None:
         run_b.checkpoint({"b": step})
     line_a, line_b = ids(run_a), ids(run_b)
 
-    assert all(r.ok for r in a.push())
-    refused = b.push()
+    assert all(r.ok for r in gitstate.push(a))
+    refused = gitstate.push(b)
     assert statuses(refused) == {"r/run": "up-to-date", "r/heads/main": "rejected"}
     message = next(r.message for res in refused for r in res.refs if r.status == "rejected")
     assert "pull first" in message
 
-    pulled = b.pull()
+    pulled = gitstate.pull(b)
     main = next(r for res in pulled for r in res.refs if r.ref.endswith("/heads/main"))
     assert (main.status, main.kept_as) == ("diverged", "main@origin")
     assert ids(run_b) == line_b and ids(run_b, "main@origin") == line_a  # ours untouched
-    assert b.pull()[0].refs[-1].status == "diverged"  # pulling again changes nothing
+    assert gitstate.pull(b)[0].refs[-1].status == "diverged"  # pulling again changes nothing
     assert sorted(run_b.branches()) == ["main", "main@origin"]
 
     # B shares its line under its own name; main stays refused, main@origin is not pushed back
     run_b.fork(line_b[0], "main-b")
-    again = statuses(b.push())
+    again = statuses(gitstate.push(b))
     assert again["r/heads/main-b"] == "pushed" and again["r/heads/main"] == "rejected"
     assert again["r/heads/main@origin"] == "skipped"
-    a.pull()
+    gitstate.pull(a)
     assert ids(run_a) == line_a and ids(run_a, "main-b") == line_b
     # no checkpoint lost on either machine
     for store in (a, b):
@@ -121,12 +121,12 @@ def test_many_runs_in_one_push_and_pull(tmp_path: Path, daemon_base: tuple[Path,
     a, b = stores(tmp_path, f"{url}/many.git")
     for i in range(500):
         a.create_run(workflow="bulk", run_id=f"run-{i:03d}").checkpoint({"i": i})
-    pushed = a.push()
+    pushed = gitstate.push(a)
     assert len(pushed) == 500 and all(r.ok and r.status == "pushed" for r in pushed)
     remote = git(tmp_path / "A", "ls-remote", "origin", "refs/agentos/*").splitlines()
     assert len(remote) == 1000
 
-    pulled = b.pull()
+    pulled = gitstate.pull(b)
     assert len(pulled) == 500 and {r.status for r in pulled} == {"created"}
     assert len(b.list_runs()) == 500
     assert b.get_run("run-123").head().state == {"i": 123}  # type: ignore[union-attr]
@@ -139,36 +139,36 @@ def test_named_runs_and_errors(tmp_path: Path, server: str) -> None:
     a, b = stores(tmp_path, server)
     for rid in ("one", "two"):
         a.create_run(run_id=rid).checkpoint({"id": rid})
-    assert [r.run_id for r in a.push(runs=["one"])] == ["one"]
+    assert [r.run_id for r in gitstate.push(a, runs=["one"])] == ["one"]
     with pytest.raises(gitstate.RunNotFound):
-        a.push(runs=["nope"])
-    pulled = b.pull(runs=["one", "two"])
+        gitstate.push(a, runs=["nope"])
+    pulled = gitstate.pull(b, runs=["one", "two"])
     assert {r.run_id: r.ok for r in pulled} == {"one": True, "two": False}
     with pytest.raises(gitstate.RemoteError, match="nowhere"):
-        a.pull("nowhere")
+        gitstate.pull(a, "nowhere")
 
 
 def test_push_needs_an_allowed_remote(tmp_path: Path, server: str) -> None:
     a = gitstate.open_store(machine(tmp_path / "A", server, allow=None))
     a.create_run(run_id="r").checkpoint({})
     with pytest.raises(gitstate.PushNotAllowedError, match="agentos.pushRemotes origin"):
-        a.push()
+        gitstate.push(a)
     git(tmp_path / "A", "config", "agentos.pushRemotes", "backup, origin")
-    assert all(r.ok for r in a.push())
+    assert all(r.ok for r in gitstate.push(a))
     git(tmp_path / "A", "config", "agentos.pushRemotes", server)  # by URL works too
-    assert all(r.ok for r in a.push())
+    assert all(r.ok for r in gitstate.push(a))
 
 
 def test_prune_deletes_with_a_lease(tmp_path: Path, server: str) -> None:
     a, b = stores(tmp_path, server)
     for rid in ("keep", "gone"):
         a.create_run(run_id=rid).checkpoint({})
-    a.push()
-    b.pull()
+    gitstate.push(a)
+    gitstate.pull(b)
     a.delete_run("gone")
-    assert "gone" not in {r.run_id for r in a.push()}  # without --prune nothing is deleted
+    assert "gone" not in {r.run_id for r in gitstate.push(a)}  # without --prune nothing is deleted
     assert git(tmp_path / "A", "ls-remote", "origin", "refs/agentos/main/runs/gone/*")
-    results = statuses(a.push(prune=True))
+    results = statuses(gitstate.push(a, prune=True))
     assert results["gone/run"] == "deleted" and results["gone/heads/main"] == "deleted"
     assert not git(tmp_path / "A", "ls-remote", "origin", "refs/agentos/main/runs/gone/*")
     # B still has it locally: pull never deletes
@@ -180,14 +180,14 @@ def test_failed_lease_is_reported(tmp_path: Path, server: str, monkeypatch: pyte
 
     a, b = stores(tmp_path, server)
     a.create_run(run_id="x").checkpoint({})
-    a.push()
+    gitstate.push(a)
     seen = remote._ls_remote(a, "origin", [remote.NAMESPACE])
-    b.pull()
+    gitstate.pull(b)
     b.get_run("x").checkpoint({"moved": True})
-    b.push()  # the remote moves after A looked
+    gitstate.push(b)  # the remote moves after A looked
     a.delete_run("x")
     monkeypatch.setattr(remote, "_ls_remote", lambda *args: seen)
-    results = a.push(prune=True)
+    results = gitstate.push(a, prune=True)
     head = next(r for res in results for r in res.refs if r.ref.endswith("heads/main"))
     assert head.status == "rejected" and "lease" in head.message
     assert git(tmp_path / "A", "ls-remote", "origin", "refs/agentos/main/runs/x/heads/main")

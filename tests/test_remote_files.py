@@ -24,15 +24,15 @@ def test_diverged_session_file_is_kept_not_dropped(tmp_path: Path) -> None:
     a, b = _machines(tmp_path)
     run_a = a.create_run(run_id="r")
     run_a.files.write("notes.md", "v1", author="a", reason="start")
-    assert all(r.ok for r in a.push())
-    b.pull()
+    assert all(r.ok for r in gitstate.push(a))
+    gitstate.pull(b)
     run_b = b.get_run("r")
     run_a.files.write("notes.md", "v2 from A", author="a", reason="A's edit")
     run_b.files.write("notes.md", "v2 from B", author="b", reason="B's edit")
     run_b.files.write("other.txt", "x", author="b")
-    assert all(r.ok for r in b.push())
+    assert all(r.ok for r in gitstate.push(b))
 
-    pulled = _refs(a.pull())
+    pulled = _refs(gitstate.pull(a))
     notes = pulled["r/files/notes%2Emd"]
     assert (notes.status, notes.kept_as) == ("diverged", "notes.md@origin"), notes
     assert notes.ok
@@ -42,17 +42,17 @@ def test_diverged_session_file_is_kept_not_dropped(tmp_path: Path) -> None:
     assert run_a.files.read("notes.md@origin") == b"v2 from B"  # theirs kept
     assert listing["notes.md@origin"].version == 2 and listing["notes.md@origin"].path == "notes.md"
     assert [v.reason for v in run_a.files.history("notes.md@origin")] == ["start", "B's edit"]
-    assert _refs(a.pull())["r/files/notes%2Emd"].status == "diverged"  # pulling again changes nothing
+    assert _refs(gitstate.pull(a))["r/files/notes%2Emd"].status == "diverged"  # pulling again changes nothing
     assert verify(a).ok, verify(a).problems
 
     # A's push: the copy is not pushed back, the other refs still go, notes.md says what to do
     run_a.files.write("mine.md", "A's own", author="a")
-    pushed = _refs(a.push())
+    pushed = _refs(gitstate.push(a))
     assert pushed["r/files/notes%2Emd@origin"].status == "skipped"
     assert pushed["r/files/mine%2Emd"].status == "pushed"
     assert pushed["r/files/notes%2Emd"].status == "rejected"
     assert "session file" in pushed["r/files/notes%2Emd"].message
-    b.pull()
+    gitstate.pull(b)
     assert run_b.files.read("mine.md") == b"A's own"
     assert "notes.md@origin" not in run_b.files.list()
 
@@ -63,14 +63,14 @@ def test_remote_copy_advances_and_long_paths(tmp_path: Path) -> None:
     run_a = a.create_run(run_id="r")
     for p in paths:
         run_a.files.write(p, "1", author="a")
-    a.push()
-    b.pull()
+    gitstate.push(a)
+    gitstate.pull(b)
     run_b = b.get_run("r")
     for p in paths:
         run_a.files.write(p, "A2", author="a")
         run_b.files.write(p, "B2", author="b")
-    b.push()
-    kept = [r for res in a.pull() for r in res.refs if r.status == "diverged"]
+    gitstate.push(b)
+    kept = [r for res in gitstate.pull(a) for r in res.refs if r.status == "diverged"]
     copies = [p + "@origin" for p in paths]
     assert sorted(r.kept_as or "" for r in kept) == sorted(copies)
     assert [run_a.files.read(c) for c in copies] == [b"B2", b"B2"]
@@ -78,8 +78,8 @@ def test_remote_copy_advances_and_long_paths(tmp_path: Path) -> None:
     # B goes on writing: the kept copy fast-forwards instead of piling up new copies
     for p in paths:
         run_b.files.write(p, "B3", author="b")
-    b.push()
-    a.pull()
+    gitstate.push(b)
+    gitstate.pull(a)
     assert [run_a.files.read(c) for c in copies] == [b"B3", b"B3"]
     assert [run_a.files.read(p) for p in paths] == [b"A2", b"A2"]
     # writing to a copy lands on it and keeps its name
@@ -90,5 +90,5 @@ def test_remote_copy_advances_and_long_paths(tmp_path: Path) -> None:
     assert [run_a.files.read(c) for c in copies] == [b"merged", b"merged"]
     assert verify(a).ok, verify(a).problems
     # neither copy goes back to origin
-    pushed = {r.kept_as or r.ref: r.status for res in a.push() for r in res.refs}
+    pushed = {r.kept_as or r.ref: r.status for res in gitstate.push(a) for r in res.refs}
     assert sorted(s for s in pushed.values()) == ["rejected", "rejected", "skipped", "skipped", "up-to-date"]

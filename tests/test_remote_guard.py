@@ -27,7 +27,7 @@ def guarded(tmp_path: Path) -> tuple[Path, gitstate.Store]:
     git(path, "remote", "add", "backup", bare(tmp_path / "backup.git").as_uri())
     store = gitstate.open_store(path)
     store.create_run(run_id="secret").checkpoint({"api_key": "sk-..."})
-    assert store.install_hooks().action == "installed"
+    assert gitstate.install_hooks(store).action == "installed"
     return path, store
 
 
@@ -44,7 +44,7 @@ def test_mirror_push_to_disallowed_remote_is_refused(tmp_path: Path, guarded: tu
     assert _push(path, "--mirror", "origin").returncode == 0
     assert "refs/agentos/" in git(tmp_path / "origin.git", "for-each-ref")
     with pytest.raises(gitstate.PushNotAllowedError):
-        store.push("backup")
+        gitstate.push(store, "backup")
     git(path, "config", "--add", "agentos.pushRemotes", "backup")
     assert _push(path, "--mirror", "backup").returncode == 0
 
@@ -58,9 +58,9 @@ def test_existing_hook_is_chained_and_install_is_idempotent(tmp_path: Path) -> N
     mine.write_text('#!/bin/sh\necho "$1" >> "$(git rev-parse --git-dir)/mine.log"\ncat >> "$(git rev-parse --git-dir)/mine.log"\nexit 0\n')
     mine.chmod(0o755)
     store = gitstate.open_store(path)
-    result = store.install_hooks()
+    result = gitstate.install_hooks(store)
     assert result.action == "installed" and result.chained == str(hooks / "pre-push.gitstate-chained")
-    assert store.install_hooks().action == "unchanged"
+    assert gitstate.install_hooks(store).action == "unchanged"
     assert (hooks / "pre-push.gitstate-chained").read_text().startswith("#!/bin/sh\necho")
     assert _push(path, "origin", "main").returncode == 0
     log = (path / ".git" / "mine.log").read_text()
@@ -71,7 +71,7 @@ def test_existing_hook_is_chained_and_install_is_idempotent(tmp_path: Path) -> N
     # someone replaced our hook while a chained one exists: refuse rather than lose one of them
     mine.write_text("#!/bin/sh\nexit 0\n")
     with pytest.raises(gitstate.HookInstallError, match="by hand"):
-        store.install_hooks()
+        gitstate.install_hooks(store)
 
 
 def test_bundle_round_trip(tmp_path: Path) -> None:
@@ -82,27 +82,27 @@ def test_bundle_round_trip(tmp_path: Path) -> None:
         run.checkpoint({"step": step}, node="n")
     a.create_run(run_id="r2").checkpoint({})
     bundle = tmp_path / "runs.bundle"
-    assert a.export_bundle(["r1"], bundle) == ["refs/agentos/main/runs/r1/heads/main",
+    assert gitstate.export_bundle(a, ["r1"], bundle) == ["refs/agentos/main/runs/r1/heads/main",
                                                "refs/agentos/main/runs/r1/run"]
     assert "refs/agentos/main/runs/r1/run" in git(tmp_path, "bundle", "list-heads", str(bundle))
-    results = b.import_bundle(bundle)
+    results = gitstate.import_bundle(b, bundle)
     assert [(r.run_id, r.status) for r in results] == [("r1", "created")]
     assert [cp.id for cp in b.get_run("r1").history()] == [cp.id for cp in run.history()]
     assert b.get_run("r1").head().state == {"step": 3}  # type: ignore[union-attr]
-    assert {r.status for r in b.import_bundle(bundle)} == {"up-to-date"}
+    assert {r.status for r in gitstate.import_bundle(b, bundle)} == {"up-to-date"}
     # both advance: importing again keeps the bundle's line beside ours
     b.get_run("r1").checkpoint({"b": 1})
     run.checkpoint({"a": 1})
-    a.export_bundle(["r1"], bundle)
-    results = b.import_bundle(bundle)
+    gitstate.export_bundle(a, ["r1"], bundle)
+    results = gitstate.import_bundle(b, bundle)
     assert results[0].status == "diverged"
     assert sorted(b.get_run("r1").branches()) == ["main", "main@bundle"]
     assert verify(b).ok
     with pytest.raises(gitstate.RunNotFound):
-        a.export_bundle(["nope"], bundle)
+        gitstate.export_bundle(a, ["nope"], bundle)
     (tmp_path / "junk.bundle").write_bytes(b"not a bundle")
     with pytest.raises(gitstate.RemoteError):
-        b.import_bundle(tmp_path / "junk.bundle")
+        gitstate.import_bundle(b, tmp_path / "junk.bundle")
 
 
 def _hostile_remote(tmp_path: Path) -> Path:
@@ -132,7 +132,7 @@ def _hostile_remote(tmp_path: Path) -> Path:
 def test_untrusted_remote_does_not_crash_pull(tmp_path: Path) -> None:
     server = _hostile_remote(tmp_path)
     b = gitstate.open_store(machine(tmp_path / "B", server.as_uri()))
-    results = b.pull()
+    results = gitstate.pull(b)
     by_ref = {r.ref.split("/runs/", 1)[1]: r for res in results for r in res.refs}
     assert by_ref["odd.name/heads/main"].status == "skipped"
     assert by_ref["blob/heads/main"].status == "skipped" and "blob" in by_ref["blob/heads/main"].message
@@ -155,7 +155,7 @@ def test_missing_objects_fail_cleanly(tmp_path: Path) -> None:
     b = gitstate.open_store(machine(tmp_path / "B", server.as_uri()))
     before = git(tmp_path / "B", "for-each-ref")
     try:
-        results = b.pull()
+        results = gitstate.pull(b)
     except gitstate.RemoteError as exc:
         assert "fetch" in str(exc) and "\n" not in str(exc)
     else:

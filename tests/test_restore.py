@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 
 import gitstate
-from gitstate.format import checkpoint as cpfmt
-from gitstate.format.statetree import StateWriter
 from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, MODE_EXEC, MODE_LINK, MODE_TREE
 from gitstate.workspace.restore import SAFETY_BRANCH
 from tests.conftest import git, user_snapshot
@@ -206,20 +204,15 @@ def test_big_blob_is_streamed(work: Path, monkeypatch: pytest.MonkeyPatch) -> No
 # -- untrusted snapshots ---------------------------------------------------------------------------
 
 def _blob(store: gitstate.Store, data: bytes) -> str:
-    with store._writing() as w:
-        return w.blob(data)
+    return store.object_writer().blob(data)
 
 
 def _tree(store: gitstate.Store, entries: list[tuple[str, str, int]]) -> str:
-    with store._writing() as w:
-        return w.tree(entries)
+    return store.object_writer().tree(entries)
 
 
 def _checkpoint_with_files(run: gitstate.Run, files_tree: str) -> gitstate.Checkpoint:
-    with run.store._writing() as w:
-        state = run._state_entry({}, StateWriter(w))
-    return run._commit_checkpoint(state, [(cpfmt.FILES, files_tree, MODE_TREE)], branch="evil", expect=None,
-                                  node=None, trigger=None, status=None, metadata=None)
+    return run.checkpoint({}, branch="evil", files_tree=files_tree)
 
 
 def _malicious_trees(store: gitstate.Store, outside: Path) -> dict[str, str]:

@@ -18,11 +18,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitstate.errors import CorruptObjectError, UsageError
+from pygit2.enums import ObjectType
+
+from gitstate.errors import CorruptObjectError, GitStateError, UsageError
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint
-from gitstate.format.statetree import StateWriter
-from gitstate.git.objects import MODE_TREE, TreeEntry
 from gitstate.store.run import NodeBoundary, NodeScope, Run
 from gitstate.store.store import Store, open_store
 
@@ -76,6 +76,13 @@ def _parse_session(store: Store, session_id: str) -> tuple[str, str]:
     return session_id, "main"
 
 
+def _is_tree(store: Store, oid: str) -> bool:
+    try:
+        return store.reader.header(store.expand(oid))[0] == ObjectType.TREE
+    except GitStateError:
+        return False
+
+
 class GitStateAdapter:
     """``IStateAdapter`` on a gitstate store: sessions are run branches, snapshots are checkpoints.
 
@@ -126,16 +133,10 @@ class GitStateAdapter:
         meta = dict(metadata or {})
         if name is not None:
             meta["name"] = name
-        with self.store._writing() as w:
-            state_entry = run._state_entry(state.to_dict(), StateWriter(w))
-        extra: list[TreeEntry] = []
-        if files_tree is not None:
-            obj = self.store.repo.get(files_tree)
-            if obj is None or obj.type_str != "tree":
-                raise CorruptObjectError(files_tree, "workspace snapshot must be an existing tree")
-            extra.append((cpfmt.FILES, str(obj.id), MODE_TREE))
-        cp = run._commit_checkpoint(state_entry, extra, branch=self._branch, expect=None,
-                                    node=state.current_node_id, trigger="snapshot", status=None, metadata=meta)
+        if files_tree is not None and not _is_tree(self.store, files_tree):
+            raise CorruptObjectError(files_tree, "workspace snapshot must be an existing tree")
+        cp = run.checkpoint(state.to_dict(), branch=self._branch, node=state.current_node_id,
+                            trigger="snapshot", metadata=meta, files_tree=files_tree)
         return cp.id
 
     def load_snapshot(self, snapshot_id: str) -> ExecutionState:

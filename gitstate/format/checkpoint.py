@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import pygit2
-
 from gitstate.errors import CorruptObjectError, UnsupportedFormatError
 from gitstate.format import encoding
-from gitstate.format.statetree import StateReader
-from gitstate.git.objects import check_loose
+from gitstate.format.statetree import StateReader, StateWriter
+from gitstate.git import handles
+from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
+from gitstate.git.reader import CommitData, ObjectReader, TreeData
 
 FORMAT_VERSION = 1
 CHECKPOINT_KIND = "gitstate/checkpoint"
@@ -75,7 +75,8 @@ def normalize_status(status: str | None) -> str | None:
     return low if low in STATUSES else _STATUS_SYNONYMS.get(low, status)
 
 
-def _trailer(value: Any) -> str:
+def trailer_value(value: Any) -> str:
+    """A value as it is written in a commit trailer (one line: backslash, CR and LF escaped)."""
     text = str(value)
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
@@ -85,7 +86,7 @@ def subject(node: str | None, step: int, trigger: str | None, status: str | None
     parts = [node or "checkpoint", f"step {step}", trigger or "save"]
     if status:
         parts.append(status)
-    return " · ".join(_trailer(p) for p in parts)
+    return " · ".join(trailer_value(p) for p in parts)
 
 
 def message(meta: Mapping[str, Any]) -> str:
@@ -97,7 +98,7 @@ def message(meta: Mapping[str, Any]) -> str:
         ("Status", meta.get("status")), ("Node-Status", meta.get("node_status")),
         ("Node-Entry", meta.get("node_entry")), ("Gitstate-Format", FORMAT_VERSION),
     ]
-    lines += [f"{k}: {_trailer(v)}" for k, v in trailers if v is not None]
+    lines += [f"{k}: {trailer_value(v)}" for k, v in trailers if v is not None]
     return "\n".join(lines) + "\n"
 
 
@@ -112,38 +113,23 @@ def check_format(payload: Mapping[str, Any], kind: str, oid: str) -> None:
         raise UnsupportedFormatError(oid, f"format version {version} is not supported (this gitstate reads 1)")
 
 
-def _tree_entry(tree: pygit2.Tree, name: str) -> pygit2.Object | None:
-    try:
-        return tree[name]
-    except KeyError:
-        return None
+def _tree_entry(tree: TreeData, name: str) -> tuple[str, str] | None:
+    item = tree.get(name)
+    return None if item is None else (item.id, item.type_str)
 
 
-def read_commit(repo: pygit2.Repository, oid: str) -> pygit2.Commit:
-    """Look up a commit, as a corrupt-object error when missing or of another type."""
-    damage = check_loose(repo, oid)
-    if damage:
-        raise CorruptObjectError(oid, damage)
-    try:
-        obj = repo[oid]
-    except (KeyError, ValueError, pygit2.GitError) as exc:
-        raise CorruptObjectError(oid, "missing from the object database") from exc
-    if not isinstance(obj, pygit2.Commit):
-        raise CorruptObjectError(oid, f"expected a commit, found {obj.type_str}")
-    return obj
+def read_commit(reader: ObjectReader, oid: str) -> CommitData:
+    """Look up a commit, as a corrupt-object error when missing, damaged or of another type."""
+    return reader.commit(oid)
 
 
-def read_meta(repo: pygit2.Repository, commit: pygit2.Commit) -> dict[str, Any]:
+def read_meta(reader: ObjectReader, commit: CommitData) -> dict[str, Any]:
     """Decode and validate the ``meta.cbor`` of a checkpoint commit."""
-    oid = str(commit.id)
-    try:
-        tree = commit.tree
-    except (KeyError, pygit2.GitError) as exc:
-        raise CorruptObjectError(oid, "its tree is missing") from exc
-    entry = _tree_entry(tree, META)
+    oid = commit.id
+    entry = reader.tree(commit.tree_id).get(META)
     if entry is None or entry.type_str != "blob":
         raise CorruptObjectError(oid, f"not a gitstate checkpoint (no {META})")
-    meta = StateReader(repo).blob_value(entry.id)
+    meta = StateReader(reader).blob_value(entry.id)
     if not isinstance(meta, dict):
         raise CorruptObjectError(oid, f"{META} is not a map")
     check_format(meta, CHECKPOINT_KIND, oid)
@@ -188,18 +174,19 @@ class Checkpoint:
     node_entry: str | None
     tree_id: str
     base: int
-    _repo: pygit2.Repository
+    repo_path: str
     files_paths: tuple[str, ...] | None = None
 
     @classmethod
-    def from_commit(cls, repo: pygit2.Repository, commit: pygit2.Commit) -> Checkpoint:
-        """Build the view of a checkpoint commit (decodes only ``meta.cbor``)."""
-        meta = read_meta(repo, commit)
+    def from_commit(cls, reader: ObjectReader, commit: CommitData, repo_path: str) -> Checkpoint:
+        """Build the view of a checkpoint commit (decodes only ``meta.cbor``); ``repo_path`` is the
+        git dir its state is read from later, through the reading thread's own handle."""
+        meta = read_meta(reader, commit)
         metadata = meta.get("metadata") or {}
         if not isinstance(metadata, dict):
-            raise CorruptObjectError(str(commit.id), "metadata is not a map")
+            raise CorruptObjectError(commit.id, "metadata is not a map")
         return cls(
-            id=str(commit.id),
+            id=commit.id,
             run_id=meta["run"],
             branch=str(meta.get("branch", "main")),
             node=meta.get("node"),
@@ -208,14 +195,14 @@ class Checkpoint:
             status=meta.get("status"),
             metadata=metadata,
             created_at=parse_time(meta.get("created_at")),
-            parent_ids=tuple(str(p) for p in commit.parent_ids),
+            parent_ids=commit.parent_ids,
             workflow=meta.get("workflow"),
             node_status=meta.get("node_status"),
             node_entry=meta.get("node_entry"),
-            tree_id=str(commit.tree_id),
+            tree_id=commit.tree_id,
             base=meta["base"] if isinstance(meta.get("base"), int) else 0,
-            _repo=repo,
-            files_paths=files_paths(meta, str(commit.id)),
+            repo_path=repo_path,
+            files_paths=files_paths(meta, commit.id),
         )
 
     @property
@@ -228,20 +215,23 @@ class Checkpoint:
         """The previous checkpoint of the branch (``None`` for the first)."""
         return self.parent_ids[0] if self.parent_ids else None
 
-    def _root(self) -> pygit2.Tree:
-        return StateReader(self._repo).tree(self.tree_id)
+    def _reader(self) -> StateReader:
+        return StateReader(handles.reader(self.repo_path))
+
+    def _root(self) -> TreeData:
+        return self._reader().tree(self.tree_id)
 
     @property
     def state(self) -> Any:
         """The stored state (a fresh copy on every access)."""
-        root = self._root()
-        reader = StateReader(self._repo)
+        reader = self._reader()
+        root = reader.tree(self.tree_id)
         tree = _tree_entry(root, STATE_TREE)
         if tree is not None:
-            return reader.mapping(tree.id)
+            return reader.mapping(tree[0])
         leaf = _tree_entry(root, STATE_LEAF)
         if leaf is not None:
-            return reader.blob_value(leaf.id)
+            return reader.blob_value(leaf[0])
         raise CorruptObjectError(self.id, "checkpoint has no state")
 
     @property
@@ -251,16 +241,16 @@ class Checkpoint:
         for name in (STATE_TREE, STATE_LEAF):
             entry = _tree_entry(root, name)
             if entry is not None:
-                return str(entry.id)
+                return entry[0]
         return None
 
     def _optional_list(self, name: str) -> list[Any]:
         entry = _tree_entry(self._root(), name)
         if entry is None:
             return []
-        value = StateReader(self._repo).blob_value(entry.id)
+        value = self._reader().blob_value(entry[0])
         if not isinstance(value, list):
-            raise CorruptObjectError(str(entry.id), f"{name} is not a list")
+            raise CorruptObjectError(entry[0], f"{name} is not a list")
         return value
 
     @property
@@ -277,7 +267,7 @@ class Checkpoint:
     def files_tree_id(self) -> str | None:
         """Id of the workspace snapshot tree, if the checkpoint captured files."""
         entry = _tree_entry(self._root(), FILES)
-        return str(entry.id) if entry is not None else None
+        return entry[0] if entry is not None else None
 
     def to_dict(self, with_state: bool = False) -> dict[str, Any]:
         """A JSON-friendly summary (the CLI's ``--json`` shape)."""
@@ -294,6 +284,19 @@ class Checkpoint:
 
     def __repr__(self) -> str:
         return f"<Checkpoint {self.short_id} run={self.run_id!r} branch={self.branch!r} step={self.step}>"
+
+
+def state_entry(writer: ObjectWriter, state: Any) -> TreeEntry:
+    """Write a state and return its entry in a checkpoint tree: a mapping with string keys becomes
+    the ``state/`` tree (one entry per key, for structural sharing), anything else ``state.cbor``."""
+    if isinstance(state, Mapping) and all(isinstance(k, str) for k in state):
+        return (STATE_TREE, StateWriter(writer).mapping(dict(state)), MODE_TREE)
+    return (STATE_LEAF, StateWriter(writer).leaf(state, ""), MODE_BLOB)
+
+
+def encode_list(items: list[Any], path: str) -> bytes:
+    """Encode ``tools.cbor``/``audit.cbor`` (a list)."""
+    return encoding.dumps(items, path)
 
 
 def encode_meta(meta: Mapping[str, Any]) -> bytes:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from gitstate.errors import InvalidNameError
 
 NAMESPACE = "refs/agentos/"
+#: Where a pull stages fetched refs before merging them (never a place runs live).
+STAGING = "refs/agentos-incoming/"
 MAX_COMPONENT = 200  # bytes; file systems cap one name at 255 and git adds ".lock"
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+=,@-")

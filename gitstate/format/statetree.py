@@ -26,12 +26,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import pygit2
-from pygit2.enums import ObjectType
 
 from gitstate.errors import CorruptObjectError
 from gitstate.format import encoding
 from gitstate.format.names import decode_component, encode_component
-from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry, check_loose
+from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
+from gitstate.git.reader import ObjectReader, TreeData
 
 CHUNK = 32  # items per list chunk
 FANOUT = 64  # entries per list subtree level
@@ -151,57 +151,42 @@ class _BlobCache:
 _BLOBS = _BlobCache()
 
 
+MAX_TREE_DEPTH = 64  # nested .map/.list trees; writers nest at most 9 (maps) or log64(n) (lists)
+
+
 class StateReader:
-    """Reads state trees back into Python values."""
+    """Reads state trees back into Python values, through the guarded reader."""
 
-    def __init__(self, repo: pygit2.Repository) -> None:
-        self.repo = repo
+    def __init__(self, source: pygit2.Repository | ObjectReader) -> None:
+        self.reader = source if isinstance(source, ObjectReader) else ObjectReader(source)
 
-    def _read(self, oid: str | pygit2.Oid, expect: ObjectType) -> bytes:
+    def _blob(self, oid: str | pygit2.Oid) -> bytes:
         key = str(oid)
-        if expect == ObjectType.BLOB:
-            hit = _BLOBS.get(key)
-            if hit is not None:
-                return hit
-        damage = check_loose(self.repo, key)
-        if damage:
-            raise CorruptObjectError(key, damage)
-        try:
-            kind, data = self.repo.odb.read(oid)
-        except (KeyError, pygit2.GitError, ValueError) as exc:
-            raise CorruptObjectError(key, "missing from the object database") from exc
-        if kind != expect:
-            raise CorruptObjectError(key, f"expected a {expect.name.lower()}, found {kind.name.lower()}")
-        if kind == ObjectType.BLOB and len(data) >= _BlobCache.MIN_SIZE:
+        hit = _BLOBS.get(key)
+        if hit is not None:
+            return hit
+        data = self.reader.blob(key)
+        if len(data) >= _BlobCache.MIN_SIZE:
             _BLOBS.put(key, data)
         return data
 
     def raw_blob(self, oid: str | pygit2.Oid) -> bytes:
         """The bytes of a blob (checked: present, undamaged, of type blob)."""
-        return self._read(oid, ObjectType.BLOB)
+        return self._blob(oid)
 
     def blob_value(self, oid: str | pygit2.Oid) -> Any:
         """Decode one leaf blob."""
-        return encoding.loads(self._read(oid, ObjectType.BLOB), str(oid))
+        return encoding.loads(self._blob(oid), str(oid))
 
-    def tree(self, oid: str | pygit2.Oid) -> pygit2.Tree:
-        """Look up a tree object, as a corrupt-object error if it is not one."""
-        damage = check_loose(self.repo, str(oid))
-        if damage:
-            raise CorruptObjectError(str(oid), damage)
-        try:
-            obj = self.repo[oid]
-        except (KeyError, ValueError, pygit2.GitError) as exc:
-            raise CorruptObjectError(str(oid), "missing from the object database") from exc
-        if not isinstance(obj, pygit2.Tree):
-            raise CorruptObjectError(str(oid), f"expected a tree, found {obj.type_str}")
-        return obj
+    def tree(self, oid: str | pygit2.Oid) -> TreeData:
+        """A tree object, parsed (a corrupt-object error if it is not one)."""
+        return self.reader.tree(oid)
 
     def entries(self, oid: str | pygit2.Oid) -> dict[str, tuple[str, str]]:
         """The keys of a mapping tree: ``{key: (kind, id)}`` with kind ``cbor``/``map``/``list``."""
         out: dict[str, tuple[str, str]] = {}
         for entry in self.tree(oid):
-            name = entry.name or ""
+            name = entry.name
             stem, dot, suffix = name.rpartition(".")
             try:
                 key = decode_component(stem)
@@ -211,32 +196,39 @@ class StateReader:
                 raise CorruptObjectError(str(oid), f"bad state entry name {name!r}")
             if (suffix == "cbor") != (entry.type_str == "blob") or entry.type_str not in ("blob", "tree"):
                 raise CorruptObjectError(str(oid), f"state entry {name!r} has the wrong object type")
-            out[key] = (suffix, str(entry.id))
+            out[key] = (suffix, entry.id)
         return out
 
-    def value(self, kind: str, oid: str) -> Any:
+    def value(self, kind: str, oid: str, depth: int = 0) -> Any:
         """Decode one entry of a mapping tree."""
         if kind == "cbor":
             return self.blob_value(oid)
         if kind == "map":
-            return self.mapping(oid)
-        return self.list(oid)
+            return self.mapping(oid, depth + 1)
+        return self.list(oid, depth + 1)
 
-    def mapping(self, oid: str | pygit2.Oid) -> dict[str, Any]:
+    def mapping(self, oid: str | pygit2.Oid, depth: int = 0) -> dict[str, Any]:
         """Decode a mapping tree."""
-        return {key: self.value(kind, sub) for key, (kind, sub) in self.entries(oid).items()}
+        _check_depth(oid, depth)
+        return {key: self.value(kind, sub, depth) for key, (kind, sub) in self.entries(oid).items()}
 
-    def list(self, oid: str | pygit2.Oid) -> list[Any]:
+    def list(self, oid: str | pygit2.Oid, depth: int = 0) -> list[Any]:
         """Decode a chunked list tree."""
+        _check_depth(oid, depth)
         items: list[Any] = []
         for entry in self.tree(oid):
             if entry.type_str == "tree":
-                items.extend(self.list(entry.id))
+                items.extend(self.list(entry.id, depth + 1))
             elif entry.type_str == "blob":
                 chunk = self.blob_value(entry.id)
                 if not isinstance(chunk, list):
-                    raise CorruptObjectError(str(entry.id), "list chunk is not an array")
+                    raise CorruptObjectError(entry.id, "list chunk is not an array")
                 items.extend(chunk)
             else:
                 raise CorruptObjectError(str(oid), f"unexpected {entry.type_str} in a list tree")
         return items
+
+
+def _check_depth(oid: str | pygit2.Oid, depth: int) -> None:
+    if depth > MAX_TREE_DEPTH:
+        raise CorruptObjectError(str(oid), f"state trees nested deeper than {MAX_TREE_DEPTH} levels")

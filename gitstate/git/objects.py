@@ -56,6 +56,13 @@ class ObjectWriter:
             self.value_cache.clear()
             self._born = time.monotonic()
 
+    def forget(self) -> None:
+        """Trust nothing remembered so far (refs were deleted or rewritten: what only they reached
+        may be pruned by ``git gc`` from now on)."""
+        self._known.clear()
+        self.value_cache.clear()
+        self._born = time.monotonic()
+
     def remember(self, oid: str) -> None:
         """Record that ``oid`` exists (read from the repository, or just written)."""
         known = self._known
@@ -192,30 +199,3 @@ def objects_dir(repo: pygit2.Repository) -> str:
             pass
         found = _OBJECT_DIRS[key] = os.path.realpath(os.path.join(common, "objects"))
     return found
-
-
-def check_loose(repo: pygit2.Repository, oid: str) -> str | None:
-    """Why the loose copy of ``oid`` is unreadable, or ``None`` (also when it is not loose).
-
-    libgit2 1.9 loops forever when it inflates a truncated loose object, so every read of a
-    payload goes through this check first: a damaged object is then a clear error, not a hang.
-    Streams the file (a huge object is never held in memory, compressed or not)."""
-    path = os.path.join(objects_dir(repo), oid[:2], oid[2:])
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below; a missing file is simply "not loose"
-    except OSError:
-        return None
-    inflater = zlib.decompressobj()
-    with fh:
-        try:
-            while not inflater.eof:
-                pending = inflater.unconsumed_tail or fh.read(_CHUNK)
-                if not pending:
-                    return "loose object is truncated"
-                inflater.decompress(pending, _CHUNK)
-        except (OSError, zlib.error):
-            return "loose object does not inflate"
-    return None
-
-
-_CHUNK = 1 << 16

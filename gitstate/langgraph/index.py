@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from gitstate.format.names import decode_component, run_prefix
+from gitstate.git.reader import CommitData, ObjectReader
 from gitstate.git.refs import list_refs
 
 T_ID = "LangGraph-Checkpoint"
@@ -67,7 +68,7 @@ class Entry:
     parents: tuple[str, ...]
 
 
-def parse_entry(commit: pygit2.Commit) -> Entry | None:
+def parse_entry(commit: CommitData) -> Entry | None:
     """The LangGraph identity of a checkpoint commit (``None`` for a commit of another kind)."""
     found: dict[str, str] = {}
     for line in commit.message.splitlines():
@@ -76,8 +77,8 @@ def parse_entry(commit: pygit2.Commit) -> Entry | None:
             found[key] = unescape(value)
     if T_ID not in found:
         return None
-    return Entry(str(commit.id), found.get(T_NS, ""), found[T_ID], found.get(T_PARENT), found.get(T_RUN),
-                 tuple(str(p) for p in commit.parent_ids))
+    return Entry(commit.id, found.get(T_NS, ""), found[T_ID], found.get(T_PARENT), found.get(T_RUN),
+                 commit.parent_ids)
 
 
 class RefReader:
@@ -161,7 +162,7 @@ class ThreadIndex:
     tip_of: dict[str, str] = field(default_factory=dict)  # commit -> branch
     newest: dict[str, Entry] = field(default_factory=dict)  # namespace -> entry of greatest id
 
-    def rebuild(self, repo: pygit2.Repository, tips: dict[str, str]) -> None:
+    def rebuild(self, reader: ObjectReader, tips: dict[str, str]) -> None:
         """Walk every branch from its tip (each commit visited once)."""
         entries: dict[tuple[str, str], Entry] = {}
         seen: set[str] = set()
@@ -169,9 +170,7 @@ class ThreadIndex:
             oid: str | None = tips[branch]
             while oid is not None and oid not in seen:
                 seen.add(oid)
-                commit = repo[oid]
-                assert isinstance(commit, pygit2.Commit)
-                entry = parse_entry(commit)
+                entry = parse_entry(reader.commit(oid))
                 if entry is None:
                     break
                 key = (entry.ns, entry.checkpoint_id)

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mappi
 from datetime import UTC, datetime
 from typing import Any, cast
 
-import pygit2
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -34,7 +33,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from gitstate.errors import ConflictError, CorruptObjectError, LockTimeoutError, RunNotFound, UsageError
+from gitstate.errors import CorruptObjectError, RunNotFound, UsageError
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import encoding
 from gitstate.format.checkpoint import read_meta
@@ -47,11 +46,13 @@ from gitstate.format.names import (
     worktree_prefix,
 )
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
+from gitstate.git.reader import CommitData, ObjectReader, TreeData
 from gitstate.git.refs import list_refs
 from gitstate.langgraph.index import Entry, RefReader, ThreadIndex, parse_entry, trailers
 from gitstate.langgraph.serde import StrictSerializer
-from gitstate.langgraph.values import ByteLRU, ValueCodec, decode, read_blob
+from gitstate.langgraph.values import ByteLRU, ValueCodec, decode
 from gitstate.store.store import Store, open_store
+from gitstate.store.transaction import Transaction
 
 WORKFLOW = "langgraph"
 LG_TREE = "langgraph"  # the values tree: one entry per channel
@@ -129,7 +130,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=_serializer(serde, allowed_types))
         self.store = store if store is not None else open_store()
         self.store.pack_in_background = True
-        self._codec = ValueCodec(self.serde.dumps_typed, self.serde.loads_typed)
+        self.value_codec = ValueCodec(self.serde.dumps_typed, self.serde.loads_typed)
         self._refs = RefReader(self.store.location.common_dir, self.store.worktree)
         self._indexes: OrderedDict[str, ThreadIndex] = OrderedDict()  # bounded: MAX_INDEXES
         self._locks: dict[str, threading.RLock] = {}
@@ -150,7 +151,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         with a graph's state types in strict mode). The clone shares this saver's caches."""
         clone = cast(GitCheckpointSaver, super().with_allowlist(extra_allowlist))
         if clone is not self:
-            clone._codec = self._codec.with_serde(clone.serde.dumps_typed, clone.serde.loads_typed)
+            clone.value_codec = self.value_codec.with_serde(clone.serde.dumps_typed, clone.serde.loads_typed)
         return clone
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -164,12 +165,11 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
     def _index(self, thread_id: str) -> ThreadIndex:
         """The thread's index, rebuilt if its refs changed behind our back (caller holds the lock)."""
-        repo = self.store.repo
-        tips = self._refs.branches(repo, thread_id)
+        tips = self._refs.branches(self.store.repo, thread_id)
         idx = self._indexes.get(thread_id)
         if idx is None or idx.tips != tips:
             idx = ThreadIndex()
-            idx.rebuild(repo, tips)
+            idx.rebuild(self.store.reader, tips)
             self._indexes[thread_id] = idx
             while len(self._indexes) > MAX_INDEXES:
                 self._indexes.popitem(last=False)
@@ -180,12 +180,9 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 pass
         return idx
 
-    def _writer(self) -> ObjectWriter:
-        return self.store._writer()
-
-    def _state(self, w: ObjectWriter) -> TreeEntry:
-        if self._state_entry is None or not w.knows(self._state_entry[1]):
-            self._state_entry = (cpfmt.STATE_LEAF, w.blob(encoding.dumps(_STATE, "state")), MODE_BLOB)
+    def _state(self, tx: Transaction) -> TreeEntry:
+        if self._state_entry is None or not tx.writer.knows(self._state_entry[1]):
+            self._state_entry = (cpfmt.STATE_LEAF, tx.blob(encoding.dumps(_STATE, "state")), MODE_BLOB)
         return self._state_entry
 
     def _channel_versions(self, oid: str) -> dict[str, Any]:
@@ -196,20 +193,19 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             self._remember_versions(oid, hit)
         return hit
 
-    def _commit(self, oid: str) -> pygit2.Commit:
-        commit = self.store.repo[oid]
-        if not isinstance(commit, pygit2.Commit):
-            raise CorruptObjectError(oid, "expected a commit")
-        return commit
+    def _commit(self, oid: str) -> CommitData:
+        return self.store.reader.commit(oid)
 
-    def _payload(self, commit: pygit2.Commit, *, metadata: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _root(self, commit: CommitData) -> TreeData:
+        return self.store.reader.tree(commit.tree_id)
+
+    def _payload(self, commit: CommitData, *, metadata: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
         """The checkpoint (without values) and, if asked, the metadata stored in ``meta.cbor``."""
-        oid = str(commit.id)
-        try:
-            entry = commit.tree[cpfmt.META]
-        except KeyError:
-            raise CorruptObjectError(oid, f"no {cpfmt.META}") from None
-        meta = encoding.loads(self._blob(str(entry.id)), oid)
+        oid = commit.id
+        entry = self._root(commit).get(cpfmt.META)
+        if entry is None:
+            raise CorruptObjectError(oid, f"no {cpfmt.META}")
+        meta = encoding.loads(self._blob(entry.id), oid)
         lg = meta.get(LG_META) if isinstance(meta, dict) else None
         if not isinstance(lg, dict) or "checkpoint" not in lg:
             raise CorruptObjectError(oid, "not a LangGraph checkpoint")
@@ -228,22 +224,21 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     def _blob(self, oid: str) -> bytes:
         hit = self._blobs.get(oid)
         if hit is None:
-            data = read_blob(self.store.repo, oid)
+            data = self.store.reader.blob(oid)
             self._blobs.put(oid, (0, data))
             return data
         return hit[1]
 
-    def _put_blob(self, w: ObjectWriter, data: bytes) -> str:
-        oid = w.blob(data)
+    def _put_blob(self, tx: Transaction, data: bytes) -> str:
+        oid = tx.blob(data)
         self._blobs.put(oid, (0, data))
         return oid
 
-    def _values_tree(self, commit: pygit2.Commit) -> list[TreeEntry]:
-        try:
-            sub = commit.tree[LG_TREE]
-        except KeyError:
-            raise CorruptObjectError(str(commit.id), f"not a LangGraph checkpoint (no {LG_TREE}/)") from None
-        return self._codec.entries(self.store.repo, str(sub.id))
+    def _values_tree(self, commit: CommitData) -> list[TreeEntry]:
+        sub = self._root(commit).get(LG_TREE)
+        if sub is None:
+            raise CorruptObjectError(commit.id, f"not a LangGraph checkpoint (no {LG_TREE}/)")
+        return self.value_codec.entries(self.store.reader, sub.id)
 
     def _values_entries(self, oid: str) -> dict[str, TreeEntry]:
         return {decode_component(e[0][:-2]): e for e in self._values_tree(self._commit(oid))}
@@ -266,30 +261,34 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         md: dict[str, Any] = dict(get_checkpoint_metadata(config, metadata))
         cid = str(c["id"])
         payload = {"checkpoint": list(self.serde.dumps_typed(c)), "metadata": list(self.serde.dumps_typed(md))}
+        run_md = md.get("run_id")
+        lg_trailers = trailers(ns, cid, parent_id, str(run_md) if run_md is not None else None)
+        versions = dict(checkpoint["channel_versions"])
         with self._lock(thread_id):
-            idx = self._index(thread_id)
-            if not idx.tips:
+            if not self._index(thread_id).tips:
                 self._ensure_run(thread_id)
-            parent = idx.entries.get((ns, parent_id)) if parent_id else None
-            existing = idx.entries.get((ns, cid))
-            w = self._writer()
-            values_tree = self._values(w, thread_id, ns, c, values, new_versions, parent)
-            writes: TreeEntry | None = None
-            pending = self._orphan_writes.pop((thread_id, ns, cid), None)
-            if existing is not None:
-                old = self._commit(existing.oid)
-                if WRITES_BLOB in old.tree:
-                    writes = (WRITES_BLOB, str(old.tree[WRITES_BLOB].id), MODE_BLOB)
-            elif pending:
-                writes = (WRITES_BLOB, w.blob(_encode_writes(pending)), MODE_BLOB)
-            run_md = md.get("run_id")
-            lg_trailers = trailers(ns, cid, parent_id, str(run_md) if run_md is not None else None)
-            if existing is not None:
-                self._replace_existing(thread_id, idx, existing, values_tree, payload, writes, lg_trailers)
-            else:
-                self._append(thread_id, idx, ns, cid, parent, values_tree, payload, writes, md, lg_trailers,
-                             parent_id)
-            self._remember_versions(idx.entries[(ns, cid)].oid, dict(checkpoint["channel_versions"]))
+
+            def build(tx: Transaction) -> str:
+                idx = self._index(thread_id)
+                parent = idx.entries.get((ns, parent_id)) if parent_id else None
+                existing = idx.entries.get((ns, cid))
+                values_tree = self._values(tx.writer, thread_id, ns, c, values, new_versions, parent)
+                writes: TreeEntry | None = None
+                pending = self._orphan_writes.get((thread_id, ns, cid))
+                if existing is not None:
+                    old = self._root(self._commit(existing.oid)).get(WRITES_BLOB)
+                    if old is not None:
+                        writes = (WRITES_BLOB, old.id, MODE_BLOB)
+                    return self._stage_replace(tx, thread_id, idx, existing, values_tree, payload, writes,
+                                               lg_trailers)
+                if pending:
+                    writes = (WRITES_BLOB, tx.blob(_encode_writes(pending)), MODE_BLOB)
+                return self._stage_append(tx, thread_id, idx, ns, cid, parent, values_tree, payload, writes, md,
+                                          lg_trailers, parent_id)
+
+            oid = self.store.write(build)
+            self._orphan_writes.pop((thread_id, ns, cid), None)
+            self._remember_versions(oid, versions)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
     def _values(self, w: ObjectWriter, thread_id: str, ns: str, c: dict[str, Any], values: dict[str, Any],
@@ -303,7 +302,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             if ch in new_versions:
                 if ch in values:
                     prev = parent_entries.get(ch)
-                    entries.append(self._codec.write(w, (thread_id, ns, ch), values[ch], prev))
+                    entries.append(self.value_codec.write(w, (thread_id, ns, ch), values[ch], prev))
                 continue
             if parent is not None and parent_versions.get(ch) == ver:
                 found = parent_entries.get(ch)
@@ -311,7 +310,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 found = self._find_stored(thread_id, ns, ch, ver)
             if found is not None:
                 entries.append(found)
-        return self._codec.tree(w, entries)
+        return self.value_codec.tree(w, entries)
 
     def _find_stored(self, thread_id: str, ns: str, channel: str, version: Any) -> TreeEntry | None:
         """The stored value of ``channel`` at ``version`` anywhere in the namespace (slow path:
@@ -343,174 +342,162 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             LG_META: payload,
         }
 
-    def _append(self, thread_id: str, idx: ThreadIndex, ns: str, cid: str, parent: Entry | None,
-                values_tree: str, payload: dict[str, Any], writes: TreeEntry | None, md: dict[str, Any],
-                lg_trailers: str, parent_id: str | None) -> None:
+    def _stage_append(self, tx: Transaction, thread_id: str, idx: ThreadIndex, ns: str, cid: str,
+                      parent: Entry | None, values_tree: str, payload: dict[str, Any], writes: TreeEntry | None,
+                      md: dict[str, Any], lg_trailers: str, parent_id: str | None) -> str:
+        """Stage a new checkpoint: on its parent's branch when the parent is a tip, else on a new
+        branch (a fork line). The index learns it once the ref moved; a lost race re-runs the
+        transaction, which re-reads the refs (and then forks instead of overwriting)."""
         store = self.store
-        deadline = time.monotonic() + store.lock_timeout
-        while True:
-            if parent is not None and parent.oid in idx.tip_of:
-                branch, expected = idx.tip_of[parent.oid], parent.oid
-            elif parent is None and line_name(ns) not in idx.tips:
-                branch, expected = line_name(ns), None
-            else:
-                branch, expected = fork_name(ns, cid), None
-            step, base = (0, 0)
-            if parent is not None:
-                step, base = store._step_base(parent.oid)
-                step += 1
-            now = time.time()
-            meta = self._meta(thread_id, ns, cid, branch, step, base, md, payload, now)
-            w = self._writer()
-            entries = [(cpfmt.META, self._put_blob(w, cpfmt.encode_meta(meta)), MODE_BLOB), self._state(w),
-                       (LG_TREE, values_tree, MODE_TREE)]
-            if writes is not None:
-                entries.append(writes)
-            root = w.tree(entries)
-            message = cpfmt.message(meta) + lg_trailers
-            oid = store._write_commit(w, root, [parent.oid] if parent else [], message, now)
-            ref = self._ref(thread_id, branch)
-            try:
-                store._cas(ref, expected, oid, f"langgraph put {cid}")
-            except ConflictError:
-                if time.monotonic() > deadline:
-                    raise LockTimeoutError(ref, store.lock_timeout) from None
-                time.sleep(random.random() * 0.002)
-                idx = self._index(thread_id)
-                if parent is not None:
-                    parent = idx.entries.get((ns, parent.checkpoint_id))
-                continue
-            store._written(oid, step, base)
-            entry = Entry(oid, ns, cid, parent_id, str(md["run_id"]) if md.get("run_id") is not None else None,
-                          (parent.oid,) if parent else ())
+        if parent is not None and parent.oid in idx.tip_of:
+            branch, expected = idx.tip_of[parent.oid], parent.oid
+        elif parent is None and line_name(ns) not in idx.tips:
+            branch, expected = line_name(ns), None
+        else:
+            branch, expected = fork_name(ns, cid), None
+        step, base = (0, 0)
+        if parent is not None:
+            step, base = store.position(parent.oid)
+            step += 1
+        now = time.time()
+        meta = self._meta(thread_id, ns, cid, branch, step, base, md, payload, now)
+        entries = [(cpfmt.META, self._put_blob(tx, cpfmt.encode_meta(meta)), MODE_BLOB), self._state(tx),
+                   (LG_TREE, values_tree, MODE_TREE)]
+        if writes is not None:
+            entries.append(writes)
+        oid = tx.commit(tx.tree(entries), [parent.oid] if parent else [], cpfmt.message(meta) + lg_trailers,
+                        when=now)
+        tx.set_ref(self._ref(thread_id, branch), expected, oid, f"langgraph put {cid}")
+        entry = Entry(oid, ns, cid, parent_id, str(md["run_id"]) if md.get("run_id") is not None else None,
+                      (parent.oid,) if parent else ())
+
+        def learned() -> None:
+            store.remember_position(oid, step, base)
             idx.add(entry, branch, expected)
-            return
+
+        tx.after(learned)
+        return oid
+
+    def _forget_index(self, thread_id: str) -> None:
+        self._indexes.pop(thread_id, None)
 
     def _ref(self, thread_id: str, branch: str) -> str:
         return branch_ref(self.store.worktree, thread_id, branch)
 
     # -- rewriting (writes added to a checkpoint, re-put, delete_for_runs) ---------------------
 
-    def _rewrite(self, thread_id: str, idx: ThreadIndex,
-                 change: dict[str, tuple[str, str] | None]) -> dict[str, str]:
-        """Rewrite the branches of a thread: each commit in ``change`` gets a new (tree, message) or
-        is dropped (``None``, its children move to its parent); descendants are re-parented. Every
-        branch moves by compare-and-swap. Returns old → new commit ids."""
-        store = self.store
-        repo = store.repo
-        w = self._writer()
+    def _stage_rewrite(self, tx: Transaction, thread_id: str, idx: ThreadIndex,
+                       change: dict[str, tuple[str, str] | None]) -> dict[str, str]:
+        """Stage a rewrite of the branches of a thread: each commit in ``change`` gets a new (tree,
+        message) or is dropped (``None``, its children move to its parent); descendants are
+        re-parented. Every branch moves by compare-and-swap from the tip ``idx`` read (a lost race
+        re-runs the caller's transaction on fresh refs). Returns old → new commit ids."""
+        reader = self.store.reader
         renamed: dict[str, str | None] = {}
 
         def rebuilt(oid: str | None) -> str | None:
-            for old, commit in _unvisited_line(repo, oid, renamed):
-                old_parent = str(commit.parent_ids[0]) if commit.parent_ids else None
+            for old, commit in _unvisited_line(reader, oid, renamed):
+                old_parent = commit.parent_ids[0] if commit.parent_ids else None
                 new_parent = renamed.get(old_parent) if old_parent is not None else None
                 if old_parent is not None and old_parent not in renamed:
                     new_parent = old_parent
                 if old in change and change[old] is None:
                     renamed[old] = new_parent
                     continue
-                tree, message = change.get(old) or (str(commit.tree_id), commit.message)
-                if tree == str(commit.tree_id) and message == commit.message and new_parent == old_parent:
+                tree, message = change.get(old) or (commit.tree_id, commit.message)
+                if tree == commit.tree_id and message == commit.message and new_parent == old_parent:
                     renamed[old] = old
                     continue
-                renamed[old] = store._write_commit(w, tree, [new_parent] if new_parent else [], message,
-                                                   commit.commit_time, author=commit.author,
-                                                   committer=commit.committer)
+                renamed[old] = tx.commit(tree, [new_parent] if new_parent else [], message,
+                                         author=commit.author, committer=commit.committer)
             return renamed.get(oid) if oid is not None else None
 
         for branch, tip in sorted(idx.tips.items()):
             new_tip = rebuilt(tip)
             if new_tip == tip:
                 continue
-            store._cas(self._ref(thread_id, branch), tip, new_tip, "langgraph rewrite")
-            if new_tip is not None:
-                step, base = store._step_base(new_tip)
-                store._written(new_tip, step, base)
-        self._indexes.pop(thread_id, None)
+            ref = self._ref(thread_id, branch)
+            if new_tip is None:
+                tx.delete_ref(ref, tip, "langgraph rewrite")
+            else:
+                tx.set_ref(ref, tip, new_tip, "langgraph rewrite")
+        tx.after(lambda: self._forget_index(thread_id))
         return {k: v for k, v in renamed.items() if v is not None and v != k}
 
-    def _replace_existing(self, thread_id: str, idx: ThreadIndex, existing: Entry, values_tree: str,
-                          payload: dict[str, Any], writes: TreeEntry | None, lg_trailers: str) -> None:
+    def _stage_replace(self, tx: Transaction, thread_id: str, idx: ThreadIndex, existing: Entry, values_tree: str,
+                       payload: dict[str, Any], writes: TreeEntry | None, lg_trailers: str) -> str:
         """A checkpoint id put a second time: its commit is rewritten in place (same line)."""
         old = self._commit(existing.oid)
-        meta = read_meta(self.store.repo, old)
+        meta = read_meta(self.store.reader, old)
         meta[LG_META] = payload
-        w = self._writer()
-        entries = [(cpfmt.META, w.blob(cpfmt.encode_meta(meta)), MODE_BLOB), self._state(w),
+        entries = [(cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB), self._state(tx),
                    (LG_TREE, values_tree, MODE_TREE)]
         if writes is not None:
             entries.append(writes)
-        self._rewrite(thread_id, idx, {existing.oid: (w.tree(entries), cpfmt.message(meta) + lg_trailers)})
-        self._index(thread_id)
+        renamed = self._stage_rewrite(tx, thread_id, idx,
+                                      {existing.oid: (tx.tree(entries), cpfmt.message(meta) + lg_trailers)})
+        return renamed.get(existing.oid, existing.oid)
 
     # -- writes -------------------------------------------------------------------------------
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
         """Store intermediate writes of a task, linked to the checkpoint ``config`` names (the
-        checkpoint's commit is amended: its tree gains the writes, its branch moves by CAS)."""
-        self._put_writes(config, writes, task_id, task_path, 0)
-
-    def _put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                    task_path: str, _attempt: int) -> None:
+        checkpoint's commit is amended: its tree gains the writes, its branch moves by CAS). A
+        concurrent writer that moved the branch makes the write run again on what is there now, so
+        no write is lost; only the store's lock timeout ends the retries (:class:`LockTimeoutError`)."""
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns", "") or "")
         cid = str(conf["checkpoint_id"])
-        w = self._writer()
+        encoded = [(channel, self.serde.dumps_typed(value)) for channel, value in writes]
         with self._lock(thread_id):
-            idx = self._index(thread_id)
-            entry = idx.entries.get((ns, cid))
-            commit: pygit2.Commit | None = None
-            if entry is not None:
-                commit = self._commit(entry.oid)
-                current = self._read_writes(commit)
-            else:
-                current = self._orphan_writes.setdefault((thread_id, ns, cid), {})
-            added: dict[tuple[str, int], list[Any]] = {}
-            for i, (channel, value) in enumerate(writes):
-                widx = WRITES_IDX_MAP.get(channel, i)
-                if widx >= 0 and (task_id, widx) in current:
-                    continue
-                kind, data = self.serde.dumps_typed(value)
-                added[(task_id, widx)] = [task_id, channel, kind, bytes(data), task_path, widx]
-            if not added:
-                return
-            if entry is None or commit is None:
-                current.update(added)
-                return
-            blob = self._put_blob(w, _encode_writes({**current, **added}))
-            root = w.tree([*((e.name or "", str(e.id), e.filemode) for e in commit.tree if e.name != WRITES_BLOB),
-                           (WRITES_BLOB, blob, MODE_BLOB)])
-            branch = idx.tip_of.get(entry.oid)
-            if branch is None:
-                self._rewrite(thread_id, idx, {entry.oid: (root, commit.message)})
-                return
-            parents = [str(p) for p in commit.parent_ids]
-            new = self.store._write_commit(w, root, parents, commit.message, commit.commit_time,
-                                           author=commit.author, committer=commit.committer)
-            try:
-                self.store._cas(self._ref(thread_id, branch), entry.oid, new, f"langgraph writes {task_id}")
-            except ConflictError:
-                # another process moved the branch meanwhile: start over from what is there now
-                if _attempt * 0.002 > self.store.lock_timeout:
-                    raise
-                time.sleep(random.random() * 0.002)
-                self._put_writes(config, writes, task_id, task_path, _attempt + 1)
-                return
-            step, base = self.store._step_base(entry.oid)
-            self.store._written(new, step, base)
-            versions = self._versions.get(entry.oid)
-            if versions is not None:
-                self._remember_versions(new, versions)
-            idx.add(Entry(new, entry.ns, entry.checkpoint_id, entry.parent_id, entry.run_id, entry.parents),
-                    branch, entry.oid)
 
-    def _read_writes(self, commit: pygit2.Commit) -> dict[tuple[str, int], list[Any]]:
-        if WRITES_BLOB not in commit.tree:
+            def build(tx: Transaction) -> None:
+                idx = self._index(thread_id)
+                entry = idx.entries.get((ns, cid))
+                commit = self._commit(entry.oid) if entry is not None else None
+                current = (self._read_writes(commit) if commit is not None
+                           else self._orphan_writes.setdefault((thread_id, ns, cid), {}))
+                added: dict[tuple[str, int], list[Any]] = {}
+                for i, (channel, (kind, data)) in enumerate(encoded):
+                    widx = WRITES_IDX_MAP.get(channel, i)
+                    if widx >= 0 and (task_id, widx) in current:
+                        continue
+                    added[(task_id, widx)] = [task_id, channel, kind, bytes(data), task_path, widx]
+                if not added:
+                    return
+                if entry is None or commit is None:
+                    current.update(added)  # the checkpoint is not stored yet: its put carries them
+                    return
+                blob = self._put_blob(tx, _encode_writes({**current, **added}))
+                root = tx.tree([*((e.name, e.id, e.filemode) for e in self._root(commit) if e.name != WRITES_BLOB),
+                                (WRITES_BLOB, blob, MODE_BLOB)])
+                branch = idx.tip_of.get(entry.oid)
+                if branch is None:
+                    self._stage_rewrite(tx, thread_id, idx, {entry.oid: (root, commit.message)})
+                    return
+                new = tx.commit(root, list(commit.parent_ids), commit.message, author=commit.author,
+                                committer=commit.committer)
+                tx.set_ref(self._ref(thread_id, branch), entry.oid, new, f"langgraph writes {task_id}")
+
+                def learned() -> None:
+                    self.store.remember_position(new, *self.store.position(entry.oid))
+                    versions = self._versions.get(entry.oid)
+                    if versions is not None:
+                        self._remember_versions(new, versions)
+                    idx.add(Entry(new, entry.ns, entry.checkpoint_id, entry.parent_id, entry.run_id,
+                                  entry.parents), branch, entry.oid)
+
+                tx.after(learned)
+
+            self.store.write(build)
+
+    def _read_writes(self, commit: CommitData) -> dict[tuple[str, int], list[Any]]:
+        found = self._root(commit).get(WRITES_BLOB)
+        if found is None:
             return {}
-        oid = str(commit.tree[WRITES_BLOB].id)
+        oid = found.id
         records = encoding.loads(self._blob(oid), oid)
         if not isinstance(records, list) or not all(
                 isinstance(r, list) and len(r) == 6 and isinstance(r[2], str) and isinstance(r[3], bytes)
@@ -534,16 +521,16 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         return self._tuple(thread_id, entry)
 
     def _tuple(self, thread_id: str, entry: Entry, decoded: dict[str, list[Any]] | None = None) -> CheckpointTuple:
-        repo = self.store.repo
+        reader = self.store.reader
         commit = self._commit(entry.oid)
         cp, metadata = self._payload(commit, metadata=True)
         channel_values: dict[str, Any] = {}
         for name, sub, mode in self._values_tree(commit):
-            channel, value = self._codec.read(repo, name, sub, mode, decoded)
+            channel, value = self.value_codec.read(reader, name, sub, mode, decoded)
             channel_values[channel] = value
         cp["channel_values"] = channel_values
         records = sorted(self._read_writes(commit).values(), key=lambda r: writes_sort_key(r[4], r[0], r[5]))
-        wid = str(commit.tree[WRITES_BLOB].id) if records else ""
+        wid = self._root(commit)[WRITES_BLOB].id if records else ""
         pending = [(r[0], r[1], decode(self.serde.loads_typed, (r[2], r[3]), wid)) for r in records]
         conf = {"thread_id": thread_id, "checkpoint_ns": entry.ns, "checkpoint_id": entry.checkpoint_id}
         parent_config: RunnableConfig | None = None
@@ -604,7 +591,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             except RunNotFound:
                 pass
             self._indexes.pop(thread_id, None)
-            self._codec.forget(thread_id)
+            self.value_codec.forget(thread_id)
             for key in [k for k in self._orphan_writes if k[0] == thread_id]:
                 del self._orphan_writes[key]
 
@@ -616,10 +603,16 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             return
         for thread_id in self._thread_ids():
             with self._lock(thread_id):
-                idx = self._index(thread_id)
-                drop = {e.oid: None for e in idx.entries.values() if e.run_id in wanted}
-                if drop:
-                    self._rewrite(thread_id, idx, dict(drop))
+
+                def build(tx: Transaction, thread_id: str = thread_id) -> None:
+                    idx = self._index(thread_id)
+                    drop: dict[str, tuple[str, str] | None] = {
+                        e.oid: None for e in idx.entries.values() if e.run_id in wanted}
+                    if drop:
+                        self._stage_rewrite(tx, thread_id, idx, drop)
+
+                self.store.write(build)
+                self.store.forget_objects()
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another thread (same ids, same lines)."""
@@ -630,33 +623,34 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             if not idx.tips:
                 return
             self._ensure_run(dst)
-            repo = self.store.repo
-            w = self._writer()
-            copied: dict[str, str] = {}
+            reader = self.store.reader
 
-            def copy(oid: str) -> str:
-                for old, commit in _unvisited_line(repo, oid, copied):
-                    meta = read_meta(repo, commit)
-                    meta["run"] = dst
-                    entries = [(e.name or "", str(e.id), e.filemode) for e in commit.tree if e.name != cpfmt.META]
-                    root = w.tree([*entries, (cpfmt.META, w.blob(cpfmt.encode_meta(meta)), MODE_BLOB)])
-                    entry = parse_entry(commit)
-                    extra = ""
-                    if entry is not None:
-                        extra = trailers(entry.ns, entry.checkpoint_id, entry.parent_id, entry.run_id)
-                    parents = [copied[str(p)] for p in commit.parent_ids[:1]]
-                    copied[old] = self.store._write_commit(w, root, parents, cpfmt.message(meta) + extra,
-                                                           commit.commit_time, author=commit.author,
-                                                           committer=commit.committer)
-                return copied[oid]
+            def build(tx: Transaction) -> None:
+                copied: dict[str, str] = {}
 
-            target = self._index(dst)
-            for branch, tip in sorted(idx.tips.items()):
-                new = copy(tip)
-                name = branch if branch not in target.tips else f"{branch}~copy-{src}"
-                self.store._cas(self._ref(dst, name), None, new, f"gitstate: langgraph copy of thread {src}")
-                step, base = self.store._step_base(new)
-                self.store._written(new, step, base)
+                def copy(oid: str) -> str:
+                    for old, commit in _unvisited_line(reader, oid, copied):
+                        meta = read_meta(reader, commit)
+                        meta["run"] = dst
+                        entries = [(e.name, e.id, e.filemode) for e in reader.tree(commit.tree_id)
+                                   if e.name != cpfmt.META]
+                        root = tx.tree([*entries, (cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB)])
+                        entry = parse_entry(commit)
+                        extra = ""
+                        if entry is not None:
+                            extra = trailers(entry.ns, entry.checkpoint_id, entry.parent_id, entry.run_id)
+                        parents = [copied[p] for p in commit.parent_ids[:1]]
+                        copied[old] = tx.commit(root, parents, cpfmt.message(meta) + extra,
+                                                author=commit.author, committer=commit.committer)
+                    return copied[oid]
+
+                target = self._index(dst)
+                for branch, tip in sorted(self._index(src).tips.items()):
+                    name = branch if branch not in target.tips else f"{branch}~copy-{src}"
+                    tx.set_ref(self._ref(dst, name), None, copy(tip), f"gitstate: langgraph copy of thread {src}",
+                               strict=True)
+
+            self.store.write(build)
             self._indexes.pop(dst, None)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -672,29 +666,30 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 idx = self._index(thread_id)
                 if not idx.tips:
                     continue
-                repo = self.store.repo
-                w = self._writer()
-                keep: dict[str, str] = {}
-                for ns in idx.namespaces():
-                    latest = idx.namespace(ns)[0]
-                    commit = repo[latest.oid]
-                    assert isinstance(commit, pygit2.Commit)
-                    if not commit.parent_ids:
-                        keep[line_name(ns)] = latest.oid
-                        continue
-                    keep[line_name(ns)] = self.store._write_commit(
-                        w, str(commit.tree_id), [], commit.message, commit.commit_time,
-                        author=commit.author, committer=commit.committer)
-                for branch, oid in keep.items():
-                    current = idx.tips.get(branch)
-                    if current != oid:
-                        self.store._cas(self._ref(thread_id, branch), current, oid,
-                                        "gitstate: langgraph prune (keep latest)")
-                        step, base = self.store._step_base(oid)
-                        self.store._written(oid, step, base)
-                for branch, tip in idx.tips.items():
-                    if branch not in keep:
-                        self.store._cas(self._ref(thread_id, branch), tip, None, "gitstate: langgraph prune")
+                def build(tx: Transaction, thread_id: str = thread_id) -> None:
+                    reader = self.store.reader
+                    idx = self._index(thread_id)
+                    keep: dict[str, str] = {}
+                    for ns in idx.namespaces():
+                        latest = idx.namespace(ns)[0]
+                        commit = reader.commit(latest.oid)
+                        if not commit.parent_ids:
+                            keep[line_name(ns)] = latest.oid
+                            continue
+                        keep[line_name(ns)] = tx.commit(commit.tree_id, [], commit.message,
+                                                        author=commit.author, committer=commit.committer)
+                    for branch, oid in keep.items():
+                        current = idx.tips.get(branch)
+                        if current != oid:
+                            tx.set_ref(self._ref(thread_id, branch), current, oid,
+                                       "gitstate: langgraph prune (keep latest)", strict=True)
+                    for branch, tip in idx.tips.items():
+                        if branch not in keep:
+                            tx.delete_ref(self._ref(thread_id, branch), tip, "gitstate: langgraph prune",
+                                          strict=True)
+
+                self.store.write(build)
+                self.store.forget_objects()
                 self._indexes.pop(thread_id, None)
 
     # -- versions -----------------------------------------------------------------------------
@@ -749,16 +744,15 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
 
 
-def _unvisited_line(repo: pygit2.Repository, oid: str | None,
-                    done: Mapping[str, object]) -> list[tuple[str, pygit2.Commit]]:
+def _unvisited_line(reader: ObjectReader, oid: str | None,
+                    done: Mapping[str, object]) -> list[tuple[str, CommitData]]:
     """The first-parent line from ``oid`` down to the first commit already in ``done``, oldest
     first, so a rewrite can handle each commit after its parent."""
-    chain: list[tuple[str, pygit2.Commit]] = []
+    chain: list[tuple[str, CommitData]] = []
     cur = oid
     while cur is not None and cur not in done:
-        commit = repo[cur]
-        assert isinstance(commit, pygit2.Commit)
+        commit = reader.commit(cur)
         chain.append((cur, commit))
-        cur = str(commit.parent_ids[0]) if commit.parent_ids else None
+        cur = commit.parent_ids[0] if commit.parent_ids else None
     chain.reverse()
     return chain

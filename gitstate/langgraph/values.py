@@ -20,12 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pygit2
-
 from gitstate.errors import CorruptObjectError, GitStateError, UnsafeValueError
 from gitstate.format.names import decode_component, encode_component
-from gitstate.format.statetree import StateReader
+from gitstate.format.statetree import MAX_TREE_DEPTH
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
+from gitstate.git.reader import ObjectReader
 
 CHUNK = 32
 FANOUT = 64
@@ -222,63 +221,65 @@ class ValueCodec:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def read(self, repo: pygit2.Repository, name: str, oid: str, mode: int,
+    def read(self, reader: ObjectReader, name: str, oid: str, mode: int,
              decoded: dict[str, list[Any]] | None = None) -> tuple[str, Any]:
         """Decode one values-tree entry into ``(channel, value)``. ``decoded`` (optional) caches
         decoded chunks by id for the duration of one listing, so checkpoints sharing chunks share
         their decoded items."""
         if name.endswith(LIST) and mode == MODE_TREE:
-            return decode_component(name[: -len(LIST)]), self._read_list(repo, oid, decoded)
+            return decode_component(name[: -len(LIST)]), self._read_list(reader, oid, decoded)
         if name.endswith(VALUE) and mode != MODE_TREE:
-            data = read_blob(repo, oid)
+            data = reader.blob(oid)
             return decode_component(name[: -len(VALUE)]), decode(self.loads, parse_typed(data, oid), oid)
         raise CorruptObjectError(oid, f"unexpected entry {name!r} in a values tree")
 
-    def _chunk(self, repo: pygit2.Repository, oid: str) -> tuple[int, bytes]:
+    def _chunk(self, reader: ObjectReader, oid: str) -> tuple[int, bytes]:
         hit = self._chunks.get(oid)
         if hit is None:
-            hit = split_array(read_blob(repo, oid), oid)
+            hit = split_array(reader.blob(oid), oid)
             self._chunks.put(oid, hit)
         return hit
 
-    def entries(self, repo: pygit2.Repository, oid: str) -> list[tuple[str, str, int]]:
+    def entries(self, reader: ObjectReader, oid: str) -> list[tuple[str, str, int]]:
         """``(name, id, mode)`` of a tree's entries, cached by tree id (trees never change)."""
         with self._trees_lock:
             hit = self._trees.get(oid)
             if hit is not None:
                 self._trees.move_to_end(oid)
                 return hit
-        out = [(e.name or "", str(e.id), int(e.filemode)) for e in read_tree(repo, oid)]
+        out = [(e.name, e.id, e.filemode) for e in reader.tree(oid)]
         with self._trees_lock:
             self._trees[oid] = out
             if len(self._trees) > 16384:
                 self._trees.popitem(last=False)
         return out
 
-    def _chunk_ids(self, repo: pygit2.Repository, oid: str, out: list[str]) -> None:
-        for _name, sub, mode in self.entries(repo, oid):
+    def _chunk_ids(self, reader: ObjectReader, oid: str, out: list[str], depth: int = 0) -> None:
+        if depth > MAX_TREE_DEPTH:
+            raise CorruptObjectError(oid, f"list chunk trees nested deeper than {MAX_TREE_DEPTH} levels")
+        for _name, sub, mode in self.entries(reader, oid):
             if mode == MODE_TREE:
-                self._chunk_ids(repo, sub, out)
+                self._chunk_ids(reader, sub, out, depth + 1)
             else:
                 out.append(sub)
 
-    def _read_list(self, repo: pygit2.Repository, oid: str, decoded: dict[str, list[Any]] | None) -> list[Any]:
+    def _read_list(self, reader: ObjectReader, oid: str, decoded: dict[str, list[Any]] | None) -> list[Any]:
         ids: list[str] = []
         if decoded is not None:
-            self._chunk_ids(repo, oid, ids)
+            self._chunk_ids(reader, oid, ids)
             items: list[Any] = []
             for cid in ids:
                 part = decoded.get(cid)
                 if part is None:
-                    count, data = self._chunk(repo, cid)
+                    count, data = self._chunk(reader, cid)
                     part = decode(self.loads, (MSGPACK, array_header(count) + data), cid)
                     decoded[cid] = part
                 items.extend(part)
             return items
         whole = self._chunks.get("list:" + oid)  # the complete msgpack array of the list
         if whole is None:
-            self._chunk_ids(repo, oid, ids)
-            parts = [self._chunk(repo, cid) for cid in ids]
+            self._chunk_ids(reader, oid, ids)
+            parts = [self._chunk(reader, cid) for cid in ids]
             total = sum(c for c, _ in parts)
             whole = (total, b"".join([array_header(total), *(d for _, d in parts)]))
             self._chunks.put("list:" + oid, whole)
@@ -286,13 +287,3 @@ class ValueCodec:
         if not isinstance(value, list):
             raise CorruptObjectError(oid, "list chunks do not decode to a list")
         return value
-
-
-def read_blob(repo: pygit2.Repository, oid: str) -> bytes:
-    """Read a blob's bytes (corrupt-object error if missing, damaged or not a blob)."""
-    return StateReader(repo).raw_blob(oid)
-
-
-def read_tree(repo: pygit2.Repository, oid: str) -> pygit2.Tree:
-    """Look up a tree (corrupt-object error if missing, damaged or not a tree)."""
-    return StateReader(repo).tree(oid)

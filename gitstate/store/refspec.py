@@ -117,7 +117,7 @@ def _walk_back(run: Run, branch: str, back: int, text: str) -> Checkpoint:
     for taken in range(back):
         if cp.parent_id is None:
             raise InvalidReferenceError(text, f"branch {branch!r} has only {taken + 1} checkpoint(s)")
-        cp = run._checkpoint(cp.parent_id)
+        cp = run.store.read_checkpoint(cp.parent_id)
     return cp
 
 
@@ -136,8 +136,8 @@ def resolve(store: Store, text: str) -> Checkpoint:
     return _resolve_parsed(store, parse(store, text), text)
 
 
-def resolve_target(run: Run, text: str, branch: str = "main") -> Checkpoint:
-    """The checkpoint a TARGET names, relative to ``run`` and its ``branch``: ``~N``, ``@B[~N]``,
+def resolve_target(store: Store, run: Run, text: str, branch: str = "main") -> Checkpoint:
+    """The checkpoint a TARGET names, relative to ``run`` (of ``store``) and its ``branch``: ``~N``, ``@B[~N]``,
     ``node:NAME``, an id of this run, or any REF that names a checkpoint of this run."""
     if not isinstance(text, str) or not text:
         raise InvalidReferenceError(str(text), "empty reference")
@@ -155,9 +155,9 @@ def resolve_target(run: Run, text: str, branch: str = "main") -> Checkpoint:
         return _walk_back(run, other, back, text)
     if text.startswith("node:"):
         return run.load(text, branch=branch)
-    if _HEX.fullmatch(text) and not run.store.has_run(text):
+    if _HEX.fullmatch(text) and not store.has_run(text):
         return run.load(text)
-    cp = resolve(run.store, text)
+    cp = resolve(store, text)
     if cp.run_id != run.id:
         raise CheckpointNotFound(text, run.id)
     return cp

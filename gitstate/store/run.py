@@ -1,9 +1,9 @@
 """A run: its branches (refs), the checkpoints on them (commits), node boundaries, rollback, undo,
-fork and prune. Every write builds objects first and then moves one ref by compare-and-swap."""
+fork, prune and restore. Every write is one :class:`Transaction` through :meth:`StoreCore.write`:
+objects first, then one compare-and-swap of the branch ref."""
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -11,36 +11,41 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-import pygit2
+from pygit2.enums import ObjectType
 
 from gitstate.errors import (
-    AmbiguousReferenceError,
     BranchExistsError,
     BranchNotFound,
     CheckpointNotFound,
     ConflictError,
     CorruptObjectError,
     InvalidReferenceError,
-    LockTimeoutError,
+    NoSnapshotError,
     NothingToUndoError,
+    RestoreConflictError,
     UsageError,
 )
 from gitstate.format import checkpoint as cpfmt
-from gitstate.format.checkpoint import Checkpoint, read_commit, read_meta
+from gitstate.format.checkpoint import Checkpoint, read_meta
 from gitstate.format.names import branch_ref, check_name, decode_component, run_prefix
-from gitstate.format.statetree import StateWriter
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
-from gitstate.git.refs import list_refs, read_ref, reflog
+from gitstate.git.reader import CommitData
+from gitstate.store.base import StoreCore
+from gitstate.store.sessionfiles import SessionFiles
+from gitstate.store.transaction import Transaction
+from gitstate.workspace import restore as restoring
+from gitstate.workspace.diff import Diff
+from gitstate.workspace.restore import SAFETY_BRANCH, SAFETY_TRIGGER, RestoreResult
+from gitstate.workspace.snapshot import head_tree, normalize_path
 
 if TYPE_CHECKING:
     import os
 
-    from gitstate.store.sessionfiles import SessionFiles
-    from gitstate.store.store import Store
-    from gitstate.workspace.diff import Diff
-    from gitstate.workspace.restore import RestoreResult
-
 NODE_PREFIX = "node:"
+
+# What a checkpoint's tree holds besides meta.cbor: written inside the transaction (retries reuse the
+# writer's cache), returning the state entry and any extra entries (tools, audit, files).
+EntriesBuilder = Callable[[Transaction], tuple[TreeEntry, list[TreeEntry]]]
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ class Run:
     """One run of a workflow (one agent thread) in a store. Obtain it from
     :meth:`Store.create_run` or :meth:`Store.get_run`."""
 
-    def __init__(self, store: Store, run_id: str, worktree: str, workflow: str | None,
+    def __init__(self, store: StoreCore, run_id: str, worktree: str, workflow: str | None,
                  created_at: datetime, metadata: dict[str, Any] | None = None) -> None:
         self.store = store
         self.id = run_id
@@ -87,28 +92,27 @@ class Run:
         """The full ref name of a branch of this run."""
         return branch_ref(self.worktree, self.id, branch)
 
-    def _tip(self, branch: str) -> str | None:
-        return read_ref(self.store.repo, self.ref(branch))
+    def tip(self, branch: str = "main") -> str | None:
+        """The id of a branch's tip checkpoint, or ``None`` when the branch does not exist."""
+        return self.store.read_ref(self.ref(branch))
 
-    def _cas(self, branch: str, expected: str | None, new: str | None, message: str) -> None:
-        self.store._cas(self.ref(branch), expected, new, message)
+    def _move(self, branch: str, old: str | None, new: str | None, message: str) -> None:
+        """One strict compare-and-swap of a branch (fork, rollback, undo, delete, prune)."""
+        self.store.move_ref(self.ref(branch), old, new, message)
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _checkpoint(self, oid: str) -> Checkpoint:
-        return self.store._checkpoint(oid)
-
     def head(self, branch: str = "main") -> Checkpoint | None:
         """The tip checkpoint of a branch, or ``None`` if the branch has no checkpoint yet."""
-        tip = self._tip(branch)
-        return None if tip is None else self._checkpoint(tip)
+        tip = self.tip(branch)
+        return None if tip is None else self.store.read_checkpoint(tip)
 
     def history(self, branch: str = "main", limit: int | None = None) -> Iterator[Checkpoint]:
         """Checkpoints of a branch, newest first, following first parents."""
-        oid = self._tip(branch)
+        oid = self.tip(branch)
         count = 0
         while oid is not None and (limit is None or count < limit):
-            cp = self._checkpoint(oid)
+            cp = self.store.read_checkpoint(oid)
             yield cp
             count += 1
             oid = cp.parent_id
@@ -117,9 +121,9 @@ class Run:
         """Every branch of the run with its tip checkpoint."""
         prefix = run_prefix(self.worktree, self.id) + "heads/"
         out: dict[str, Checkpoint] = {}
-        for name, oid in list_refs(self.store.repo, prefix):
+        for name, oid in self.store.list_refs(prefix):
             try:
-                out[decode_component(name[len(prefix):])] = self._checkpoint(oid)
+                out[decode_component(name[len(prefix):])] = self.store.read_checkpoint(oid)
             except ValueError:
                 continue
         return out
@@ -134,7 +138,7 @@ class Run:
             if not name:
                 raise InvalidReferenceError(ref, "node name missing after 'node:'")
             branch = branch or "main"
-            if self._tip(branch) is None:
+            if self.tip(branch) is None:
                 raise BranchNotFound(self.id, branch)
             for cp in self.history(branch):
                 if cp.trigger == cpfmt.NODE_END and cp.node == name:
@@ -146,29 +150,6 @@ class Run:
         return cp
 
     # -- writing ------------------------------------------------------------------------------
-
-    def _state_entry(self, state: Any, writer: StateWriter) -> TreeEntry:
-        if isinstance(state, Mapping) and all(isinstance(k, str) for k in state):
-            return (cpfmt.STATE_TREE, writer.mapping(dict(state)), MODE_TREE)
-        return (cpfmt.STATE_LEAF, writer.leaf(state, ""), MODE_BLOB)
-
-    def _head_entries(self, branch: str) -> tuple[TreeEntry, list[TreeEntry], tuple[str, ...] | None] | None:
-        """The tip's state entry, its workspace snapshot entry (if any) and the paths that snapshot
-        is limited to (``None``: whole worktree), to carry forward."""
-        tip = self._tip(branch)
-        if tip is None:
-            return None
-        commit = read_commit(self.store.repo, tip)
-        root = commit.tree
-        files: list[TreeEntry] = []
-        scope: tuple[str, ...] | None = None
-        if cpfmt.FILES in root:
-            files = [(cpfmt.FILES, str(root[cpfmt.FILES].id), MODE_TREE)]
-            scope = cpfmt.files_paths(read_meta(self.store.repo, commit), tip)
-        for name, mode in ((cpfmt.STATE_TREE, MODE_TREE), (cpfmt.STATE_LEAF, MODE_BLOB)):
-            if name in root:
-                return (name, str(root[name].id), mode), files, scope
-        raise CorruptObjectError(tip, "checkpoint has no state")
 
     def checkpoint(
         self,
@@ -183,6 +164,7 @@ class Run:
         tools: Sequence[Any] | None = None,
         audit: Sequence[Any] | None = None,
         files: bool | Sequence[str | os.PathLike[str]] | None = None,
+        files_tree: str | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> Checkpoint:
         """Write a checkpoint of ``state`` on ``branch`` and return it.
@@ -197,62 +179,70 @@ class Run:
         honoured) as the checkpoint's ``files/`` tree; ``files=[paths]`` captures only those files
         or directories (relative to the worktree root; each must exist on disk or in the user's
         index, else :class:`UsageError`) and records them as :attr:`Checkpoint.files_paths`, so a
-        restore touches only them. Without ``files`` the checkpoint carries no workspace snapshot (it does not
-        inherit its parent's), so it cannot be restored from. ``progress``, if given, is called
-        with ``1`` per file the snapshot has to hash (for a progress display)."""
+        restore touches only them. ``files_tree`` links an existing tree (e.g. one an integration
+        built) as the snapshot instead. Without either the checkpoint carries no workspace snapshot
+        (it does not inherit its parent's), so it cannot be restored from. ``progress``, if given,
+        is called with ``1`` per file the snapshot has to hash (for a progress display)."""
         check_name("branch name", branch)
         for kind, value in (("node", node), ("trigger", trigger), ("status", status)):
             _check_label(kind, value)
-        with self.store._writing() as w:
-            state_entry = self._state_entry(state, StateWriter(w))
-            extra = self._extra_entries(w, tools, audit)
+        if files and files_tree is not None:
+            raise UsageError("give files or files_tree, not both")
+        tools_list = _optional_list("tools", tools)
+        audit_list = _optional_list("audit", audit)
+        extra: list[TreeEntry] = []
         scope: tuple[str, ...] | None = None
         if files:
             snap = self.store.workspace.snapshot(None if files is True else list(files), progress=progress)
             extra.append((cpfmt.FILES, snap.tree, MODE_TREE))
             scope = snap.paths
-        return self._commit_checkpoint(
-            state_entry, extra, branch=branch, expect=expect, node=node, trigger=trigger,
+        elif files_tree is not None:
+            if self.store.reader.header(files_tree)[0] != ObjectType.TREE:
+                raise UsageError(f"files_tree {files_tree} is not a tree")
+            extra.append((cpfmt.FILES, files_tree, MODE_TREE))
+
+        def entries(tx: Transaction) -> tuple[TreeEntry, list[TreeEntry]]:
+            more = list(extra)
+            if tools_list:
+                more.append((cpfmt.TOOLS, tx.blob(cpfmt.encode_list(tools_list, "tools")), MODE_BLOB))
+            if audit_list:
+                more.append((cpfmt.AUDIT, tx.blob(cpfmt.encode_list(audit_list, "audit")), MODE_BLOB))
+            return cpfmt.state_entry(tx.writer, state), more
+
+        return self.commit_checkpoint(
+            entries, branch=branch, expect=expect, node=node, trigger=trigger,
             status=cpfmt.normalize_status(status), metadata=metadata, files_paths=scope)
 
-    def _extra_entries(self, w: Any, tools: Sequence[Any] | None, audit: Sequence[Any] | None) -> list[TreeEntry]:
-        extra: list[TreeEntry] = []
-        sw = StateWriter(w)
-        if tools:
-            extra.append((cpfmt.TOOLS, sw.leaf(list(tools), "tools"), MODE_BLOB))
-        if audit:
-            extra.append((cpfmt.AUDIT, sw.leaf(list(audit), "audit"), MODE_BLOB))
-        return extra
-
-    def _commit_checkpoint(
+    def commit_checkpoint(
         self,
-        state_entry: TreeEntry,
-        extra: list[TreeEntry],
+        entries: EntriesBuilder,
         *,
         branch: str,
-        expect: str | None,
-        node: str | None,
-        trigger: str | None,
-        status: str | None,
-        metadata: Mapping[str, Any] | None,
+        expect: str | None = None,
+        node: str | None = None,
+        trigger: str | None = None,
+        status: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
         node_status: str | None = None,
         node_entry: str | None = None,
         files_paths: Sequence[str] | None = None,
     ) -> Checkpoint:
-        """The single write path: objects first, then one compare-and-swap of the branch ref.
-        ``files_paths`` records the paths a partial ``files/`` snapshot is limited to."""
+        """The checkpoint write every other one goes through: ``entries`` stages the state and any
+        extra tree entries, then ``meta.cbor`` and the commit, then one compare-and-swap of the
+        branch ref (strict when ``expect`` is given). ``files_paths`` records the paths a partial
+        ``files/`` snapshot is limited to."""
         store = self.store
         scope = None if files_paths is None else sorted(set(files_paths))
         if expect is not None:
             expect = self.load(expect).id
         ref = self.ref(branch)
         meta_user = dict(metadata or {})
-        deadline = time.monotonic() + store.lock_timeout
-        while True:
-            tip = read_ref(store.repo, ref)
+
+        def build(tx: Transaction) -> Checkpoint:
+            tip = store.read_ref(ref)
             if expect is not None and tip != expect:
                 raise ConflictError(ref, expect, tip)
-            step, base = (0, 0) if tip is None else store._step_base(tip)
+            step, base = (0, 0) if tip is None else store.position(tip)
             if tip is not None:
                 step += 1
             now = time.time()
@@ -264,27 +254,43 @@ class Run:
                 "files_paths": scope,
                 "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             }
-            with store._writing() as w:
-                meta_oid = w.blob(cpfmt.encode_meta(meta))
-                root = w.tree([(cpfmt.META, meta_oid, MODE_BLOB), state_entry, *extra])
-                oid = store._write_commit(w, root, [tip] if tip else [], cpfmt.message(meta), now)
-            try:
-                self._cas(branch, tip, oid, "gitstate: checkpoint " + cpfmt.subject(node, step, trigger, status))
-            except ConflictError:
-                if expect is not None:
-                    raise
-                if time.monotonic() > deadline:
-                    raise LockTimeoutError(ref, store.lock_timeout) from None
-                time.sleep(random.random() * 0.002)
-                continue
-            store._written(oid, step, base)
+            state_entry, extra = entries(tx)
+            root = tx.tree([(cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB), state_entry, *extra])
+            oid = tx.commit(root, [tip] if tip else [], cpfmt.message(meta), when=now)
+            tx.set_ref(ref, tip, oid, "gitstate: checkpoint " + cpfmt.subject(node, step, trigger, status),
+                       strict=expect is not None)
             return Checkpoint(
                 id=oid, run_id=self.id, branch=branch, node=node, step=step, trigger=trigger, status=status,
                 metadata=meta_user, created_at=datetime.fromtimestamp(now, UTC),
                 parent_ids=(tip,) if tip else (), workflow=self.workflow, node_status=node_status,
-                node_entry=node_entry, tree_id=root, base=base, _repo=store.repo,
+                node_entry=node_entry, tree_id=root, base=base, repo_path=store.location.git_dir,
                 files_paths=None if scope is None else tuple(scope),
             )
+
+        cp = store.write(build)
+        store.remember(cp)
+        return cp
+
+    def tip_entries(self, branch: str) -> tuple[TreeEntry, list[TreeEntry], tuple[str, ...] | None] | None:
+        """The tip's state entry, its workspace snapshot entry (if any) and the paths that snapshot
+        is limited to (``None``: whole worktree), to carry forward."""
+        tip = self.tip(branch)
+        if tip is None:
+            return None
+        reader = self.store.reader
+        commit = reader.commit(tip)
+        root = reader.tree(commit.tree_id)
+        files: list[TreeEntry] = []
+        scope: tuple[str, ...] | None = None
+        snapshot = root.get(cpfmt.FILES)
+        if snapshot is not None:
+            files = [(cpfmt.FILES, snapshot.id, MODE_TREE)]
+            scope = cpfmt.files_paths(read_meta(reader, commit), tip)
+        for name, mode in ((cpfmt.STATE_TREE, MODE_TREE), (cpfmt.STATE_LEAF, MODE_BLOB)):
+            found = root.get(name)
+            if found is not None:
+                return (name, found.id, mode), files, scope
+        raise CorruptObjectError(tip, "checkpoint has no state")
 
     # -- moving branches ----------------------------------------------------------------------
 
@@ -293,7 +299,7 @@ class Run:
         check_name("branch name", new_branch)
         target = self.load(ref, branch=from_branch)
         try:
-            self._cas(new_branch, None, target.id, f"gitstate: fork {new_branch} from {target.short_id}")
+            self._move(new_branch, None, target.id, f"gitstate: fork {new_branch} from {target.short_id}")
         except ConflictError:
             raise BranchExistsError(self.id, new_branch) from None
         return target
@@ -307,7 +313,7 @@ class Run:
         ``restore=True`` also restores the checkpoint's workspace snapshot (see :meth:`restore`;
         ``force`` is passed on) before the branch moves; the result is kept in
         :attr:`last_restore`. If the restore is refused, the branch does not move."""
-        tip = self._tip(branch)
+        tip = self.tip(branch)
         if tip is None:
             raise BranchNotFound(self.id, branch)
         if expect is not None and self.load(expect).id != tip:
@@ -316,8 +322,35 @@ class Run:
         if restore:
             self.last_restore = self.restore(cp, force=force, progress=progress)
         if cp.id != tip:  # rolling back to the tip moves nothing and logs nothing
-            self._cas(branch, tip, cp.id, f"gitstate: rollback to {cp.short_id} ({target})")
+            self._move(branch, tip, cp.id, f"gitstate: rollback to {cp.short_id} ({target})")
         return cp
+
+    def undo(self, branch: str = "main") -> Checkpoint | None:
+        """Revert the last move of ``branch`` recorded in its reflog (a checkpoint, rollback, fork,
+        prune, or an earlier undo) and return the new tip (``None`` if the branch is gone)."""
+        ref = self.ref(branch)
+        entries = self.store.reflog(ref)
+        current = self.store.read_ref(ref)
+        if not entries:
+            if current is None:
+                raise BranchNotFound(self.id, branch)
+            raise NothingToUndoError(ref)
+        last = entries[0]
+        if current != last.new:
+            raise ConflictError(ref, last.new, current)
+        if last.old is None:
+            assert current is not None
+            self._move(branch, current, None, "gitstate: undo branch creation")
+            return None
+        self._move(branch, current, last.old, f"gitstate: undo ({last.message})")
+        return self.store.read_checkpoint(last.old)
+
+    def delete_branch(self, branch: str) -> None:
+        """Remove a branch ref (its checkpoints stay in other branches and the object store)."""
+        tip = self.tip(branch)
+        if tip is None:
+            raise BranchNotFound(self.id, branch)
+        self._move(branch, tip, None, "gitstate: delete branch")
 
     # -- workspace ----------------------------------------------------------------------------
 
@@ -334,34 +367,73 @@ class Run:
         checkpoint are not overwritten unless ``force`` (:class:`RestoreConflictError` lists them).
         Before writing, the current worktree is saved as a checkpoint on branch
         ``restore-safety`` (:attr:`RestoreResult.safety`), so ``run.restore(result.safety)`` undoes
-        it. ``dry_run`` reports what would change and changes nothing."""
-        from gitstate.workspace.restore import restore_checkpoint
-
+        it. ``dry_run`` changes nothing and returns the plan: what would be written and removed, and
+        in :attr:`RestoreResult.unsaved` the files a real restore would refuse to overwrite."""
         cp = checkpoint if isinstance(checkpoint, Checkpoint) else self.load(checkpoint)
         if cp.run_id != self.id:
             raise CheckpointNotFound(cp.id, self.id)
-        return restore_checkpoint(self, cp, paths, dry_run, force, progress)
+        target = cp.files_tree_id
+        if target is None:
+            raise NoSnapshotError(cp.id)
+        store = self.store
+        reader = store.reader
+        restoring.validate_tree(reader, target)
+        workspace = store.workspace
+        workdir = workspace.workdir
+        prefixes = restoring.restore_scope(
+            cp, None if paths is None else [normalize_path(p, workdir) for p in paths])
+        snap = workspace.snapshot(progress=progress)  # the whole worktree: the safety checkpoint covers any scope
+        plan = restoring.make_plan(store.repo, snap.tree, target, prefixes)
+        restoring.check_blobs(reader, plan)
+        nested = [p for p in (*plan.writes, *plan.deletes) if any(restoring.matches(p, [s]) for s in snap.skipped)]
+        blocked = sorted(set(restoring.find_obstacles(workdir, plan)) | set(nested))
+        if blocked:
+            raise RestoreConflictError(blocked, "ignored files, nested repositories or directories are in the way")
+        lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
+        if lost and not dry_run:
+            raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint (use force=True)")
+        result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
+                               removed=tuple(plan.deletes), dry_run=dry_run, skipped=snap.skipped,
+                               unsaved=tuple(lost))
+        if dry_run or not (plan.writes or plan.deletes):
+            return result
+        safety = self._safety_checkpoint(snap.tree, cp)
+        restoring.apply(store.repo, store.location.common_dir, workdir, plan, progress)
+        return RestoreResult(checkpoint=cp.id, changed=result.changed, added=result.added, removed=result.removed,
+                             safety=safety.id, safety_branch=SAFETY_BRANCH, dry_run=False, skipped=snap.skipped)
 
-    def _safety_checkpoint(self, files_tree: str, target: Checkpoint,
-                           files_paths: Sequence[str] | None = None) -> Checkpoint:
-        from gitstate.workspace.restore import SAFETY_BRANCH, SAFETY_TRIGGER
+    def _saved_trees(self, user_head_tree: str | None) -> Iterator[str]:
+        """Files trees of every checkpoint of the run (each distinct tree once), then HEAD's tree."""
+        reader = self.store.reader
+        seen_commits: set[str] = set()
+        seen_trees: set[str] = set()
+        for tip in self.branches().values():
+            oid: str | None = tip.id
+            while oid is not None and oid not in seen_commits:
+                seen_commits.add(oid)
+                commit = reader.commit(oid)
+                files = reader.tree(commit.tree_id).get(cpfmt.FILES)
+                if files is not None and files.id not in seen_trees:
+                    seen_trees.add(files.id)
+                    yield files.id
+                oid = commit.parent_ids[0] if commit.parent_ids else None
+        if user_head_tree is not None and user_head_tree not in seen_trees:
+            yield user_head_tree
 
-        head = self._head_entries(target.branch)
-        if head is not None:
-            state_entry = head[0]
-        else:
-            with self.store._writing() as w:
-                state_entry = self._state_entry({}, StateWriter(w))
-        return self._commit_checkpoint(
-            state_entry, [(cpfmt.FILES, files_tree, MODE_TREE)], branch=SAFETY_BRANCH, expect=None,
-            node=None, trigger=SAFETY_TRIGGER, status=None,
-            metadata={"restore_of": target.id, "branch": target.branch}, files_paths=files_paths)
+    def _safety_checkpoint(self, files_tree: str, target: Checkpoint) -> Checkpoint:
+        tip = self.tip_entries(target.branch)
+
+        def entries(tx: Transaction) -> tuple[TreeEntry, list[TreeEntry]]:
+            state = tip[0] if tip is not None else cpfmt.state_entry(tx.writer, {})
+            return state, [(cpfmt.FILES, files_tree, MODE_TREE)]
+
+        return self.commit_checkpoint(
+            entries, branch=SAFETY_BRANCH, trigger=SAFETY_TRIGGER,
+            metadata={"restore_of": target.id, "branch": target.branch})
 
     def diff(self, a: str | Checkpoint, b: str | Checkpoint | None = None, branch: str = "main") -> Diff:
         """Changed state keys and files from checkpoint ``a`` to ``b`` (default: the tip of
         ``branch``); references may be ids, prefixes or ``node:NAME``."""
-        from gitstate.workspace.diff import diff_checkpoints
-
         first = a if isinstance(a, Checkpoint) else self.load(a, branch=branch)
         if b is None:
             head = self.head(branch)
@@ -370,40 +442,12 @@ class Run:
             second = head
         else:
             second = b if isinstance(b, Checkpoint) else self.load(b, branch=branch)
-        return diff_checkpoints(self.store.repo, first, second)
+        return self.store.diff(first, second)
 
     @property
     def files(self) -> SessionFiles:
         """The run's versioned session files (seed 004), kept apart from the workspace."""
-        from gitstate.store.sessionfiles import SessionFiles
-
-        return SessionFiles(self)
-
-    def undo(self, branch: str = "main") -> Checkpoint | None:
-        """Revert the last move of ``branch`` recorded in its reflog (a checkpoint, rollback, fork,
-        prune, or an earlier undo) and return the new tip (``None`` if the branch is gone)."""
-        ref = self.ref(branch)
-        entries = reflog(self.store.repo, ref)
-        if not entries:
-            if read_ref(self.store.repo, ref) is None:
-                raise BranchNotFound(self.id, branch)
-            raise NothingToUndoError(ref)
-        last = entries[0]
-        current = read_ref(self.store.repo, ref)
-        if current != last.new:
-            raise ConflictError(ref, last.new, current)
-        if last.old is None:
-            self._cas(branch, current, None, "gitstate: undo branch creation")
-            return None
-        self._cas(branch, current, last.old, f"gitstate: undo ({last.message})")
-        return self._checkpoint(last.old)
-
-    def delete_branch(self, branch: str) -> None:
-        """Remove a branch ref (its checkpoints stay in other branches and the object store)."""
-        tip = self._tip(branch)
-        if tip is None:
-            raise BranchNotFound(self.id, branch)
-        self._cas(branch, tip, None, "gitstate: delete branch")
+        return SessionFiles(self.store, self.id, self.worktree)
 
     # -- node boundaries ----------------------------------------------------------------------
 
@@ -443,9 +487,9 @@ class Run:
         The kept checkpoints are rewritten onto a new root (same trees, messages and times), so their
         ids change (see :attr:`PruneResult.renamed`); the branch moves by compare-and-swap and the old
         line stays in the reflog, so :meth:`undo` reverts a prune until the reflog expires."""
-        if not isinstance(keep_latest, int) or keep_latest < 1:
+        if not isinstance(keep_latest, int) or isinstance(keep_latest, bool) or keep_latest < 1:
             raise UsageError("keep_latest must be a positive integer")
-        tip = self._tip(branch)
+        tip = self.tip(branch)
         if tip is None:
             raise BranchNotFound(self.id, branch)
         chain = list(self.history(branch, limit=keep_latest + 1))
@@ -454,30 +498,39 @@ class Run:
         removed = sum(1 for _ in self.history(branch)) - keep_latest
         kept = list(reversed(chain[:keep_latest]))
         store = self.store
-        renamed: dict[str, str] = {}
-        parent: str | None = None
-        base = kept[0].step
-        with store._writing() as w:
+        reader = store.reader
+        ref = self.ref(branch)
+
+        def build(tx: Transaction) -> dict[str, str]:
+            renamed: dict[str, str] = {}
+            parent: str | None = None
+            base = kept[0].step
             for cp in kept:
-                commit = read_commit(store.repo, cp.id)
-                meta = read_meta(store.repo, commit)
+                commit = reader.commit(cp.id)
+                meta = read_meta(reader, commit)
                 meta["base"] = base or None
                 if meta.get("node_entry") in renamed:
                     meta["node_entry"] = renamed[meta["node_entry"]]
-                root = commit.tree
                 entries: list[TreeEntry] = [
-                    (e.name or "", str(e.id), e.filemode) for e in root if e.name != cpfmt.META]
-                entries.append((cpfmt.META, w.blob(cpfmt.encode_meta(meta)), MODE_BLOB))
-                new_root = w.tree(entries)
+                    (e.name, e.id, e.filemode) for e in reader.tree(commit.tree_id) if e.name != cpfmt.META]
+                entries.append((cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB))
                 message = commit.message
                 if meta.get("node_entry") and meta["node_entry"] != commit_meta_entry(commit.message):
                     message = _replace_trailer(message, "Node-Entry", meta["node_entry"])
-                parent = store._write_commit(w, new_root, [parent] if parent else [], message,
-                                             commit.commit_time, author=commit.author, committer=commit.committer)
+                parent = _recommit(tx, commit, tx.tree(entries), [parent] if parent else [], message)
                 renamed[cp.id] = parent
-        assert parent is not None
-        self._cas(branch, tip, parent, f"gitstate: prune to the {keep_latest} newest checkpoints")
+            assert parent is not None
+            tx.set_ref(ref, tip, parent, f"gitstate: prune to the {keep_latest} newest checkpoints", strict=True)
+            return renamed
+
+        renamed = store.write(build)
+        store.forget_objects()
         return PruneResult(kept=keep_latest, removed=removed, renamed=renamed)
+
+
+def _recommit(tx: Transaction, commit: CommitData, tree: str, parents: list[str], message: str) -> str:
+    """A copy of ``commit`` with another tree, parents and message (same author and committer)."""
+    return tx.commit(tree, parents, message, author=commit.author, committer=commit.committer)
 
 
 class NodeScope:
@@ -494,24 +547,27 @@ class NodeScope:
         self.entry: Checkpoint | None = None
         self.exit: Checkpoint | None = None
 
-    def _current(self, state: Any = None) -> tuple[TreeEntry, list[TreeEntry], tuple[str, ...] | None]:
+    def _current(self, state: Any = None) -> tuple[EntriesBuilder, tuple[str, ...] | None]:
         """State and files entries for a boundary checkpoint (the tip's, unless given/captured),
         and the paths the files snapshot is limited to."""
-        head = self.run._head_entries(self.branch)
-        state_entry, files, scope = head if head is not None else (None, [], None)
-        if state is not None or state_entry is None:
-            with self.run.store._writing() as w:
-                state_entry = self.run._state_entry({} if state is None else state, StateWriter(w))
+        head = self.run.tip_entries(self.branch)
+        tip_state, files, scope = head if head is not None else (None, [], None)
         if self._files:
             snap = self.run.store.workspace.snapshot(None if self._files is True else list(self._files))
             files, scope = [(cpfmt.FILES, snap.tree, MODE_TREE)], snap.paths
-        return state_entry, files, scope
+
+        def entries(tx: Transaction) -> tuple[TreeEntry, list[TreeEntry]]:
+            if state is not None or tip_state is None:
+                return cpfmt.state_entry(tx.writer, {} if state is None else state), files
+            return tip_state, files
+
+        return entries, scope
 
     def __enter__(self) -> NodeScope:
-        state_entry, files, scope = self._current(self._state)
-        self.entry = self.run._commit_checkpoint(
-            state_entry, files, branch=self.branch, expect=None, node=self.name, trigger=cpfmt.NODE_START,
-            status=None, metadata=self._metadata, node_status="running", files_paths=scope)
+        entries, scope = self._current(self._state)
+        self.entry = self.run.commit_checkpoint(
+            entries, branch=self.branch, node=self.name, trigger=cpfmt.NODE_START,
+            metadata=self._metadata, node_status="running", files_paths=scope)
         return self
 
     def checkpoint(self, state: Any, **kwargs: Any) -> Checkpoint:
@@ -527,10 +583,9 @@ class NodeScope:
         metadata = dict(self._metadata)
         if failed:
             metadata["error"] = f"{exc_type.__name__ if exc_type else 'Error'}: {exc}"
-        state_entry, files, scope = self._current()
-        self.exit = self.run._commit_checkpoint(
-            state_entry, files, branch=self.branch, expect=None, node=self.name,
-            trigger=cpfmt.NODE_END, status=None, metadata=metadata,
+        entries, scope = self._current()
+        self.exit = self.run.commit_checkpoint(
+            entries, branch=self.branch, node=self.name, trigger=cpfmt.NODE_END, metadata=metadata,
             node_status="failed" if failed else "completed", node_entry=self.entry.id, files_paths=scope)
         return False
 
@@ -559,21 +614,10 @@ def _check_label(kind: str, value: object) -> None:
         raise UsageError(f"{kind} must be a string or None, not {type(value).__name__}")
 
 
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text.lower())
+def _optional_list(kind: str, value: Sequence[Any] | None) -> list[Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, str | bytes | Mapping):
+        raise UsageError(f"{kind} must be a list, not {type(value).__name__}")
+    return list(value)
 
-
-def expand_id(repo: pygit2.Repository, ref: str) -> str:
-    """Expand a full id or unique prefix (4+ hex digits) to a full commit id."""
-    if len(ref) < 4 or len(ref) > 40 or not _is_hex(ref):
-        raise InvalidReferenceError(
-            ref, "expected a checkpoint id, a unique prefix of 4+ hex digits, or node:NAME")
-    try:
-        oid = str(repo.expand_id(ref.lower()))
-    except KeyError:
-        raise CheckpointNotFound(ref) from None
-    except (ValueError, pygit2.GitError) as exc:
-        if "ambiguous" in str(exc).lower():
-            raise AmbiguousReferenceError(ref) from None
-        raise CheckpointNotFound(ref) from None
-    return oid

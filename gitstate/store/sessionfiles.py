@@ -17,33 +17,32 @@ take that name, and the versions in it still say where they were written (``File
 from __future__ import annotations
 
 import hashlib
-import random
 import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pygit2
+from pygit2.enums import ObjectType
 
 from gitstate.errors import (
     ConflictError,
     CorruptObjectError,
     GitStateError,
-    LockTimeoutError,
     SessionFileNotFound,
     UsageError,
 )
 from gitstate.format import encoding
-from gitstate.format.checkpoint import FORMAT_VERSION, _trailer, check_format, parse_time, read_commit
+from gitstate.format.checkpoint import FORMAT_VERSION, check_format, parse_time, trailer_value
 from gitstate.format.names import MAX_COMPONENT, decode_component, encode_component, run_prefix
 from gitstate.format.statetree import StateReader
-from gitstate.git.objects import MODE_BLOB, check_loose
+from gitstate.git.objects import MODE_BLOB
+from gitstate.git.reader import ObjectReader, Signature
 from gitstate.git.refs import list_refs, read_ref
-
-if TYPE_CHECKING:
-    from gitstate.store.run import Run
+from gitstate.store.base import StoreCore
+from gitstate.store.transaction import Transaction
 
 FILE_KIND = "gitstate/session-file"
 META = "meta.cbor"
@@ -89,18 +88,14 @@ def _hashed(path: str) -> str:
     return "%%" + hashlib.sha1(path.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()
 
 
-def read_meta(repo: pygit2.Repository, oid: str) -> dict[str, Any]:
+def read_meta(reader: ObjectReader, oid: str) -> dict[str, Any]:
     """Decode and check the ``meta.cbor`` of one session-file version commit
     (:class:`CorruptObjectError` / :class:`UnsupportedFormatError` when it is not a sound one)."""
-    commit = read_commit(repo, oid)
-    damage = check_loose(repo, str(commit.tree_id))
-    if damage:
-        raise CorruptObjectError(oid, f"its tree: {damage}")
-    try:
-        entry = commit.tree[META]
-    except (KeyError, pygit2.GitError):
-        raise CorruptObjectError(oid, f"session file version has no {META}") from None
-    meta = StateReader(repo).blob_value(entry.id)
+    commit = reader.commit(oid)
+    entry = reader.tree(commit.tree_id).get(META)
+    if entry is None or entry.type_str != "blob":
+        raise CorruptObjectError(oid, f"session file version has no {META}")
+    meta = StateReader(reader).blob_value(entry.id)
     if not isinstance(meta, dict):
         raise CorruptObjectError(oid, f"{META} is not a map")
     check_format(meta, FILE_KIND, oid)
@@ -110,7 +105,7 @@ def read_meta(repo: pygit2.Repository, oid: str) -> dict[str, Any]:
     return meta
 
 
-def check_chain(repo: pygit2.Repository, tip: str) -> Iterator[tuple[str, str]]:
+def check_chain(reader: ObjectReader, tip: str) -> Iterator[tuple[str, str]]:
     """Every problem of the version chain from ``tip`` as ``(oid, message)``: unreadable commits or
     metadata, unknown formats, versions not consecutive down to 1, ``content`` missing or not a
     blob. The contents are never loaded (a loose one is streamed once to check it inflates)."""
@@ -118,26 +113,29 @@ def check_chain(repo: pygit2.Repository, tip: str) -> Iterator[tuple[str, str]]:
     expected: int | None = None
     while oid is not None:
         try:
-            meta = read_meta(repo, oid)
-            commit = read_commit(repo, oid)
+            meta = read_meta(reader, oid)
+            commit = reader.commit(oid)
+            entry = reader.tree(commit.tree_id).get(CONTENT)
         except GitStateError as exc:
             yield oid, str(exc)
             return
         version = meta["version"]
         if expected is not None and version != expected:
             yield oid, f"version {version} follows version {expected + 1} (versions must be consecutive)"
-        entry = commit.tree[CONTENT] if CONTENT in commit.tree else None
         if entry is None or entry.type_str != "blob":
             yield oid, f"session file version has no {CONTENT} blob"
-        elif not repo.odb.exists(entry.id):
-            yield oid, f"{CONTENT} blob {str(entry.id)[:12]} is missing"
-        elif damage := check_loose(repo, str(entry.id)):
-            yield oid, f"{CONTENT} blob {str(entry.id)[:12]}: {damage}"
+        else:
+            try:
+                kind, _size = reader.header(entry.id)
+                if kind != ObjectType.BLOB:
+                    yield oid, f"{CONTENT} {entry.id[:12]} is not a blob"
+            except CorruptObjectError as exc:
+                yield oid, f"{CONTENT} blob {entry.id[:12]}: {exc.reason}"
         parents = commit.parent_ids
         if not parents and version != 1:
             yield oid, f"the first version is {version}, not 1"
         expected = version - 1
-        oid = str(parents[0]) if parents else None
+        oid = parents[0] if parents else None
 
 
 def copy_ref(repo: pygit2.Repository, ref: str, label: str, n: int = 1) -> tuple[str, str]:
@@ -149,7 +147,7 @@ def copy_ref(repo: pygit2.Repository, ref: str, label: str, n: int = 1) -> tuple
     suffix = f"@{label}" + (f"-{n}" if n > 1 else "")
     if _HASHED.fullmatch(component):
         tip = read_ref(repo, ref)
-        path = read_meta(repo, tip)["path"] if tip else component
+        path = read_meta(ObjectReader(repo), tip)["path"] if tip else component
     else:
         path = decode_component(component)
         if len(encode_component(path + suffix)) <= MAX_COMPONENT:
@@ -203,16 +201,16 @@ def _message(path: str, version: int, author: str, run_id: str, reason: str) -> 
     trailers = [("Path", path), ("Version", version), ("Author", author), ("Run", run_id),
                 ("Gitstate-Format", FORMAT_VERSION)]
     text = lines[0] + "\n\n" + (body + "\n\n" if body else "")
-    return text + "".join(f"{k}: {_trailer(v)}\n" for k, v in trailers)
+    return text + "".join(f"{k}: {trailer_value(v)}\n" for k, v in trailers)
 
 
 class SessionFiles:
     """The session files of one run (``run.files``)."""
 
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self.store = run.store
-        self.prefix = run_prefix(run.worktree, run.id) + "files/"
+    def __init__(self, store: StoreCore, run_id: str, worktree: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.prefix = run_prefix(worktree, run_id) + "files/"
 
     def ref(self, path: str) -> str:
         """The ref holding the latest version of ``path``."""
@@ -229,7 +227,7 @@ class SessionFiles:
     # -- reading --------------------------------------------------------------------------------
 
     def _meta(self, oid: str) -> dict[str, Any]:
-        return read_meta(self.store.repo, oid)
+        return read_meta(self.store.reader, oid)
 
     def _version(self, oid: str, meta: dict[str, Any] | None = None) -> FileVersion:
         meta = meta or self._meta(oid)
@@ -244,8 +242,8 @@ class SessionFiles:
         while oid is not None:
             meta = self._meta(oid)
             yield oid, meta
-            parents = read_commit(self.store.repo, oid).parent_ids
-            oid = str(parents[0]) if parents else None
+            parents = self.store.reader.commit(oid).parent_ids
+            oid = parents[0] if parents else None
 
     def latest(self, path: str) -> FileVersion | None:
         """The latest version of ``path``, or ``None`` if it was never written."""
@@ -258,12 +256,11 @@ class SessionFiles:
             _check_count("version", version, minimum=1)
         for oid, meta in self._chain(path):
             if version is None or meta["version"] == version:
-                tree = read_commit(self.store.repo, oid).tree
-                try:
-                    blob = tree[CONTENT]
-                except KeyError:
-                    raise CorruptObjectError(oid, f"session file version has no {CONTENT}") from None
-                return bytes(self.store.repo.odb.read(blob.id)[1])
+                reader = self.store.reader
+                blob = reader.tree(reader.commit(oid).tree_id).get(CONTENT)
+                if blob is None:
+                    raise CorruptObjectError(oid, f"session file version has no {CONTENT}")
+                return reader.blob(blob.id)
             if meta["version"] < version:
                 break
         raise SessionFileNotFound(path, version)
@@ -322,37 +319,34 @@ class SessionFiles:
         ref = self.ref(path)
         store = self.store
         name = _clean(author) or "unknown"
-        with store._writing() as w:
-            blob = w.blob(data)
-        deadline = time.monotonic() + store.lock_timeout
-        while True:
-            tip = read_ref(store.repo, ref)
+
+        def build(tx: Transaction) -> FileVersion:
+            blob = tx.blob(data)
+            tip = store.read_ref(ref)
             current = 0 if tip is None else int(self._meta(tip)["version"])
             if expect_version is not None and current != expect_version:
                 raise ConflictError(ref, str(expect_version), str(current), what="session file version")
             version = current + 1
             now = time.time()
             created = datetime.fromtimestamp(now, UTC)
-            meta = {"format": FILE_KIND, "v": FORMAT_VERSION, "run": self.run.id, "path": path,
+            meta = {"format": FILE_KIND, "v": FORMAT_VERSION, "run": self.run_id, "path": path,
                     "version": version, "author": author, "reason": reason, "size": len(data),
                     "created_at": created.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
-            message = _message(path, version, name, self.run.id, reason)
-            sig = pygit2.Signature(name, store._identity[1], int(now), 0)
-            with store._writing() as w:
-                meta_blob = w.blob(encoding.dumps(meta, "session file"))
-                tree = w.tree([(META, meta_blob, MODE_BLOB), (CONTENT, blob, MODE_BLOB)])
-                oid = store._write_commit(w, tree, [tip] if tip else [], message, now, author=sig,
-                                          committer=pygit2.Signature(*store._identity, int(now), 0))
-            try:
-                store._cas(ref, tip, oid, f"gitstate: session file {path} version {version}")
-            except ConflictError:
-                if expect_version is not None:
-                    actual = read_ref(store.repo, ref)
-                    found = "0" if actual is None else str(self._meta(actual)["version"])
-                    raise ConflictError(ref, str(expect_version), found, what="session file version") from None
-                if time.monotonic() > deadline:
-                    raise LockTimeoutError(ref, store.lock_timeout) from None
-                time.sleep(random.random() * 0.005)
-                continue
-            store._journal_pending()
+            message = _message(path, version, name, self.run_id, reason)
+            tree = tx.tree([(META, tx.blob(encoding.dumps(meta, "session file")), MODE_BLOB),
+                            (CONTENT, blob, MODE_BLOB)])
+            oid = tx.commit(tree, [tip] if tip else [], message, when=now,
+                            author=Signature(name, store.identity[1], int(now), 0))
+            tx.set_ref(ref, tip, oid, f"gitstate: session file {path} version {version}",
+                       strict=expect_version is not None)
             return FileVersion(path, version, author, reason, created, len(data), oid)
+
+        try:
+            return store.write(build)
+        except ConflictError as exc:
+            if expect_version is None or exc.what != "ref":
+                raise
+            actual = store.read_ref(ref)
+            found = "0" if actual is None else str(self._meta(actual)["version"])
+            raise ConflictError(ref, str(expect_version), found, what="session file version") from None
+

@@ -5,24 +5,18 @@ housekeeping). A store may be used from several threads: each thread gets its ow
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import os
 import secrets
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import pygit2
-from pygit2.enums import ObjectType
 
 from gitstate.errors import (
-    CheckpointNotFound,
     ConflictError,
     CorruptObjectError,
     GitStateError,
@@ -32,30 +26,17 @@ from gitstate.errors import (
 )
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import encoding
-from gitstate.format.checkpoint import Checkpoint, check_format, parse_time, read_commit
+from gitstate.format.checkpoint import Checkpoint, check_format, parse_time
 from gitstate.format.names import NAMESPACE, check_name, parse_ref, run_info_ref, run_prefix, worktree_prefix
 from gitstate.format.statetree import StateReader
-from gitstate.git import housekeeping
-from gitstate.git.location import Location, locate, open_repository
-from gitstate.git.objects import MODE_BLOB, ObjectWriter
-from gitstate.git.refs import (
-    DEFAULT_LOCK_TIMEOUT,
-    DEFAULT_STALE_LOCK_AGE,
-    compare_and_swap,
-    list_refs,
-    read_ref,
-)
-from gitstate.store.run import Run, expand_id
-from gitstate.sync import bundle as bundle_mod
-from gitstate.sync import hooks as hooks_mod
-from gitstate.sync import remote as remote_mod
+from gitstate.git.location import open_repository
+from gitstate.git.objects import MODE_BLOB
+from gitstate.git.refs import list_refs, read_ref
+from gitstate.store.base import StoreCore
+from gitstate.store.run import Run
+from gitstate.store.transaction import Transaction
 
-if TYPE_CHECKING:
-    from gitstate.workspace.diff import Diff
-    from gitstate.workspace.snapshot import Workspace
-
-_FALLBACK_NAME = "gitstate"
-_FALLBACK_EMAIL = "gitstate@localhost"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -139,164 +120,8 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-class Store:
+class Store(StoreCore):
     """The checkpoint store of one repository and worktree. Use :func:`open_store`."""
-
-    def __init__(self, repo: pygit2.Repository, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-                 stale_lock_age: float = DEFAULT_STALE_LOCK_AGE, pack_in_background: bool = True,
-                 fsync: bool | None = None) -> None:
-        self.location: Location = locate(repo)
-        # Durable objects when asked, or when the repository asks git for them.
-        self.fsync = _config_true(repo, "core.fsyncObjectFiles") if fsync is None else fsync
-        self.lock_timeout = lock_timeout
-        self.stale_lock_age = stale_lock_age
-        self._owner_thread = threading.get_ident()
-        self._main_repo = repo
-        self._local = threading.local()
-        self._step_cache: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        self._cp_cache: dict[str, Checkpoint] = {}
-        self._identity = self._read_identity(repo)
-        self._workspace: Workspace | None = None
-        # Packing of loose objects (housekeeping) runs in a worker thread instead of inside the
-        # write that crossed the threshold, so no single write pays for it (False: inline).
-        self.pack_in_background = pack_in_background
-        self._packer: threading.Thread | None = None
-
-    # -- plumbing shared by runs --------------------------------------------------------------
-
-    @property
-    def repo(self) -> pygit2.Repository:
-        """This thread's ``pygit2.Repository`` for the store."""
-        if threading.get_ident() == self._owner_thread:
-            return self._main_repo
-        repo = getattr(self._local, "repo", None)
-        if repo is None:
-            repo = pygit2.Repository(self.location.git_dir)
-            self._local.repo = repo
-        return repo
-
-    @property
-    def worktree(self) -> str:
-        """The worktree key used in this store's ref names (``main`` or ``wt-<id>``)."""
-        return self.location.worktree
-
-    @property
-    def path(self) -> str:
-        """The work tree of the store's repository (the git dir for a bare repository)."""
-        return self.location.workdir or self.location.git_dir
-
-    @property
-    def workspace(self) -> Workspace:
-        """Snapshots of this store's worktree through its private index (see :mod:`gitstate.workspace`)."""
-        if self._workspace is None:
-            from gitstate.workspace.snapshot import Workspace
-
-            self._workspace = Workspace(self)
-        return self._workspace
-
-    def _writer(self) -> ObjectWriter:
-        writer = getattr(self._local, "writer", None)
-        if writer is None or writer.repo is not self.repo:
-            pending: list[str] = []
-            writer = ObjectWriter(self.repo, on_write=pending.append, fsync=self.fsync)
-            self._local.writer = writer
-            self._local.pending = pending
-        return writer
-
-    @contextmanager
-    def _writing(self) -> Iterator[ObjectWriter]:
-        """The thread's object writer (objects it writes are journaled for housekeeping)."""
-        yield self._writer()
-
-    def _written(self, oid: str, step: int, base: int) -> None:
-        """After a successful ref move: remember the commit, journal the new loose objects."""
-        self._remember_step(oid, step, base)
-        self._journal_pending()
-
-    def _journal_pending(self) -> None:
-        """Journal the loose objects this thread wrote since the last call (for housekeeping)."""
-        pending: list[str] = getattr(self._local, "pending", [])
-        if pending:
-            size = housekeeping.record(self.location.common_dir, pending)
-            pending.clear()
-            if self.pack_in_background and size >= housekeeping.PACK_THRESHOLD:
-                self._pack_soon()
-            else:
-                housekeeping.maybe_pack(self.repo, self.location.common_dir, size)
-
-    def _pack_soon(self) -> None:
-        """Start a (non-daemon, so never cut off at exit) packing thread unless one is running."""
-        if self._packer is not None and self._packer.is_alive():
-            return
-        self._packer = threading.Thread(target=self.pack, name="gitstate-pack")
-        self._packer.start()
-
-    def pack(self) -> int:
-        """Pack gitstate's loose objects now; returns how many were packed."""
-        return housekeeping.pack_loose(self.repo, self.location.common_dir)
-
-    def _read_identity(self, repo: pygit2.Repository) -> tuple[str, str]:
-        """Who writes checkpoints: ``GIT_COMMITTER_NAME``/``EMAIL``, else the repository's
-        ``user.name``/``user.email``, else ``gitstate <gitstate@localhost>`` (as git would, but
-        never failing for lack of an identity)."""
-        name = os.environ.get("GIT_COMMITTER_NAME", "")
-        email = os.environ.get("GIT_COMMITTER_EMAIL", "")
-        try:
-            config = repo.config
-            if not name and "user.name" in config:
-                name = str(config["user.name"])
-            if not email and "user.email" in config:
-                email = str(config["user.email"])
-        except (pygit2.GitError, KeyError, ValueError):
-            pass
-        name = name.replace("<", "").replace(">", "").replace("\n", " ").strip() or _FALLBACK_NAME
-        email = email.replace("<", "").replace(">", "").replace("\n", "").strip() or _FALLBACK_EMAIL
-        return name, email
-
-    def _write_commit(self, w: ObjectWriter, tree: str, parents: list[str], message: str, when: float,
-                      author: pygit2.Signature | None = None, committer: pygit2.Signature | None = None) -> str:
-        """Write a commit object (bytes built here, as git would) without touching any ref."""
-        def sig(s: pygit2.Signature | None) -> str:
-            if s is not None:
-                sign = "-" if s.offset < 0 else "+"
-                off = abs(s.offset)
-                return f"{s.name} <{s.email}> {s.time} {sign}{off // 60:02d}{off % 60:02d}"
-            return f"{self._identity[0]} <{self._identity[1]}> {int(when)} +0000"
-        lines = [f"tree {tree}"] + [f"parent {p}" for p in parents]
-        lines += [f"author {sig(author)}", f"committer {sig(committer or author)}", "", message]
-        return w.write(ObjectType.COMMIT, "\n".join(lines).encode("utf-8"))
-
-    def _cas(self, ref: str, expected: str | None, new: str | None, message: str) -> None:
-        compare_and_swap(self.repo, self.location.common_dir, ref, expected, new, message,
-                         lock_timeout=self.lock_timeout, stale_lock_age=self.stale_lock_age)
-
-    def _remember_step(self, oid: str, step: int, base: int) -> None:
-        cache = self._step_cache
-        cache[oid] = (step, base)
-        if len(cache) > 4096:
-            cache.popitem(last=False)
-
-    def _step_base(self, oid: str) -> tuple[int, int]:
-        hit = self._step_cache.get(oid)
-        if hit is None:
-            cp = self._checkpoint(oid)
-            hit = (cp.step, cp.base)
-            self._remember_step(oid, *hit)
-        return hit
-
-    def _checkpoint(self, oid: str) -> Checkpoint:
-        """The checkpoint of a commit. Commits never change, so the decoded view is kept (bounded)
-        and handed out as a copy: fresh metadata, and this thread's repository handle."""
-        hit = self._cp_cache.get(oid)
-        if hit is None:
-            hit = Checkpoint.from_commit(self.repo, read_commit(self.repo, oid))
-            if len(self._cp_cache) >= 8192:
-                self._cp_cache.clear()
-            self._cp_cache[oid] = hit
-        return dataclasses.replace(hit, metadata=copy.deepcopy(hit.metadata), _repo=self.repo)
-
-    def _expand(self, ref: str) -> str:
-        return expand_id(self.repo, ref)
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -313,27 +138,30 @@ class Store:
             "worktree": self.worktree, "created_at": created.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "metadata": metadata or None,
         }
-        with self._writing() as w:
-            blob = w.blob(cpfmt.encode_meta(record))
-            tree = w.tree([(cpfmt.RUN_RECORD, blob, MODE_BLOB)])
+        ref = run_info_ref(self.worktree, run_id)
+
+        def build(tx: Transaction) -> str:
+            tree = tx.tree([(cpfmt.RUN_RECORD, tx.blob(cpfmt.encode_meta(record)), MODE_BLOB)])
             subject = f"run {run_id}" + (f" · {workflow}" if workflow else "")
             msg = f"{subject}\n\nRun: {run_id}\n" + (f"Workflow: {workflow}\n" if workflow else "")
             msg += f"Gitstate-Format: {cpfmt.FORMAT_VERSION}\n"
-            oid = self._write_commit(w, tree, [], msg, now)
+            oid = tx.commit(tree, [], msg, when=now)
+            tx.set_ref(ref, None, oid, f"gitstate: create run {run_id}", strict=True)
+            return oid
+
         try:
-            self._cas(run_info_ref(self.worktree, run_id), None, oid, f"gitstate: create run {run_id}")
+            self.write(build)
         except ConflictError:
             raise RunExistsError(run_id) from None
-        self._written(oid, 0, 0)
         return Run(self, run_id, self.worktree, workflow, created, metadata or {})
 
-    def _read_record(self, oid: str) -> dict[str, Any]:
-        commit = read_commit(self.repo, oid)
-        try:
-            entry = commit.tree[cpfmt.RUN_RECORD]
-        except KeyError:
-            raise CorruptObjectError(oid, f"run record has no {cpfmt.RUN_RECORD}") from None
-        record = StateReader(self.repo).blob_value(entry.id)
+    def read_run_record(self, oid: str) -> dict[str, Any]:
+        """The decoded run record (``run.cbor``) of a run-record commit."""
+        reader = self.reader
+        entry = reader.tree(reader.commit(oid).tree_id).get(cpfmt.RUN_RECORD)
+        if entry is None or entry.type_str != "blob":
+            raise CorruptObjectError(oid, f"run record has no {cpfmt.RUN_RECORD}")
+        record = StateReader(reader).blob_value(entry.id)
         if not isinstance(record, dict):
             raise CorruptObjectError(oid, "run record is not a map")
         check_format(record, cpfmt.RUN_KIND, oid)
@@ -346,7 +174,7 @@ class Store:
         oid = read_ref(self.repo, run_info_ref(worktree, run_id))
         if oid is None:
             raise RunNotFound(run_id, worktree)
-        record = self._read_record(oid)
+        record = self.read_run_record(oid)
         metadata = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
         return Run(self, run_id, worktree, record.get("workflow"), parse_time(record.get("created_at")), metadata)
 
@@ -377,12 +205,17 @@ class Store:
         """Delete every ref of a run (each by compare-and-swap). Its objects become unreachable and
         are left to ``git gc``."""
         check_name("run id", run_id)
-        refs = list_refs(self.repo, run_prefix(self.worktree, run_id))
-        if not refs:
+        found = list_refs(self.repo, run_prefix(self.worktree, run_id))
+        if not found:
             raise RunNotFound(run_id, self.worktree)
-        # branches first, the run record last: an interrupted delete leaves a run that still lists
-        for name, oid in sorted(refs, key=lambda r: r[0].endswith("/run")):
-            self._cas(name, oid, None, f"gitstate: delete run {run_id}")
+
+        def build(tx: Transaction) -> None:
+            # branches first, the run record last: an interrupted delete leaves a run that still lists
+            for name, oid in sorted(found, key=lambda r: r[0].endswith("/run")):
+                tx.delete_ref(name, oid, f"gitstate: delete run {run_id}", strict=True)
+
+        self.write(build)
+        self.forget_objects()
 
     def list_runs(self, all_worktrees: bool = False) -> list[RunSummary]:
         """Summaries of the runs of this worktree (or of all), most recently updated first. A run
@@ -455,10 +288,10 @@ class Store:
         try:
             if record_oid is None:
                 raise CorruptObjectError(run_info_ref(worktree, run_id), "run has branches but no run record")
-            record = self._read_record(record_oid)
+            record = self.read_run_record(record_oid)
             workflow = record.get("workflow")
             created = parse_time(record.get("created_at"))
-            tips = {name: self._checkpoint(oid) for name, oid in heads.items()}
+            tips = {name: self.read_checkpoint(oid) for name, oid in heads.items()}
             for tip in tips.values():
                 self._check_payload_objects(tip)
         except GitStateError as exc:
@@ -476,14 +309,14 @@ class Store:
     def _check_payload_objects(self, cp: Checkpoint) -> None:
         """Read (without decoding) every object of a checkpoint's tree but its workspace snapshot,
         so a missing or damaged state blob is found; libgit2 verifies each object's hash."""
-        reader = StateReader(self.repo)
+        reader = self.reader
         todo = [e for e in reader.tree(cp.tree_id) if e.name != cpfmt.FILES]
         while todo:
             entry = todo.pop()
             if entry.type_str == "tree":
                 todo.extend(reader.tree(entry.id))
             elif entry.type_str == "blob":
-                reader.raw_blob(entry.id)
+                reader.header(entry.id)
 
     def latest_run(self) -> Run | None:
         """The most recently updated readable run of this worktree, or ``None``."""
@@ -497,48 +330,6 @@ class Store:
         for summary in self.list_runs():
             if summary.error is None:
                 yield self.get_run(summary.id)
-
-    # -- sharing (gitstate.remote, gitstate.bundle, gitstate.hooks) -----------------------------
-
-    def push(self, remote: str = "origin", runs: Iterable[str] | None = None, *, all_worktrees: bool = False,
-             prune: bool = False) -> list[remote_mod.PushResult]:
-        """Push runs to a git remote, fast-forward only; see :func:`gitstate.remote.push`."""
-        return remote_mod.push(self, remote, runs, all_worktrees=all_worktrees, prune=prune)
-
-    def pull(self, remote: str = "origin", runs: Iterable[str] | None = None, *,
-             all_worktrees: bool = False) -> list[remote_mod.PullResult]:
-        """Pull runs from a git remote without overwriting; see :func:`gitstate.remote.pull`."""
-        return remote_mod.pull(self, remote, runs, all_worktrees=all_worktrees)
-
-    def export_bundle(self, runs: Iterable[str] | None, output: str | os.PathLike[str]) -> list[str]:
-        """Write a git bundle of runs; see :func:`gitstate.bundle.export`."""
-        return bundle_mod.export(self, runs, output)
-
-    def import_bundle(self, file: str | os.PathLike[str]) -> list[remote_mod.PullResult]:
-        """Import the runs of a git bundle; see :func:`gitstate.bundle.import_bundle`."""
-        return bundle_mod.import_bundle(self, file)
-
-    def install_hooks(self) -> hooks_mod.HookInstall:
-        """Install the pre-push leak guard; see :func:`gitstate.hooks.install_hooks`."""
-        return hooks_mod.install_hooks(self)
-
-    def checkpoint(self, ref: str) -> Checkpoint:
-        """Any checkpoint of the store by full id or unique prefix (:class:`CheckpointNotFound` when
-        the id names nothing, or an object that is not a gitstate checkpoint)."""
-        oid = self._expand(ref)
-        obj = self.repo.get(oid)
-        if not isinstance(obj, pygit2.Commit) or cpfmt.META not in obj.tree:
-            raise CheckpointNotFound(ref)
-        return Checkpoint.from_commit(self.repo, obj)
-
-    def diff(self, a: str | Checkpoint, b: str | Checkpoint) -> Diff:
-        """Changed state keys and workspace files from checkpoint ``a`` to ``b`` (ids or prefixes,
-        possibly of different runs)."""
-        from gitstate.workspace.diff import diff_checkpoints
-
-        first = a if isinstance(a, Checkpoint) else self.checkpoint(a)
-        second = b if isinstance(b, Checkpoint) else self.checkpoint(b)
-        return diff_checkpoints(self.repo, first, second)
 
     def close(self) -> None:
         """Release the repository handles (the store must not be used afterwards)."""

@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from gitstate.errors import RemoteError, RunNotFound, UsageError
 from gitstate.format.names import NAMESPACE, run_prefix, worktree_prefix
 from gitstate.git.refs import list_refs
+from gitstate.store.store import Store
 from gitstate.sync.remote import PullResult, fetch_and_merge, run_git
-
-if TYPE_CHECKING:
-    from gitstate.store.store import Store
 
 BUNDLE_LABEL = "bundle"
 
 
-def export(store: Store, runs: Iterable[str] | None, output: str | os.PathLike[str]) -> list[str]:
+def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.PathLike[str]) -> list[str]:
     """Write a git bundle of the runs' refs (all runs of the worktree when ``runs`` is empty) to
     ``output`` and return the ref names it holds. Raises :class:`RunNotFound` for an unknown run."""
     run_list = list(runs or [])

@@ -19,12 +19,10 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gitstate.errors import HookInstallError, PushNotAllowedError
-
-if TYPE_CHECKING:
-    from gitstate.store.store import Store
+from gitstate.git import command
+from gitstate.store.store import Store
 
 CONFIG_KEY = "agentos.pushRemotes"
 HOOK_NAME = "pre-push"
@@ -85,15 +83,9 @@ class HookInstall:
     chained: str | None = None
 
 
-def git_env(store: Store) -> dict[str, str]:
-    """The environment for a git command on the store's repository (its git dir and work tree)."""
-    env = dict(os.environ)
-    env["GIT_DIR"] = store.location.git_dir
-    if store.location.workdir:
-        env["GIT_WORK_TREE"] = store.location.workdir
-    else:
-        env.pop("GIT_WORK_TREE", None)
-    return env
+def _git(store: Store, *args: str) -> subprocess.CompletedProcess[str]:
+    loc = store.location
+    return command.run_git(loc.git_dir, args, cwd=git_cwd(store), work_tree=loc.workdir)
 
 
 def git_cwd(store: Store) -> str:
@@ -103,15 +95,13 @@ def git_cwd(store: Store) -> str:
 
 def allowed_remotes(store: Store) -> list[str]:
     """The entries of ``agentos.pushRemotes`` (all values, split on commas and spaces)."""
-    out = subprocess.run(["git", "config", "--get-all", CONFIG_KEY], cwd=git_cwd(store),
-                         env=git_env(store), capture_output=True, text=True, check=False)
+    out = _git(store, "config", "--get-all", CONFIG_KEY)
     return [e for e in re.split(r"[,\s]+", out.stdout) if e]
 
 
 def remote_url(store: Store, remote: str) -> str:
     """The push URL git would use for ``remote`` (the argument itself for a URL or a path)."""
-    out = subprocess.run(["git", "remote", "get-url", "--push", remote], cwd=git_cwd(store),
-                         env=git_env(store), capture_output=True, text=True, check=False)
+    out = _git(store, "remote", "get-url", "--push", remote)
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else remote
 
 
@@ -130,8 +120,7 @@ def check_push_allowed(store: Store, remote: str) -> None:
 
 def hooks_dir(store: Store) -> str:
     """Where git looks for this repository's hooks (``core.hooksPath`` respected)."""
-    out = subprocess.run(["git", "rev-parse", "--git-path", "hooks"], cwd=git_cwd(store),
-                         env=git_env(store), capture_output=True, text=True, check=False)
+    out = _git(store, "rev-parse", "--git-path", "hooks")
     if out.returncode != 0 or not out.stdout.strip():
         return os.path.join(store.location.common_dir, "hooks")
     return os.path.join(git_cwd(store), os.path.expanduser(out.stdout.strip()))

@@ -23,28 +23,35 @@ import secrets
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pygit2
 from pygit2.enums import ObjectType
 
-from gitstate.errors import ConflictError, GitStateError, InvalidNameError, RemoteError, RunNotFound
+from gitstate.errors import (
+    ConflictError,
+    CorruptObjectError,
+    GitStateError,
+    InvalidNameError,
+    RemoteError,
+    RunNotFound,
+)
 from gitstate.format.names import (
     NAMESPACE,
+    STAGING,
     branch_ref,
     encode_component,
     parse_ref,
     run_prefix,
     worktree_prefix,
 )
+from gitstate.git import command
+from gitstate.git.reader import ObjectReader
 from gitstate.git.refs import list_refs
 from gitstate.store.sessionfiles import copy_ref, is_copy_of
-from gitstate.sync.hooks import check_push_allowed, git_cwd, git_env
+from gitstate.store.store import Store
+from gitstate.sync.hooks import check_push_allowed, git_cwd
 
-if TYPE_CHECKING:
-    from gitstate.store.store import Store
-
-STAGING = "refs/agentos-incoming/"
 _MAX_ARGV = 200_000  # bytes of refspecs per git push (Linux allows ~2 MB; stay far below)
 
 # statuses a result reports; the ones in _FAILED make ``ok`` false
@@ -118,25 +125,14 @@ def run_git(store: Store, args: Sequence[str], *, action: str, remote: str, stdi
             check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run ``git args`` on the store's repository; :class:`RemoteError` with git's last error line
     when it fails and ``check`` is set."""
-    env = git_env(store)
-    env["LC_ALL"] = "C"  # git's porcelain reasons are parsed
+    loc = store.location
     try:
-        out = subprocess.run(["git", *args], cwd=git_cwd(store), env=env, input=stdin,
-                             capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise RemoteError(remote, action, f"cannot run git: {exc}") from exc
+        out = command.run_git(loc.git_dir, args, cwd=git_cwd(store), work_tree=loc.workdir, stdin=stdin)
+    except GitStateError as exc:
+        raise RemoteError(remote, action, str(exc)) from exc
     if check and out.returncode != 0:
-        raise RemoteError(remote, action, last_error_line(out.stderr) or f"git exited {out.returncode}")
+        raise RemoteError(remote, action, command.last_line(out.stderr) or f"git exited {out.returncode}")
     return out
-
-
-def last_error_line(stderr: str) -> str:
-    """The most telling line of git's stderr (a ``fatal:``/``error:`` line if there is one)."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if ln.startswith(("fatal:", "error:")):
-            return ln
-    return lines[-1] if lines else ""
 
 
 def remote_label(store: Store, remote: str) -> str:
@@ -286,7 +282,7 @@ def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, st
             message = _REJECT_FILE_HINT
         results[dst] = RefResult(dst, status, None, expected[dst], message)
     if len(results) < len(expected):
-        failure = last_error_line(out.stderr) or f"git push exited {out.returncode}"
+        failure = command.last_line(out.stderr) or f"git push exited {out.returncode}"
         if "pre-push" in out.stderr or "gitstate: refusing" in out.stderr:
             failure = "refused by the pre-push hook: " + failure
         for dst, oid in expected.items():
@@ -375,45 +371,45 @@ def merge_staged(store: Store, staged: list[tuple[str, str]], session: str, labe
     return out
 
 
-def _check_commit(repo: pygit2.Repository, oid: str) -> str | None:
+def _check_commit(reader: ObjectReader, oid: str) -> str | None:
     """Why the object cannot be a checkpoint tip, or ``None`` (reads the header only: a huge blob
     at a ref is never loaded)."""
     try:
-        kind, _size = repo.odb.read_header(oid)
-    except (KeyError, pygit2.GitError, ValueError):
-        return "object is missing"
+        kind, _size = reader.header(oid)
+    except CorruptObjectError as exc:
+        return exc.reason
     if kind != ObjectType.COMMIT:
         return f"object is a {ObjectType(kind).name.lower()}, not a commit"
     return None
 
 
-def _relation(repo: pygit2.Repository, ours: str, theirs: str) -> str:
+def _relation(reader: ObjectReader, ours: str, theirs: str) -> str:
     if ours == theirs:
         return "same"
-    if repo.descendant_of(theirs, ours):
+    if reader.is_ancestor(ours, theirs):
         return "behind"
-    if repo.descendant_of(ours, theirs):
+    if reader.is_ancestor(theirs, ours):
         return "ahead"
     return "diverged"
 
 
 def _merge_one(store: Store, local: str, theirs: str, label: str) -> RefResult:
-    repo = store.repo
+    reader = store.reader
     parsed = parse_ref(local)
     if parsed is None:
         return RefResult(local, "skipped", None, theirs, "not a gitstate ref name")
-    problem = _check_commit(repo, theirs)
+    problem = _check_commit(reader, theirs)
     if problem is not None:
         return RefResult(local, "skipped", None, theirs, problem)
     ours = _read(store, local)
     try:
         if ours is None:
-            store._cas(local, None, theirs, f"gitstate: pull from {label} (new)")
+            store.move_ref(local, None, theirs, f"gitstate: pull from {label} (new)")
             return RefResult(local, "created", None, theirs)
-        relation = _relation(repo, ours, theirs)
+        relation = _relation(reader, ours, theirs)
     except ConflictError as exc:
         return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")
-    except pygit2.GitError as exc:
+    except CorruptObjectError as exc:
         return RefResult(local, "skipped", ours, theirs, f"history cannot be read: {exc}")
     if relation == "same":
         return RefResult(local, "up-to-date", ours, theirs)
@@ -421,7 +417,7 @@ def _merge_one(store: Store, local: str, theirs: str, label: str) -> RefResult:
         return RefResult(local, "ahead", ours, theirs, "ours is newer; push to share it")
     if relation == "behind":
         try:
-            store._cas(local, ours, theirs, f"gitstate: pull from {label} (fast-forward)")
+            store.move_ref(local, ours, theirs, f"gitstate: pull from {label} (fast-forward)")
         except ConflictError as exc:
             return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")
         return RefResult(local, "fast-forward", ours, theirs)
@@ -442,8 +438,10 @@ def _merge_one(store: Store, local: str, theirs: str, label: str) -> RefResult:
 
 
 def _read(store: Store, name: str) -> str | None:
-    ref = store.repo.references.get(name)
-    return str(ref.target) if ref is not None and isinstance(ref.target, pygit2.Oid) else None
+    try:
+        return store.read_ref(name)
+    except CorruptObjectError:
+        return None
 
 
 def diverged_branch_name(branch: str, label: str, n: int = 1) -> str:
@@ -465,13 +463,13 @@ def _keep_diverged(store: Store, local: str, ours: str, theirs: str, label: str,
         msg = f"diverged: kept {label}'s line as {what} {name!r}; ours is unchanged"
         try:
             if kept is None:
-                store._cas(ref, None, theirs, f"gitstate: pull from {label} (diverged {subject})")
+                store.move_ref(ref, None, theirs, f"gitstate: pull from {label} (diverged {subject})")
                 return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
-            relation = _relation(store.repo, kept, theirs)
+            relation = _relation(store.reader, kept, theirs)
             if relation in ("same", "ahead"):
                 return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
             if relation == "behind":
-                store._cas(ref, kept, theirs, f"gitstate: pull from {label} (fast-forward {name})")
+                store.move_ref(ref, kept, theirs, f"gitstate: pull from {label} (fast-forward {name})")
                 return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
         except ConflictError as exc:
             return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")

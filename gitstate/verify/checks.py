@@ -6,21 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import pygit2
 from pygit2.enums import ObjectType
 
-from gitstate.errors import GitStateError
+from gitstate.errors import CorruptObjectError, GitStateError
 from gitstate.format import checkpoint as cpfmt
-from gitstate.format.checkpoint import Checkpoint, read_commit
-from gitstate.format.names import NAMESPACE, parse_ref, worktree_prefix
-from gitstate.format.statetree import StateReader
-from gitstate.git.objects import check_loose
+from gitstate.format.checkpoint import Checkpoint
+from gitstate.format.names import NAMESPACE, STAGING, parse_ref, worktree_prefix
+from gitstate.git.refs import list_refs
 from gitstate.store.sessionfiles import check_chain
-
-if TYPE_CHECKING:
-    from gitstate.store.store import Store
+from gitstate.store.store import Store
 
 __all__ = ["Problem", "VerifyReport", "verify"]
 
@@ -67,8 +63,8 @@ class VerifyReport:
 class _Checker:
     def __init__(self, store: Store, report: VerifyReport, progress: Callable[[int], None] | None) -> None:
         self.store = store
-        self.repo: pygit2.Repository = store.repo
-        self.reader = StateReader(self.repo)
+        self.repo = store.repo
+        self.reader = store.reader
         self.report = report
         self.progress = progress or (lambda n: None)
         self.seen_commits: set[str] = set()
@@ -102,27 +98,26 @@ class _Checker:
         """The object's type from its header (the object itself is never loaded), or ``None``
         after reporting it missing."""
         try:
-            kind, _size = self.repo.odb.read_header(oid)
-        except (KeyError, ValueError, pygit2.GitError):
-            self.problem(ref, "ref does not resolve: object missing", oid)
+            kind, _size = self.reader.header(oid)
+        except CorruptObjectError as exc:
+            self.problem(ref, f"ref does not resolve: {exc.reason}", oid)
             return None
         return int(kind)
 
     def _commit_damage(self, oid: str) -> str | None:
-        """Why the commit ``oid`` or its root tree cannot be read safely (a truncated loose object
-        would make libgit2 loop forever), or ``None``."""
-        damage = check_loose(self.repo, oid)
-        if damage:
-            return damage
+        """Why the commit ``oid`` or its root tree cannot be read, or ``None``."""
         try:
-            commit = read_commit(self.repo, oid)
+            commit = self.reader.commit(oid)
         except GitStateError as exc:
             return str(exc)
-        damage = check_loose(self.repo, str(commit.tree_id))
-        return f"its tree {str(commit.tree_id)[:12]}: {damage}" if damage else None
+        try:
+            self.reader.tree(commit.tree_id)
+        except CorruptObjectError as exc:
+            return f"its tree {commit.tree_id[:12]}: {exc.reason}"
+        return None
 
     def check_files(self, ref: str, tip: str) -> None:
-        for oid, message in check_chain(self.repo, tip):
+        for oid, message in check_chain(self.reader, tip):
             self.problem(ref, f"session file: {message}", oid)
 
     def check_record(self, ref: str, oid: str, run_id: str) -> None:
@@ -131,7 +126,7 @@ class _Checker:
             self.problem(ref, damage, oid)
             return
         try:
-            record = self.store._read_record(oid)
+            record = self.store.read_run_record(oid)
         except GitStateError as exc:
             self.problem(ref, str(exc), oid)
             return
@@ -147,7 +142,7 @@ class _Checker:
                 self.problem(ref, damage, oid)
                 return
             try:
-                cp = Checkpoint.from_commit(self.repo, read_commit(self.repo, oid))
+                cp = Checkpoint.from_commit(self.reader, self.reader.commit(oid), self.store.location.git_dir)
             except GitStateError as exc:
                 self.problem(ref, str(exc), oid)
                 return
@@ -167,10 +162,10 @@ class _Checker:
             while walk is not None:
                 ancestors.add(walk)
                 try:
-                    parents = read_commit(self.repo, walk).parent_ids
+                    parents = self.reader.commit(walk).parent_ids
                 except GitStateError:
                     break
-                walk = str(parents[0]) if parents else None
+                walk = parents[0] if parents else None
         for cp in line:
             if cp.trigger == cpfmt.NODE_END and cp.node_entry is not None:
                 # a prune (base > 0) may cut a node's entry off the line; otherwise it must be there
@@ -201,15 +196,19 @@ class _Checker:
                 self.problem(ref, f"files snapshot: {exc}", cp_id)
                 continue
             for entry in tree:
-                sub = str(entry.id)
+                sub = entry.id
                 if entry.type_str == "tree":
                     stack.append(sub)
                 elif entry.type_str == "blob" and sub not in self.seen_objects:
                     self.seen_objects.add(sub)
-                    if not self.repo.odb.exists(sub):
-                        self.problem(ref, f"files snapshot: blob of {entry.name!r} missing", sub)
-                    elif damage := check_loose(self.repo, sub):
-                        self.problem(ref, f"files snapshot: blob of {entry.name!r}: {damage}", sub)
+                    try:
+                        kind, _size = self.reader.header(sub)
+                    except CorruptObjectError as exc:
+                        self.problem(ref, f"files snapshot: blob of {entry.name!r}: {exc.reason}", sub)
+                        continue
+                    if kind != ObjectType.BLOB:
+                        self.problem(ref, f"files snapshot: {entry.name!r} has a file mode but is a "
+                                          f"{kind.name.lower()} (restore refuses it)", sub)
         self.report.objects = len(self.seen_objects)
 
 
@@ -219,15 +218,11 @@ def verify(store: Store, all_worktrees: bool = True,
 
     ``progress`` is called with ``1`` per checkpoint checked. Returns a :class:`VerifyReport`
     whose ``problems`` list is empty when the store is sound."""
-    from gitstate.git.refs import list_refs
-
     report = VerifyReport()
     checker = _Checker(store, report, progress)
     prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
     for name, oid in list_refs(store.repo, prefix):
         checker.check_ref(name, oid)
-    from gitstate.sync.remote import STAGING
-
     for name, oid in list_refs(store.repo, STAGING):  # left by a pull that is running or was killed
         checker.problem(name, "staging ref of an unfinished pull (the next pull removes it once its "
                               "process is gone)", oid)

@@ -4,7 +4,8 @@ old and new values) and which workspace files were added, modified, deleted or r
 State trees are compared entry by entry: a key whose entry keeps its object id is unchanged and is
 neither read nor decoded, so comparing two checkpoints of a large state costs about the size of what
 changed. Files are compared with libgit2's tree diff (equal subtrees skipped the same way) and its
-rename detection (``find_similar``)."""
+rename detection (``find_similar``), after :func:`check_changed` read what differs through the
+guarded reader."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from typing import Any
 
 import pygit2
 
+from gitstate.errors import CorruptObjectError
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.statetree import StateReader
+from gitstate.git.reader import ObjectReader
 
 _STATUS = {"A": "added", "D": "deleted", "M": "modified", "R": "renamed", "T": "modified", "C": "added"}
 
@@ -84,20 +87,19 @@ class Diff:
         }
 
 
-def _state_root(repo: pygit2.Repository, tree_id: str) -> tuple[str, str] | None:
-    root = repo[tree_id]
-    assert isinstance(root, pygit2.Tree)
-    if cpfmt.STATE_TREE in root:
-        return ("tree", str(root[cpfmt.STATE_TREE].id))
-    if cpfmt.STATE_LEAF in root:
-        return ("leaf", str(root[cpfmt.STATE_LEAF].id))
+def _state_root(reader: ObjectReader, tree_id: str) -> tuple[str, str] | None:
+    root = reader.tree(tree_id)
+    for kind, name in (("tree", cpfmt.STATE_TREE), ("leaf", cpfmt.STATE_LEAF)):
+        entry = root.get(name)
+        if entry is not None:
+            return (kind, entry.id)
     return None
 
 
-def diff_state(repo: pygit2.Repository, a: Checkpoint, b: Checkpoint) -> list[KeyChange]:
+def diff_state(objects: ObjectReader, a: Checkpoint, b: Checkpoint) -> list[KeyChange]:
     """Top-level state keys that differ between two checkpoints."""
-    reader = StateReader(repo)
-    ra, rb = _state_root(repo, a.tree_id), _state_root(repo, b.tree_id)
+    reader = StateReader(objects)
+    ra, rb = _state_root(objects, a.tree_id), _state_root(objects, b.tree_id)
     if ra == rb:
         return []
     if ra is None or rb is None or ra[0] != "tree" or rb[0] != "tree":
@@ -128,10 +130,36 @@ def _tree(repo: pygit2.Repository, oid: str | None) -> pygit2.Tree:
     return tree
 
 
-def diff_files(repo: pygit2.Repository, a: str | None, b: str | None) -> list[FileChange]:
+def check_changed(reader: ObjectReader, a: str | None, b: str | None, max_depth: int = 512) -> None:
+    """Read, through the guarded reader, every tree and blob header that differs between two trees
+    (equal subtrees skipped), so libgit2's diff and rename detection only touch sound objects: a
+    damaged one is a :class:`CorruptObjectError` here instead of a hang there."""
+    todo: list[tuple[str | None, str | None, int]] = [(a, b, 0)]
+    while todo:
+        left, right, depth = todo.pop()
+        if depth > max_depth:
+            raise CorruptObjectError(right or left or "?", f"trees nested deeper than {max_depth} levels")
+        ta = {e.name: e for e in reader.tree(left)} if left else {}
+        tb = {e.name: e for e in reader.tree(right)} if right else {}
+        for name in ta.keys() | tb.keys():
+            ea, eb = ta.get(name), tb.get(name)
+            if ea is not None and eb is not None and ea.id == eb.id:
+                continue
+            sub_a = ea.id if ea is not None and ea.type_str == "tree" else None
+            sub_b = eb.id if eb is not None and eb.type_str == "tree" else None
+            if sub_a or sub_b:
+                todo.append((sub_a, sub_b, depth + 1))
+            for entry in (ea, eb):
+                if entry is not None and entry.type_str == "blob":
+                    reader.header(entry.id)
+
+
+def diff_files(reader: ObjectReader, a: str | None, b: str | None) -> list[FileChange]:
     """Files that differ between two snapshot trees (``None``: no snapshot, an empty tree)."""
     if a == b:
         return []
+    check_changed(reader, a, b)
+    repo = reader.repo
     if a is None:
         diff = _tree(repo, b).diff_to_tree(swap=True)
     elif b is None:
@@ -155,8 +183,8 @@ def diff_files(repo: pygit2.Repository, a: str | None, b: str | None) -> list[Fi
     return out
 
 
-def diff_checkpoints(repo: pygit2.Repository, a: Checkpoint, b: Checkpoint) -> Diff:
+def diff_checkpoints(reader: ObjectReader, a: Checkpoint, b: Checkpoint) -> Diff:
     """The full difference from ``a`` to ``b``."""
     fa, fb = a.files_tree_id, b.files_tree_id
-    return Diff(a=a.id, b=b.id, state=tuple(diff_state(repo, a, b)),
-                files=tuple(diff_files(repo, fa, fb)), files_compared=fa is not None or fb is not None)
+    return Diff(a=a.id, b=b.id, state=tuple(diff_state(reader, a, b)),
+                files=tuple(diff_files(reader, fa, fb)), files_compared=fa is not None or fb is not None)

@@ -20,13 +20,13 @@ _LINK_PROTECTED = (".gitmodules", ".gitattributes", ".gitignore", ".mailmap")
 WRITABLE_MODES = frozenset({MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, 0o100664})
 
 
-def _hfs_fold(name: str) -> str:
+def hfs_fold(name: str) -> str:
     return "".join(c for c in name if ord(c) not in _HFS_IGNORABLE).lower()
 
 
 def is_hfs_dotgit(name: str) -> bool:
     """``name`` equals ``.git`` once HFS+ drops ignorable code points and folds case."""
-    return _hfs_fold(name) == ".git"
+    return hfs_fold(name) == ".git"
 
 
 def is_ntfs_dotgit(name: str) -> bool:
@@ -48,7 +48,7 @@ def is_ntfs_dotgit(name: str) -> bool:
 
 
 def _is_protected_link_name(name: str) -> bool:
-    folded = _hfs_fold(name).rstrip(". ")
+    folded = hfs_fold(name).rstrip(". ")
     if folded.split(":", 1)[0] in _LINK_PROTECTED:
         return True
     # NTFS short names of .gitmodules (git: is_ntfs_dotgitmodules checks "gi7eba~N")

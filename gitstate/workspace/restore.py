@@ -24,28 +24,23 @@ import os
 import secrets
 import subprocess
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pygit2
-from pygit2.enums import FilterMode
+from pygit2.enums import FilterMode, ObjectType
 
 from gitstate.errors import (
     CorruptObjectError,
-    NoSnapshotError,
-    RestoreConflictError,
     UnsafeTreeError,
     UsageError,
 )
-from gitstate.format.checkpoint import FILES
-from gitstate.git.objects import MODE_EXEC, MODE_LINK, MODE_TREE, write_all
-from gitstate.workspace.pathsafety import _hfs_fold, check_name
-from gitstate.workspace.snapshot import BIG_BLOB, head_tree, matches, normalize_path
-
-if TYPE_CHECKING:
-    from gitstate.format.checkpoint import Checkpoint
-    from gitstate.store.run import Run
+from gitstate.format.checkpoint import Checkpoint
+from gitstate.git.objects import MODE_COMMIT, MODE_EXEC, MODE_LINK, MODE_TREE, write_all
+from gitstate.git.reader import ObjectReader, TreeData
+from gitstate.workspace.pathsafety import check_name, hfs_fold
+from gitstate.workspace.snapshot import BIG_BLOB, matches
 
 _CHUNK = 1 << 20
 
@@ -53,7 +48,9 @@ _CHUNK = 1 << 20
 @dataclass(frozen=True)
 class RestoreResult:
     """What a restore changed (or, with ``dry_run``, would change): worktree-relative paths of files
-    rewritten (content, mode or type), created and removed; ``safety`` is the checkpoint holding the
+    rewritten (content, mode or type), created and removed; ``unsaved`` (on a dry run) the paths whose
+    current content is in no checkpoint, which a real restore refuses without ``force``; ``safety`` is
+    the checkpoint holding the
     worktree as it was before (``None`` on a dry run or when nothing had to change), on branch
     ``safety_branch`` of the run: ``run.restore(result.safety)`` undoes the restore."""
 
@@ -65,6 +62,7 @@ class RestoreResult:
     safety_branch: str | None = None
     dry_run: bool = False
     skipped: tuple[str, ...] = field(default=())
+    unsaved: tuple[str, ...] = ()
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -76,7 +74,7 @@ class RestoreResult:
         return {
             "checkpoint": self.checkpoint, "changed": list(self.changed), "added": list(self.added),
             "removed": list(self.removed), "safety": self.safety, "safety_branch": self.safety_branch,
-            "dry_run": self.dry_run, "skipped": list(self.skipped),
+            "dry_run": self.dry_run, "skipped": list(self.skipped), "unsaved": list(self.unsaved),
         }
 
 
@@ -100,38 +98,52 @@ class Plan:
 
 # -- validation of untrusted trees ----------------------------------------------------------------
 
-def validate_tree(repo: pygit2.Repository, tree_id: str, prefix: str = "",
-                  seen: set[str] | None = None) -> None:
-    """Raise :class:`UnsafeTreeError` unless every entry of the tree may be written (recursively)."""
-    seen = set() if seen is None else seen
-    if tree_id in seen:
-        return
-    try:
-        tree = repo[tree_id]
-    except (KeyError, ValueError, pygit2.GitError) as exc:
-        raise CorruptObjectError(tree_id, "snapshot tree missing from the object database") from exc
-    if not isinstance(tree, pygit2.Tree):
-        if prefix:
-            raise UnsafeTreeError(prefix.rstrip("/"), "directory entry does not point at a tree")
-        raise CorruptObjectError(tree_id, "snapshot is not a tree")
-    names: dict[str, int] = {}
-    folded: dict[str, int] = {}
-    for entry in tree:
-        name = entry.name or ""
-        path = prefix + name
-        reason = check_name(name, entry.filemode)
-        if reason is not None:
-            raise UnsafeTreeError(path, reason)
-        if name in names:
-            raise UnsafeTreeError(path, "duplicate entry name in one tree")
-        key = _hfs_fold(name)
-        if key in folded and MODE_LINK in (entry.filemode, folded[key]):
-            raise UnsafeTreeError(path, "entry collides with a symbolic link on a case-insensitive file system")
-        names[name] = entry.filemode
-        folded[key] = entry.filemode
-        if entry.filemode == MODE_TREE:
-            validate_tree(repo, str(entry.id), path + "/", seen)
-    seen.add(tree_id)
+MAX_TREE_DEPTH = 512  # directory levels a snapshot may have; deeper trees are refused as hostile
+
+
+def validate_tree(reader: ObjectReader, tree_id: str) -> None:
+    """Raise :class:`UnsafeTreeError` unless every entry of the tree may be written: safe names,
+    no duplicates, no case-folding collisions with links, directories that are trees, file entries
+    that are blobs, at most :data:`MAX_TREE_DEPTH` levels. Iterative; each tree is read once."""
+    seen: set[str] = set()
+    todo: list[tuple[str, str, int]] = [(tree_id, "", 0)]
+    while todo:
+        current, prefix, depth = todo.pop()
+        if current in seen:
+            continue
+        if depth > MAX_TREE_DEPTH:
+            raise UnsafeTreeError(prefix.rstrip("/"), f"directories nested deeper than {MAX_TREE_DEPTH} levels")
+        kind, _size = reader.header(current)
+        if kind != ObjectType.TREE:
+            if prefix:
+                raise UnsafeTreeError(prefix.rstrip("/"), "directory entry does not point at a tree")
+            raise CorruptObjectError(current, "snapshot is not a tree")
+        names: dict[str, int] = {}
+        folded: dict[str, int] = {}
+        for entry in reader.tree(current):
+            name = entry.name
+            path = prefix + name
+            reason = check_name(name, entry.filemode)
+            if reason is not None:
+                raise UnsafeTreeError(path, reason)
+            if name in names:
+                raise UnsafeTreeError(path, "duplicate entry name in one tree")
+            key = hfs_fold(name)
+            if key in folded and MODE_LINK in (entry.filemode, folded[key]):
+                raise UnsafeTreeError(path, "entry collides with a symbolic link on a case-insensitive file system")
+            names[name] = entry.filemode
+            folded[key] = entry.filemode
+            if entry.filemode == MODE_TREE:
+                todo.append((entry.id, path + "/", depth + 1))
+        seen.add(current)
+
+
+def check_blobs(reader: ObjectReader, plan: Plan) -> None:
+    """Refuse a plan that would write a file or link from an object that is not a blob (a crafted
+    tree can give a file mode to a tree id; its raw bytes must never land on disk)."""
+    for path, (oid, mode) in plan.writes.items():
+        if mode != MODE_COMMIT and reader.header(oid)[0] != ObjectType.BLOB:
+            raise UnsafeTreeError(path, "file entry does not point at a blob")
 
 
 # -- planning ------------------------------------------------------------------------------------
@@ -191,19 +203,27 @@ def find_obstacles(workdir: str, plan: Plan) -> list[str]:
     return sorted(set(blocked))
 
 
-def unsaved(repo: pygit2.Repository, plan: Plan, saved_trees: Iterable[str]) -> list[str]:
+def unsaved(reader: ObjectReader, plan: Plan, saved_trees: Iterable[str]) -> list[str]:
     """Paths the restore would overwrite or delete whose current content no saved tree holds."""
     pending = {p: plan.current[p] for p in (*plan.changed, *plan.deletes)}
+    trees: dict[str, TreeData] = {}
+
+    def lookup(tree_id: str, path: str) -> tuple[str, int] | None:
+        for part in path.split("/"):
+            tree = trees.get(tree_id)
+            if tree is None:
+                tree = trees[tree_id] = reader.tree(tree_id)
+            entry = tree.get(part)
+            if entry is None:
+                return None
+            tree_id, found = entry.id, (entry.id, entry.filemode)
+        return found
+
     for tree_id in saved_trees:
         if not pending:
             break
-        tree = repo[tree_id]
         for path in list(pending):
-            try:
-                entry = tree[path]  # type: ignore[index]
-            except KeyError:
-                continue
-            if (str(entry.id), entry.filemode) == pending[path]:
+            if lookup(tree_id, path) == pending[path]:
                 del pending[path]
     return sorted(pending)
 
@@ -285,12 +305,11 @@ def _write(repo: pygit2.Repository, common_dir: str, workdir: str, path: str, oi
 
 
 def _blob_bytes(repo: pygit2.Repository, oid: str) -> bytes:
-    kind, data = repo.odb.read(oid)
-    return bytes(data)
+    return ObjectReader(repo).blob(oid)
 
 
 def _write_blob(repo: pygit2.Repository, common_dir: str, path: str, oid: str, fd: int) -> None:
-    _kind, size = repo.odb.read_header(oid)
+    _kind, size = ObjectReader(repo).header(oid)
     if size <= BIG_BLOB:
         data = _blob_bytes(repo, oid)
         filters = repo.load_filter_list(path, FilterMode.TO_WORKTREE)
@@ -331,32 +350,8 @@ def _stream_loose(loose: str, fd: int) -> None:
         write_all(fd, inflater.flush())
 
 
-# -- orchestration for Run.restore -----------------------------------------------------------------
-
 SAFETY_BRANCH = "restore-safety"
 SAFETY_TRIGGER = "restore_safety"
-
-
-def saved_trees(run: Run, head_tree: str | None) -> Iterator[str]:
-    """Files trees of every checkpoint of the run (each distinct tree once), then HEAD's tree."""
-    repo = run.store.repo
-    seen_commits: set[str] = set()
-    seen_trees: set[str] = set()
-    for tip in run.branches().values():
-        oid: str | None = tip.id
-        while oid is not None and oid not in seen_commits:
-            seen_commits.add(oid)
-            commit = repo[oid]
-            assert isinstance(commit, pygit2.Commit)
-            root = commit.tree
-            if FILES in root:
-                tree = str(root[FILES].id)
-                if tree not in seen_trees:
-                    seen_trees.add(tree)
-                    yield tree
-            oid = str(commit.parent_ids[0]) if commit.parent_ids else None
-    if head_tree is not None and head_tree not in seen_trees:
-        yield head_tree
 
 
 def restore_scope(cp: Checkpoint, wanted: Sequence[str] | None) -> list[str] | None:
@@ -384,36 +379,3 @@ def restore_scope(cp: Checkpoint, wanted: Sequence[str] | None) -> list[str] | N
             raise UsageError(f"checkpoint {cp.short_id} captured only {', '.join(sorted(scope))}; "
                              f"{path!r} is not in its snapshot")
     return sorted(out)
-
-
-def restore_checkpoint(run: Run, cp: Checkpoint, paths: Iterable[str | os.PathLike[str]] | None,
-                       dry_run: bool, force: bool,
-                       progress: Callable[[int], None] | None = None) -> RestoreResult:
-    """Run.restore: validate, plan, refuse or take a safety checkpoint, apply."""
-    target = cp.files_tree_id
-    if target is None:
-        raise NoSnapshotError(cp.id)
-    store = run.store
-    repo = store.repo
-    validate_tree(repo, target)
-    workspace = store.workspace
-    workdir = workspace.workdir
-    prefixes = restore_scope(cp, None if paths is None else [normalize_path(p, workdir) for p in paths])
-    snap = workspace.snapshot(progress=progress)  # the whole worktree: the safety checkpoint covers any scope
-    plan = make_plan(repo, snap.tree, target, prefixes)
-    nested = [p for p in (*plan.writes, *plan.deletes) if any(matches(p, [s]) for s in snap.skipped)]
-    blocked = sorted(set(find_obstacles(workdir, plan)) | set(nested))
-    if blocked:
-        raise RestoreConflictError(blocked, "ignored files, nested repositories or directories are in the way")
-    if not force:
-        lost = unsaved(repo, plan, saved_trees(run, head_tree(repo)))
-        if lost:
-            raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint (use force=True)")
-    result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
-                           removed=tuple(plan.deletes), dry_run=dry_run, skipped=snap.skipped)
-    if dry_run or not (plan.writes or plan.deletes):
-        return result
-    safety = run._safety_checkpoint(snap.tree, cp)
-    apply(repo, store.location.common_dir, workdir, plan, progress)
-    return RestoreResult(checkpoint=cp.id, changed=result.changed, added=result.added, removed=result.removed,
-                         safety=safety.id, safety_branch=SAFETY_BRANCH, dry_run=False, skipped=snap.skipped)

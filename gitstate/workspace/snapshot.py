@@ -31,19 +31,18 @@ import struct
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pygit2
 from pygit2.errors import check_error
 from pygit2.ffi import C, ffi
 from pygit2.utils import StrArray
 
-from gitstate.errors import StoreWriteError, UsageError
-from gitstate.git import housekeeping, privateindex
+from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError
+from gitstate.git import privateindex
+from gitstate.git.location import Location
 from gitstate.git.objects import MODE_COMMIT, MODE_TREE
-
-if TYPE_CHECKING:
-    from gitstate.store.store import Store
+from gitstate.git.reader import ObjectReader
 
 BIG_BLOB = 32 * 1024 * 1024  # bytes; larger blobs are not packed by gitstate
 _ADD_LITERAL = 2  # GIT_INDEX_ADD_DISABLE_PATHSPEC_MATCH
@@ -82,9 +81,11 @@ def matches(path: str, prefixes: Sequence[str]) -> bool:
 class Workspace:
     """Snapshots of one store's worktree through the store's private index."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        loc = store.location
+    def __init__(self, location: Location, on_new_objects: Callable[[list[str]], None] | None = None) -> None:
+        """``on_new_objects`` is told the ids of loose objects a snapshot wrote (for housekeeping)."""
+        self.location = location
+        self._on_new_objects = on_new_objects
+        loc = location
         if loc.workdir is None:
             raise UsageError("a bare repository has no worktree to snapshot")
         self.workdir = loc.workdir
@@ -101,7 +102,7 @@ class Workspace:
         repo = getattr(self._local, "repo", None)
         if repo is not None:
             return repo
-        loc = self.store.location
+        loc = self.location
         try:
             repo = privateindex.open_with_index(loc.git_dir, self.workdir, self.index_path)
         except (pygit2.GitError, OSError) as exc:
@@ -201,7 +202,7 @@ class Workspace:
         return skipped, state["ignore"]
 
     def _signature(self) -> tuple[Any, ...]:
-        loc = self.store.location
+        loc = self.location
         sig: list[Any] = []
         for path in (os.path.join(loc.git_dir, "index"), os.path.join(loc.common_dir, "info", "exclude")):
             try:
@@ -212,7 +213,7 @@ class Workspace:
         return tuple(sig)
 
     def _user_paths(self) -> set[str]:
-        return read_index_paths(os.path.join(self.store.location.git_dir, "index"))
+        return read_index_paths(os.path.join(self.location.git_dir, "index"))
 
     def _add_tracked(self, repo: pygit2.Repository, index: pygit2.Index) -> bool:
         """Tracked-but-ignored files are captured as git captures them: paths that appeared in the
@@ -303,12 +304,11 @@ class Workspace:
     def _journal(self, repo: pygit2.Repository, tree: str, old: str | None, big: list[str]) -> None:
         """Journal the objects of ``tree`` not in ``old`` (unchanged subtrees share ids: skipped);
         collect the paths of new blobs too big to pack into ``big``."""
-        common = self.store.location.common_dir
+        common = self.location.common_dir
         found: list[str] = []
         _new_objects(repo, tree, old, common, found, "", big)
-        if found:
-            size = housekeeping.record(common, found)
-            housekeeping.maybe_pack(self.store.repo, common, size)
+        if found and self._on_new_objects is not None:
+            self._on_new_objects(found)
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -388,8 +388,8 @@ def _loose_size(common_dir: str, oid: str) -> int | None:
 
 def _blob_size(repo: pygit2.Repository, oid: str) -> int:
     try:
-        return int(repo.odb.read_header(oid)[1])
-    except (KeyError, ValueError, pygit2.GitError):
+        return ObjectReader(repo).header(oid)[1]
+    except CorruptObjectError:
         return 0
 
 
@@ -399,15 +399,16 @@ def _new_objects(repo: pygit2.Repository, tree: str, old: str | None, common: st
         return
     if _loose_size(common, tree) is not None:
         out.append(tree)
+    reader = ObjectReader(repo)
     before: dict[str, str] = {}
     if old is not None:
         try:
-            before = {e.name or "": str(e.id) for e in repo[old]}  # type: ignore[attr-defined]
-        except (KeyError, TypeError, pygit2.GitError):
+            before = {e.name: e.id for e in reader.tree(old)}
+        except CorruptObjectError:
             before = {}
-    for entry in repo[tree]:  # type: ignore[attr-defined]
-        oid = str(entry.id)
-        prev = before.get(entry.name or "")
+    for entry in reader.tree(tree):
+        oid = entry.id
+        prev = before.get(entry.name)
         if oid == prev:
             continue
         if entry.filemode == MODE_TREE:
@@ -416,4 +417,4 @@ def _new_objects(repo: pygit2.Repository, tree: str, old: str | None, common: st
             if _blob_size(repo, oid) <= BIG_BLOB:
                 out.append(oid)
             else:
-                big.append(prefix + (entry.name or ""))
+                big.append(prefix + entry.name)

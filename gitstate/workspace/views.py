@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pygit2
-
 from gitstate.format.checkpoint import Checkpoint
-from gitstate.format.statetree import StateReader
+from gitstate.git import handles
+from gitstate.workspace.restore import MAX_TREE_DEPTH
 
 
 @dataclass(frozen=True)
@@ -30,17 +29,10 @@ def snapshot_files(cp: Checkpoint) -> list[SnapshotFile]:
     tree_id = cp.files_tree_id
     if tree_id is None:
         return []
-    repo = cp._repo
+    reader = handles.reader(cp.repo_path)
     out: list[SnapshotFile] = []
-    stack: list[tuple[str, pygit2.Tree]] = [("", StateReader(repo).tree(tree_id))]
-    while stack:
-        prefix, tree = stack.pop()
-        for entry in tree:
-            path = prefix + (entry.name or "")
-            if entry.type_str == "tree":
-                stack.append((path + "/", StateReader(repo).tree(entry.id)))
-            elif entry.type_str == "blob":
-                size = repo.odb.read_header(entry.id)[1] if hasattr(repo.odb, "read_header") else 0
-                out.append(SnapshotFile(path, size, str(entry.id), entry.filemode))
+    for path, entry in reader.walk_tree(tree_id, MAX_TREE_DEPTH):
+        if entry.type_str == "blob":
+            out.append(SnapshotFile(path, reader.header(entry.id)[1], entry.id, entry.filemode))
     out.sort(key=lambda f: f.path)
     return out

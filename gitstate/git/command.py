@@ -1,0 +1,92 @@
+"""Running the ``git`` command: the one place gitstate starts it.
+
+pygit2 covers most of what gitstate does; a few operations fall back to git on purpose (ref
+deletes and remote transfers, bundles, config edits, streaming big packed blobs), each saying why
+where it calls :func:`run_git`. Every run has a fixed locale (``LC_ALL=C``), so the little that is
+ever read from git's output is in one language, and failures are classified by exit code or by
+looking at the repository afterwards, never by translated text.
+
+gitstate needs git :data:`MIN_GIT_VERSION` or newer (negative refspecs and
+``fetch --no-write-fetch-head`` arrived in 2.29; ``--no-auto-maintenance`` in 2.29 too).
+:func:`check_git_version` says so in one clear line when the installed git is older or missing."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from gitstate.errors import GitVersionError
+
+MIN_GIT_VERSION = (2, 29)
+
+
+def git_environment(git_dir: str | None = None, work_tree: str | None = None,
+                    extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a git command: the caller's, with ``LC_ALL=C``, no inherited
+    ``GIT_DIR``/``GIT_WORK_TREE``/``GIT_INDEX_FILE``, and the given repository, if any."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "LANGUAGE")}
+    env["LC_ALL"] = "C"
+    if git_dir is not None:
+        env["GIT_DIR"] = git_dir
+    if work_tree is not None:
+        env["GIT_WORK_TREE"] = work_tree
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_git(git_dir: str | None, args: Sequence[str], *, cwd: str | None = None, work_tree: str | None = None,
+            stdin: str | bytes | None = None, text: bool = True, env: Mapping[str, str] | None = None,
+            stdout: int | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``git args`` on the repository at ``git_dir`` (``None``: the one around ``cwd``) and
+    return the completed process (never raises for a non-zero exit; callers classify it)."""
+    check_git_version()
+    kwargs: dict[str, object] = {}
+    if stdout is not None:
+        kwargs["stdout"] = stdout
+        kwargs["stderr"] = subprocess.PIPE
+    else:
+        kwargs["capture_output"] = True
+    try:
+        return subprocess.run(["git", *args], cwd=cwd or git_dir, input=stdin, text=text, check=False,
+                              env=git_environment(git_dir, work_tree, env), **kwargs)  # type: ignore[call-overload]
+    except OSError as exc:
+        raise GitVersionError(f"cannot run git: {exc}") from exc
+
+
+def last_line(stderr: str | bytes | None) -> str:
+    """The most telling line of git's stderr (a ``fatal:``/``error:`` line if there is one)."""
+    text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else (stderr or "")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.startswith(("fatal:", "error:")):
+            return ln
+    return lines[-1] if lines else ""
+
+
+@functools.cache
+def git_version() -> tuple[int, ...]:
+    """The installed git's version, e.g. ``(2, 39, 5)``."""
+    try:
+        out = subprocess.run(["git", "--version"], capture_output=True, text=True, check=False,
+                             env={**os.environ, "LC_ALL": "C"})
+    except OSError as exc:
+        raise GitVersionError(f"git is not installed or not on PATH ({exc}); gitstate needs git "
+                              f"{'.'.join(map(str, MIN_GIT_VERSION))} or newer") from exc
+    found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out.stdout)
+    if out.returncode != 0 or found is None:
+        raise GitVersionError(f"cannot tell the version of git from {out.stdout.strip()!r}")
+    return tuple(int(p) for p in found.groups() if p is not None)
+
+
+def check_git_version() -> None:
+    """Raise :class:`GitVersionError` unless git :data:`MIN_GIT_VERSION` or newer is installed."""
+    have = git_version()
+    if have[:2] < MIN_GIT_VERSION:
+        raise GitVersionError(
+            f"git {'.'.join(map(str, have))} is too old: gitstate needs git "
+            f"{'.'.join(map(str, MIN_GIT_VERSION))} or newer (negative refspecs, fetch --no-write-fetch-head)")

@@ -1,0 +1,301 @@
+"""The one guarded object reader: every object gitstate reads goes through :class:`ObjectReader`.
+
+libgit2 1.9 loops forever when it inflates a truncated loose object, and its lazily loaded objects
+(``commit.tree``, ``tree[name]``) read more objects behind the caller's back. So this reader checks
+each loose copy with zlib before libgit2 touches it (:func:`check_loose`), reads raw bytes through
+the object database, and parses commits and trees itself into plain, immutable values
+(:class:`CommitData`, :class:`TreeData`) that never read anything later. A missing, truncated,
+zero-length or wrong-type object, or a damaged pack, is a :class:`CorruptObjectError` that names the
+object, in bounded time."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pygit2
+from pygit2.enums import ObjectType
+
+from gitstate.errors import (
+    AmbiguousReferenceError,
+    CheckpointNotFound,
+    CorruptObjectError,
+    InvalidReferenceError,
+)
+from gitstate.git.objects import MODE_TREE, objects_dir
+
+_CHUNK = 1 << 16
+_KIND_NAMES = {ObjectType.COMMIT: "commit", ObjectType.TREE: "tree", ObjectType.BLOB: "blob",
+               ObjectType.TAG: "tag"}
+
+
+def check_loose(repo: pygit2.Repository, oid: str) -> str | None:
+    """Why the loose copy of ``oid`` is unreadable, or ``None`` (also when it is not loose).
+
+    Streams the file through zlib (a huge object is never held in memory, compressed or not)."""
+    path = os.path.join(objects_dir(repo), oid[:2], oid[2:])
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below; a missing file is simply "not loose"
+    except OSError:
+        return None
+    inflater = zlib.decompressobj()
+    with fh:
+        try:
+            while not inflater.eof:
+                pending = inflater.unconsumed_tail or fh.read(_CHUNK)
+                if not pending:
+                    return "loose object is truncated"
+                inflater.decompress(pending, _CHUNK)
+        except (OSError, zlib.error):
+            return "loose object does not inflate"
+    return None
+
+
+@dataclass(frozen=True)
+class Signature:
+    """An author or committer line of a commit."""
+
+    name: str
+    email: str
+    time: int
+    offset: int  # minutes east of UTC
+
+    def to_git(self) -> str:
+        """The ``Name <email> time +hhmm`` form git stores."""
+        sign = "-" if self.offset < 0 else "+"
+        off = abs(self.offset)
+        return f"{self.name} <{self.email}> {self.time} {sign}{off // 60:02d}{off % 60:02d}"
+
+
+@dataclass(frozen=True)
+class CommitData:
+    """A commit, parsed: ids as hex strings, the message as text."""
+
+    id: str
+    tree_id: str
+    parent_ids: tuple[str, ...]
+    author: Signature
+    committer: Signature
+    message: str
+
+    @property
+    def commit_time(self) -> int:
+        """The committer time (seconds since the epoch)."""
+        return self.committer.time
+
+
+@dataclass(frozen=True)
+class TreeItem:
+    """One entry of a tree."""
+
+    name: str
+    id: str
+    filemode: int
+
+    @property
+    def type_str(self) -> str:
+        """``tree``, ``commit`` (a gitlink) or ``blob``, as the mode says."""
+        if self.filemode == MODE_TREE:
+            return "tree"
+        if self.filemode == 0o160000:
+            return "commit"
+        return "blob"
+
+
+@dataclass(frozen=True)
+class TreeData:
+    """A tree, parsed: entries in git's order, looked up by name."""
+
+    id: str
+    items: tuple[TreeItem, ...]
+
+    def __iter__(self) -> Iterator[TreeItem]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def get(self, name: str) -> TreeItem | None:
+        """The entry called ``name``, or ``None``."""
+        for item in self.items:
+            if item.name == name:
+                return item
+        return None
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __getitem__(self, name: str) -> TreeItem:
+        item = self.get(name)
+        if item is None:
+            raise KeyError(name)
+        return item
+
+
+def parse_tree(oid: str, data: bytes) -> TreeData:
+    """Parse raw tree bytes (``<mode> <name>\\0<20-byte id>`` entries)."""
+    items: list[TreeItem] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        space = data.find(b" ", pos)
+        nul = data.find(b"\0", space + 1)
+        if space < 0 or nul < 0 or nul + 21 > end:
+            raise CorruptObjectError(oid, "malformed tree entry")
+        try:
+            mode = int(data[pos:space], 8)
+        except ValueError:
+            raise CorruptObjectError(oid, "malformed tree entry mode") from None
+        name = data[space + 1:nul].decode("utf-8", "surrogateescape")
+        items.append(TreeItem(name, data[nul + 1:nul + 21].hex(), mode))
+        pos = nul + 21
+    return TreeData(oid, tuple(items))
+
+
+def _signature(oid: str, text: str) -> Signature:
+    lt, gt = text.find("<"), text.rfind(">")
+    if lt < 0 or gt < lt:
+        raise CorruptObjectError(oid, "malformed signature in commit")
+    name, email = text[:lt].strip(), text[lt + 1:gt]
+    parts = text[gt + 1:].split()
+    try:
+        when = int(parts[0])
+        tz = parts[1]
+        offset = (int(tz[1:3]) * 60 + int(tz[3:5])) * (-1 if tz[0] == "-" else 1)
+    except (IndexError, ValueError):
+        raise CorruptObjectError(oid, "malformed signature time in commit") from None
+    return Signature(name, email, when, offset)
+
+
+def parse_commit(oid: str, data: bytes) -> CommitData:
+    """Parse raw commit bytes (headers, a blank line, the message)."""
+    head, sep, body = data.partition(b"\n\n")
+    if not sep:
+        head, body = data.rstrip(b"\n"), b""
+    tree: str | None = None
+    parents: list[str] = []
+    author = committer = None
+    for line in head.decode("utf-8", "surrogateescape").split("\n"):
+        if line.startswith(" "):
+            continue  # continuation of a multi-line header (gpgsig, mergetag)
+        key, _, value = line.partition(" ")
+        if key == "tree":
+            tree = value
+        elif key == "parent":
+            parents.append(value)
+        elif key == "author":
+            author = _signature(oid, value)
+        elif key == "committer":
+            committer = _signature(oid, value)
+    if tree is None or author is None or committer is None or len(tree) != 40:
+        raise CorruptObjectError(oid, "malformed commit")
+    return CommitData(oid, tree, tuple(parents), author, committer, body.decode("utf-8", "replace"))
+
+
+class ObjectReader:
+    """Reads objects of one repository, guarded (see the module docstring)."""
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        self.repo = repo
+
+    def _guard(self, oid: str) -> None:
+        damage = check_loose(self.repo, oid)
+        if damage:
+            raise CorruptObjectError(oid, damage)
+
+    def read(self, oid: str | pygit2.Oid, expect: ObjectType | None = None) -> tuple[ObjectType, bytes]:
+        """The type and raw body of an object, checked: present, undamaged, of type ``expect``."""
+        key = str(oid)
+        self._guard(key)
+        try:
+            kind, data = self.repo.odb.read(key)
+        except KeyError as exc:
+            raise CorruptObjectError(key, "missing from the object database") from exc
+        except (pygit2.GitError, ValueError, OSError) as exc:
+            raise CorruptObjectError(key, f"unreadable: {exc}") from exc
+        kind = ObjectType(kind)
+        if expect is not None and kind != expect:
+            raise CorruptObjectError(key, f"expected a {_KIND_NAMES[expect]}, found {_KIND_NAMES.get(kind, kind)}")
+        return kind, data
+
+    def header(self, oid: str | pygit2.Oid) -> tuple[ObjectType, int]:
+        """The type and size of an object without reading its body."""
+        key = str(oid)
+        self._guard(key)
+        try:
+            kind, size = self.repo.odb.read_header(key)
+        except KeyError as exc:
+            raise CorruptObjectError(key, "missing from the object database") from exc
+        except (pygit2.GitError, ValueError, OSError) as exc:
+            raise CorruptObjectError(key, f"unreadable: {exc}") from exc
+        return ObjectType(kind), int(size)
+
+    def exists(self, oid: str) -> bool:
+        """Whether the object database has ``oid`` (not checked for damage)."""
+        try:
+            return oid in self.repo.odb
+        except (pygit2.GitError, ValueError, OSError):
+            return False
+
+    def blob(self, oid: str | pygit2.Oid) -> bytes:
+        """The bytes of a blob."""
+        return self.read(oid, ObjectType.BLOB)[1]
+
+    def tree(self, oid: str | pygit2.Oid) -> TreeData:
+        """A parsed tree."""
+        key = str(oid)
+        return parse_tree(key, self.read(key, ObjectType.TREE)[1])
+
+    def commit(self, oid: str | pygit2.Oid) -> CommitData:
+        """A parsed commit."""
+        key = str(oid)
+        return parse_commit(key, self.read(key, ObjectType.COMMIT)[1])
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        """Whether ``ancestor`` is reachable from ``descendant`` through parents (or equal)."""
+        seen: set[str] = set()
+        todo = [descendant]
+        while todo:
+            oid = todo.pop()
+            if oid == ancestor:
+                return True
+            if oid in seen:
+                continue
+            seen.add(oid)
+            todo.extend(self.commit(oid).parent_ids)
+        return False
+
+    def walk_tree(self, oid: str, max_depth: int) -> Iterator[tuple[str, TreeItem]]:
+        """Every entry below a tree as ``(path, item)``, depth first, iteratively; a tree nested
+        deeper than ``max_depth`` is a :class:`CorruptObjectError` (hostile trees end cleanly)."""
+        todo: list[tuple[str, str, int]] = [("", oid, 0)]
+        while todo:
+            prefix, tree_id, depth = todo.pop()
+            if depth > max_depth:
+                raise CorruptObjectError(tree_id, f"tree nested deeper than {max_depth} levels")
+            for item in self.tree(tree_id):
+                path = f"{prefix}{item.name}"
+                yield path, item
+                if item.filemode == MODE_TREE:
+                    todo.append((path + "/", item.id, depth + 1))
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text.lower())
+
+
+def expand_id(repo: pygit2.Repository, ref: str) -> str:
+    """Expand a full id or unique prefix (4+ hex digits) to a full commit id."""
+    if len(ref) < 4 or len(ref) > 40 or not _is_hex(ref):
+        raise InvalidReferenceError(
+            ref, "expected a checkpoint id, a unique prefix of 4+ hex digits, or node:NAME")
+    try:
+        oid = str(repo.expand_id(ref.lower()))
+    except KeyError:
+        raise CheckpointNotFound(ref) from None
+    except (ValueError, pygit2.GitError) as exc:
+        if "ambiguous" in str(exc).lower():
+            raise AmbiguousReferenceError(ref) from None
+        raise CheckpointNotFound(ref) from None
+    return oid

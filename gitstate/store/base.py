@@ -1,0 +1,322 @@
+"""The plumbing every part of a store shares: per-thread repository handles, the guarded reader,
+the one write path (:meth:`StoreCore.write`: a :class:`Transaction` under one retry and deadline
+policy), ref reads, checkpoints by id (decoded views kept, immutable), identity and housekeeping.
+Runs, branches and session files are built on it; :class:`gitstate.Store` adds the runs."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TypeVar
+
+import pygit2
+from pygit2.enums import ObjectType
+
+from gitstate.errors import (
+    CheckpointNotFound,
+    ConflictError,
+    GitStateError,
+    LockTimeoutError,
+    StoreWriteError,
+)
+from gitstate.format import checkpoint as cpfmt
+from gitstate.format.checkpoint import Checkpoint
+from gitstate.git import handles, housekeeping, refs
+from gitstate.git.command import check_git_version
+from gitstate.git.location import Location, locate
+from gitstate.git.objects import ObjectWriter
+from gitstate.git.reader import ObjectReader, expand_id
+from gitstate.git.refs import DEFAULT_STALE_LOCK_AGE, ReflogEntry, list_refs, read_ref, reflog
+from gitstate.store.transaction import Backoff, Transaction, apply_updates, failed_update
+from gitstate.workspace.diff import Diff, diff_checkpoints
+from gitstate.workspace.snapshot import Workspace
+
+T = TypeVar("T")
+DEFAULT_LOCK_TIMEOUT = 10.0  # seconds a write retries held locks and moving refs before giving up
+_FALLBACK_NAME = "gitstate"
+_FALLBACK_EMAIL = "gitstate@localhost"
+
+
+def _config_true(repo: pygit2.Repository, key: str) -> bool:
+    try:
+        config = repo.config
+        return key in config and config.get_bool(key)
+    except (pygit2.GitError, KeyError, ValueError):
+        return False
+
+
+class StoreCore:
+    """The plumbing of a store: repository handles, the guarded reader, the one write path
+    (:meth:`write`), refs, checkpoints by id, housekeeping. :class:`Store` adds runs."""
+
+    def __init__(self, repo: pygit2.Repository, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 stale_lock_age: float = DEFAULT_STALE_LOCK_AGE, pack_in_background: bool = True,
+                 fsync: bool | None = None) -> None:
+        check_git_version()
+        self.location: Location = locate(repo)
+        # Durable objects when asked, or when the repository asks git for them.
+        self.fsync = _config_true(repo, "core.fsyncObjectFiles") if fsync is None else fsync
+        self.fsync_refs = bool(fsync)
+        self.lock_timeout = lock_timeout
+        self.stale_lock_age = stale_lock_age
+        self._owner_thread = threading.get_ident()
+        self._main_repo = repo
+        self._local = threading.local()
+        self._step_cache: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._cp_cache: dict[str, Checkpoint] = {}
+        self._identity = self._read_identity(repo)
+        self._workspace: Workspace | None = None
+        # Packing of loose objects (housekeeping) runs in a worker thread instead of inside the
+        # write that crossed the threshold, so no single write pays for it (False: inline).
+        self.pack_in_background = pack_in_background
+        self._packer: threading.Thread | None = None
+
+    # -- plumbing shared by runs --------------------------------------------------------------
+
+    @property
+    def repo(self) -> pygit2.Repository:
+        """This thread's ``pygit2.Repository`` for the store."""
+        if threading.get_ident() == self._owner_thread:
+            return self._main_repo
+        return handles.repository(self.location.git_dir)
+
+    @property
+    def reader(self) -> ObjectReader:
+        """This thread's guarded object reader (the only way gitstate reads objects)."""
+        return ObjectReader(self.repo)
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        """Name and email written as author/committer of checkpoints and in reflogs."""
+        return self._identity
+
+    @property
+    def worktree(self) -> str:
+        """The worktree key used in this store's ref names (``main`` or ``wt-<id>``)."""
+        return self.location.worktree
+
+    @property
+    def path(self) -> str:
+        """The work tree of the store's repository (the git dir for a bare repository)."""
+        return self.location.workdir or self.location.git_dir
+
+    @property
+    def workspace(self) -> Workspace:
+        """Snapshots of this store's worktree through its private index (see :mod:`gitstate.workspace`)."""
+        if self._workspace is None:
+            self._workspace = Workspace(self.location, on_new_objects=self._journal)
+        return self._workspace
+
+    def object_writer(self) -> ObjectWriter:
+        """This thread's object writer (objects it writes are journaled for housekeeping once a
+        transaction publishes them). Use :meth:`write` to write; this is for the transaction."""
+        writer = getattr(self._local, "writer", None)
+        if writer is None or writer.repo is not self.repo:
+            pending: list[str] = []
+            writer = ObjectWriter(self.repo, on_write=pending.append, fsync=self.fsync)
+            self._local.writer = writer
+            self._local.pending = pending
+        return writer
+
+    def write(self, build: Callable[[Transaction], T]) -> T:
+        """Run one write: ``build`` stages objects and ref moves on a :class:`Transaction`, then the
+        refs move by compare-and-swap. The one retry policy: ``build`` runs again while refs move
+        underneath it (non-strict updates) or other writers hold locks, with jittered backoff, until
+        ``lock_timeout``; then :class:`LockTimeoutError` (a lock stayed held) or
+        :class:`ConflictError` (the ref kept moving). Transient races with a concurrent
+        ``git pack-refs``/``gc`` are retried the same way (see :mod:`gitstate.store.transaction`)."""
+        backoff = Backoff(self.lock_timeout)
+        common = self.location.common_dir
+        while True:
+            tx = Transaction(self.object_writer(), self._identity)
+            result = build(tx)
+            try:
+                apply_updates(common, tx, fsync=self.fsync_refs)
+            except ConflictError as exc:
+                update = failed_update(tx, exc.ref)
+                if update is None or update.strict or backoff.expired():
+                    raise
+            except refs.LockBusy as exc:
+                if refs.break_stale_locks(common, exc.ref, self.stale_lock_age):
+                    continue
+                if backoff.expired():
+                    raise LockTimeoutError(exc.ref, self.lock_timeout) from None
+            except refs.TransientRefError as exc:
+                if backoff.expired():
+                    raise StoreWriteError(common, str(exc)) from exc
+            else:
+                self.written()
+                tx.finished()
+                return result
+            backoff.pause()
+
+    def written(self) -> None:
+        """After a transaction's refs moved: journal the new loose objects for housekeeping."""
+        pending: list[str] = getattr(self._local, "pending", [])
+        if pending:
+            self._journal(pending)
+            pending.clear()
+
+    def _journal(self, oids: list[str]) -> None:
+        size = housekeeping.record(self.location.common_dir, oids)
+        if self.pack_in_background and size >= housekeeping.PACK_THRESHOLD:
+            self._pack_soon()
+        else:
+            housekeeping.maybe_pack(self.repo, self.location.common_dir, size)
+
+    def forget_objects(self) -> None:
+        """Stop trusting this thread's cache of objects known to exist (after refs were deleted or
+        rewritten, their objects may be pruned by ``git gc``)."""
+        writer = getattr(self._local, "writer", None)
+        if writer is not None:
+            writer.forget()
+
+    def _pack_soon(self) -> None:
+        """Start a (non-daemon, so never cut off at exit) packing thread unless one is running."""
+        if self._packer is not None and self._packer.is_alive():
+            return
+        self._packer = threading.Thread(target=self._pack_quietly, name="gitstate-pack")
+        self._packer.start()
+
+    def _pack_quietly(self) -> None:
+        try:
+            self.pack()
+        except GitStateError:
+            pass  # housekeeping is retried by the next write that crosses the threshold
+
+    def wait_for_housekeeping(self, timeout: float | None = None) -> None:
+        """Wait until a background packing thread, if any, has finished."""
+        packer = self._packer
+        if packer is not None:
+            packer.join(timeout)
+
+    def pack(self) -> int:
+        """Pack gitstate's loose objects now; returns how many were packed."""
+        try:
+            return housekeeping.pack_loose(self.repo, self.location.common_dir)
+        except OSError as exc:
+            raise StoreWriteError(self.location.common_dir, f"cannot pack: {exc}") from exc
+
+    def _read_identity(self, repo: pygit2.Repository) -> tuple[str, str]:
+        """Who writes checkpoints: ``GIT_COMMITTER_NAME``/``EMAIL``, else the repository's
+        ``user.name``/``user.email``, else ``gitstate <gitstate@localhost>`` (as git would, but
+        never failing for lack of an identity)."""
+        name = os.environ.get("GIT_COMMITTER_NAME", "")
+        email = os.environ.get("GIT_COMMITTER_EMAIL", "")
+        try:
+            config = repo.config
+            if not name and "user.name" in config:
+                name = str(config["user.name"])
+            if not email and "user.email" in config:
+                email = str(config["user.email"])
+        except (pygit2.GitError, KeyError, ValueError):
+            pass
+        name = name.replace("<", "").replace(">", "").replace("\n", " ").strip() or _FALLBACK_NAME
+        email = email.replace("<", "").replace(">", "").replace("\n", "").strip() or _FALLBACK_EMAIL
+        return name, email
+
+    # -- refs (read side; writes go through :meth:`write`) --------------------------------------
+
+    def read_ref(self, name: str) -> str | None:
+        """The id a ref points at, or ``None``."""
+        return read_ref(self.repo, name)
+
+    def list_refs(self, prefix: str) -> list[tuple[str, str]]:
+        """Direct refs under ``prefix`` with their targets."""
+        return list_refs(self.repo, prefix)
+
+    def reflog(self, name: str) -> list[ReflogEntry]:
+        """A ref's reflog, newest first."""
+        return reflog(self.repo, name)
+
+    def move_ref(self, ref: str, old: str | None, new: str | None, message: str) -> None:
+        """One strict compare-and-swap of a ref that publishes no new objects (fork, rollback,
+        undo, delete, a pull's fast-forward): :class:`ConflictError` if it does not hold ``old``."""
+
+        def build(tx: Transaction) -> None:
+            if new is None:
+                assert old is not None
+                tx.delete_ref(ref, old, message, strict=True)
+            else:
+                tx.set_ref(ref, old, new, message, strict=True)
+
+        self.write(build)
+        if old is not None and new != old:
+            self.forget_objects()  # what only the old value reached may now be pruned by git gc
+
+    # -- checkpoints by id --------------------------------------------------------------------
+
+    def remember_position(self, oid: str, step: int, base: int) -> None:
+        """Record a checkpoint's step and base (the step of its line's first kept checkpoint)."""
+        cache = self._step_cache
+        cache[oid] = (step, base)
+        if len(cache) > 4096:
+            cache.popitem(last=False)
+
+    def position(self, oid: str) -> tuple[int, int]:
+        """A checkpoint's ``(step, base)``, from memory when this store wrote or read it."""
+        hit = self._step_cache.get(oid)
+        if hit is None:
+            cp = self.read_checkpoint(oid)
+            hit = (cp.step, cp.base)
+            self.remember_position(oid, *hit)
+        return hit
+
+    def read_checkpoint(self, oid: str) -> Checkpoint:
+        """The checkpoint of a full commit id (:class:`CorruptObjectError` if it is not a sound
+        checkpoint). Commits never change, so decoded views are kept (bounded) and handed out as
+        copies with fresh metadata."""
+        hit = self._cp_cache.get(oid)
+        if hit is None:
+            reader = self.reader
+            hit = Checkpoint.from_commit(reader, reader.commit(oid), self.location.git_dir)
+            self.remember(hit)
+        return dataclasses.replace(hit, metadata=copy.deepcopy(hit.metadata))
+
+    def remember(self, cp: Checkpoint) -> None:
+        """Keep the decoded view of a checkpoint this process just wrote or read."""
+        if len(self._cp_cache) >= 8192:
+            self._cp_cache.clear()
+        self._cp_cache[cp.id] = cp
+        self.remember_position(cp.id, cp.step, cp.base)
+
+    def expand(self, ref: str) -> str:
+        """A full commit id from a full id or a unique prefix of 4+ hex digits."""
+        return expand_id(self.repo, ref)
+
+    def checkpoint(self, ref: str) -> Checkpoint:
+        """Any checkpoint of the store by full id or unique prefix (:class:`CheckpointNotFound` when
+        the id names nothing, or an object that is not a gitstate checkpoint)."""
+        oid = self.expand(ref)
+        reader = self.reader
+        if not reader.exists(oid):
+            raise CheckpointNotFound(ref)
+        kind, _size = reader.header(oid)
+        if kind != ObjectType.COMMIT or cpfmt.META not in reader.tree(reader.commit(oid).tree_id):
+            raise CheckpointNotFound(ref)
+        return self.read_checkpoint(oid)
+
+    def diff(self, a: str | Checkpoint, b: str | Checkpoint) -> Diff:
+        """Changed state keys and workspace files from checkpoint ``a`` to ``b`` (ids or prefixes,
+        possibly of different runs)."""
+        first = a if isinstance(a, Checkpoint) else self.checkpoint(a)
+        second = b if isinstance(b, Checkpoint) else self.checkpoint(b)
+        return diff_checkpoints(self.reader, first, second)
+
+    def close(self) -> None:
+        """Release the repository handles (the store must not be used afterwards)."""
+        self._main_repo.free()
+        self._local = threading.local()
+
+    def __enter__(self) -> StoreCore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Store {self.path!r} worktree={self.worktree!r}>"

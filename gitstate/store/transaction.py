@@ -1,0 +1,134 @@
+"""The one write path of gitstate: a :class:`Transaction` stages objects, then moves refs by
+compare-and-swap, each move logged in the ref's reflog (DESIGN §3.2–3.3).
+
+Every writer (runs, node boundaries, prune, session files, run records, the LangGraph saver, remote
+merges, adapters) writes through :meth:`gitstate.Store.write`, which owns the one retry policy::
+
+    def build(tx: Transaction) -> str:
+        tip = store.read_ref(ref)                       # read what the change is based on
+        oid = tx.commit(tx.tree([...]), [tip] if tip else [], message)
+        tx.set_ref(ref, tip, oid, "gitstate: checkpoint ...")
+        return oid
+
+    oid = store.write(build)
+
+``build`` runs again whenever a ref moved underneath it (a lost compare-and-swap that is not
+``strict``) or another writer held a lock, with jittered exponential backoff, until the store's
+``lock_timeout`` passes; then the caller gets :class:`LockTimeoutError` (a lock stayed held) or
+:class:`ConflictError` (the ref kept moving). A ``strict`` update (the caller expected one exact
+value) fails at once with :class:`ConflictError`. Nothing is visible before the ref moves; objects
+of a transaction that never moved its ref are left unreferenced, for ``git gc``."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from pygit2.enums import ObjectType
+
+from gitstate.git import refs
+from gitstate.git.objects import ObjectWriter, TreeEntry
+from gitstate.git.reader import Signature
+
+
+@dataclass(frozen=True)
+class RefUpdate:
+    """One staged ref move: ``old`` → ``new`` (``None``: absent / delete)."""
+
+    ref: str
+    old: str | None
+    new: str | None
+    message: str
+    strict: bool
+
+
+class Transaction:
+    """Objects staged for one write, and the ref moves that publish them (see the module docs)."""
+
+    def __init__(self, writer: ObjectWriter, identity: tuple[str, str]) -> None:
+        self.writer = writer
+        self.identity = identity
+        self.updates: list[RefUpdate] = []
+        self._after: list[Callable[[], None]] = []
+
+    # -- objects ------------------------------------------------------------------------------
+
+    def blob(self, data: bytes) -> str:
+        """Stage a blob; returns its id."""
+        return self.writer.blob(data)
+
+    def tree(self, entries: Iterable[TreeEntry]) -> str:
+        """Stage a tree of ``(name, id, mode)`` entries; returns its id."""
+        return self.writer.tree(entries)
+
+    def commit(self, tree: str, parents: Iterable[str], message: str, *, when: float | None = None,
+               author: Signature | None = None, committer: Signature | None = None) -> str:
+        """Stage a commit (bytes built as git builds them); ``author``/``committer`` default to the
+        store's identity at ``when`` (now), in UTC."""
+        if author is None or committer is None:
+            stamp = int(time.time() if when is None else when)
+            mine = Signature(self.identity[0], self.identity[1], stamp, 0)
+            author = author or mine
+            committer = committer or (author if author is not mine else mine)
+        lines = [f"tree {tree}", *(f"parent {p}" for p in parents),
+                 f"author {author.to_git()}", f"committer {committer.to_git()}", "", message]
+        return self.writer.write(ObjectType.COMMIT, "\n".join(lines).encode("utf-8"))
+
+    # -- refs ---------------------------------------------------------------------------------
+
+    def set_ref(self, ref: str, old: str | None, new: str, message: str, *, strict: bool = False) -> None:
+        """Stage a compare-and-swap of ``ref`` from ``old`` (``None``: must not exist) to ``new``.
+        ``strict``: a ref that holds something else fails the write (no rebuild and retry)."""
+        self.updates.append(RefUpdate(ref, old, new, message, strict))
+
+    def delete_ref(self, ref: str, old: str, message: str, *, strict: bool = False) -> None:
+        """Stage the deletion of ``ref`` if it holds ``old``."""
+        self.updates.append(RefUpdate(ref, old, None, message, strict))
+
+    def after(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the refs have moved (e.g. to update an in-memory index)."""
+        self._after.append(callback)
+
+    def finished(self) -> None:
+        """Called by the store after every ref moved."""
+        for callback in self._after:
+            callback()
+
+
+class Backoff:
+    """The retry policy: jittered exponential pauses (1 ms doubling to 50 ms) until a deadline."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self.delay = 0.001
+
+    def expired(self) -> bool:
+        """Whether the deadline has passed."""
+        return time.monotonic() >= self.deadline
+
+    def pause(self) -> None:
+        """Sleep before the next attempt."""
+        time.sleep(self.delay * (0.5 + random.random()))
+        self.delay = min(self.delay * 2, 0.05)
+
+
+def apply_updates(common_dir: str, tx: Transaction, *, fsync: bool) -> None:
+    """Move the transaction's refs, in order, each by one compare-and-swap attempt."""
+    for update in tx.updates:
+        if update.new is None:
+            assert update.old is not None
+            refs.remove_if_equals(common_dir, update.ref, update.old, update.message)
+        else:
+            refs.set_if_equals(common_dir, update.ref, update.old, update.new, update.message,
+                               committer=tx.identity, fsync=fsync)
+
+
+def failed_update(tx: Transaction, ref: str) -> RefUpdate | None:
+    """The staged update of ``ref``, if any."""
+    for update in tx.updates:
+        if update.ref == ref:
+            return update
+    return None

@@ -1,0 +1,171 @@
+"""One damaged object under refs/agentos/ never hangs a reader: every library reader, the LangGraph
+saver and the CLI end within a bound with a clear error naming the object, listing goes on for the
+sound runs, and ``verify`` fails. (libgit2 1.9 loops forever inflating a truncated loose object.)
+
+Each scenario runs in a child process with a hard timeout, so a regression shows as a failure here
+instead of a hung suite."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import git
+
+import gitstate
+
+BIN = Path(sys.executable).parent
+LIMIT = 15  # seconds: the bar for every reader on a damaged store
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    os.chmod(path, 0o644)
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _loose(repo: Path, oid: str) -> Path:
+    return repo / ".git" / "objects" / oid[:2] / oid[2:]
+
+
+def _child(repo: Path, code: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    return subprocess.run([sys.executable, "-c", code, str(repo)], capture_output=True, text=True, env=env,
+                          timeout=LIMIT, check=False)
+
+
+def _cli(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    return subprocess.run(["git", "agentos", *args], cwd=repo, capture_output=True, text=True, env=env,
+                          timeout=LIMIT, check=False)
+
+
+def _store_with_damage(repo: Path, what: str) -> tuple[str, str]:
+    """Two runs; one object of run ``bad`` is damaged (``tree``, ``blob``, ``commit``, ``empty``
+    loose object, or a truncated ``pack`` holding everything). Returns (bad tip, its damaged oid)."""
+    store = gitstate.open_store(repo)
+    good = store.create_run(run_id="good", workflow="w")
+    good.checkpoint({"n": 1})
+    bad = store.create_run(run_id="bad", workflow="w")
+    bad.checkpoint({"messages": ["a"] * 40, "k": "v"}, node="plan")
+    tip = bad.checkpoint({"messages": ["a"] * 41, "k": "v2"}, node="act")
+    reader = store.reader
+    root = reader.tree(tip.tree_id)
+    victim = {"tree": root["state"].id, "blob": root["meta.cbor"].id, "commit": tip.id,
+              "empty": root["state"].id, "pack": tip.id}[what]
+    store.close()
+    if what == "pack":
+        git(repo, "repack", "-a", "-d", "-q")
+        git(repo, "prune-packed")
+        packs = glob.glob(str(repo / ".git" / "objects" / "pack" / "*.pack"))
+        assert len(packs) == 1 and not _loose(repo, victim).exists()
+        _truncate(Path(packs[0]))
+    elif what == "empty":
+        os.chmod(_loose(repo, victim), 0o644)
+        _loose(repo, victim).write_bytes(b"")
+    else:
+        _truncate(_loose(repo, victim))
+    return tip.id, victim
+
+
+LIBRARY = r"""
+import sys, gitstate
+store = gitstate.open_store(sys.argv[1])
+run = store.get_run("bad")
+results = {}
+for name, call in [("head", lambda: run.head()), ("history", lambda: list(run.history())),
+                   ("state", lambda: run.head().state), ("load", lambda: run.load(run.tip()[:10]).state),
+                   ("diff", lambda: run.diff(list(run.history())[-1].id)),
+                   ("branches", lambda: run.branches()), ("nodes", lambda: run.nodes())]:
+    try:
+        call()
+        results[name] = "ok"
+    except gitstate.GitStateError as exc:
+        results[name] = type(exc).__name__ + ": " + str(exc)
+listing = {s.id: (s.status, s.error) for s in store.list_runs()}
+import json
+print(json.dumps({"results": results, "listing": listing}))
+"""
+
+
+@pytest.mark.parametrize("what", ["tree", "blob", "commit", "empty", "pack"])
+def test_library_readers_end_with_a_clear_error(repo: Path, what: str) -> None:
+    _tip, victim = _store_with_damage(repo, what)
+    done = _child(repo, LIBRARY)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    failed = {k: v for k, v in out["results"].items() if v != "ok"}
+    assert failed, "the damage went unnoticed"
+    for name, message in failed.items():
+        assert message.startswith("CorruptObjectError"), (name, message)
+    if what != "pack":  # a damaged pack is named by its path, a loose object by its id
+        assert any(victim in m for m in failed.values()), failed
+    assert out["listing"]["good"][0] != "corrupt" or what == "pack"
+    assert out["listing"]["bad"][0] == "corrupt" and out["listing"]["bad"][1]
+
+
+SAVER = r"""
+import sys, json, gitstate
+from gitstate.langgraph import GitCheckpointSaver
+from langgraph.checkpoint.base import empty_checkpoint
+saver = GitCheckpointSaver.from_path(sys.argv[1])
+cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+out = {}
+for name, call in [("get_tuple", lambda: saver.get_tuple(cfg)), ("list", lambda: list(saver.list(cfg)))]:
+    try:
+        call()
+        out[name] = "ok"
+    except gitstate.GitStateError as exc:
+        out[name] = type(exc).__name__
+print(json.dumps(out))
+"""
+
+SAVER_SETUP = r"""
+import sys
+from gitstate.langgraph import GitCheckpointSaver
+from langgraph.checkpoint.base import empty_checkpoint
+saver = GitCheckpointSaver.from_path(sys.argv[1])
+cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+for i in range(3):
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"messages": ["m"] * (i + 1)}
+    cp["channel_versions"] = {"messages": str(i + 1)}
+    cfg = saver.put(cfg, cp, {"source": "loop", "step": i}, {"messages": str(i + 1)})
+print(cfg["configurable"]["checkpoint_id"])
+"""
+
+
+@pytest.mark.parametrize("what", ["tree", "commit"])
+def test_saver_reads_end_with_a_clear_error(repo: Path, what: str) -> None:
+    pytest.importorskip("langgraph")
+    done = _child(repo, SAVER_SETUP)
+    assert done.returncode == 0, done.stderr
+    store = gitstate.open_store(repo)
+    tip = store.read_checkpoint(store.read_ref("refs/agentos/main/runs/t/heads/main") or "")
+    victim = tip.id if what == "commit" else store.reader.tree(tip.tree_id)["langgraph"].id
+    store.close()
+    _truncate(_loose(repo, victim))
+    done = _child(repo, SAVER)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"get_tuple": "CorruptObjectError", "list": "CorruptObjectError"}
+
+
+@pytest.mark.parametrize("what", ["tree", "blob", "commit", "pack"])
+def test_cli_ends_with_an_error_line(repo: Path, what: str) -> None:
+    tip, _victim = _store_with_damage(repo, what)
+    runs = _cli(repo, "runs", "--json")
+    assert runs.returncode == 0 and "Traceback" not in runs.stderr, runs.stderr
+    listed = {r["id"]: r for r in json.loads(runs.stdout)}
+    assert listed["bad"]["status"] == "corrupt"
+    for args in (("log", "bad"), ("show", tip)):
+        done = _cli(repo, *args)
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr, done.stderr
+    verify = _cli(repo, "verify")
+    assert verify.returncode != 0 and "Traceback" not in verify.stderr
+    assert "bad" in verify.stdout + verify.stderr
