@@ -46,8 +46,9 @@ def _cli(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _store_with_damage(repo: Path, what: str) -> tuple[str, str]:
-    """Two runs; one object of run ``bad`` is damaged (``tree``, ``blob``, ``commit``, ``empty``
-    loose object, or a truncated ``pack`` holding everything). Returns (bad tip, its damaged oid)."""
+    """Two runs; one object of run ``bad``'s tip is damaged: its root ``tree``, its ``state`` tree, its
+    ``meta.cbor`` blob, its ``commit`` (each truncated to half), its state tree made ``empty``, or
+    a truncated ``pack`` holding everything. Returns (bad tip, its damaged oid)."""
     store = gitstate.open_store(repo)
     good = store.create_run(run_id="good", workflow="w")
     good.checkpoint({"n": 1})
@@ -56,8 +57,8 @@ def _store_with_damage(repo: Path, what: str) -> tuple[str, str]:
     tip = bad.checkpoint({"messages": ["a"] * 41, "k": "v2"}, node="act")
     reader = store.reader
     root = reader.tree(tip.tree_id)
-    victim = {"tree": root["state"].id, "blob": root["meta.cbor"].id, "commit": tip.id,
-              "empty": root["state"].id, "pack": tip.id}[what]
+    victim = {"tree": tip.tree_id, "state": root["state"].id, "blob": root["meta.cbor"].id,
+              "commit": tip.id, "empty": root["state"].id, "pack": tip.id}[what]
     store.close()
     if what == "pack":
         git(repo, "repack", "-a", "-d", "-q")
@@ -76,9 +77,13 @@ def _store_with_damage(repo: Path, what: str) -> tuple[str, str]:
 LIBRARY = r"""
 import sys, gitstate
 store = gitstate.open_store(sys.argv[1])
-run = store.get_run("bad")
 results = {}
-for name, call in [("head", lambda: run.head()), ("history", lambda: list(run.history())),
+run = None
+try:
+    run = store.get_run("bad")
+except gitstate.GitStateError as exc:
+    results["get_run"] = type(exc).__name__ + ": " + str(exc)
+for name, call in [] if run is None else [("head", lambda: run.head()), ("history", lambda: list(run.history())),
                    ("state", lambda: run.head().state), ("load", lambda: run.load(run.tip()[:10]).state),
                    ("diff", lambda: run.diff(list(run.history())[-1].id)),
                    ("branches", lambda: run.branches()), ("nodes", lambda: run.nodes())]:
@@ -93,7 +98,7 @@ print(json.dumps({"results": results, "listing": listing}))
 """
 
 
-@pytest.mark.parametrize("what", ["tree", "blob", "commit", "empty", "pack"])
+@pytest.mark.parametrize("what", ["tree", "state", "blob", "commit", "empty", "pack"])
 def test_library_readers_end_with_a_clear_error(repo: Path, what: str) -> None:
     _tip, victim = _store_with_damage(repo, what)
     done = _child(repo, LIBRARY)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pygit2
 
 from gitstate.errors import NotARepositoryError, UnsupportedRepositoryError
-from gitstate.format.names import encode_component
+from gitstate.git.refnames import encode_component
 
 MAIN_WORKTREE = "main"
 LINKED_PREFIX = "wt-"
