@@ -3,17 +3,17 @@
 
 - ``gitstate``: the library (``open_store``, ``create_run``, ``checkpoint``, ``head``, ``load``,
   ``history``, ``list_runs``) in a fresh git repository.
-- ``json``: a JSON-file run store as seed 003 describes it (Raven's ``StateStore``): one file per
+- ``json``: a JSON-file run store as a JSON-file state store keeps runs: one file per
   run, ``<dir>/<id>.json``, holding the latest ``WorkflowState`` only (2-space indented JSON with id,
   workflow name, current step, status, step history, metadata and the state); every save rewrites the
   whole file atomically (write ``<id>.json.tmp``, fsync, rename); listing reads every file.
-- ``sqlite``: a checkpoint table as AgentGit keeps it (seed 002): one row per checkpoint, state as
+- ``sqlite``: a checkpoint table: one row per checkpoint, state as
   JSON text (``checkpoint_data``), metadata as JSON, WAL mode, an index on (session, id); history is
   a SELECT of a session's rows, read by id is a primary-key lookup, listing runs an aggregate query.
 
 gitstate does not fsync (libgit2's default), so the main comparison uses the alternatives without
 fsync too (``json`` skips the fsync, ``sqlite`` runs ``synchronous=NORMAL``, under which WAL commits do
-not fsync). The "durable writes" table then compares the seed-faithful fsyncing variants (``json``
+not fsync). The "durable writes" table then compares the fsyncing variants (``json``
 with fsync, ``sqlite`` with Python's default ``synchronous=FULL``) with gitstate with
 ``fsync=True`` (every object fsynced) and libgit2's ``enable_fsync_gitdir`` (refs).
 
@@ -343,7 +343,7 @@ CREATE INDEX IF NOT EXISTS idx_checkpoints_session ON checkpoints(internal_sessi
 
 
 class SqliteBackend(Backend):
-    """AgentGit's checkpoint table (seed 002): one row per checkpoint, state as JSON text, WAL.
+    """AgentGit's checkpoint table: one row per checkpoint, state as JSON text, WAL.
 
     Kinder to SQLite than the seed's model, on purpose: metadata gets its own JSON column (the seed
     keeps it inside ``checkpoint_data``), and the large ``checkpoint_data`` column comes last, so a
@@ -718,7 +718,7 @@ def run(cfg: Config, workdir: str, out: Any = sys.stdout) -> dict[str, Any]:
         finally:
             pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, 0)
         durable_results = write_results(dlat, cfg)
-        print_table("== durable writes: gitstate with enable_fsync_gitdir vs json with fsync (seed 003 as "
+        print_table("== durable writes: gitstate with enable_fsync_gitdir vs json with fsync ("
                     "written) vs sqlite synchronous=FULL ==", durable_results, [jd.name, sd.name], out)
         for durable in (gd, jd, sd):
             durable.close()

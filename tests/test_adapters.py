@@ -1,4 +1,4 @@
-"""The seed 002 state adapter scenarios on GitStateAdapter: sessions, snapshots, node rollback to a
+"""The workflow state adapter scenarios on GitStateAdapter: sessions, snapshots, node rollback to a
 node's exit checkpoint, tool-level rollback to any checkpoint, branches keeping their lineage,
 cleanup keeping the newest N, node boundaries and workspace snapshot links."""
 

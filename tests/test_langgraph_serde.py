@@ -1,4 +1,4 @@
-"""Decoding LangGraph checkpoints never runs code named by the data (DESIGN §3.6): a value whose
+"""Decoding LangGraph checkpoints never runs code named by the data: a value whose
 msgpack asks for ``os.system(...)``, stored as a channel value, a list item, metadata or a pending
 write (as a blob fetched from an untrusted remote would), is refused with an UnsafeValueError
 (a CorruptObjectError) and nothing runs; LangChain messages and opted-in types still round-trip."""

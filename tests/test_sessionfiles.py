@@ -1,4 +1,4 @@
-"""Versioned session files (seed 004): versions, conflicts, concurrency from real processes."""
+"""Versioned session files: versions, conflicts, concurrency from real processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The workflow state adapter of the Workflow Test Bench design (seed 002 §7, ``IStateAdapter``) on
+"""The workflow state adapter of the Workflow Test Bench design (``IStateAdapter``) on
 gitstate runs.
 
 A *session* is one branch of one run: the session id of a run's first line is the run id; a branch
@@ -32,7 +32,7 @@ WORKFLOW = "wtb"
 
 @dataclass
 class ExecutionState:
-    """Snapshot of a workflow execution (seed 002): where it is, its variables, the path taken
+    """Snapshot of a workflow execution: where it is, its variables, the path taken
     and each node's result."""
 
     current_node_id: str | None = None

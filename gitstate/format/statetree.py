@@ -36,6 +36,7 @@ from gitstate.git.reader import ObjectReader, TreeData
 CHUNK = 32  # items per list chunk
 FANOUT = 64  # entries per list subtree level
 MAP_SPLIT_KEYS = 16  # a nested mapping with this many keys gets its own tree
+MAX_MAP_DEPTH = 32  # .map/ trees nest at most this deep; deeper mappings stay in their parent's blob
 
 LEAF = ".cbor"
 MAP = ".map"
@@ -83,7 +84,7 @@ class StateWriter:
             self.w.cache_value(key, oid)
         return oid
 
-    def mapping(self, value: Mapping[str, Any], path: str = "") -> str:
+    def mapping(self, value: Mapping[str, Any], path: str = "", depth: int = 0) -> str:
         """Tree id of a mapping with string keys."""
         entries: list[TreeEntry] = []
         for key, item in value.items():
@@ -91,8 +92,8 @@ class StateWriter:
             sub = f"{path}.{key}" if path else key
             if _is_long_list(item):
                 entries.append((name + LIST, self.list(item, sub), MODE_TREE))
-            elif _splits(item):
-                entries.append((name + MAP, self.mapping(item, sub), MODE_TREE))
+            elif depth < MAX_MAP_DEPTH and _splits(item):
+                entries.append((name + MAP, self.mapping(item, sub, depth + 1), MODE_TREE))
             else:
                 entries.append((name + LEAF, self.leaf(item, sub), MODE_BLOB))
         return self.w.tree(entries)
@@ -151,7 +152,7 @@ class _BlobCache:
 _BLOBS = _BlobCache()
 
 
-MAX_TREE_DEPTH = 64  # nested .map/.list trees; writers nest at most 9 (maps) or log64(n) (lists)
+MAX_TREE_DEPTH = 64  # nested trees a reader follows: writers nest at most 32 .map/ levels + a .list/
 
 
 class StateReader:

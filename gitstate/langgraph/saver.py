@@ -118,7 +118,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     async methods are implemented (async ones run the sync code in a worker thread). One instance may
     be shared by several threads; several processes may write different threads at once.
 
-    Decoding is strict by default (DESIGN §3.6): values are read by a :class:`StrictSerializer`, which
+    Decoding is strict by default: values are read by a :class:`StrictSerializer`, which
     builds only LangGraph's safe types (datetime, uuid, LangChain messages, ``Send`` …) and the
     ``allowed_types`` given here (classes or ``(module, name)`` tuples, e.g. a pydantic model kept in
     a channel); any other type named by a stored value raises :class:`UnsafeValueError` instead of
@@ -367,7 +367,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             entries.append(writes)
         oid = tx.commit(tx.tree(entries), [parent.oid] if parent else [], cpfmt.message(meta) + lg_trailers,
                         when=now)
-        tx.set_ref(self._ref(thread_id, branch), expected, oid, f"langgraph put {cid}")
+        tx.set_ref(self._ref(thread_id, branch), expected, oid, f"gitstate: langgraph put {cid}")
         entry = Entry(oid, ns, cid, parent_id, str(md["run_id"]) if md.get("run_id") is not None else None,
                       (parent.oid,) if parent else ())
 
@@ -418,9 +418,9 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 continue
             ref = self._ref(thread_id, branch)
             if new_tip is None:
-                tx.delete_ref(ref, tip, "langgraph rewrite")
+                tx.delete_ref(ref, tip, "gitstate: langgraph rewrite")
             else:
-                tx.set_ref(ref, tip, new_tip, "langgraph rewrite")
+                tx.set_ref(ref, tip, new_tip, "gitstate: langgraph rewrite")
         tx.after(lambda: self._forget_index(thread_id))
         return {k: v for k, v in renamed.items() if v is not None and v != k}
 
@@ -479,7 +479,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                     return
                 new = tx.commit(root, list(commit.parent_ids), commit.message, author=commit.author,
                                 committer=commit.committer)
-                tx.set_ref(self._ref(thread_id, branch), entry.oid, new, f"langgraph writes {task_id}")
+                tx.set_ref(self._ref(thread_id, branch), entry.oid, new, f"gitstate: langgraph writes {task_id}")
 
                 def learned() -> None:
                     self.store.remember_position(new, *self.store.position(entry.oid))

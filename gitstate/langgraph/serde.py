@@ -1,5 +1,5 @@
 """The saver's default serializer: LangGraph's ``JsonPlusSerializer`` locked down so that decoding a
-checkpoint never imports or calls code it was not told to trust (DESIGN §3.6).
+checkpoint never imports or calls code it was not told to trust.
 
 LangGraph's msgpack format stores objects as ``(module, name, args)`` extension records and, by
 default, *imports and calls* ``module.name(*args)`` on load: a channel blob fetched from an untrusted

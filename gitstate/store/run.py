@@ -446,7 +446,7 @@ class Run:
 
     @property
     def files(self) -> SessionFiles:
-        """The run's versioned session files (seed 004), kept apart from the workspace."""
+        """The run's versioned session files, kept apart from the workspace."""
         return SessionFiles(self.store, self.id, self.worktree)
 
     # -- node boundaries ----------------------------------------------------------------------

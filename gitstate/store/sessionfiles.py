@@ -1,4 +1,4 @@
-"""Versioned session files (seed 004): files kept inside a run, apart from the workspace, each
+"""Versioned session files: files kept inside a run, apart from the workspace, each
 version a git commit authored by the writer with the reason as its message.
 
 Layout (see docs/FORMAT.md): one ref per path,

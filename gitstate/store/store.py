@@ -95,7 +95,7 @@ def _summary_from_row(run_id: str, worktree: str, row: list[Any]) -> RunSummary 
 
 
 def derive_status(cp: Checkpoint | None) -> str:
-    """The run status seed 003 describes, derived from a branch tip."""
+    """The run status (running, completed, failed, interrupted), derived from a branch tip."""
     if cp is None:
         return "interrupted"
     if cp.status in cpfmt.STATUSES:

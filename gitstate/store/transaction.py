@@ -1,5 +1,5 @@
 """The one write path of gitstate: a :class:`Transaction` stages objects, then moves refs by
-compare-and-swap, each move logged in the ref's reflog (DESIGN §3.2–3.3).
+compare-and-swap, each move logged in the ref's reflog.
 
 Every writer (runs, node boundaries, prune, session files, run records, the LangGraph saver, remote
 merges, adapters) writes through :meth:`gitstate.Store.write`, which owns the one retry policy::
