@@ -159,20 +159,20 @@ def demo(directory: str | None) -> None:
             _agentos("checkpoint", RUN, "--branch", "alt", "--state", state, "--node", "ask_human",
                      "--trigger", "interrupt")
         _agentos("log", RUN, "--branch", "alt", "-n", "3")
-        _heading("6. rollback of main to the last checkpoint inside 'plan' (4 back)"
+        _heading("6. rollback of main to the exit of node 'plan' (its last checkpoint)"
                  + (", restoring the files it captured" if files else ""))
         click.echo(f"plan.md before: {(repo / 'plan.md').read_text().strip()!r}")
-        _agentos("rollback", RUN, "~4", *(["--restore"] if files else []))
+        _agentos("rollback", RUN, "node:plan", *(["--restore"] if files else []))
         click.echo(f"plan.md after:  {(repo / 'plan.md').read_text().strip()!r}")
         _heading("7. undo the rollback (the branch's reflog remembers every move)")
         _agentos("undo", RUN)
         _agentos("log", RUN, "-n", "2")
         if files:
             click.echo("# undo moved the branch; bring the files of the 'act' step back too:")
-            _agentos("restore", f"{RUN}~1")
+            _agentos("restore", RUN)
             click.echo(f"plan.md now:    {(repo / 'plan.md').read_text().strip()!r}")
         _heading("8. what changed between the 'load_data' step and the 'act' step (state and files)")
-        _agentos("diff", f"{RUN}~7", f"{RUN}~1")
+        _agentos("diff", f"{RUN}:node:load_data", f"{RUN}:node:act")
         if files:
             _heading("9. session files of the run")
             _agentos("files", RUN)

@@ -90,7 +90,7 @@ def test_scenario_matches_library(at_repo: Path) -> None:
     assert table[0].split() == ["NODE", "STATUS", "ENTRY", "EXIT"]
 
     # fork, rollback, undo
-    agentos("fork", "r1", "~4", "alt")
+    agentos("fork", "r1", "~2", "alt")
     assert store.get_run("r1").head("alt").id == cp1["id"]  # type: ignore[union-attr]
     as_json("checkpoint", "r1", "--branch", "alt", "--state", "-", input='{"alt": true}')
     assert as_json("show", "r1@alt")["state"] == {"alt": True}
@@ -98,7 +98,7 @@ def test_scenario_matches_library(at_repo: Path) -> None:
     assert tip is not None
     dry = agentos("rollback", "r1", "node:review", "--dry-run").stdout
     assert "would move" in dry and run.head().id == tip.id  # type: ignore[union-attr]
-    agentos("rollback", "r1", "~4")
+    agentos("rollback", "r1", "~2")
     assert run.head().id == cp1["id"]  # type: ignore[union-attr]
     agentos("undo", "r1")
     assert run.head().id == tip.id  # type: ignore[union-attr]
@@ -147,7 +147,7 @@ def _error(result: Result) -> str:
     (["show", "nope~1"], 1, "no run 'nope'"),
     (["show", "r~9"], 1, "has only"),
     (["show", "zzzz"], 1, "invalid checkpoint reference"),
-    (["show", "r:node:missing"], 1, "no exit checkpoint"),
+    (["show", "r:node:missing"], 1, "node 'missing' has no checkpoint"),
     (["show", "r@nobranch"], 1, "no branch"),
     (["checkpoint", "r", "--state", "/does/not/exist.json"], 1, "/does/not/exist.json"),
     (["checkpoint", "r", "--state", "BAD"], 2, "not valid JSON"),

@@ -70,8 +70,10 @@ def test_partial_scope_with_explicit_paths_and_new_files_inside_it(three: Path) 
 
 def test_rollback_restore_and_nodes_respect_the_scope(three: Path) -> None:
     run = gitstate.open_store(three).create_run("r")
+    before = run.checkpoint({}, files=["a.txt"])
     with run.node("edit", files=["a.txt"]) as scope:
         (three / "a.txt").write_text("a2\n")
+        scope.checkpoint({})
     assert scope.entry is not None and scope.entry.files_paths == ("a.txt",)
     assert scope.exit is not None and scope.exit.files_paths == ("a.txt",)
     with run.node("carry"):  # carries the tip's snapshot and its scope forward
@@ -79,7 +81,7 @@ def test_rollback_restore_and_nodes_respect_the_scope(three: Path) -> None:
     assert run.head().files_paths == ("a.txt",)  # type: ignore[union-attr]
     (three / "a.txt").write_text("a3\n")
     run.checkpoint({}, files=True)
-    run.rollback(scope.entry.id, restore=True)
+    run.rollback(before.id, restore=True)
     assert (three / "a.txt").read_text() == "a1\n"
     assert (three / "b.txt").exists() and (three / "src" / "c.py").exists()
 

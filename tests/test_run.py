@@ -204,24 +204,49 @@ def test_node_boundaries(store: gitstate.Store) -> None:
     run = store.create_run(run_id="nodes")
     run.checkpoint({"x": 0})
     with run.node("plan") as n:
-        n.checkpoint({"x": 1})
+        cp1 = n.checkpoint({"x": 1})
+        cp2 = n.checkpoint({"x": 1.5})
     with pytest.raises(RuntimeError):
         with run.node("exec"):
-            run.checkpoint({"x": 2}, node="exec")
+            cp3 = run.checkpoint({"x": 2}, node="exec")
             raise RuntimeError("boom")
     nodes = run.nodes()
     assert [(b.node, b.status) for b in nodes] == [("plan", "completed"), ("exec", "failed")]
     plan = nodes[0]
-    assert plan.entry is not None and plan.exit is not None
-    entry, exit_ = run.load(plan.entry), run.load(plan.exit)
-    assert entry.trigger == "node_start" and exit_.trigger == "node_end"
-    assert exit_.state == {"x": 1}  # exit carries the state as it was when the node ended
-    failed = run.load(nodes[1].exit)  # type: ignore[arg-type]
-    assert "boom" in failed.metadata["error"]
-    summary = store.list_runs()[0]
-    assert summary.status == "failed"
-    # rollback to a node = rollback to its exit checkpoint
-    assert run.rollback("node:plan").id == plan.exit
+    assert (plan.entry, plan.exit) == (cp1.id, cp2.id)  # markers point at the caller's checkpoints
+    assert (nodes[1].entry, nodes[1].exit) == (cp3.id, cp3.id)
+    assert [cp.state for cp in run.history()] == [{"x": 2}, {"x": 1.5}, {"x": 1}, {"x": 0}]  # no extra checkpoints
+    assert [cp.step for cp in run.history()] == [3, 2, 1, 0]
+    assert run.load("node:plan").id == cp2.id
+    records = list(run.node_log().records())
+    assert "boom" in (records[0].error or "") and records[0].status == "failed"
+    assert store.list_runs()[0].status == "failed"  # the tip closes a failed node
+    # rollback to a node = rollback to its exit checkpoint; the failed node leaves with its checkpoint
+    assert run.rollback("node:plan").id == cp2.id
+    assert [(b.node, b.status) for b in run.nodes()] == [("plan", "completed")]
+
+
+def test_node_without_checkpoints_marks_the_tip(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="empty-node")
+    with run.node("first") as scope:  # an empty branch: nothing to point at
+        pass
+    assert scope.entry is None and run.nodes() == [gitstate.NodeBoundary("first", None, None, "completed")]
+    tip = run.checkpoint({"a": 1})
+    with run.node("idle"):
+        pass
+    assert run.nodes()[-1] == gitstate.NodeBoundary("idle", tip.id, tip.id, "completed")
+    assert run.load("node:idle").id == tip.id and len(list(run.history())) == 1
+
+
+def test_node_boundaries_are_readable_with_plain_git(store: gitstate.Store, repo: Path) -> None:
+    run = store.create_run(run_id="plain")
+    with run.node("plan") as scope:
+        cp = scope.checkpoint({"a": 1})
+    log_ref = "refs/agentos/main/runs/plain/nodes/main"
+    listing = git(repo, "ls-tree", log_ref)
+    assert f"160000 commit {cp.id}\tentry" in listing and f"160000 commit {cp.id}\texit" in listing
+    assert git(repo, "log", "--format=%s", log_ref).splitlines() == ["node plan · completed", "node plan · running"]
+    git(repo, "fsck", "--strict")
 
 
 def test_open_node_is_running(store: gitstate.Store) -> None:
@@ -229,12 +254,14 @@ def test_open_node_is_running(store: gitstate.Store) -> None:
     scope = run.node("long")
     scope.__enter__()
     assert [(b.node, b.exit, b.status) for b in run.nodes()] == [("long", None, "running")]
+    scope.checkpoint({"step": 1})
+    assert [(b.node, b.exit, b.status) for b in run.nodes()] == [("long", None, "running")]
     assert store.list_runs()[0].status == "running"
 
 
 @pytest.mark.parametrize(("status", "expected"), [("completed", "completed"), ("done", "completed"),
                                                   ("failed", "failed"), ("interrupted", "interrupted"),
-                                                  (None, "interrupted")])
+                                                  (None, "running")])
 def test_derived_status(store: gitstate.Store, status: str | None, expected: str) -> None:
     store.create_run(run_id="s").checkpoint({"a": 1}, status=status)
     assert store.list_runs()[0].status == expected
@@ -322,13 +349,13 @@ def test_plain_git_readability(store: gitstate.Store, repo: Path) -> None:
 def test_node_boundaries_carry_or_capture_files(store: gitstate.Store, repo: Path) -> None:
     run = store.create_run(run_id="nf")
     (repo / "work.txt").write_text("v1\n")
-    run.checkpoint({"a": 1}, files=True)
+    first = run.checkpoint({"a": 1}, files=True)
     with run.node("carry"):
         pass
-    carried = run.load("node:carry")
-    assert carried.files_tree_id == run.load(carried.node_entry or "").files_tree_id is not None
-    with run.node("edit", files=True):
+    assert run.load("node:carry").id == first.id  # no checkpoint inside: the boundary marks the tip
+    with run.node("edit", files=True) as scope:
         (repo / "work.txt").write_text("v2\n")
+        scope.checkpoint({"a": 1.5})  # the node's files=True is the default for its checkpoints
     (repo / "work.txt").write_text("v3, unsaved\n")
     run.checkpoint({"a": 2}, files=True)
     run.rollback("node:edit", restore=True)
@@ -343,15 +370,16 @@ def test_labels_must_be_strings(store: gitstate.Store) -> None:
     assert run.head() is None
 
 
-def test_prune_rewrites_node_entry_trailer(store: gitstate.Store, repo: Path) -> None:
+def test_prune_keeps_node_boundaries(store: gitstate.Store, repo: Path) -> None:
     run = store.create_run(run_id="pt")
     run.checkpoint({"a": 0})
+    with run.node("gone"):
+        run.checkpoint({"a": 0.5}, node="gone")
     with run.node("n"):
-        run.checkpoint({"a": 1}, node="n")
+        a = run.checkpoint({"a": 1}, node="n")
+        b = run.checkpoint({"a": 2}, node="n")
+    run.checkpoint({"a": 3})
     result = run.prune(keep_latest=3)
-    exit_cp = run.head()
-    assert exit_cp is not None and exit_cp.node_entry is not None
-    assert exit_cp.node_entry in result.renamed.values()
-    body = git(repo, "log", "-1", "--format=%B", run.ref("main"))
-    assert f"Node-Entry: {exit_cp.node_entry}" in body
-    assert [b.entry for b in run.nodes()] == [exit_cp.node_entry]
+    assert run.nodes() == [gitstate.NodeBoundary("n", result.renamed[a.id], result.renamed[b.id], "completed")]
+    assert run.load("node:n").id == result.renamed[b.id]
+    git(repo, "fsck", "--strict")

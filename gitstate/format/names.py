@@ -44,6 +44,11 @@ def branch_ref(worktree: str, run_id: str, branch: str) -> str:
     return run_prefix(worktree, run_id) + "heads/" + check_name("branch name", branch)
 
 
+def node_log_ref(worktree: str, run_id: str, branch: str) -> str:
+    """The ref of a branch's node log (node boundary markers)."""
+    return run_prefix(worktree, run_id) + "nodes/" + check_name("branch name", branch)
+
+
 @dataclass(frozen=True)
 class ParsedRef:
     """What a ref under ``refs/agentos/`` names: worktree, run and kind (``run``, ``heads`` …)."""
@@ -65,12 +70,12 @@ def parse_ref(refname: str) -> ParsedRef | None:
         run_id = decode_component(parts[2])
         if parts[3] == "run" and len(parts) == 4:
             return ParsedRef(parts[0], run_id, "run", None)
-        if parts[3] == "heads" and len(parts) == 5:
-            return ParsedRef(parts[0], run_id, "heads", decode_component(parts[4]))
+        if parts[3] in ("heads", "nodes") and len(parts) == 5:
+            return ParsedRef(parts[0], run_id, parts[3], decode_component(parts[4]))
     except ValueError:
         return None
     return ParsedRef(parts[0], run_id, parts[3], "/".join(parts[4:]) or None)
 
 
 __all__ = ["MAX_COMPONENT", "NAMESPACE", "STAGING", "ParsedRef", "branch_ref", "check_name",
-           "decode_component", "encode_component", "parse_ref", "run_info_ref", "run_prefix", "worktree_prefix"]
+           "decode_component", "encode_component", "node_log_ref", "parse_ref", "run_info_ref", "run_prefix", "worktree_prefix"]

@@ -20,7 +20,7 @@ BEGIN = "# >>> gitstate (git agentos setup): decode checkpoint payloads"
 END = "# <<< gitstate"
 #: Paths inside checkpoint and run-record trees that hold CBOR payloads. Anchored at the tree
 #: root so a user's own files elsewhere are not affected (and a non-CBOR file passes through).
-PATTERNS = ("/meta.cbor", "/run.cbor", "/state.cbor", "/tools.cbor", "/audit.cbor", "/state/**/*.cbor")
+PATTERNS = ("/meta.cbor", "/run.cbor", "/state.cbor", "/tools.cbor", "/audit.cbor", "/node.cbor", "/state/**/*.cbor")
 
 
 def textconv_command() -> str:

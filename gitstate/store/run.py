@@ -4,6 +4,7 @@ objects first, then one compare-and-swap of the branch ref."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,9 +29,11 @@ from gitstate.errors import (
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint, read_meta
 from gitstate.format.names import branch_ref, check_name, decode_component, run_prefix
+from gitstate.format.nodes import NodeRecord
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
 from gitstate.git.reader import CommitData
 from gitstate.store.base import StoreCore
+from gitstate.store.nodes import NodeBoundary, NodeLog, legacy_boundaries, new_record, now_iso, written_since
 from gitstate.store.sessionfiles import SessionFiles
 from gitstate.store.transaction import Transaction
 from gitstate.workspace import restore as restoring
@@ -46,17 +49,6 @@ NODE_PREFIX = "node:"
 # What a checkpoint's tree holds besides meta.cbor: written inside the transaction (retries reuse the
 # writer's cache), returning the state entry and any extra entries (tools, audit, files).
 EntriesBuilder = Callable[[Transaction], tuple[TreeEntry, list[TreeEntry]]]
-
-
-@dataclass(frozen=True)
-class NodeBoundary:
-    """Where a node was entered and left: entry and exit checkpoint ids and the node's status
-    (``completed``, ``failed``, or ``running`` while it has no exit checkpoint)."""
-
-    node: str
-    entry: str | None
-    exit: str | None
-    status: str
 
 
 @dataclass(frozen=True)
@@ -140,14 +132,22 @@ class Run:
             branch = branch or "main"
             if self.tip(branch) is None:
                 raise BranchNotFound(self.id, branch)
-            for cp in self.history(branch):
-                if cp.trigger == cpfmt.NODE_END and cp.node == name:
-                    return cp
-            raise InvalidReferenceError(ref, f"node {name!r} has no exit checkpoint on branch {branch!r}")
+            return self._node_exit(ref, name, branch)
         cp = self.store.checkpoint(ref)
         if cp.run_id != self.id:
             raise CheckpointNotFound(ref, self.id)
         return cp
+
+    def _node_exit(self, ref: str, name: str, branch: str) -> Checkpoint:
+        """``node:NAME``: the exit of the newest closed boundary of NAME on the branch; for a node
+        that never recorded a boundary (``checkpoint(node=NAME)`` alone), its newest checkpoint."""
+        for boundary in reversed(self.nodes(branch)):
+            if boundary.node == name and boundary.status != "running" and boundary.exit is not None:
+                return self.store.read_checkpoint(boundary.exit)
+        for cp in self.history(branch):
+            if cp.node == name:
+                return cp
+        raise InvalidReferenceError(ref, f"node {name!r} has no checkpoint on branch {branch!r}")
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -454,30 +454,32 @@ class Run:
     def node(self, name: str, *, branch: str = "main", state: Any = None,
              metadata: Mapping[str, Any] | None = None,
              files: bool | Sequence[str | os.PathLike[str]] | None = None) -> NodeScope:
-        """Context manager marking a node boundary: an entry checkpoint on enter, an exit checkpoint
-        on exit (status ``completed``, or ``failed`` if the block raised; the exception propagates).
+        """Context manager marking a node boundary: a marker (not a checkpoint) in the branch's node
+        log, ``running`` while the block runs, then ``completed`` (or ``failed`` if the block raised;
+        the exception propagates). Its entry and exit are the first and the last checkpoint written
+        on the branch inside the block (both the tip as it was when none was written), so history
+        holds exactly the checkpoints the caller wrote; ``node:NAME`` names the exit.
 
-        Both carry the branch's current state (``state`` replaces it for the entry) and the tip's
-        workspace snapshot, if it has one; with ``files`` (as for :meth:`checkpoint`) both capture
-        the worktree afresh, so ``rollback("node:NAME", restore=True)`` brings back the files as the
-        node left them."""
+        ``state``, if given, is written as the node's first checkpoint; ``files`` (as for
+        :meth:`checkpoint`) is the default for checkpoints written through the scope's
+        :meth:`NodeScope.checkpoint`."""
         if not isinstance(name, str) or not name:
             raise UsageError("node name must be a non-empty string")
+        check_name("branch name", branch)
         return NodeScope(self, name, branch, state, metadata, files)
 
+    def node_log(self, branch: str = "main") -> NodeLog:
+        """The node log (boundary markers) of a branch."""
+        return NodeLog(self.store, self.id, self.worktree, branch)
+
     def nodes(self, branch: str = "main") -> list[NodeBoundary]:
-        """Node boundaries of a branch, in execution order."""
-        found: list[tuple[int, NodeBoundary]] = []
-        closed: set[str] = set()
-        for cp in self.history(branch):
-            if cp.trigger == cpfmt.NODE_END and cp.node is not None:
-                if cp.node_entry:
-                    closed.add(cp.node_entry)
-                found.append((cp.step, NodeBoundary(cp.node, cp.node_entry, cp.id, cp.node_status or "completed")))
-            elif cp.trigger == cpfmt.NODE_START and cp.node is not None and cp.id not in closed:
-                found.append((cp.step, NodeBoundary(cp.node, cp.id, None, "running")))
-        found.reverse()
-        return [nb for _, nb in found]
+        """Node boundaries of a branch whose checkpoints are on its current line, in the order the
+        nodes were entered (boundaries of the earlier checkpoint-pair format first)."""
+        history = list(self.history(branch))
+        line = {cp.id for cp in history}
+        legacy = legacy_boundaries(history) if any(cp.trigger in (cpfmt.NODE_START, cpfmt.NODE_END)
+                                                  for cp in history) else []
+        return legacy + [b for _record, b in self.node_log(branch).boundaries(line)]
 
     # -- pruning ------------------------------------------------------------------------------
 
@@ -500,6 +502,8 @@ class Run:
         store = self.store
         reader = store.reader
         ref = self.ref(branch)
+        log = self.node_log(branch)
+        boundaries = [record for record, _b in log.boundaries({cp.id for cp in self.history(branch)})]
 
         def build(tx: Transaction) -> dict[str, str]:
             renamed: dict[str, str] = {}
@@ -521,6 +525,11 @@ class Run:
                 renamed[cp.id] = parent
             assert parent is not None
             tx.set_ref(ref, tip, parent, f"gitstate: prune to the {keep_latest} newest checkpoints", strict=True)
+            # boundaries on the kept part now name the rewritten checkpoints; the others go with theirs
+            log.stage(tx, [dataclasses.replace(r, entry=renamed.get(r.entry or "", r.entry),
+                                               exit=renamed.get(r.exit or "", r.exit),
+                                               base=renamed.get(r.base or "", r.base))
+                           for r in boundaries if (r.exit or r.base) in renamed])
             return renamed
 
         renamed = store.write(build)
@@ -534,7 +543,8 @@ def _recommit(tx: Transaction, commit: CommitData, tree: str, parents: list[str]
 
 
 class NodeScope:
-    """The node boundary opened by :meth:`Run.node`; ``entry`` and ``exit`` are its checkpoints."""
+    """The node boundary opened by :meth:`Run.node`; ``entry`` and ``exit`` are the first and the
+    last checkpoint written inside it (set when the block ends; ``None`` if the branch had none)."""
 
     def __init__(self, run: Run, name: str, branch: str, state: Any, metadata: Mapping[str, Any] | None,
                  files: bool | Sequence[str | os.PathLike[str]] | None = None) -> None:
@@ -544,49 +554,40 @@ class NodeScope:
         self._state = state
         self._metadata = dict(metadata or {})
         self._files = files
+        self._record: NodeRecord | None = None
         self.entry: Checkpoint | None = None
         self.exit: Checkpoint | None = None
 
-    def _current(self, state: Any = None) -> tuple[EntriesBuilder, tuple[str, ...] | None]:
-        """State and files entries for a boundary checkpoint (the tip's, unless given/captured),
-        and the paths the files snapshot is limited to."""
-        head = self.run.tip_entries(self.branch)
-        tip_state, files, scope = head if head is not None else (None, [], None)
-        if self._files:
-            snap = self.run.store.workspace.snapshot(None if self._files is True else list(self._files))
-            files, scope = [(cpfmt.FILES, snap.tree, MODE_TREE)], snap.paths
-
-        def entries(tx: Transaction) -> tuple[TreeEntry, list[TreeEntry]]:
-            if state is not None or tip_state is None:
-                return cpfmt.state_entry(tx.writer, {} if state is None else state), files
-            return tip_state, files
-
-        return entries, scope
-
     def __enter__(self) -> NodeScope:
-        entries, scope = self._current(self._state)
-        self.entry = self.run.commit_checkpoint(
-            entries, branch=self.branch, node=self.name, trigger=cpfmt.NODE_START,
-            metadata=self._metadata, node_status="running", files_paths=scope)
+        self._record = new_record(self.name, self.branch, self.run.tip(self.branch), self._metadata)
+        self.run.node_log(self.branch).append(self._record)
+        if self._state is not None:
+            self.checkpoint(self._state)
         return self
 
     def checkpoint(self, state: Any, **kwargs: Any) -> Checkpoint:
-        """A checkpoint inside the node (``node`` and ``branch`` filled in)."""
+        """A checkpoint inside the node (``node``, ``branch`` and the node's ``files`` filled in)."""
         kwargs.setdefault("node", self.name)
         kwargs.setdefault("branch", self.branch)
+        if self._files:
+            kwargs.setdefault("files", self._files)
         return self.run.checkpoint(state, **kwargs)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> Literal[False]:
-        assert self.entry is not None
+        record = self._record
+        assert record is not None, "NodeScope.__exit__ without __enter__"
+        inside = written_since(self.run.history(self.branch), record.base, record.started_at)
+        if inside:
+            self.exit, self.entry = inside[0], inside[-1]
+        elif record.base is not None:
+            self.entry = self.exit = self.run.store.read_checkpoint(record.base)
         failed = exc_type is not None
-        metadata = dict(self._metadata)
-        if failed:
-            metadata["error"] = f"{exc_type.__name__ if exc_type else 'Error'}: {exc}"
-        entries, scope = self._current()
-        self.exit = self.run.commit_checkpoint(
-            entries, branch=self.branch, node=self.name, trigger=cpfmt.NODE_END, metadata=metadata,
-            node_status="failed" if failed else "completed", node_entry=self.entry.id, files_paths=scope)
+        closed = dataclasses.replace(
+            record, status="failed" if failed else "completed",
+            entry=self.entry.id if self.entry else None, exit=self.exit.id if self.exit else None,
+            ended_at=now_iso(), error=f"{exc_type.__name__ if exc_type else 'Error'}: {exc}" if failed else None)
+        self.run.node_log(self.branch).append(closed)
         return False
 
 

@@ -26,8 +26,10 @@ from gitstate.errors import (
 )
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import encoding
+from gitstate.format import nodes as nodefmt
 from gitstate.format.checkpoint import Checkpoint, check_format, parse_time
 from gitstate.format.names import NAMESPACE, check_name, parse_ref, run_info_ref, run_prefix, worktree_prefix
+from gitstate.format.nodes import NodeRecord
 from gitstate.format.statetree import StateReader
 from gitstate.git.location import open_repository
 from gitstate.git.objects import MODE_BLOB
@@ -44,8 +46,7 @@ class RunSummary:
     """One line of :meth:`Store.list_runs`.
 
     ``branch`` is the branch summarised (``main`` when it exists, else the most recently updated);
-    ``status`` is derived from its tip: the checkpoint's explicit status if it has one, ``failed``
-    if the tip closes a failed node, ``running`` if the tip is inside a node, else ``interrupted``;
+    ``status`` is derived from what it recorded (:func:`derive_status`);
     ``corrupt`` when the run's objects cannot be read (``error`` says why)."""
 
     id: str
@@ -71,7 +72,7 @@ class RunSummary:
         }
 
 
-SUMMARY_CACHE_VERSION = 1
+SUMMARY_CACHE_VERSION = 2  # 2: status from recorded outcomes (node logs), not a missing node name
 SUMMARY_CACHE_MIN_RUNS = 64  # below this, listing reads every run afresh
 _SUMMARY_FIELDS = ("workflow", "branch", "node", "step", "status", "updated_at", "checkpoints", "created_at",
                    "branches")
@@ -94,17 +95,20 @@ def _summary_from_row(run_id: str, worktree: str, row: list[Any]) -> RunSummary 
     return RunSummary(id=run_id, worktree=worktree, **fields)
 
 
-def derive_status(cp: Checkpoint | None) -> str:
-    """The run status (running, completed, failed, interrupted), derived from a branch tip."""
+def derive_status(cp: Checkpoint | None, last_node: NodeRecord | None = None) -> str:
+    """The run status, from what the run recorded on its summarised branch: the tip's own status
+    (``running``, ``completed``, ``failed``, ``interrupted``; integrations such as the LangGraph
+    saver record theirs there), else ``failed`` when the tip closes a failed node, else ``running``
+    (a run is running until it records a terminal status)."""
     if cp is None:
-        return "interrupted"
+        return "running"
     if cp.status in cpfmt.STATUSES:
         return cp.status
-    if cp.trigger == cpfmt.NODE_END and cp.node_status == "failed":
+    if cp.trigger == cpfmt.NODE_END and cp.node_status == "failed":  # the earlier node format
         return "failed"
-    if cp.node is not None:
-        return "running"
-    return "interrupted"
+    if last_node is not None and last_node.status == "failed" and last_node.exit == cp.id:
+        return "failed"
+    return "running"
 
 
 def _config_true(repo: pygit2.Repository, key: str) -> bool:
@@ -232,11 +236,13 @@ class Store(StoreCore):
             parsed = parse_ref(name)
             if parsed is None:
                 continue
-            entry = grouped.setdefault((parsed.worktree, parsed.run_id), {"record": None, "heads": {}})
+            entry = grouped.setdefault((parsed.worktree, parsed.run_id), {"record": None, "heads": {}, "nodes": {}})
             if parsed.kind == "run":
                 entry["record"] = oid
             elif parsed.kind == "heads" and parsed.name is not None:
                 entry["heads"][parsed.name] = oid
+            elif parsed.kind == "nodes" and parsed.name is not None:
+                entry["nodes"][parsed.name] = oid
         by_worktree: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         for (wt, run_id), e in grouped.items():
             by_worktree.setdefault(wt, []).append((run_id, e))
@@ -249,7 +255,7 @@ class Store(StoreCore):
     def _summaries(self, worktree: str, runs: list[tuple[str, dict[str, Any]]]) -> list[RunSummary]:
         if len(runs) < SUMMARY_CACHE_MIN_RUNS:
             # few runs: read and check every one afresh (damage done since the last listing shows)
-            return [self._summary(worktree, run_id, e["record"], e["heads"]) for run_id, e in runs]
+            return [self._summary(worktree, run_id, e) for run_id, e in runs]
         path = os.path.join(self.location.common_dir, "agentos", f"summaries-{worktree}.cbor")
         cache: dict[str, Any] = {}
         try:
@@ -262,11 +268,12 @@ class Store(StoreCore):
         fresh: dict[str, Any] = {}
         out = []
         for run_id, e in runs:
-            key = "\0".join([run_id, e["record"] or "", *sorted(f"{b}\0{o}" for b, o in e["heads"].items())])
+            key = "\0".join([run_id, e["record"] or "", *sorted(f"{b}\0{o}" for b, o in e["heads"].items()),
+                             *sorted(f"nodes:{b}\0{o}" for b, o in e["nodes"].items())])
             row = cache.get(key)
             summary = _summary_from_row(run_id, worktree, row) if isinstance(row, list) else None
             if summary is None:
-                summary = self._summary(worktree, run_id, e["record"], e["heads"])
+                summary = self._summary(worktree, run_id, e)
             if summary.error is None:
                 fresh[key] = _summary_row(summary)
             out.append(summary)
@@ -281,7 +288,9 @@ class Store(StoreCore):
                 pass  # a cache that cannot be written only costs speed
         return out
 
-    def _summary(self, worktree: str, run_id: str, record_oid: str | None, heads: dict[str, str]) -> RunSummary:
+    def _summary(self, worktree: str, run_id: str, refs: dict[str, Any]) -> RunSummary:
+        record_oid: str | None = refs["record"]
+        heads: dict[str, str] = refs["heads"]
         epoch = datetime.fromtimestamp(0, UTC)
         workflow: str | None = None
         created = epoch
@@ -303,8 +312,23 @@ class Store(StoreCore):
         branch = "main" if "main" in tips else max(tips, key=lambda b: tips[b].created_at)
         tip = tips[branch]
         updated = max(cp.created_at for cp in tips.values())
-        return RunSummary(run_id, workflow or tip.workflow, branch, tip.node, tip.step, derive_status(tip),
+        try:
+            last_node = self._last_node(refs["nodes"].get(branch))
+        except GitStateError as exc:
+            return RunSummary(run_id, workflow, branch, tip.node, tip.step, "corrupt", updated, 0, worktree,
+                              created, len(heads), error=f"node log: {exc}")
+        return RunSummary(run_id, workflow or tip.workflow, branch, tip.node, tip.step, derive_status(tip, last_node),
                           updated, tip.step - tip.base + 1, worktree, created, len(tips))
+
+    def _last_node(self, log_tip: str | None) -> NodeRecord | None:
+        """The newest record of a node log (one commit read)."""
+        if log_tip is None:
+            return None
+        reader = self.reader
+        found = reader.tree(reader.commit(log_tip).tree_id).get(nodefmt.RECORD)
+        if found is None:
+            raise CorruptObjectError(log_tip, f"node log entry has no {nodefmt.RECORD}")
+        return nodefmt.decode(reader.blob(found.id), found.id)
 
     def _check_payload_objects(self, cp: Checkpoint) -> None:
         """Read (without decoding) every object of a checkpoint's tree but its workspace snapshot,

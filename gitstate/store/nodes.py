@@ -1,0 +1,142 @@
+"""Node boundaries as markers: each branch of a run has a node log, a chain of small commits under
+``refs/agentos/<wt>/runs/<run>/nodes/<branch>``, one per change of a boundary (opened as
+``running``, closed as ``completed`` or ``failed``). A record names the entry and exit checkpoints
+(also as gitlinks, so ``git ls-tree`` shows them) instead of copying any state, so a node's
+checkpoints are exactly the ones written inside it. Stores of the earlier format, whose node
+boundaries were extra ``node_start``/``node_end`` checkpoints, are read too."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from gitstate.errors import CorruptObjectError
+from gitstate.format import checkpoint as cpfmt
+from gitstate.format import nodes as nodefmt
+from gitstate.format.checkpoint import Checkpoint
+from gitstate.format.names import node_log_ref
+from gitstate.format.nodes import NodeRecord
+from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, TreeEntry
+from gitstate.store.base import StoreCore
+from gitstate.store.transaction import Transaction
+
+
+@dataclass(frozen=True)
+class NodeBoundary:
+    """Where a node was entered and left: the first and the last checkpoint written inside it
+    (entry and exit; both the branch tip as it was when the node wrote none) and the node's status
+    (``completed``, ``failed``, or ``running`` while it is open)."""
+
+    node: str
+    entry: str | None
+    exit: str | None
+    status: str
+
+
+def now_iso() -> str:
+    """The current UTC time as node records store it."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_record(node: str, branch: str, base: str | None, metadata: dict[str, object] | None) -> NodeRecord:
+    """The record of a node being entered now on ``branch`` whose tip is ``base``."""
+    return NodeRecord(id=secrets.token_hex(8), node=node, branch=branch, status="running", entry=None,
+                      exit=None, base=base, started_at=now_iso(), metadata=dict(metadata) if metadata else None)
+
+
+class NodeLog:
+    """The node log of one branch of a run."""
+
+    def __init__(self, store: StoreCore, run_id: str, worktree: str, branch: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.branch = branch
+        self.ref = node_log_ref(worktree, run_id, branch)
+
+    def append(self, record: NodeRecord) -> None:
+        """Add a record (a new boundary, or a new state of one) to the log."""
+        self.store.write(lambda tx: self.stage(tx, [record]))
+
+    def stage(self, tx: Transaction, records: list[NodeRecord]) -> None:
+        """Stage records (in order) onto the log in ``tx``; a log moved by another writer makes the
+        transaction run again."""
+        if not records:
+            return
+        tip = old = self.store.read_ref(self.ref)
+        for record in records:
+            entries: list[TreeEntry] = [(nodefmt.RECORD, tx.blob(nodefmt.encode(record, self.run_id)), MODE_BLOB)]
+            if record.entry:
+                entries.append((nodefmt.ENTRY_LINK, record.entry, MODE_COMMIT))
+            if record.exit:
+                entries.append((nodefmt.EXIT_LINK, record.exit, MODE_COMMIT))
+            tip = tx.commit(tx.tree(entries), [tip] if tip else [], nodefmt.message(record, self.run_id))
+        assert tip is not None
+        last = records[-1]
+        tx.set_ref(self.ref, old, tip, f"gitstate: node {last.node} {last.status}")
+
+    def records(self) -> Iterator[NodeRecord]:
+        """Every record, newest first."""
+        reader = self.store.reader
+        oid = self.store.read_ref(self.ref)
+        seen: set[str] = set()
+        while oid is not None and oid not in seen:
+            seen.add(oid)
+            commit = reader.commit(oid)
+            found = reader.tree(commit.tree_id).get(nodefmt.RECORD)
+            if found is None:
+                raise CorruptObjectError(oid, f"node log entry has no {nodefmt.RECORD}")
+            yield nodefmt.decode(reader.blob(found.id), found.id)
+            oid = commit.parent_ids[0] if commit.parent_ids else None
+
+    def boundaries(self, line: set[str]) -> list[tuple[NodeRecord, NodeBoundary]]:
+        """The latest state of each boundary whose checkpoints are on the branch's current line
+        (``line``: the ids of its history; a rolled-back node disappears with its checkpoints), in
+        the order the nodes were entered."""
+        latest: dict[str, NodeRecord] = {}
+        order: list[str] = []
+        for record in self.records():  # newest first: the first record seen of an id is its latest
+            if record.id not in latest:
+                latest[record.id] = record
+            order.append(record.id)
+        entered: list[str] = []
+        for rid in reversed(order):  # oldest first: the first record of an id is its opening
+            if rid not in entered:
+                entered.append(rid)
+        out: list[tuple[NodeRecord, NodeBoundary]] = []
+        for rid in entered:
+            record = latest[rid]
+            anchor = record.exit if record.status != "running" else record.base
+            if anchor is not None and anchor not in line:
+                continue
+            out.append((record, NodeBoundary(record.node, record.entry, record.exit, record.status)))
+        return out
+
+
+def written_since(history: Iterable[Checkpoint], base: str | None, started_at: str) -> list[Checkpoint]:
+    """The checkpoints of a branch (``history``, newest first) written after ``base`` was its tip,
+    newest first; if ``base`` left the line (a rollback inside the node), those made since the node
+    started."""
+    out: list[Checkpoint] = []
+    for cp in history:
+        if cp.id == base:
+            return out
+        out.append(cp)
+    started = cpfmt.parse_time(started_at)
+    return [cp for cp in out if cp.created_at >= started]
+
+
+def legacy_boundaries(history: list[Checkpoint]) -> list[NodeBoundary]:
+    """Node boundaries of the earlier format (``node_start``/``node_end`` checkpoints), in order."""
+    found: list[tuple[int, NodeBoundary]] = []
+    closed: set[str] = set()
+    for cp in history:
+        if cp.trigger == cpfmt.NODE_END and cp.node is not None:
+            if cp.node_entry:
+                closed.add(cp.node_entry)
+            found.append((cp.step, NodeBoundary(cp.node, cp.node_entry, cp.id, cp.node_status or "completed")))
+        elif cp.trigger == cpfmt.NODE_START and cp.node is not None and cp.id not in closed:
+            found.append((cp.step, NodeBoundary(cp.node, cp.id, None, "running")))
+    found.reverse()
+    return [nb for _, nb in found]
