@@ -215,7 +215,8 @@ def test_cli_lists_threads_subgraphs_and_forks(repo: Path, monkeypatch: pytest.M
     run = gitstate.open_store(repo).get_run("nested")
     sub = next(b for b in run.branches() if b.startswith("ns:sub:"))
     rows = json.loads(agentos("log", "nested", "--branch", sub, "--json"))
-    assert rows and {r["node"] for r in rows} == {"sub"} and rows[-1]["trigger"] == "input"
+    assert rows and rows[-1]["trigger"] == "input" and rows[-1]["node"] == "sub"  # the subgraph's node
+    assert {"inner_a", "inner_ask"} <= {r["node"] for r in rows[:-1]} <= {"inner_a", "inner_ask", "sub"}
     assert [r["step"] for r in rows] == list(range(len(rows) - 1, -1, -1))
     table = agentos("log", "nested", "--branch", sub)
     assert "sub" in table and "input" in table and "loop" in table
@@ -226,7 +227,9 @@ def test_cli_lists_threads_subgraphs_and_forks(repo: Path, monkeypatch: pytest.M
     assert "fork" in {r["trigger"] for r in fork_rows} or "update" in {r["trigger"] for r in fork_rows}
     assert "thread-a" in agentos("show", f"thread-a@{fork}")
     subjects = git(repo, "log", "--format=%s", run.ref(sub)).splitlines()
-    assert subjects and all(s.startswith("sub · step ") for s in subjects), subjects
+    assert subjects and all(s.split(" · ")[0] in ("sub", "inner_a", "inner_ask") and " · step " in s
+                            for s in subjects), subjects
+    assert subjects[0].endswith(" · completed") and any(s.endswith(" · interrupted") for s in subjects)
 
 
 class Fan(TypedDict):

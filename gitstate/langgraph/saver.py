@@ -32,6 +32,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from gitstate.errors import CorruptObjectError, RunNotFound, UsageError
 from gitstate.format import checkpoint as cpfmt
@@ -103,6 +104,38 @@ def _serializer(serde: SerializerProtocol | None, allowed: Iterable[type | tuple
             raise UsageError("allowed_types needs a serializer with with_msgpack_allowlist (or serde=None)")
         return cast(SerializerProtocol, widen(extra))
     return serde
+
+
+_TRIGGER_PREFIX = "branch:to:"
+_TRIGGERS = ("__start__", "__pregel_tasks")  # LangGraph's input and Send channels
+
+
+def _ran(parent_channels: Mapping[str, object]) -> str | None:
+    """The nodes that ran between a parent checkpoint and its child: those the parent's pending
+    trigger channels (``branch:to:<node>``) named, comma-separated."""
+    names = sorted(ch[len(_TRIGGER_PREFIX):] for ch in parent_channels if ch.startswith(_TRIGGER_PREFIX))
+    return ",".join(names) or None
+
+
+def _status(values: Mapping[str, object], writes: Mapping[tuple[str, int], list[Any]]) -> str:
+    """A checkpoint's run status as LangGraph left it: ``failed`` or ``interrupted`` when a task
+    wrote an error or an interrupt, ``running`` while a trigger channel (``branch:to:<node>``,
+    ``__start__``, ``__pregel_tasks``) holds a value, so a next task is pending, else ``completed``
+    (the graph reached END)."""
+    from_writes = _status_of_writes(writes)
+    if from_writes is not None:
+        return from_writes
+    pending = any(ch.startswith(_TRIGGER_PREFIX) or ch in _TRIGGERS for ch in values)
+    return "running" if pending else "completed"
+
+
+def _status_of_writes(writes: Mapping[tuple[str, int], list[Any]]) -> str | None:
+    channels = {record[1] for record in writes.values()}
+    if ERROR in channels:
+        return "failed"
+    if INTERRUPT in channels:
+        return "interrupted"
+    return None
 
 
 def _node_of(ns: str) -> str | None:
@@ -281,10 +314,11 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                         writes = (WRITES_BLOB, old.id, MODE_BLOB)
                     return self._stage_replace(tx, thread_id, idx, existing, values_tree, payload, writes,
                                                lg_trailers)
+                status = _status(values, pending or {})
                 if pending:
                     writes = (WRITES_BLOB, tx.blob(_encode_writes(pending)), MODE_BLOB)
                 return self._stage_append(tx, thread_id, idx, ns, cid, parent, values_tree, payload, writes, md,
-                                          lg_trailers, parent_id)
+                                          lg_trailers, parent_id, status)
 
             oid = self.store.write(build)
             self._orphan_writes.pop((thread_id, ns, cid), None)
@@ -326,7 +360,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         return None
 
     def _meta(self, thread_id: str, ns: str, cid: str, branch: str, step: int, base: int,
-              md: dict[str, Any], payload: dict[str, Any], now: float) -> dict[str, Any]:
+              md: dict[str, Any], payload: dict[str, Any], now: float, node: str | None,
+              status: str) -> dict[str, Any]:
         lg_step = md.get("step")
         source = md.get("source")
         info: dict[str, Any] = {"checkpoint_id": cid}
@@ -336,15 +371,15 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             info["langgraph_step"] = lg_step
         return {
             "format": cpfmt.CHECKPOINT_KIND, "v": cpfmt.FORMAT_VERSION, "run": thread_id, "branch": branch,
-            "workflow": WORKFLOW, "worktree": self.store.worktree, "node": _node_of(ns), "step": step,
-            "base": base or None, "trigger": str(source) if isinstance(source, str) else None, "status": None,
+            "workflow": WORKFLOW, "worktree": self.store.worktree, "node": node or _node_of(ns), "step": step,
+            "base": base or None, "trigger": str(source) if isinstance(source, str) else None, "status": status,
             "metadata": info, "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             LG_META: payload,
         }
 
     def _stage_append(self, tx: Transaction, thread_id: str, idx: ThreadIndex, ns: str, cid: str,
                       parent: Entry | None, values_tree: str, payload: dict[str, Any], writes: TreeEntry | None,
-                      md: dict[str, Any], lg_trailers: str, parent_id: str | None) -> str:
+                      md: dict[str, Any], lg_trailers: str, parent_id: str | None, status: str) -> str:
         """Stage a new checkpoint: on its parent's branch when the parent is a tip, else on a new
         branch (a fork line). The index learns it once the ref moved; a lost race re-runs the
         transaction, which re-reads the refs (and then forks instead of overwriting)."""
@@ -360,7 +395,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             step, base = store.position(parent.oid)
             step += 1
         now = time.time()
-        meta = self._meta(thread_id, ns, cid, branch, step, base, md, payload, now)
+        ran = _ran(self._values_entries(parent.oid)) if parent is not None else None
+        meta = self._meta(thread_id, ns, cid, branch, step, base, md, payload, now, ran, status)
         entries = [(cpfmt.META, self._put_blob(tx, cpfmt.encode_meta(meta)), MODE_BLOB), self._state(tx),
                    (LG_TREE, values_tree, MODE_TREE)]
         if writes is not None:
@@ -470,14 +506,17 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 if entry is None or commit is None:
                     current.update(added)  # the checkpoint is not stored yet: its put carries them
                     return
-                blob = self._put_blob(tx, _encode_writes({**current, **added}))
-                root = tx.tree([*((e.name, e.id, e.filemode) for e in self._root(commit) if e.name != WRITES_BLOB),
+                merged = {**current, **added}
+                blob = self._put_blob(tx, _encode_writes(merged))
+                keep = [(e.name, e.id, e.filemode) for e in self._root(commit) if e.name not in (WRITES_BLOB, cpfmt.META)]
+                meta, message = self._with_status(commit, merged)
+                root = tx.tree([*keep, (cpfmt.META, self._put_blob(tx, cpfmt.encode_meta(meta)), MODE_BLOB),
                                 (WRITES_BLOB, blob, MODE_BLOB)])
                 branch = idx.tip_of.get(entry.oid)
                 if branch is None:
-                    self._stage_rewrite(tx, thread_id, idx, {entry.oid: (root, commit.message)})
+                    self._stage_rewrite(tx, thread_id, idx, {entry.oid: (root, message)})
                     return
-                new = tx.commit(root, list(commit.parent_ids), commit.message, author=commit.author,
+                new = tx.commit(root, list(commit.parent_ids), message, author=commit.author,
                                 committer=commit.committer)
                 tx.set_ref(self._ref(thread_id, branch), entry.oid, new, f"gitstate: langgraph writes {task_id}")
 
@@ -492,6 +531,18 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 tx.after(learned)
 
             self.store.write(build)
+
+    def _with_status(self, commit: CommitData, writes: dict[tuple[str, int], list[Any]]) -> tuple[dict[str, Any], str]:
+        """The checkpoint's ``meta.cbor`` and message with the status its pending writes imply
+        (an error write: ``failed``; an interrupt: ``interrupted``); unchanged otherwise."""
+        meta = read_meta(self.store.reader, commit)
+        status = _status_of_writes(writes)
+        if status is None or meta.get("status") == status:
+            return meta, commit.message
+        head = cpfmt.message(meta)
+        lg_trailers = commit.message[len(head):] if commit.message.startswith(head) else ""
+        meta["status"] = status
+        return meta, cpfmt.message(meta) + lg_trailers
 
     def _read_writes(self, commit: CommitData) -> dict[tuple[str, int], list[Any]]:
         found = self._root(commit).get(WRITES_BLOB)
