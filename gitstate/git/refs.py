@@ -200,7 +200,11 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
     path = os.path.join(common_dir, *name.split("/"))
     lock = path + ".lock"
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        except FileExistsError as exc:
+            # the parent name is a file: a ref (refs a/b and a/b/c cannot both exist), not a lock
+            raise NotADirectoryError(str(exc)) from exc
         fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError as exc:
         if os.path.isdir(lock):

@@ -18,7 +18,7 @@ import pytest
 from conftest import git
 
 import gitstate
-from gitstate.errors import ConflictError, LockTimeoutError
+from gitstate.errors import ConflictError, LockTimeoutError, StoreWriteError
 from gitstate.git.objects import MODE_BLOB
 from gitstate.store.transaction import Transaction
 
@@ -276,6 +276,18 @@ def test_a_multi_ref_transaction_moves_and_logs_every_ref(quick: gitstate.Store,
     assert reflog(repo, third) == [f"{c} gitstate: create run tx2"]
     assert [e.message for e in quick.reflog(OTHER)] == ["gitstate: create other"]
     git(repo, "fsck", "--strict", "--no-dangling")
+
+
+def test_a_ref_file_at_a_parent_name_fails_at_once(quick: gitstate.Store, repo: Path) -> None:
+    """A foreign ref where a directory of ours must go is a StoreWriteError straight away, not a
+    lock to wait out (LockTimeoutError after lock_timeout)."""
+    run = quick.create_run(run_id="clash")
+    git(repo, "update-ref", "refs/agentos/main/runs/clash/heads", git(repo, "rev-parse", "HEAD").strip())
+    start = time.monotonic()
+    with pytest.raises(StoreWriteError):
+        bounded(lambda: run.checkpoint({"n": 1}), TIMEOUT + 20)
+    assert time.monotonic() - start < TIMEOUT
+    assert not Path(quick.location.common_dir, "refs/agentos/main/runs/clash/heads.lock").exists()
 
 
 # -- the LangGraph saver under a held lock ------------------------------------------------------
