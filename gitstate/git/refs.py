@@ -410,13 +410,16 @@ def _pack_batch(common_dir: str, root: str, paths: list[str]) -> int:
             return -1  # our lock was broken and retaken by someone else: leave everything loose
         os.replace(lock_path, packed_path)
         renamed = True
-        for path in held:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        _remove_empty_dirs(root, {os.path.dirname(p) for p in held})
-        return len(held)
+        done = list(held)
+        for path in done:
+            for victim in (path, path + ".lock"):  # the loose ref, then our lock on it
+                try:
+                    os.unlink(victim)
+                except OSError:
+                    pass
+        held.clear()
+        _remove_empty_dirs(root, {os.path.dirname(p) for p in done})  # only empty once the locks are gone
+        return len(done)
     finally:
         if fd >= 0:
             os.close(fd)
