@@ -7,9 +7,12 @@ from __future__ import annotations
 import random
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
+from conftest import git
 
+import gitstate
 from gitstate.errors import InvalidNameError
 from gitstate.format.names import (
     MAX_COMPONENT,
@@ -117,3 +120,19 @@ def test_parse_ref_of_gitstate_refs() -> None:
 ])
 def test_parse_ref_refuses_foreign_and_malformed_refs(name: str) -> None:
     assert parse_ref(name) is None
+
+
+def test_aliasing_refs_are_neither_listed_nor_passed_by_verify(store: gitstate.Store, repo: Path) -> None:
+    """Refs that name run "A" or its branches in a form the encoder never writes (``%41``,
+    ``heads/x/y``) are foreign: list_runs does not count them, verify reports them."""
+    from gitstate.verify import verify
+
+    cp = store.create_run(run_id="A").checkpoint({"n": 1})
+    aliases = ["refs/agentos/main/runs/%41/heads/alias", "refs/agentos/main/runs/A/heads/x/y"]
+    for name in aliases:
+        git(repo, "update-ref", name, cp.id)
+    (summary,) = gitstate.open_store(repo).list_runs()
+    assert (summary.id, summary.branches) == ("A", 1)
+    assert list(store.get_run("A").branches()) == ["main"]
+    report = verify(gitstate.open_store(repo))
+    assert sorted(p.ref for p in report.problems) == sorted(aliases)
