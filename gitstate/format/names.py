@@ -68,10 +68,10 @@ def parse_ref(refname: str) -> ParsedRef | None:
         return None
     try:
         run_id = decode_component(parts[2])
-        if parts[3] == "run" and len(parts) == 4:
-            return ParsedRef(parts[0], run_id, "run", None)
-        if parts[3] in ("heads", "nodes") and len(parts) == 5:
-            return ParsedRef(parts[0], run_id, parts[3], decode_component(parts[4]))
+        if parts[3] == "run":  # exactly .../runs/<run>/run
+            return ParsedRef(parts[0], run_id, "run", None) if len(parts) == 4 else None
+        if parts[3] in ("heads", "nodes"):  # exactly .../runs/<run>/<kind>/<branch>: no "/" in names
+            return ParsedRef(parts[0], run_id, parts[3], decode_component(parts[4])) if len(parts) == 5 else None
     except ValueError:
         return None
     return ParsedRef(parts[0], run_id, parts[3], "/".join(parts[4:]) or None)

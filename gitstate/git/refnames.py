@@ -33,8 +33,8 @@ def decode_component(text: str) -> str:
     """Invert :func:`encode_component`; raises ``ValueError`` on text it could not have produced."""
     if text == "%":
         return ""
-    if _PLAIN.fullmatch(text):
-        return text
+    if _PLAIN.fullmatch(text) or not text:
+        return text  # "" stays "" (a session file's empty suffix after its hashed name)
     raw = bytearray()
     i = 0
     while i < len(text):
@@ -50,4 +50,7 @@ def decode_component(text: str) -> str:
                 raise ValueError(f"unexpected character {ch!r} in {text!r}")
             raw.append(ord(ch))
             i += 1
-    return raw.decode("utf-8", "surrogatepass")
+    value = raw.decode("utf-8", "surrogatepass")
+    if encode_component(value) != text:  # e.g. "%41" for "A": two ref names must never mean one name
+        raise ValueError(f"{text!r} is not how {value!r} is encoded")
+    return value

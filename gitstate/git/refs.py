@@ -200,7 +200,11 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
     path = os.path.join(common_dir, *name.split("/"))
     lock = path + ".lock"
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        except FileExistsError as exc:
+            # the parent name is a file: a ref (refs a/b and a/b/c cannot both exist), not a lock
+            raise NotADirectoryError(str(exc)) from exc
         fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError as exc:
         if os.path.isdir(lock):
@@ -406,13 +410,16 @@ def _pack_batch(common_dir: str, root: str, paths: list[str]) -> int:
             return -1  # our lock was broken and retaken by someone else: leave everything loose
         os.replace(lock_path, packed_path)
         renamed = True
-        for path in held:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        _remove_empty_dirs(root, {os.path.dirname(p) for p in held})
-        return len(held)
+        done = list(held)
+        for path in done:
+            for victim in (path, path + ".lock"):  # the loose ref, then our lock on it
+                try:
+                    os.unlink(victim)
+                except OSError:
+                    pass
+        held.clear()
+        _remove_empty_dirs(root, {os.path.dirname(p) for p in done})  # only empty once the locks are gone
+        return len(done)
     finally:
         if fd >= 0:
             os.close(fd)

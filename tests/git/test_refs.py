@@ -1,0 +1,327 @@
+"""gitstate.git.refs against real git: the compare-and-swap writes (set_if_equals, add_if_new,
+remove_if_equals) on loose and packed refs, their reflog lines, held and stale locks, name clashes,
+and pack_refs keeping to refs/agentos/."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pygit2
+import pytest
+from conftest import git
+
+from gitstate.errors import ConflictError, StoreWriteError
+from gitstate.git import refs
+from gitstate.git.refs import LockBusy
+
+WHO = ("Ref Tester", "refs@example.com")
+REF = "refs/agentos/main/runs/r/heads/main"
+
+
+def bounded(fn: Callable[[], Any], seconds: float = 10.0) -> Any:
+    """Run ``fn`` in a thread; fail (instead of hanging the suite) if it does not return in time.
+    Returns what it returned, re-raises what it raised."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"call did not return within {seconds}s"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def commits(repo: Path, n: int) -> list[str]:
+    """``n`` distinct commit ids (HEAD, then commits made with ``git commit-tree``)."""
+    out = [git(repo, "rev-parse", "HEAD").strip()]
+    tree = git(repo, "rev-parse", "HEAD^{tree}").strip()
+    for i in range(1, n):
+        out.append(git(repo, "commit-tree", tree, "-p", out[-1], "-m", f"c{i}").strip())
+    return out
+
+
+def rev_parse(repo: Path, name: str) -> str | None:
+    out = git(repo, "rev-parse", "--verify", "-q", name, check=False).strip()
+    return out or None
+
+
+def common(repo: Path) -> str:
+    return str(repo / ".git")
+
+
+def test_set_if_equals_creates_updates_and_refuses(repo: Path) -> None:
+    a, b, c = commits(repo, 3)
+    refs.set_if_equals(common(repo), REF, None, a, "gitstate: create", committer=WHO)
+    assert rev_parse(repo, REF) == a
+    refs.set_if_equals(common(repo), REF, a, b, "gitstate: move", committer=WHO)
+    assert rev_parse(repo, REF) == b
+    with pytest.raises(ConflictError) as info:
+        refs.set_if_equals(common(repo), REF, a, c, "gitstate: stale", committer=WHO)
+    assert (info.value.ref, info.value.expected, info.value.actual) == (REF, a, b)
+    with pytest.raises(ConflictError) as info:
+        refs.set_if_equals(common(repo), REF, None, c, "gitstate: create again", committer=WHO)
+    assert (info.value.expected, info.value.actual) == (None, b)
+    assert rev_parse(repo, REF) == b
+    assert not Path(common(repo), REF + ".lock").exists()
+    assert refs.read_ref(pygit2.Repository(str(repo)), REF) == b
+    git(repo, "fsck", "--strict")
+
+
+def test_set_if_equals_expecting_a_value_on_a_missing_ref(repo: Path) -> None:
+    (a,) = commits(repo, 1)
+    with pytest.raises(ConflictError) as info:
+        refs.set_if_equals(common(repo), REF, a, a, "gitstate: move", committer=WHO)
+    assert (info.value.expected, info.value.actual) == (a, None)
+    assert rev_parse(repo, REF) is None
+    assert not Path(common(repo), REF + ".lock").exists()
+
+
+def test_add_if_new_refuses_an_existing_ref(repo: Path) -> None:
+    a, b = commits(repo, 2)
+    refs.add_if_new(common(repo), REF, a, "gitstate: create", committer=WHO)
+    with pytest.raises(ConflictError) as info:
+        refs.add_if_new(common(repo), REF, b, "gitstate: create", committer=WHO)
+    assert (info.value.expected, info.value.actual) == (None, a)
+    assert rev_parse(repo, REF) == a
+
+
+def test_cas_against_a_packed_ref(repo: Path) -> None:
+    a, b, c = commits(repo, 3)
+    refs.add_if_new(common(repo), REF, a, "gitstate: create", committer=WHO)
+    git(repo, "pack-refs", "--all")
+    assert not Path(common(repo), REF).exists()
+    with pytest.raises(ConflictError) as info:
+        refs.set_if_equals(common(repo), REF, b, c, "gitstate: stale", committer=WHO)
+    assert info.value.actual == a
+    refs.set_if_equals(common(repo), REF, a, b, "gitstate: move", committer=WHO)
+    assert rev_parse(repo, REF) == b
+    git(repo, "fsck", "--strict")
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["loose", "packed"])
+def test_remove_if_equals(repo: Path, packed: bool) -> None:
+    a, b = commits(repo, 2)
+    refs.add_if_new(common(repo), REF, a, "gitstate: create", committer=WHO)
+    if packed:
+        git(repo, "pack-refs", "--all")
+        assert REF in (Path(common(repo)) / "packed-refs").read_text()
+    with pytest.raises(ConflictError) as info:
+        refs.remove_if_equals(common(repo), REF, b, "gitstate: delete")
+    assert (info.value.expected, info.value.actual) == (b, a)
+    assert rev_parse(repo, REF) == a
+    refs.remove_if_equals(common(repo), REF, a, "gitstate: delete")
+    assert rev_parse(repo, REF) is None
+    assert REF not in git(repo, "for-each-ref")
+    packed_refs = Path(common(repo)) / "packed-refs"
+    assert not packed_refs.exists() or REF not in packed_refs.read_text()
+    assert git(repo, "rev-parse", "main").strip() == a  # the user's branch is untouched
+    with pytest.raises(ConflictError) as info:
+        refs.remove_if_equals(common(repo), REF, a, "gitstate: delete again")
+    assert info.value.actual is None
+    git(repo, "fsck", "--strict")
+
+
+def test_held_lock_is_lock_busy_and_changes_nothing(repo: Path) -> None:
+    a, b = commits(repo, 2)
+    refs.add_if_new(common(repo), REF, a, "gitstate: create", committer=WHO)
+    lock = Path(common(repo), REF + ".lock")
+    lock.write_text("someone else's\n")
+    with pytest.raises(LockBusy) as info:
+        bounded(lambda: refs.set_if_equals(common(repo), REF, a, b, "gitstate: move", committer=WHO))
+    assert info.value.ref == REF
+    with pytest.raises(LockBusy):
+        bounded(lambda: refs.remove_if_equals(common(repo), REF, a, "gitstate: delete"))
+    assert rev_parse(repo, REF) == a
+    assert lock.read_text() == "someone else's\n"  # the other writer's lock is left alone
+    assert len(refs.reflog(pygit2.Repository(str(repo)), REF)) == 1
+
+
+def test_held_packed_refs_lock_makes_removal_of_a_packed_ref_busy(repo: Path) -> None:
+    (a,) = commits(repo, 1)
+    refs.add_if_new(common(repo), REF, a, "gitstate: create", committer=WHO)
+    git(repo, "pack-refs", "--all")
+    lock = Path(common(repo), "packed-refs.lock")
+    lock.write_text("")
+    with pytest.raises(LockBusy):
+        bounded(lambda: refs.remove_if_equals(common(repo), REF, a, "gitstate: delete"))
+    lock.unlink()
+    assert rev_parse(repo, REF) == a
+
+
+@pytest.mark.parametrize("env", [{"LANGUAGE": "de", "LC_ALL": "de_DE.UTF-8"},
+                                 {"LANGUAGE": "de", "LC_ALL": "C.UTF-8"}],  # C.UTF-8: git really speaks German
+                         ids=["de_DE", "C.UTF-8+LANGUAGE"])
+def test_remove_if_equals_is_locale_independent(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                env: dict[str, str]) -> None:
+    a, b = commits(repo, 2)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    refs.add_if_new(common(repo), REF, a, "gitstate: create", committer=WHO)
+    lock = Path(common(repo), REF + ".lock")
+    lock.write_text("")
+    with pytest.raises(LockBusy):
+        bounded(lambda: refs.remove_if_equals(common(repo), REF, a, "gitstate: delete"))
+    lock.unlink()
+    with pytest.raises(ConflictError):
+        refs.remove_if_equals(common(repo), REF, b, "gitstate: delete")
+    refs.remove_if_equals(common(repo), REF, a, "gitstate: delete")
+    assert rev_parse(repo, REF) is None
+
+
+def test_a_ref_below_an_existing_ref_is_a_store_write_error(repo: Path) -> None:
+    a, b = commits(repo, 2)
+    parent = "refs/agentos/main/runs/r/heads/x"
+    refs.add_if_new(common(repo), parent, a, "gitstate: create", committer=WHO)
+    child = parent + "/y"
+    with pytest.raises(StoreWriteError):
+        bounded(lambda: refs.add_if_new(common(repo), child, b, "gitstate: create", committer=WHO))
+    assert rev_parse(repo, parent) == a and rev_parse(repo, child) is None
+    assert not Path(common(repo), child + ".lock").exists()
+
+
+def test_a_ref_above_existing_refs_is_a_store_write_error(repo: Path) -> None:
+    a, b = commits(repo, 2)
+    child = "refs/agentos/main/runs/r/heads/x/y"
+    refs.add_if_new(common(repo), child, a, "gitstate: create", committer=WHO)
+    parent = "refs/agentos/main/runs/r/heads/x"
+    with pytest.raises(StoreWriteError):
+        bounded(lambda: refs.add_if_new(common(repo), parent, b, "gitstate: create", committer=WHO))
+    assert rev_parse(repo, child) == a and rev_parse(repo, parent) is None
+    assert not Path(common(repo), parent + ".lock").exists()
+    git(repo, "fsck", "--strict")
+
+
+def test_a_directory_where_the_lock_goes_is_a_store_write_error(repo: Path) -> None:
+    (a,) = commits(repo, 1)
+    name = "refs/agentos/main/runs/r/heads/x"
+    os.makedirs(Path(common(repo), name + ".lock", "inner"))
+    with pytest.raises(StoreWriteError):
+        bounded(lambda: refs.add_if_new(common(repo), name, a, "gitstate: create", committer=WHO))
+    assert rev_parse(repo, name) is None
+
+
+def test_reflog_lines_are_readable_by_git_and_by_reflog(repo: Path) -> None:
+    a, b, c = commits(repo, 3)
+    refs.add_if_new(common(repo), REF, a, "gitstate: create run r", committer=WHO)
+    refs.set_if_equals(common(repo), REF, a, b, "gitstate: checkpoint plan · step 1", committer=WHO)
+    refs.set_if_equals(common(repo), REF, b, c, "gitstate: two\nlines", committer=WHO)
+    shown = git(repo, "reflog", "show", "--format=%H %gs", REF).splitlines()
+    assert shown == [f"{c} gitstate: two lines", f"{b} gitstate: checkpoint plan · step 1",
+                     f"{a} gitstate: create run r"]
+    assert git(repo, "reflog", "show", "--format=%gn <%ge>", REF).splitlines()[0] == "Ref Tester <refs@example.com>"
+    log = refs.reflog(pygit2.Repository(str(repo)), REF)
+    assert [(e.old, e.new, e.message) for e in log] == [
+        (b, c, "gitstate: two lines"), (a, b, "gitstate: checkpoint plan · step 1"), (None, a, "gitstate: create run r")]
+    assert all(abs(e.time - time.time()) < 120 for e in log)
+    assert git(repo, "rev-parse", f"{REF}@{{1}}").strip() == b
+    git(repo, "fsck", "--strict")
+
+
+def test_reflog_of_a_missing_ref_is_empty(repo: Path) -> None:
+    assert refs.reflog(pygit2.Repository(str(repo)), REF) == []
+
+
+def test_read_ref_and_list_refs(repo: Path) -> None:
+    a, b = commits(repo, 2)
+    other = "refs/agentos/main/runs/s/run"
+    refs.add_if_new(common(repo), REF, a, "m", committer=WHO)
+    refs.add_if_new(common(repo), other, b, "m", committer=WHO)
+    handle = pygit2.Repository(str(repo))
+    assert refs.read_ref(handle, REF) == a
+    assert refs.read_ref(handle, "refs/agentos/main/runs/none/run") is None
+    assert sorted(refs.list_refs(handle, "refs/agentos/")) == sorted([(REF, a), (other, b)])
+    assert refs.list_refs(handle, "refs/agentos/main/runs/s/") == [(other, b)]
+
+
+def _age(path: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def test_break_stale_locks_removes_only_old_locks(repo: Path) -> None:
+    (a,) = commits(repo, 1)
+    refs.add_if_new(common(repo), REF, a, "m", committer=WHO)
+    lock = Path(common(repo), REF + ".lock")
+    other = Path(common(repo), "refs/agentos/main/runs/other/run.lock")
+    other.parent.mkdir(parents=True)
+    lock.write_text("")
+    other.write_text("")
+    _age(other, 3600)
+    assert refs.break_stale_locks(common(repo), REF, 5.0) is False  # fresh: a live writer's
+    assert lock.exists()
+    _age(lock, 60)
+    assert refs.break_stale_locks(common(repo), REF, 5.0) is True
+    assert not lock.exists()
+    assert other.exists()  # another ref's lock is not this call's business
+    assert rev_parse(repo, REF) == a
+    assert not list(Path(common(repo), REF).parent.glob("*.stale.*"))
+
+
+def test_break_stale_locks_gives_packed_refs_lock_longer(repo: Path) -> None:
+    packed_lock = Path(common(repo), "packed-refs.lock")
+    packed_lock.write_text("")
+    _age(packed_lock, 60)  # older than max_age, younger than PACKED_LOCK_STALE_AGE
+    assert refs.break_stale_locks(common(repo), REF, 5.0) is False
+    assert packed_lock.exists()
+    _age(packed_lock, refs.PACKED_LOCK_STALE_AGE + 60)
+    assert refs.break_stale_locks(common(repo), REF, 5.0) is True
+    assert not packed_lock.exists()
+
+
+def test_pack_refs_packs_only_refs_agentos(repo: Path) -> None:
+    a, b = commits(repo, 2)
+    git(repo, "branch", "user-packed")
+    git(repo, "tag", "-a", "v1", "-m", "annotated")
+    git(repo, "pack-refs", "--all")
+    git(repo, "branch", "user-loose", b)
+    git(repo, "tag", "loose-tag", a)
+    names = [f"refs/agentos/main/runs/r{i}/heads/main" for i in range(7)]
+    for i, name in enumerate(names):
+        refs.add_if_new(common(repo), name, a if i % 2 else b, "m", committer=WHO)
+    held = "refs/agentos/main/runs/held/run"
+    refs.add_if_new(common(repo), held, a, "m", committer=WHO)
+    Path(common(repo), held + ".lock").write_text("")
+    before = git(repo, "for-each-ref", "--format=%(objectname) %(refname)")
+    assert refs.count_loose_refs(common(repo)) == 8
+
+    assert refs.pack_refs(common(repo), batch=3) == 7
+
+    assert git(repo, "for-each-ref", "--format=%(objectname) %(refname)") == before
+    for name in names:
+        assert not Path(common(repo), name).exists()
+    assert Path(common(repo), held).exists()  # locked by someone: left loose
+    assert refs.count_loose_refs(common(repo)) == 1
+    assert Path(common(repo), "refs/heads/user-loose").read_text().strip() == b
+    assert Path(common(repo), "refs/tags/loose-tag").read_text().strip() == a
+    packed = Path(common(repo), "packed-refs").read_text()
+    assert "refs/heads/user-loose" not in packed and "refs/tags/loose-tag" not in packed
+    assert all(name in packed for name in names)
+    assert "refs/tags/v1\n^" in packed  # the user's peeled tag line survives
+    assert git(repo, "rev-parse", "v1^{commit}").strip() == a
+    assert not Path(common(repo), "refs/agentos/main/runs/r0").exists()  # emptied directories go
+    assert not Path(common(repo), "packed-refs.lock").exists()
+    git(repo, "fsck", "--strict")
+    # the packed refs keep working for compare-and-swap, and git reads them
+    refs.set_if_equals(common(repo), names[0], b, a, "m", committer=WHO)
+    assert rev_parse(repo, names[0]) == a
+
+
+def test_pack_refs_gives_way_to_a_held_packed_refs_lock(repo: Path) -> None:
+    (a,) = commits(repo, 1)
+    refs.add_if_new(common(repo), REF, a, "m", committer=WHO)
+    Path(common(repo), "packed-refs.lock").write_text("")
+    assert refs.pack_refs(common(repo)) == 0
+    assert Path(common(repo), REF).exists()
+    assert Path(common(repo), "packed-refs.lock").read_text() == ""
