@@ -1,0 +1,176 @@
+"""Golden object ids: with a fixed committer identity and a fixed clock, every payload kind gitstate
+writes has the same git object id in every version. The ids below were computed once with the
+format-1 code; a change to the encoding, the tree layout, the metadata, the commit message or the
+commit header changes them and fails this test.
+
+If one of these fails, the on-disk format changed: either revert the change, or bump the format
+version (docs/FORMAT.md "Upgrading") and pin the new ids in a new test, keeping a reader for these."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from compat_support import (
+    LONG_LIST_LEN,
+    T0,
+    blob_id,
+    fixed_world,
+    git,
+    init_repo,
+    ls_tree,
+    make_workspace,
+    rev,
+    write_varied_store,
+)
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
+
+import gitstate
+from gitstate.format.encoding import dumps
+from gitstate.format.names import branch_ref
+from gitstate.langgraph import GitCheckpointSaver
+
+GOLDEN: dict[str, str] = {
+    "run_record": "4e3fc5adab0a7b24ef9bc3c28414085871675eb7",
+    "run_record.plain": "5791501a28442a39516bb8431489b7a5a16b39b2",
+    "small": "b9d4b990e06e0f1d8597a6b2475ab44d1320cc28",
+    "small.tree": "6937b7469c338ff411189ad7ee0b1f4989b8a730",
+    "small.state": "b00c49ed38ecec100cc42f5b0b92c09f3ab45cc9",
+    "leaf": "631b12411a55089db362f461717514f48be3de42",
+    "leaf.tree": "cf45bd2efffd797e16d4bfc5e70b59d6ae5d8b4e",
+    "leaf.state": "b9082c97af8c5b01bde2b13317d0a4279390236d",
+    "long_list": "f07339da3d065d38d9bd9b98b73c320cdc41464e",
+    "long_list.tree": "c2e8f02c642ed896d1878a89dbc5a7e5e7ae2d78",
+    "long_list.state": "d73bcc7cba37dbcc2db09795f7345649573175cd",
+    "big_map": "8a3c87cf4191978cd60930e91196e4e8c95fd3e5",
+    "big_map.tree": "3fda84bebf8438ba4e65376b58d25dfbbab65732",
+    "big_map.state": "ee2350233c9343485ad6660dd104353e72eb150f",
+    "tools_audit": "0374a9220310a709f5085f80acce9e5b683cb99f",
+    "tools_audit.tree": "082856539ab87ce3206fe5dac8e5fddc5f52d505",
+    "node.entry": "464f17f9f6ef37809dd4d8606628735416fd3f1a",
+    "node.exit": "27dc6c75eea758dd2d0fc2dc828ec43ebe745efe",
+    "node_failed.exit": "bc5b849c7becb10fd74bc5c8c251d93a570a4049",
+    "files": "2207eb39d5f146cbd5b33534d83bf42651615c2a",
+    "files.tree": "550ee47a76dc3b457588edec8da05f74d148ede4",
+    "files.snapshot": "1465ac93f6d3e1af7cd3024a9795a47cfb815bdc",
+    "files_partial": "57c6a43f79374d9e902bc71232d3f2d362341976",
+    "files_partial.snapshot": "fd64e0aaab7501ff82621e6b8f371b5c080f120e",
+    "fork": "e2c1da0c9ac3d353fadb2fc8679eb637da81f2a0",
+    "pruned.head": "efc5ff8099b532a49403e6637492427addc0acb4",
+    "session.v1": "458a6b9fdd5b22172a50b987cb809f70cdefab31",
+    "session.v2": "80b6bde84e2a44f5c4a3a8bb936ff5a83742424c",
+    "session.other": "76b15c4d3e9b1d53648017e6abf9f8f6f714a434",
+    "empty_state": "10fa7b79570ead73df2832ff49d69d67adf6dc59",
+}
+
+
+@pytest.fixture
+def golden_repo(tmp_path: Path) -> Path:
+    repo = init_repo(tmp_path / "repo")
+    make_workspace(repo)
+    return repo
+
+
+def test_golden_ids_of_every_payload_kind(golden_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = fixed_world(monkeypatch)
+    with gitstate.open_store(golden_repo) as store:
+        written = write_varied_store(store, clock)
+    assert written.ids == GOLDEN
+
+
+def test_golden_layout_of_chunked_list(golden_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The long list (2085 items, 66 chunks) has a fan-out level: two subtrees named after their
+    first item, 64 + 2 chunk blobs named by 10-digit first-item index."""
+    clock = fixed_world(monkeypatch)
+    with gitstate.open_store(golden_repo) as store:
+        cp = write_varied_store(store, clock).ids["long_list"]
+    top = ls_tree(golden_repo, f"{cp}:state/log.list")
+    assert [(m, k, n) for m, k, _o, n in top] == [("040000", "tree", "0000000000"),
+                                                  ("040000", "tree", "0000002048")]
+    assert [o for _m, _k, o, _n in top] == ["d15aa03c843fdef49865d27f87eeabb9bf1e99b1",
+                                           "c926eb8d700f4ad35a63f3eb80006007017a6143"]
+    first = ls_tree(golden_repo, top[0][2])
+    assert [n for *_x, n in first] == [f"{i * 32:010d}.cbor" for i in range(64)]
+    assert {m for m, *_x in first} == {"100644"}
+    second = ls_tree(golden_repo, top[1][2])
+    assert [(n, o) for _m, _k, o, n in second] == [
+        ("0000002048.cbor", "b601c97261d1ced5cf17b1336e34ca126d5c2ac3"),
+        ("0000002080.cbor", "6e73b09fc626222d1314ccd02f01d6fe9b4bd1e6"),
+    ]
+    # each chunk is the canonical CBOR array of its items, as git would hash it
+    assert second[1][2] == blob_id(golden_repo, dumps(list(range(2080, LONG_LIST_LEN))))
+
+
+# -- LangGraph ------------------------------------------------------------------------------------
+
+LG_THREAD = "golden-thread"
+CID_1 = "1f000000-0000-6000-8000-000000000001"
+CID_2 = "1f000000-0000-6000-8000-000000000002"
+V = "00000000000000000000000000000001.0000000000000000"
+V2 = "00000000000000000000000000000002.0000000000000000"
+
+LG_GOLDEN: dict[str, str] = {
+    "cp1": "cc555463eaae5863e1bad08e0177ecd7ae49fb1a",
+    "cp1.tree": "21cd9bc59b7e7bf2b255469d50d099232e93cb12",
+    "cp2": "e91e1801e63841f38df4a422ef2e7bd53ad28487",
+    "cp2.tree": "d0f92cb65a4f6274a19afb707f244de65783b26b",
+    "cp2.writes": "fa3e750faaa675b52924e368693eac359f0c5860",
+    "cp2.writes.tree": "fbe0bea7821d1045338dfc4e8002f95194fd6b14",
+    "serde.checkpoint1": "7350162b90913363fd33d6eb35db35ea341e0d6b",
+    "serde.metadata1": "4a41885fa2baf5df5b42a234a64a9ce783cf1fa1",
+}
+
+
+def _lg_checkpoint(cid: str, ts: str, values: dict[str, Any], versions: dict[str, str],
+                   seen: dict[str, dict[str, str]]) -> Checkpoint:
+    return {"v": 4, "id": cid, "ts": ts, "channel_values": values, "channel_versions": versions,
+            "versions_seen": seen, "updated_channels": sorted(versions)}
+
+
+def test_golden_ids_of_langgraph_checkpoints(golden_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checkpoints put through GitCheckpointSaver with fixed LangGraph ids, timestamps and versions
+    (no graph run: a graph would mint random uuid6 ids). The serde bytes are pinned first, so a
+    LangGraph upgrade that changes its msgpack encoding is told apart from a gitstate change."""
+    clock = fixed_world(monkeypatch)
+    messages = [f"message {i}" for i in range(40)]  # > 32 items: a chunked `messages.l/` tree
+    cp1 = _lg_checkpoint(CID_1, "2026-01-01T00:00:00+00:00", {"messages": messages, "topic": "compat"},
+                         {"messages": V, "topic": V}, {"__input__": {}})
+    md1: CheckpointMetadata = {"source": "input", "step": -1, "parents": {}}
+    ids: dict[str, str] = {}
+    with gitstate.open_store(golden_repo) as store:
+        saver = GitCheckpointSaver(store)
+        ids["serde.checkpoint1"] = hashlib.sha1(saver.serde.dumps_typed(
+            {k: v for k, v in cp1.items() if k != "channel_values"})[1]).hexdigest()
+        ids["serde.metadata1"] = hashlib.sha1(saver.serde.dumps_typed(dict(md1))[1]).hexdigest()
+        clock.at(100)
+        conf1 = saver.put({"configurable": {"thread_id": LG_THREAD, "checkpoint_ns": ""}}, cp1, md1,
+                          {"messages": V, "topic": V})
+        ref = branch_ref("main", LG_THREAD, "main")
+        ids["cp1"] = rev(golden_repo, ref)
+        ids["cp1.tree"] = rev(golden_repo, ref + "^{tree}")
+        clock.at(101)
+        cp2 = _lg_checkpoint(CID_2, "2026-01-01T00:00:01+00:00",
+                             {"messages": [*messages, "message 40"], "topic": "compat"},
+                             {"messages": V2, "topic": V}, {"agent": {"messages": V}})
+        conf2 = saver.put(conf1, cp2, {"source": "loop", "step": 0, "parents": {}, "run_id": "lg-run-1"},
+                          {"messages": V2})
+        ids["cp2"] = rev(golden_repo, ref)
+        ids["cp2.tree"] = rev(golden_repo, ref + "^{tree}")
+        clock.at(102)
+        saver.put_writes(conf2, [("topic", "next topic"), ("messages", ["pending"])], "task-1", "path-1")
+        ids["cp2.writes"] = rev(golden_repo, ref)
+        ids["cp2.writes.tree"] = rev(golden_repo, ref + "^{tree}")
+    serde_ids = {k: v for k, v in ids.items() if k.startswith("serde.")}
+    assert serde_ids == {k: v for k, v in LG_GOLDEN.items() if k.startswith("serde.")}, (
+        "LangGraph's serde encodes differently: the ids below change for that reason, not gitstate's")
+    assert ids == LG_GOLDEN
+    # the messages channel is chunked as documented: 32 + 9 items
+    values = ls_tree(golden_repo, ids["cp2"] + ":langgraph")
+    assert [(m, n) for m, _k, _o, n in values] == [("040000", "messages.l"), ("100644", "topic.v")]
+    chunks = ls_tree(golden_repo, ids["cp2"] + ":langgraph/messages.l")
+    assert [n for *_x, n in chunks] == ["0000000000", "0000000032"]
+    assert git(golden_repo, "log", "--format=%s", ref) == (
+        "checkpoint · step 1 · loop\ncheckpoint · step 0 · input\n")
+    assert T0 + 101 == float(git(golden_repo, "log", "-1", "--format=%ct", ids["cp2"]).strip()) + 0.25
