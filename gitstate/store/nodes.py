@@ -7,7 +7,8 @@ boundaries were extra ``node_start``/``node_end`` checkpoints, are read too."""
 
 from __future__ import annotations
 
-import secrets
+import hashlib
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,13 +38,19 @@ class NodeBoundary:
 
 def now_iso() -> str:
     """The current UTC time as node records store it."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def new_record(node: str, branch: str, base: str | None, metadata: dict[str, object] | None) -> NodeRecord:
-    """The record of a node being entered now on ``branch`` whose tip is ``base``."""
-    return NodeRecord(id=secrets.token_hex(8), node=node, branch=branch, status="running", entry=None,
-                      exit=None, base=base, started_at=now_iso(), metadata=dict(metadata) if metadata else None)
+def new_record(run_id: str, node: str, branch: str, base: str | None, log_tip: str | None,
+               metadata: dict[str, object] | None) -> NodeRecord:
+    """The record of a node being entered now on ``branch`` whose tip is ``base``, the node log's
+    tip being ``log_tip``. Its id is a digest of those and the time, so equal inputs give equal
+    objects and two entries never share an id (each one moves the log)."""
+    started = now_iso()
+    seed = "\0".join([run_id, branch, node, base or "", log_tip or "", started])
+    rid = hashlib.sha1(seed.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()[:16]
+    return NodeRecord(id=rid, node=node, branch=branch, status="running", entry=None, exit=None, base=base,
+                      started_at=started, metadata=dict(metadata) if metadata else None)
 
 
 class NodeLog:

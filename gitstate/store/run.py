@@ -559,8 +559,10 @@ class NodeScope:
         self.exit: Checkpoint | None = None
 
     def __enter__(self) -> NodeScope:
-        self._record = new_record(self.name, self.branch, self.run.tip(self.branch), self._metadata)
-        self.run.node_log(self.branch).append(self._record)
+        log = self.run.node_log(self.branch)
+        self._record = new_record(self.run.id, self.name, self.branch, self.run.tip(self.branch),
+                                  self.run.store.read_ref(log.ref), self._metadata)
+        log.append(self._record)
         if self._state is not None:
             self.checkpoint(self._state)
         return self

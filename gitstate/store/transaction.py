@@ -71,7 +71,7 @@ class Transaction:
             stamp = int(time.time() if when is None else when)
             mine = Signature(self.identity[0], self.identity[1], stamp, 0)
             author = author or mine
-            committer = committer or (author if author is not mine else mine)
+            committer = committer or mine
         lines = [f"tree {tree}", *(f"parent {p}" for p in parents),
                  f"author {author.to_git()}", f"committer {committer.to_git()}", "", message]
         return self.writer.write(ObjectType.COMMIT, "\n".join(lines).encode("utf-8"))

@@ -213,14 +213,18 @@ def write_varied_store(store: gitstate.Store, clock: Clock) -> VariedStore:
     clock.at(6)
     with run.node("review", metadata={"reviewer": "bot"}) as scope:
         clock.at(7)
+        scope.checkpoint({"answer": 42, "reviewed": True}, trigger="llm_end")
+        scope.checkpoint({"answer": 42, "reviewed": "twice"}, trigger="llm_end")
     assert scope.entry is not None and scope.exit is not None
     ids["node.entry"], ids["node.exit"] = scope.entry.id, scope.exit.id
     clock.at(8)
     with pytest.raises(ValueError), run.node("explode") as failing:
         clock.at(9)
+        scope.run.checkpoint({"answer": -1}, node="explode")
         raise ValueError("boom")
     assert failing.exit is not None
     ids["node_failed.exit"] = failing.exit.id
+    ids["node.log"] = str(store.read_ref(run.node_log().ref))  # the node log's newest record
     clock.at(10)
     files = run.checkpoint({"answer": 43}, files=True, status="done")
     ids["files"], ids["files.tree"], ids["files.snapshot"] = files.id, files.tree_id, str(files.files_tree_id)

@@ -110,10 +110,10 @@ def test_runs_are_listed_as_written(store: gitstate.Store) -> None:
     rows = [(r.id, r.workflow, r.branch, r.node, r.step, r.status, r.checkpoints, r.branches, r.worktree,
              r.created_at, r.updated_at, r.error) for r in store.list_runs()]
     assert rows == [
-        (LG, "langgraph", "main", None, 4, "interrupted", 5, 3, "main",
+        (LG, "langgraph", "main", None, 4, "running", 5, 3, "main",
          datetime(2026, 11, 23, 10, 35, 40, 284097, UTC), datetime(2026, 11, 23, 10, 35, 40, 497169, UTC), None),
-        ("empty", None, None, None, None, "interrupted", 0, 0, "main", at(29), at(29), None),
-        ("pruned", "batch", "main", None, 5, "interrupted", 3, 1, "main", at(21), at(27), None),
+        ("empty", None, None, None, None, "running", 0, 0, "main", at(29), at(29), None),
+        ("pruned", "batch", "main", None, 5, "running", 3, 1, "main", at(21), at(27), None),
         (RUN, "triage", "main", "patch", 6, "running", 7, 3, "main", at(0), at(16), None),
     ]
     run = store.get_run(RUN)

@@ -210,17 +210,23 @@ def test_meta_cbor_decodes_to_documented_fields(varied: tuple[Path, VariedStore]
         "metadata": {"model": "m-1", "tokens": 42}, "created_at": "2026-01-01T00:00:01.250000Z"}
     assert _meta(repo, ids["leaf"] + ":meta.cbor") == {
         **base, "branch": "leaf", "step": 0, "created_at": "2026-01-01T00:00:02.250000Z"}
+    # checkpoints written inside a node are ordinary checkpoints; the boundary is in the node log
     assert _meta(repo, ids["node.entry"] + ":meta.cbor") == {
-        **base, "branch": "main", "step": 4, "node": "review", "trigger": "node_start", "node_status": "running",
-        "metadata": {"reviewer": "bot"}, "created_at": "2026-01-01T00:00:06.250000Z"}
-    assert _meta(repo, ids["node.exit"] + ":meta.cbor") == {
-        **base, "branch": "main", "step": 5, "node": "review", "trigger": "node_end", "node_status": "completed",
-        "node_entry": ids["node.entry"], "metadata": {"reviewer": "bot"},
+        **base, "branch": "main", "step": 4, "node": "review", "trigger": "llm_end",
         "created_at": "2026-01-01T00:00:07.250000Z"}
-    failed = _meta(repo, ids["node_failed.exit"] + ":meta.cbor")
-    assert (failed["node_status"], failed["metadata"]) == ("failed", {"error": "ValueError: boom"})
+    assert _meta(repo, ids["node.exit"] + ":meta.cbor") == {
+        **base, "branch": "main", "step": 5, "node": "review", "trigger": "llm_end",
+        "created_at": "2026-01-01T00:00:07.250000Z"}
+    assert _meta(repo, ids["node.log"] + ":node.cbor") == {
+        "format": "gitstate/node", "v": 1, "run": RUN, "id": _meta(repo, ids["node.log"] + ":node.cbor")["id"],
+        "node": "explode", "branch": "main", "status": "failed", "entry": ids["node_failed.exit"],
+        "exit": ids["node_failed.exit"], "base": ids["node.exit"], "started_at": "2026-01-01T00:00:08.250000Z",
+        "ended_at": "2026-01-01T00:00:09.250000Z", "error": "ValueError: boom"}
+    assert git(repo, "ls-tree", ids["node.log"]) == (
+        f"160000 commit {ids['node_failed.exit']}\tentry\n160000 commit {ids['node_failed.exit']}\texit\n"
+        f"100644 blob {git(repo, 'rev-parse', ids['node.log'] + ':node.cbor').strip()}\tnode.cbor\n")
     assert _meta(repo, ids["files"] + ":meta.cbor") == {
-        **base, "branch": "main", "step": 8, "status": "completed", "created_at": "2026-01-01T00:00:10.250000Z"}
+        **base, "branch": "main", "step": 7, "status": "completed", "created_at": "2026-01-01T00:00:10.250000Z"}
     assert _meta(repo, ids["files_partial"] + ":meta.cbor")["files_paths"] == ["a", "script.sh"]
     pruned = _meta(repo, ids["pruned.head"] + ":meta.cbor")
     assert (pruned["branch"], pruned["step"], pruned["base"]) == ("prune-me", 3, 2)
@@ -251,15 +257,18 @@ def test_commit_messages_and_trailers_as_git_shows_them(varied: tuple[Path, Vari
         "plan · step 0 · tool_end · running\n\nRun: golden run/1\nBranch: main\nWorkflow: compat\nNode: plan\n"
         "Step: 0\nTrigger: tool_end\nStatus: running\nGitstate-Format: 1\n\n")
     assert _trailers(repo, ids["node.exit"]) == [
-        "Run: golden run/1", "Branch: main", "Workflow: compat", "Node: review", "Step: 5", "Trigger: node_end",
-        "Node-Status: completed", f"Node-Entry: {ids['node.entry']}", "Gitstate-Format: 1"]
+        "Run: golden run/1", "Branch: main", "Workflow: compat", "Node: review", "Step: 5", "Trigger: llm_end",
+        "Gitstate-Format: 1"]
+    assert _trailers(repo, ids["node.log"])[:5] == [
+        "Run: golden run/1", "Branch: main", "Node: explode",
+        f"Node-Id: {_meta(repo, ids['node.log'] + ':node.cbor')['id']}", "Node-Status: failed"]
     assert git(repo, "log", "-1", "--format=%s", ids["leaf"]) == "checkpoint · step 0 · save\n"
     assert _trailers(repo, ids["leaf"]) == [
         "Run: golden run/1", "Branch: leaf", "Workflow: compat", "Step: 0", "Gitstate-Format: 1"]
-    assert git(repo, "log", "-1", "--format=%(trailers:key=Step,valueonly)", ids["files"]).strip() == "8"
+    assert git(repo, "log", "-1", "--format=%(trailers:key=Step,valueonly)", ids["files"]).strip() == "7"
     assert git(repo, "log", "--format=%s", f"{RUN_REF}/heads/main").splitlines() == [
-        "checkpoint · step 8 · save · completed", "explode · step 7 · node_end", "explode · step 6 · node_start",
-        "review · step 5 · node_end", "review · step 4 · node_start", "act · step 3 · tool_end",
+        "checkpoint · step 7 · save · completed", "explode · step 6 · save",
+        "review · step 5 · llm_end", "review · step 4 · llm_end", "act · step 3 · tool_end",
         "checkpoint · step 2 · save", "collect · step 1 · tool_end", "plan · step 0 · tool_end · running"]
     # run record and session files
     assert git(repo, "log", "-1", "--format=%B", f"{RUN_REF}/run") == (
@@ -279,8 +288,8 @@ def test_commit_messages_and_trailers_as_git_shows_them(varied: tuple[Path, Vari
     lg = "refs/agentos/main/runs/lg%20thread/heads/main"
     trailers = _trailers(repo, lg)
     assert trailers[:4] == ["Run: lg thread", "Branch: main", "Workflow: langgraph", "Step: 0"]
-    assert trailers[4:6] == ["Trigger: input", "Gitstate-Format: 1"]
-    assert len(trailers) == 7 and trailers[6].startswith("LangGraph-Checkpoint: ")
+    assert trailers[4:7] == ["Trigger: input", "Status: completed", "Gitstate-Format: 1"]
+    assert len(trailers) == 8 and trailers[7].startswith("LangGraph-Checkpoint: ")
 
 
 def test_for_each_ref_lists_documented_ref_names(varied: tuple[Path, VariedStore], tmp_path: Path) -> None:
@@ -294,6 +303,7 @@ def test_for_each_ref_lists_documented_ref_names(varied: tuple[Path, VariedStore
         "refs/agentos/main/runs/golden%20run%2F1/heads/main",
         "refs/agentos/main/runs/golden%20run%2F1/heads/partial",
         "refs/agentos/main/runs/golden%20run%2F1/heads/prune-me",
+        "refs/agentos/main/runs/golden%20run%2F1/nodes/main",
         "refs/agentos/main/runs/golden%20run%2F1/run",
         "refs/agentos/main/runs/lg%20thread/heads/main",
         "refs/agentos/main/runs/lg%20thread/run",

@@ -49,11 +49,12 @@ GOLDEN: dict[str, str] = {
     "big_map.state": "ee2350233c9343485ad6660dd104353e72eb150f",
     "tools_audit": "0374a9220310a709f5085f80acce9e5b683cb99f",
     "tools_audit.tree": "082856539ab87ce3206fe5dac8e5fddc5f52d505",
-    "node.entry": "464f17f9f6ef37809dd4d8606628735416fd3f1a",
-    "node.exit": "27dc6c75eea758dd2d0fc2dc828ec43ebe745efe",
-    "node_failed.exit": "bc5b849c7becb10fd74bc5c8c251d93a570a4049",
-    "files": "2207eb39d5f146cbd5b33534d83bf42651615c2a",
-    "files.tree": "550ee47a76dc3b457588edec8da05f74d148ede4",
+    "node.entry": "73b23f6d54b45cb0b7893a1b7be6591ab4f0a76b",
+    "node.exit": "bf072ee2d3626fe0b3a1d15416b1fc80550987fc",
+    "node_failed.exit": "b42942e937d6731afb6a53bb8cee57c66ac48028",
+    "node.log": "9ccdb111acb73e1954192e574600a67756928be1",
+    "files": "a6ef3d028181ce687c29070b73d6cbf6a21d6510",
+    "files.tree": "28e07c47a828f02f50938445859250c3b5c1e612",
     "files.snapshot": "1465ac93f6d3e1af7cd3024a9795a47cfb815bdc",
     "files_partial": "57c6a43f79374d9e902bc71232d3f2d362341976",
     "files_partial.snapshot": "fd64e0aaab7501ff82621e6b8f371b5c080f120e",
@@ -112,12 +113,12 @@ V = "00000000000000000000000000000001.0000000000000000"
 V2 = "00000000000000000000000000000002.0000000000000000"
 
 LG_GOLDEN: dict[str, str] = {
-    "cp1": "cc555463eaae5863e1bad08e0177ecd7ae49fb1a",
-    "cp1.tree": "21cd9bc59b7e7bf2b255469d50d099232e93cb12",
-    "cp2": "e91e1801e63841f38df4a422ef2e7bd53ad28487",
-    "cp2.tree": "d0f92cb65a4f6274a19afb707f244de65783b26b",
-    "cp2.writes": "fa3e750faaa675b52924e368693eac359f0c5860",
-    "cp2.writes.tree": "fbe0bea7821d1045338dfc4e8002f95194fd6b14",
+    "cp1": "6a07021a1a0ee83ee2a3762ca603c09cb10e2a95",
+    "cp1.tree": "7e42d8025096e254976aea1de21ada52f0c062d4",
+    "cp2": "f3fe5f0651188f665329953f09038f7f833d876c",
+    "cp2.tree": "057586bfd86d03a7aaed07f50d02aab90cbd6df8",
+    "cp2.writes": "962ede0c94a59802568b1b53467bf7dd19880d4c",
+    "cp2.writes.tree": "9364142a153ed539d582153b5ba8798349e0dffa",
     "serde.checkpoint1": "7350162b90913363fd33d6eb35db35ea341e0d6b",
     "serde.metadata1": "4a41885fa2baf5df5b42a234a64a9ce783cf1fa1",
 }
@@ -172,5 +173,5 @@ def test_golden_ids_of_langgraph_checkpoints(golden_repo: Path, monkeypatch: pyt
     chunks = ls_tree(golden_repo, ids["cp2"] + ":langgraph/messages.l")
     assert [n for *_x, n in chunks] == ["0000000000", "0000000032"]
     assert git(golden_repo, "log", "--format=%s", ref) == (
-        "checkpoint · step 1 · loop\ncheckpoint · step 0 · input\n")
+        "checkpoint · step 1 · loop · completed\ncheckpoint · step 0 · input · completed\n")
     assert T0 + 101 == float(git(golden_repo, "log", "-1", "--format=%ct", ids["cp2"]).strip()) + 0.25
