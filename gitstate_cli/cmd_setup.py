@@ -11,8 +11,9 @@ from .context import pass_store
 
 @click.command()
 @click.option("--hooks", is_flag=True,
-              help="Also install the pre-push hook that refuses pushing refs/agentos/... to remotes "
-                   "not allowed by agentos.pushRemotes (an existing hook is chained).")
+              help="Also install the pre-push hook that refuses pushing checkpoints (refs/agentos/..., "
+                   "or any ref whose new commits include gitstate commits) to remotes not allowed by "
+                   "agentos.pushRemotes (an existing hook is chained).")
 @pass_store
 def setup(store: gitstate.Store, hooks: bool) -> None:
     """Configure plain git to print checkpoints as readable state.

@@ -1,5 +1,5 @@
 """The leak guard: which remotes may receive agent checkpoints (``agentos.pushRemotes``) and the
-``pre-push`` hook that enforces it for every ``git push`` — including ``git push --mirror`` and
+``pre-push`` hook that enforces it for every ``git push`` — including ``git push --mirror``, tags and
 hand-written refspecs — not only for ``git agentos push``.
 
 ``agentos.pushRemotes`` is read with ``git config --get-all``: it may be given several times and each
@@ -7,11 +7,22 @@ value may hold several entries separated by commas or spaces. An entry matches a
 or its URL; ``*`` allows every remote. When it is unset, no remote is allowed: checkpoints hold
 prompts, tool outputs and secrets, so they leave the machine only for a place the user named.
 
-The hook is a plain POSIX ``sh`` script that needs nothing but ``git`` (no Python, no gitstate on
-PATH), so it keeps working in CI images and GUIs. It is installed where git looks for hooks
-(``core.hooksPath`` is respected). An existing ``pre-push`` hook is never replaced silently: it is
-renamed to ``pre-push.gitstate-chained`` and the guard runs it first, with the same arguments and
-input; installing twice changes nothing."""
+The hook looks at what a push sends, not only at ref names. To a remote that is not allowed it
+refuses a pushed ref when its local or remote name is under ``refs/agentos/``; when it is (or is an
+annotated tag of) a commit whose history holds a gitstate commit the remote lacks — every gitstate
+commit (checkpoint, run record, session-file version, LangGraph checkpoint) carries the message line
+``Gitstate-Format: N`` (docs/FORMAT.md); or when it is (or is a tag of) a tree or blob holding an
+object only checkpoints reach. What the remote has is bounded by the remote values of the pushed
+refs and by its remote-tracking refs ``refs/remotes/<remote>/*``, so a push of a user branch reads
+only the commits the remote lacks: one ``git log`` for all pushed refs, never one call per commit.
+Deletions pass.
+
+The hook is a plain POSIX ``sh`` script that needs nothing but ``git`` and the standard ``awk``,
+``sort``, ``uniq`` (no Python, no gitstate on PATH), so it keeps working in CI images and GUIs. It
+is installed where git looks for hooks (``core.hooksPath`` is respected). An existing ``pre-push``
+hook is never replaced silently: it is renamed to ``pre-push.gitstate-chained`` and the guard runs it
+first, with the same arguments and input; installing twice changes nothing, and installing over an
+older guard (another ``gitstate-pre-push-guard vN`` line) replaces it."""
 
 from __future__ import annotations
 
@@ -30,12 +41,20 @@ CHAINED_NAME = "pre-push.gitstate-chained"
 MARKER = "gitstate-pre-push-guard"
 
 HOOK_SCRIPT = r"""#!/bin/sh
-# gitstate-pre-push-guard v1 (installed by `git agentos setup --hooks`; reinstalling is safe)
+# gitstate-pre-push-guard v2 (installed by `git agentos setup --hooks`; reinstalling is safe)
 #
-# Refuses to push agent checkpoints (refs/agentos/...: prompts, tool outputs, secrets) to a remote
-# that the git config agentos.pushRemotes does not allow (names or URLs, several values or a comma
-# list; "*" allows every remote). Deleting a remote ref is let through: it sends nothing.
-# A pre-push hook that existed before was kept as pre-push.gitstate-chained; it runs first.
+# Refuses to push agent checkpoints (prompts, tool outputs, secrets) to a remote that the git
+# config agentos.pushRemotes does not allow (names or URLs, several values or a comma list; "*"
+# allows every remote). It looks at what is sent, not only at names: a pushed ref is refused when
+#   - its local or remote name is under refs/agentos/, or
+#   - it is (or is a tag of) a commit whose history holds a gitstate commit (a message line
+#     "Gitstate-Format: N") that the remote lacks: a checkpoint pushed by id, a tag on a checkpoint,
+#     a branch that merged one, or
+#   - it is (or is a tag of) a tree or blob holding objects that only checkpoints reach.
+# "The remote lacks" = not reachable from the remote values of the pushed refs, nor from the
+# remote-tracking refs refs/remotes/<remote>/*. Deleting a remote ref is let through: it sends
+# nothing. Needs only sh and git. A pre-push hook that existed before was kept as
+# pre-push.gitstate-chained; it runs first.
 remote="$1"
 url="$2"
 input=$(cat)
@@ -44,29 +63,115 @@ if [ -x "$chained" ]; then
     if [ -n "$input" ]; then printf '%s\n' "$input"; fi | "$chained" "$@" || exit $?
 fi
 
-set -f  # the allow list may hold "*": never let the shell expand it
+set -f  # the allow list may hold "*" and patterns below hold "*": never let the shell expand them
 for entry in $(git config --get-all agentos.pushRemotes 2>/dev/null | tr ',' ' '); do
     case "$entry" in
         '*'|"$remote"|"$url") exit 0 ;;
     esac
 done
 
-blocked=""
-while read -r local_ref local_sha remote_ref remote_sha; do
-    case "$local_sha" in
-        *[!0]*) ;;
-        *) continue ;;  # a deletion (or an empty line): no object leaves this machine
+nl='
+'
+fail() {
+    echo "gitstate: could not check what this push sends to '$remote' ($1); refusing." >&2
+    echo "gitstate: allow that remote with: git config --add agentos.pushRemotes $remote" >&2
+    exit 1
+}
+lines() { printf '%s\n' "$1" | awk -v tag="$2" '$1 == tag { sub(/^[^ ]* /, ""); print }'; }
+
+# Each input line: <local ref> <local sha> <remote ref> <remote sha>. The local ref is what was
+# typed (it may hold spaces: HEAD@{1 day ago}), so it is what is left of the line without the last
+# three fields. Tagged output (a mirror push may have thousands of lines: one awk, no shell loop):
+#   H ^<remote sha>            the remote has it (every remote ref the push updates)
+#   B <local sha> <local ref>  refused by name
+#   C <local sha>^{} <local sha> <local ref>   sends objects: checked below
+parsed=$(printf '%s\n' "$input" | awk '
+    NF < 4 { next }
+    {
+        rsha = $NF; rref = $(NF - 1); lsha = $(NF - 2)
+        lref = $0; sub(/[ \t]+[^ \t]+[ \t]+[^ \t]+[ \t]+[^ \t]+[ \t]*$/, "", lref)
+        if (rsha ~ /[^0]/) print "H ^" rsha
+        if (lsha !~ /[^0]/) next  # a deletion: no object leaves this machine
+        if (lref ~ /^refs\/agentos\// || rref ~ /^refs\/agentos\//) print "B " lsha " " lref
+        else print "C " lsha "^{} " lsha " " lref
+    }')
+have=$(lines "$parsed" H)
+refused=$(lines "$parsed" B)  # "<local sha> <local ref>" lines
+check=$(lines "$parsed" C)
+
+# What the remote is known to have besides: its remote-tracking refs, when "$remote" is a remote's
+# name (not a URL) that is safe in a --glob pattern; refs of remotes named "$remote/..." are left out.
+known=""
+if [ "$remote" != "$url" ]; then
+    case "$remote" in
+        ''|*[!A-Za-z0-9._,+=@/-]*) ;;
+        *)
+            for other in $(git remote 2>/dev/null); do
+                case "$other" in "$remote"/*) known="$known --exclude=refs/remotes/$other/*" ;; esac
+            done
+            known="$known --glob=refs/remotes/$remote/*"
+            ;;
     esac
-    case "$local_ref" in refs/agentos/*) blocked="$blocked $local_ref"; continue ;; esac
-    case "$remote_ref" in refs/agentos/*) blocked="$blocked $remote_ref" ;; esac
+fi
+
+if [ -n "$check" ]; then
+    # peel tags: "<peeled sha> <type> <local sha> <local ref>", one git call for all refs
+    peeled=$(printf '%s\n' "$check" |
+        git --no-replace-objects cat-file --batch-check='%(objectname) %(objecttype) %(rest)') ||
+        fail "git cat-file failed"
+    commits=$(printf '%s\n' "$peeled" | awk '$2 == "commit" { print $1 }')
+    others=$(printf '%s\n' "$peeled" | awk '$2 == "tree" || $2 == "blob" { print $1 }')
+    leaked=""
+    if [ -n "$commits" ]; then
+        # gitstate commits the remote lacks, each named by the pushed commit it was reached from
+        # (--source); one git call for all refs, bounded by what the remote has
+        leaked=$(printf '%s\n%s\n' "$commits" "$have" |
+            git --no-replace-objects --no-pager log --ignore-missing --stdin --source --format=%S \
+                --no-show-signature --basic-regexp --grep='^Gitstate-Format: [0-9][0-9]*$' \
+                --not $known) || fail "git log failed"
+    fi
+    if [ -n "$others" ]; then
+        # a tree or blob (git sends it even where the remote then refuses a non-commit): refused
+        # when an object it sends is reached from refs/agentos/ and not from a branch
+        private=$(git --no-replace-objects rev-list --objects --no-object-names \
+            --objects-edge-aggressive --glob='refs/agentos/*' --not --branches --remotes) ||
+            fail "git rev-list failed"
+        for oid in $others; do
+            sent=$(printf '%s\n%s\n' "$oid" "$have" |
+                git --no-replace-objects rev-list --objects --no-object-names --ignore-missing \
+                    --objects-edge-aggressive --stdin --not $known) || fail "git rev-list failed"
+            common=$(printf '%s\n%s\n' "$sent" "$private" | grep -v '^-' | sort | uniq -d)
+            if [ -n "$common" ]; then leaked="$leaked$nl$oid"; fi
+        done
+    fi
+    if [ -n "$leaked" ]; then
+        # the pushed refs whose peeled sha leaks: "<local sha> <local ref>"
+        refused="$refused$nl$(printf '%s\n' "$leaked" -- "$peeled" | awk '
+            !sep && $0 == "--" { sep = 1; next }
+            !sep { if (NF) leak[$1] = 1; next }
+            ($1 in leak) { sub(/^[^ ]* [^ ]* /, ""); print }')"
+    fi
+fi
+
+count=0
+found=""
+while read -r sha ref; do
+    [ -n "$sha" ] || continue
+    count=$((count + 1))
+    [ "$count" -le 3 ] || continue
+    if [ "$ref" = "$sha" ]; then item="$sha"; else item="$ref ($(printf '%.12s' "$sha"))"; fi
+    found="${found:+$found, }$item"
 done <<EOF
-$input
+$refused
 EOF
 
-if [ -n "$blocked" ]; then
-    echo "gitstate: refusing to push agent checkpoints (refs/agentos/...) to '$remote' ($url):" >&2
-    for ref in $blocked; do echo "gitstate:   $ref" >&2; done
-    echo "gitstate: allow this remote with: git config --add agentos.pushRemotes $remote" >&2
+if [ "$count" -gt 0 ]; then
+    more=""
+    if [ "$count" -gt 3 ]; then more=" and $((count - 3)) more"; fi
+    where="'$remote'"
+    if [ "$url" != "$remote" ]; then where="'$remote' ($url)"; fi
+    echo "gitstate: refusing to push agent checkpoints (prompts, tool outputs, secrets) to $where: found in $found$more" >&2
+    echo "gitstate: allow that remote with: git config --add agentos.pushRemotes $remote" >&2
     exit 1
 fi
 exit 0
