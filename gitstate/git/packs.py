@@ -262,15 +262,12 @@ def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool)
     was installed already (then the temps are removed and the pack's mtime is refreshed).
 
     A ``.pack`` without its ``.idx`` (another writer between its renames, or one that died) is
-    replaced by ours: the bytes are the same, and the fresh file cannot be taken for an orphan."""
+    replaced by ours: the bytes are the same, and the fresh file cannot be taken for an orphan.
+    So is an ``.idx`` whose ``.pack`` is gone."""
     base = os.path.join(pack_dir, name)
-    if os.path.exists(base + ".idx"):
+    if os.path.exists(base + ".idx") and _freshen(base + ".pack"):
         _unlink(tmp_pack)
         _unlink(tmp_idx)
-        try:
-            os.utime(base + ".pack")
-        except OSError:
-            pass
         return True
     try:
         os.replace(tmp_pack, base + ".pack")
@@ -284,6 +281,18 @@ def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool)
     if fsync:
         _fsync_dir(pack_dir)
     return False
+
+
+def _freshen(path: str) -> bool:
+    """Whether ``path`` exists; if so its mtime is set to now (kept as it was where that is not
+    allowed, e.g. a read-only repository)."""
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return os.path.exists(path)
+    return True
 
 
 def _fsync_dir(path: str) -> None:

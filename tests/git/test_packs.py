@@ -159,13 +159,18 @@ def test_duplicates_written_once_and_existing_pack_left(repo: Path) -> None:
     assert not [n for n in pack_files(repo) if n.startswith("tmp_")]
 
 
-def test_pack_without_index_is_completed(repo: Path) -> None:
+def test_half_installed_pack_is_completed(repo: Path) -> None:
     objects = blobs("half", 2)
     written = packs.write_pack(str(pack_dir(repo)), objects)
     (pack_dir(repo) / f"{written.name}.idx").unlink()  # as if its writer died between the renames
     again = packs.write_pack(str(pack_dir(repo)), objects)
     assert again.name == written.name and not again.existed
     verify_pack(repo, written.name)
+    (pack_dir(repo) / f"{written.name}.pack").unlink()  # an index whose pack is gone
+    third = packs.write_pack(str(pack_dir(repo)), objects)
+    assert third.name == written.name and not third.existed
+    verify_pack(repo, written.name)
+    assert pack_files(repo) == {f"{written.name}.pack", f"{written.name}.idx"}
 
 
 def test_write_pack_rejects_bad_input(repo: Path) -> None:
