@@ -53,7 +53,8 @@ What an open ``pygit2.Repository`` sees (pygit2 1.21.0, libgit2 1.9.7; each poin
   pack open and listed: their objects stay readable through it, the disk space of the deleted files
   is not given back, and lookups walk the dead packs. After 400 one-pack writes and 200 geometric
   merges one handle held 397 deleted packs open; an absent id cost 192 µs against 19 µs on a fresh
-  handle (10x), ``id in odb`` 10.7 against 0.5 µs (22x), ``odb.read`` 23.6 against 9.0 µs (2.6x).
+  handle (10x), ``id in odb`` 10.7 against 0.5 µs (22x), ``odb.read`` 23.6 against 9.0 µs (2.6x)
+  (three runs on the shared machine: 10-17x, 14-22x and 2-2.6x).
   The descriptors are a hard limit too: with ``ulimit -n 128`` a process writing one pack per step
   could no longer create files after about 120 packs. (``pygit2.settings.mwindow_file_limit``
   caps the open ``.pack`` descriptors but not the index mappings nor the slow lookups.)
