@@ -73,3 +73,17 @@ def user_snapshot(repo: Path) -> dict[str, object]:
         "refs": git(repo, "for-each-ref", "refs/heads", "refs/tags"),
         "status": git(repo, "status", "--porcelain", "--untracked-files=all"),
     }
+
+
+def loosen(repo: Path) -> None:
+    """Turn every pack of the repository into loose objects (``git unpack-objects``), so a test can
+    damage one object's own file: gitstate writes each transaction as a pack."""
+    pack_dir = repo / ".git" / "objects" / "pack"
+    for idx in sorted(pack_dir.glob("*.idx")):
+        pack = idx.with_suffix(".pack")
+        aside = repo / ".git" / f"{pack.name}.aside"
+        os.replace(pack, aside)
+        idx.unlink()
+        with open(aside, "rb") as fh:
+            subprocess.run(["git", "unpack-objects", "-q"], cwd=repo, stdin=fh, check=True)
+        aside.unlink()

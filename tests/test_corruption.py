@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import git, loosen
 
 import gitstate
 
@@ -66,6 +66,10 @@ def _store_with_damage(repo: Path, what: str) -> tuple[str, str]:
         packs = glob.glob(str(repo / ".git" / "objects" / "pack" / "*.pack"))
         assert len(packs) == 1 and not _loose(repo, victim).exists()
         _truncate(Path(packs[0]))
+    else:
+        loosen(repo)  # transactions write packs: give the victim a loose file of its own
+    if what == "pack":
+        pass
     elif what == "empty":
         os.chmod(_loose(repo, victim), 0o644)
         _loose(repo, victim).write_bytes(b"")
@@ -154,6 +158,7 @@ def test_saver_reads_end_with_a_clear_error(repo: Path, what: str) -> None:
     tip = store.read_checkpoint(store.read_ref("refs/agentos/main/runs/t/heads/main") or "")
     victim = tip.id if what == "commit" else store.reader.tree(tip.tree_id)["langgraph"].id
     store.close()
+    loosen(repo)
     _truncate(_loose(repo, victim))
     done = _child(repo, SAVER)
     assert done.returncode == 0, done.stderr

@@ -47,8 +47,8 @@ def test_thousand_step_append_stays_small(repo: Path) -> None:
     max_loose = max(max_loose, _loose_count(objects))
     assert max_loose < 6700, max_loose
     assert max_loose <= 2 * housekeeping.PACK_THRESHOLD + 100
-    if store._packer is not None:
-        store._packer.join()
+    store.wait_for_housekeeping()
+    assert len(list((objects / "pack").glob("*.pack"))) <= 50  # git's gc.autoPackLimit
     size = _bytes_under(objects)
     assert size <= 5 * 1024 * 1024, f"{size} bytes under .git/objects"
     head = run.head()
@@ -59,19 +59,21 @@ def test_thousand_step_append_stays_small(repo: Path) -> None:
     assert git(repo, "count-objects", "-v").count("\n") > 0
 
 
-def test_pack_merge_and_loose_cleanup(store: gitstate.Store, repo: Path, monkeypatch: object) -> None:
+def test_transactions_write_packs_and_merges_keep_them_few(store: gitstate.Store, repo: Path) -> None:
+    objects = repo / ".git" / "objects"
+    users = _loose_count(objects)  # the user's own commit
     run = store.create_run(run_id="p")
-    for i in range(30):
+    for i in range(3 * housekeeping.TX_MERGE_AT):
         run.checkpoint({"i": i, "log": list(range(i * 3))})
-    packed = store.pack()
-    assert packed > 0
-    assert store.pack() == 0  # nothing left in the journal
-    for cp in run.history():
-        assert cp.state["i"] >= 0
+    store.wait_for_housekeeping()
+    assert _loose_count(objects) == users  # every transaction wrote one pack, no loose object
+    packs = sorted((objects / "pack").glob("*.pack"))
+    assert 1 <= len(packs) < 2 * housekeeping.TX_MERGE_AT, len(packs)  # merged geometrically
+    assert all(p.with_suffix(".idx").exists() for p in packs)
+    assert [cp.state["i"] for cp in run.history()] == list(range(3 * housekeeping.TX_MERGE_AT))[::-1]
     git(repo, "fsck", "--strict")
-    common = Path(store.location.common_dir)
-    names = (common / "agentos" / "packs").read_text().split()
-    assert names and all((common / "objects" / "pack" / f"{n}.idx").exists() for n in names)
+    listed = (Path(store.location.common_dir) / "agentos" / housekeeping.TX_PACKS).read_text().split()
+    assert set(listed) <= {p.stem for p in packs}
 
 
 def test_pack_refs_only_ours_and_updates_still_work(store: gitstate.Store, repo: Path) -> None:

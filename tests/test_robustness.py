@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import gitstate
-from tests.conftest import git
+from tests.conftest import git, loosen
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,6 +116,7 @@ def _loose_path(repo: Path, oid: str) -> Path:
 
 
 def _corrupt(repo: Path, oid: str) -> None:
+    loosen(repo)
     path = _loose_path(repo, oid)
     assert path.exists(), "expected a loose object to corrupt"
     os.chmod(path, 0o644)

@@ -12,6 +12,7 @@ import pygit2
 
 import gitstate
 from gitstate.verify.checks import verify
+from tests.conftest import loosen
 
 
 def _healthy(store: gitstate.Store) -> gitstate.Run:
@@ -149,6 +150,7 @@ def test_truncated_loose_objects_are_reported_not_hung(store: gitstate.Store, re
     commit = store.repo[head.id]
     content = str(store.repo[run.files.latest("notes.md").commit].tree["content"].id)  # type: ignore[union-attr]
     targets = {"tree": str(commit.tree_id), "content": content}
+    loosen(repo)  # transactions write packs: give each victim a loose file of its own
     for oid in targets.values():
         path = repo / ".git" / "objects" / oid[:2] / oid[2:]
         assert path.exists(), "expected a loose object"

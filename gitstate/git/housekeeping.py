@@ -21,7 +21,8 @@ from collections.abc import Iterable
 
 import pygit2
 
-from gitstate.git import refs
+from gitstate.errors import GitStateError
+from gitstate.git import packs, refs
 
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
 MERGE_THRESHOLD = 12  # gitstate packs before they are merged (git's gc.autoPackLimit is 50)
@@ -194,3 +195,78 @@ def maybe_pack(repo: pygit2.Repository, common_dir: str, journal_size: int) -> N
     """Pack when the journal has reached the threshold (called after each checkpoint)."""
     if journal_size >= PACK_THRESHOLD:
         pack_loose(repo, common_dir)
+
+
+# -- packs written by transactions ---------------------------------------------------------------
+
+TX_PACKS = "tx-packs"  # agentos/tx-packs: names of the packs transactions wrote, one per line
+TX_MERGE_AT = 16  # transaction packs before a geometric merge is worth a background pass
+ORPHAN_AGE = 3600.0  # seconds before a dead writer's temporary pack files are removed
+
+
+def record_tx_pack(common_dir: str, name: str) -> int:
+    """Note a pack a transaction wrote; return how many transaction packs are listed."""
+    path = os.path.join(_agentos_dir(common_dir), TX_PACKS)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{name}\n".encode("ascii"))
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    return size // (len(name) + 1)
+
+
+def _read_names(path: str) -> list[str]:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return [line.strip() for line in fh if line.strip()]
+    except OSError:
+        return []
+
+
+def merge_tx_packs(common_dir: str) -> str | None:
+    """Merge transaction packs geometrically (as ``git repack --geometric=2``, by copying object
+    bytes) so their number stays logarithmic, and remove what killed writers left (temporary pack
+    files older than :data:`ORPHAN_AGE`). Runs under the housekeeping lock; returns the merged
+    pack's name, or ``None`` when nothing was merged (or another process is at it).
+
+    The list is taken aside by a rename first, so names writers append meanwhile land in a fresh
+    list and are never lost; a killed merge leaves its ``.merging`` file, read by the next one."""
+    agentos = _agentos_dir(common_dir)
+    lock = os.path.join(agentos, "housekeeping.lock")
+    if not _take_lock(lock):
+        return None
+    try:
+        pack_dir = os.path.join(common_dir, "objects", "pack")
+        packs.remove_orphans(pack_dir, ORPHAN_AGE)
+        path = os.path.join(agentos, TX_PACKS)
+        taken = f"{path}.{os.getpid()}.merging"
+        try:
+            os.rename(path, taken)
+        except FileNotFoundError:
+            pass
+        sources = sorted(glob.glob(glob.escape(path) + ".*.merging"))
+        names = list(dict.fromkeys(n for src in sources for n in _read_names(src)))
+        weights = []
+        for name in names:
+            try:
+                weights.append((name, packs.object_count(os.path.join(pack_dir, name + ".idx"))))
+            except (OSError, GitStateError):
+                continue  # removed meanwhile (a user's repack) or damaged: not ours to merge now
+        chosen = packs.geometric_plan(weights)
+        merged = packs.merge_packs(pack_dir, chosen) if chosen else None
+        keep = [n for n, _w in weights if n not in chosen] + ([merged.name] if merged else [])
+        if keep:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, "".join(n + "\n" for n in keep).encode("ascii"))
+            finally:
+                os.close(fd)
+        for src in sources:
+            os.unlink(src)
+        return merged.name if merged else None
+    finally:
+        try:
+            os.unlink(lock)
+        except OSError:
+            pass

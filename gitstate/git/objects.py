@@ -20,6 +20,7 @@ import pygit2
 from pygit2.enums import ObjectType
 
 from gitstate.errors import StoreWriteError
+from gitstate.git.packs import write_pack
 
 MODE_BLOB = 0o100644
 MODE_EXEC = 0o100755
@@ -35,7 +36,12 @@ TreeEntry = tuple[str, str, int]  # (name, hex id, mode)
 
 
 class ObjectWriter:
-    """Writes objects into one repository, skipping those it already knows exist."""
+    """Writes objects into one repository, skipping those it already knows exist.
+
+    Between :meth:`begin` and :meth:`flush` (a store transaction) new objects are only staged in
+    memory, and :meth:`flush` writes them as one pack (:func:`gitstate.git.packs.write_pack`): two
+    file creations per transaction instead of one per object. Outside a transaction each object is
+    written loose, as git writes it."""
 
     def __init__(self, repo: pygit2.Repository, on_write: Callable[[str], None] | None = None,
                  cache_size: int = 65536, fsync: bool = False) -> None:
@@ -49,6 +55,8 @@ class ObjectWriter:
         self._born = time.monotonic()
         # digest of a value's exact Python form -> blob id of its canonical encoding (see statetree)
         self.value_cache: OrderedDict[bytes, str] = OrderedDict()
+        self._staged: dict[str, tuple[int, bytes]] | None = None  # set while a transaction stages
+        self.pack_dir = os.path.join(self.objects, "pack")
 
     def _expire(self) -> None:
         if time.monotonic() - self._born > _TRUST_SECONDS:
@@ -77,11 +85,19 @@ class ObjectWriter:
     def write(self, kind: ObjectType, data: bytes) -> str:
         """Write one object (unless it exists) and return its hex id."""
         self._expire()
-        raw = b"%s %d\x00" % (_TYPE_NAMES[kind], len(data)) + data
-        oid = hashlib.sha1(raw, usedforsecurity=False).hexdigest()
+        header = b"%s %d\x00" % (_TYPE_NAMES[kind], len(data))
+        digest = hashlib.sha1(header, usedforsecurity=False)
+        digest.update(data)
+        oid = digest.hexdigest()
         if oid in self._known:
             self._known.move_to_end(oid)
             return oid
+        if self._staged is not None:
+            # no existence check: an object already stored costs a few bytes in the new pack, and
+            # writing it again keeps it alive however the repository was pruned meanwhile
+            self._staged.setdefault(oid, (int(kind), data))
+            return oid
+        raw = header + data
         loose = os.path.join(self.objects, oid[:2], oid[2:])
         try:
             existed = _freshen(loose) or oid in self.odb
@@ -120,6 +136,37 @@ class ObjectWriter:
             raise
         os.close(fd)
         os.replace(tmp, path)  # an identical object written meanwhile is replaced by the same bytes
+
+    def begin(self) -> None:
+        """Start staging new objects in memory (a transaction)."""
+        if self._staged is not None:
+            raise RuntimeError("a transaction is already staging objects in this thread")
+        self._staged = {}
+
+    def staged_count(self) -> int:
+        """How many objects are staged."""
+        return len(self._staged or {})
+
+    def flush(self, fsync: bool) -> str | None:
+        """Write the staged objects as one pack (with its index; both flushed to disk when
+        ``fsync``), remember them as existing, stop staging; returns the pack's name (``None`` when
+        nothing was staged)."""
+        staged, self._staged = self._staged, None
+        if not staged:
+            return None
+        written = write_pack(self.pack_dir, [(oid, kind, data) for oid, (kind, data) in staged.items()],
+                             fsync=fsync)
+        for oid in staged:
+            self.remember(oid)
+        return written.name
+
+    def discard(self) -> None:
+        """Drop the staged objects (the transaction failed before publishing them): nothing that
+        names them may be trusted afterwards."""
+        staged, self._staged = self._staged, None
+        if staged:
+            for key in [k for k, oid in self.value_cache.items() if oid in staged]:
+                del self.value_cache[key]
 
     def blob(self, data: bytes) -> str:
         """Write a blob."""

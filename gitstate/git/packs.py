@@ -79,7 +79,7 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError
 
@@ -507,7 +507,7 @@ def _write_merged(pack_dir: str, sources: Sequence[_Source], fsync: bool) -> Pac
 
 
 def _copy_entries(source: _Source, taken: Sequence[tuple[bytes, int, int, int]], out: BinaryIO,
-                  hasher: hashlib._Hash, offset: int, index: list[tuple[bytes, int, int]]) -> int:
+                  hasher: Any, offset: int, index: list[tuple[bytes, int, int]]) -> int:
     """Append ``taken`` entries of one source to ``out``; return the offset after them."""
     with _map(source.path) as mm:
         if len(mm) != source.size:

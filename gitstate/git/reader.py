@@ -290,6 +290,14 @@ def expand_id(repo: pygit2.Repository, ref: str) -> str:
     if len(ref) < 4 or len(ref) > 40 or not _is_hex(ref):
         raise InvalidReferenceError(
             ref, "expected a checkpoint id, a unique prefix of 4+ hex digits, or node:NAME")
+    if len(ref) < 40:
+        # libgit2 rescans the pack folder only on a miss: a prefix that one known pack matches would
+        # hide a newer pack's object with the same prefix (a wrong answer, or a missed ambiguity)
+        for backend in repo.odb.backends:
+            try:
+                backend.refresh()
+            except (pygit2.GitError, OSError):
+                pass
     try:
         oid = str(repo.expand_id(ref.lower()))
     except KeyError:

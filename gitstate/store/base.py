@@ -25,10 +25,11 @@ from gitstate.errors import (
 )
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint
-from gitstate.git import handles, housekeeping, refs
+from gitstate.git import durability, handles, housekeeping, refs
 from gitstate.git.command import check_git_version
+from gitstate.git.durability import Durability
 from gitstate.git.location import Location, locate
-from gitstate.git.objects import ObjectWriter
+from gitstate.git.objects import ObjectWriter, objects_dir
 from gitstate.git.reader import ObjectReader, expand_id
 from gitstate.git.refs import DEFAULT_STALE_LOCK_AGE, ReflogEntry, list_refs, read_ref, reflog
 from gitstate.store.transaction import Backoff, Transaction, apply_updates, failed_update
@@ -59,8 +60,13 @@ class StoreCore:
         check_git_version()
         self.location: Location = locate(repo)
         # Durable objects when asked, or when the repository asks git for them.
-        self.fsync = _config_true(repo, "core.fsyncObjectFiles") if fsync is None else fsync
-        self.fsync_refs = bool(fsync)
+        # What is flushed to disk: the repository's core.fsync as git reads it, unless told.
+        self.durability = durability.from_config(repo) if fsync is None else Durability.everything(fsync)
+        self.fsync = self.durability.loose_objects
+        self.fsync_refs = self.durability.refs
+        self._merger: threading.Thread | None = None
+        self._merged_stamp = os.path.join(self.location.common_dir, "agentos", "merged")
+        self._main_seen = _stamp(self._merged_stamp)
         self.lock_timeout = lock_timeout
         self.stale_lock_age = stale_lock_age
         self._owner_thread = threading.get_ident()
@@ -83,6 +89,25 @@ class StoreCore:
         if threading.get_ident() == self._owner_thread:
             return self._main_repo
         return handles.repository(self.location.git_dir)
+
+    def _refresh_after_merges(self) -> None:
+        """Give this thread's handle a new object database when packs were merged since it last
+        looked (one stat): libgit2 keeps merged-away packs open and searches them forever."""
+        stamp = _stamp(self._merged_stamp)
+        owner = threading.get_ident() == self._owner_thread
+        seen = self._main_seen if owner else getattr(self._local, "merged_seen", None)
+        if stamp == seen:
+            return
+        if seen is not None or not owner:
+            repo = self.repo
+            repo.set_odb(pygit2.Odb(objects_dir(repo)))
+            writer = getattr(self._local, "writer", None)
+            if writer is not None and writer.repo is repo:
+                writer.odb = repo.odb
+        if owner:
+            self._main_seen = stamp
+        else:
+            self._local.merged_seen = stamp
 
     @property
     def reader(self) -> ObjectReader:
@@ -131,9 +156,17 @@ class StoreCore:
         ``git pack-refs``/``gc`` are retried the same way (see :mod:`gitstate.store.transaction`)."""
         backoff = Backoff(self.lock_timeout)
         common = self.location.common_dir
+        self._refresh_after_merges()
         while True:
-            tx = Transaction(self.object_writer(), self._identity)
-            result = build(tx)
+            writer = self.object_writer()
+            tx = Transaction(writer, self._identity)
+            writer.begin()
+            try:
+                result = build(tx)
+            except BaseException:
+                writer.discard()
+                raise
+            self._published(writer.flush(fsync=self.durability.packs))
             try:
                 apply_updates(common, tx, fsync=self.fsync_refs)
             except ConflictError as exc:
@@ -153,6 +186,32 @@ class StoreCore:
                 tx.finished()
                 return result
             backoff.pause()
+
+    def _published(self, pack: str | None) -> None:
+        """A transaction's pack is in place: list it, and merge packs when they became many."""
+        if pack is None:
+            return
+        try:
+            count = housekeeping.record_tx_pack(self.location.common_dir, pack)
+        except OSError:
+            return  # an unlisted pack is only merged later by a user's git gc
+        if count >= housekeeping.TX_MERGE_AT:
+            if self.pack_in_background:
+                if self._merger is None or not self._merger.is_alive():
+                    self._merger = threading.Thread(target=self._merge_quietly, name="gitstate-merge")
+                    self._merger.start()
+            else:
+                self._merge_quietly()
+
+    def _merge_quietly(self) -> None:
+        try:
+            if housekeeping.merge_tx_packs(self.location.common_dir) is not None:
+                os.makedirs(os.path.dirname(self._merged_stamp), exist_ok=True)
+                with open(self._merged_stamp, "a", encoding="ascii"):
+                    pass
+                os.utime(self._merged_stamp)
+        except (GitStateError, OSError):
+            pass  # housekeeping is retried by a later write; a failed merge leaves every pack in place
 
     def written(self) -> None:
         """After a transaction's refs moved: journal the new loose objects for housekeeping."""
@@ -189,10 +248,10 @@ class StoreCore:
             pass  # housekeeping is retried by the next write that crosses the threshold
 
     def wait_for_housekeeping(self, timeout: float | None = None) -> None:
-        """Wait until a background packing thread, if any, has finished."""
-        packer = self._packer
-        if packer is not None:
-            packer.join(timeout)
+        """Wait until background packing and merging threads, if any, have finished."""
+        for worker in (self._packer, self._merger):
+            if worker is not None:
+                worker.join(timeout)
 
     def pack(self) -> int:
         """Pack gitstate's loose objects now; returns how many were packed."""
@@ -320,3 +379,10 @@ class StoreCore:
 
     def __repr__(self) -> str:
         return f"<Store {self.path!r} worktree={self.worktree!r}>"
+
+
+def _stamp(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None

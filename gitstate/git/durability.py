@@ -1,0 +1,69 @@
+"""Which writes gitstate flushes to disk, read from the user's git configuration as git reads it:
+``core.fsync`` (git 2.36+: a comma-separated list of components, ``-`` removing one) and the older
+``core.fsyncObjectFiles``. Defaults follow git: packs and their indexes are flushed, loose objects
+and refs are not (a crash of the machine may then lose the newest ref moves, never corrupt them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pygit2
+
+_COMPONENTS = {
+    "loose-object": {"loose-object"}, "pack": {"pack"}, "pack-metadata": {"pack-metadata"},
+    "commit-graph": {"commit-graph"}, "index": {"index"}, "reference": {"reference"},
+    "objects": {"loose-object", "pack"}, "derived-metadata": {"pack-metadata", "commit-graph"},
+    "committed": {"loose-object", "pack", "reference"},
+    "added": {"loose-object", "pack", "reference", "index"},
+    "all": {"loose-object", "pack", "pack-metadata", "commit-graph", "index", "reference"},
+}
+_DEFAULT = {"pack", "pack-metadata", "commit-graph"}  # git's FSYNC_COMPONENTS_DEFAULT
+
+
+@dataclass(frozen=True)
+class Durability:
+    """What gitstate flushes: loose objects, packs (with their indexes), refs and reflogs."""
+
+    loose_objects: bool
+    packs: bool
+    refs: bool
+
+    @classmethod
+    def everything(cls, on: bool) -> Durability:
+        """All flushed (``fsync=True``) or none (``fsync=False``)."""
+        return cls(on, on, on)
+
+
+def parse_fsync(value: str | None, object_files: bool = False) -> set[str]:
+    """The components a ``core.fsync`` value names (``None``: git's default), plus loose objects
+    when ``core.fsyncObjectFiles`` is true. Unknown words are ignored, as git ignores them."""
+    found = set(_DEFAULT) if value is None else set()
+    for word in (value or "").split(","):
+        word = word.strip()
+        if not word:
+            continue
+        if word == "none":
+            found = set()
+        elif word.startswith("-"):
+            found -= _COMPONENTS.get(word[1:], set())
+        else:
+            found |= _COMPONENTS.get(word, set())
+    if object_files:
+        found.add("loose-object")
+    return found
+
+
+def from_config(repo: pygit2.Repository) -> Durability:
+    """The durability the repository's configuration asks git for."""
+    value: str | None = None
+    object_files = False
+    try:
+        config = repo.config
+        if "core.fsync" in config:
+            value = str(config["core.fsync"])
+        if "core.fsyncObjectFiles" in config:
+            object_files = config.get_bool("core.fsyncObjectFiles")
+    except (pygit2.GitError, KeyError, ValueError):
+        pass
+    found = parse_fsync(value, object_files)
+    return Durability(loose_objects="loose-object" in found, packs="pack" in found, refs="reference" in found)
