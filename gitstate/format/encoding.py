@@ -16,6 +16,9 @@ import cbor2
 
 from gitstate.errors import CorruptObjectError, EncodingError
 
+#: Deepest container nesting stored: the outermost array/map is level 0, so at most
+#: ``MAX_DEPTH + 1`` arrays/maps are nested. Deeper values are refused on write
+#: (:class:`EncodingError`).
 MAX_DEPTH = 200
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
@@ -23,27 +26,48 @@ _SCALARS = (str, int, float, bool, bytes, type(None))
 _REFUSED_TAGS = (0, 1, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261, 1004, 55799)
 
 
+def _frame(value: Any, path: str, depth: int) -> tuple[bool, Any, str, int]:
+    """What :func:`check_value` keeps per container it is inside: (is a dict, an iterator over its
+    (key, item) pairs, its path, its depth)."""
+    if depth > MAX_DEPTH:
+        raise EncodingError(path, f"nested deeper than {MAX_DEPTH} levels (a cycle?)")
+    if isinstance(value, list | tuple):
+        return False, enumerate(value), path, depth
+    if isinstance(value, dict):
+        return True, iter(value.items()), path, depth
+    raise EncodingError(
+        path, f"type {type(value).__name__} is not storable; use None, bool, int, float, str, bytes, list or dict"
+    )
+
+
 def check_value(value: Any, path: str = "", depth: int = 0) -> None:
-    """Raise :class:`EncodingError` unless ``value`` is plain data gitstate can store."""
+    """Raise :class:`EncodingError` unless ``value`` is plain data gitstate can store.
+
+    Iterative (an explicit stack, visiting in the same depth-first order a recursive walk would), so
+    hostile or cyclic nesting ends in an EncodingError at :data:`MAX_DEPTH`, never RecursionError."""
     if depth > MAX_DEPTH:
         raise EncodingError(path, f"nested deeper than {MAX_DEPTH} levels (a cycle?)")
     if isinstance(value, _SCALARS):
         return
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            if not isinstance(item, _SCALARS):
-                check_value(item, f"{path}[{i}]", depth + 1)
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str | int) or isinstance(key, bool):
-                raise EncodingError(path, f"dict key {key!r} of type {type(key).__name__}; use str or int")
-            if not isinstance(item, _SCALARS):
-                check_value(item, f"{path}.{key}" if path else str(key), depth + 1)
-        return
-    raise EncodingError(
-        path, f"type {type(value).__name__} is not storable; use None, bool, int, float, str, bytes, list or dict"
-    )
+    stack = [_frame(value, path, depth)]
+    while stack:
+        is_dict, items, where, level = stack[-1]
+        if is_dict:
+            for key, item in items:
+                if not isinstance(key, str | int) or isinstance(key, bool):
+                    raise EncodingError(where, f"dict key {key!r} of type {type(key).__name__}; use str or int")
+                if not isinstance(item, _SCALARS):
+                    stack.append(_frame(item, f"{where}.{key}" if where else str(key), level + 1))
+                    break
+            else:
+                stack.pop()
+        else:
+            for index, item in items:
+                if not isinstance(item, _SCALARS):
+                    stack.append(_frame(item, f"{where}[{index}]", level + 1))
+                    break
+            else:
+                stack.pop()
 
 
 def dumps(value: Any, path: str = "") -> bytes:
