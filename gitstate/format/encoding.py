@@ -14,7 +14,9 @@ untrusted remote therefore decodes to plain data or raises :class:`CorruptObject
 builds other objects, never runs code and never exhausts the Python stack. Every accepted payload
 ``b`` satisfies ``dumps(loads(b)) == b``.
 
-Decoding is on the read path of every checkpoint, so the scan is written for speed."""
+Decoding is on the read path of every checkpoint, so the scan is written for speed, and a bytes
+object already accepted (the state reader keeps the bytes of list chunks it read) is not scanned
+again; ``scripts/bench_encoding.py`` measures the cost."""
 
 from __future__ import annotations
 
@@ -391,22 +393,47 @@ def _scan(data: bytes, utf8: bool = False) -> None:
         raise _Refused(f"trailing bytes ({n - pos} after the CBOR value)")
 
 
+# Payloads already scanned and decoded, by object identity (each entry holds its bytes object, so its
+# id cannot be reused while it is here): reading a cached blob again (the state reader keeps the
+# bytes of list chunks) costs the cbor2 decoding only. Bytes are immutable, so a hit is exact. Only
+# payloads of _MEMO_MIN bytes or more, within about _MEMO_BUDGET bytes (then it starts over).
+_MEMO: dict[int, bytes] = {}
+_MEMO_MIN = 1024
+_MEMO_BUDGET = 32 << 20
+_memo_size = 0
+
+
+def _remember(data: bytes) -> None:
+    global _memo_size
+    if _memo_size + len(data) > _MEMO_BUDGET:
+        _MEMO.clear()
+        _memo_size = 0
+    if len(data) <= _MEMO_BUDGET:
+        _MEMO[id(data)] = data
+        _memo_size += len(data)
+
+
 def loads(data: bytes, oid: str = "?") -> Any:
     """Decode canonical CBOR written by :func:`dumps`; any other input raises CorruptObjectError."""
     if type(data) is not bytes:
         data = bytes(data)
+    known = _MEMO.get(id(data)) is data
+    if not known:
+        try:
+            _scan(data)
+        except _Refused as exc:
+            raise CorruptObjectError(oid, str(exc)) from None
     try:
-        _scan(data)
-    except _Refused as exc:
-        raise CorruptObjectError(oid, str(exc)) from None
-    try:
-        return cbor2.loads(data)
+        value = cbor2.loads(data)
     except Exception as exc:  # after the scan only text can fail: name the bad string if so
         try:
             _scan(data, utf8=True)
         except _Refused as refused:
             raise CorruptObjectError(oid, str(refused)) from exc
         raise CorruptObjectError(oid, f"does not decode as CBOR: {exc}") from exc
+    if not known and len(data) >= _MEMO_MIN:
+        _remember(data)
+    return value
 
 
 def loads_mapping(data: bytes, oid: str = "?") -> dict[str, Any]:

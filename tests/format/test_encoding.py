@@ -277,6 +277,29 @@ def test_check_value_reports_paths_and_types() -> None:
     check_value({"a": [1, (2, {3: b"x"})], 4: None})
 
 
+# -- the memo of checked payloads -------------------------------------------------------------------
+
+
+def test_checked_payloads_are_scanned_once_per_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = dumps([{"content": "x" * 100, "step": i} for i in range(32)])
+    assert len(data) >= encoding._MEMO_MIN
+    value = loads(data)
+    calls: list[bytes] = []
+    real_scan = encoding._scan
+    monkeypatch.setattr(encoding, "_scan", lambda d, utf8=False: calls.append(d) or real_scan(d, utf8))
+    assert loads(data) == value and calls == []  # the same bytes object again: not rescanned
+    copy = bytes(bytearray(data))
+    assert loads(copy) == value and calls == [copy]  # equal bytes, another object: scanned
+
+
+def test_refused_payloads_are_not_remembered() -> None:
+    bad = dumps(["x" * 2000]).replace(b"x", b"\xff", 1)  # invalid UTF-8: refused by cbor2 after the scan
+    for _ in range(2):
+        with pytest.raises(CorruptObjectError, match="invalid UTF-8"):
+            loads(bad)
+    assert encoding._MEMO.get(id(bad)) is not bad
+
+
 # -- properties -------------------------------------------------------------------------------------
 
 
