@@ -1,14 +1,26 @@
 """Canonical CBOR: the one encoding of every gitstate payload.
 
 Encoding accepts plain data only (``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``,
-lists/tuples and dicts with ``str`` or ``int`` keys) and writes RFC 8949 canonical CBOR, so equal
-values give equal bytes and so equal git object ids. Decoding never constructs anything else: every
-CBOR tag is refused except 2/3 (big integers), so a payload fetched from an untrusted remote is data,
-never code or arbitrary objects."""
+lists/tuples and dicts with ``str`` or ``int`` keys) and writes canonical CBOR (``cbor2``'s canonical
+mode), so equal values give equal bytes and so equal git object ids.
+
+Decoding accepts exactly what :func:`dumps` can write, as an allow-list, and nothing else. Before
+``cbor2`` sees a payload, an iterative scan of its bytes (:func:`_scan`) refuses every item outside
+that list: CBOR tags other than 2/3 (big integers that do not fit 64 bits), undefined and simple
+values, indefinite lengths, non-shortest integers, lengths and floats, map keys other than text and
+integers, keys out of canonical order or repeated, nesting deeper than :data:`MAX_DEPTH`, truncated
+input and trailing bytes; cbor2 then decodes text as strict UTF-8. A payload fetched from an
+untrusted remote therefore decodes to plain data or raises :class:`CorruptObjectError`; it never
+builds other objects, never runs code and never exhausts the Python stack. Every accepted payload
+``b`` satisfies ``dumps(loads(b)) == b``.
+
+Decoding is on the read path of every checkpoint, so the scan is written for speed, and a bytes
+object already accepted (the state reader keeps the bytes of list chunks it read) is not scanned
+again; ``scripts/bench_encoding.py`` measures the cost."""
 
 from __future__ import annotations
 
-import io
+import struct
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -16,34 +28,56 @@ import cbor2
 
 from gitstate.errors import CorruptObjectError, EncodingError
 
+#: Deepest container nesting stored: the outermost array/map is level 0, so at most
+#: ``MAX_DEPTH + 1`` arrays/maps are nested. Deeper values are refused on write
+#: (:class:`EncodingError`) and on read (:class:`CorruptObjectError`).
 MAX_DEPTH = 200
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
-# Tags cbor2 would otherwise turn into objects (dates, decimals, regexes, sets, shared refs, …).
-_REFUSED_TAGS = (0, 1, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261, 1004, 55799)
+
+
+def _frame(value: Any, path: str, depth: int) -> tuple[bool, Any, str, int]:
+    """What :func:`check_value` keeps per container it is inside: (is a dict, an iterator over its
+    (key, item) pairs, its path, its depth)."""
+    if depth > MAX_DEPTH:
+        raise EncodingError(path, f"nested deeper than {MAX_DEPTH} levels (a cycle?)")
+    if isinstance(value, list | tuple):
+        return False, enumerate(value), path, depth
+    if isinstance(value, dict):
+        return True, iter(value.items()), path, depth
+    raise EncodingError(
+        path, f"type {type(value).__name__} is not storable; use None, bool, int, float, str, bytes, list or dict"
+    )
 
 
 def check_value(value: Any, path: str = "", depth: int = 0) -> None:
-    """Raise :class:`EncodingError` unless ``value`` is plain data gitstate can store."""
+    """Raise :class:`EncodingError` unless ``value`` is plain data gitstate can store.
+
+    Iterative (an explicit stack, visiting in the same depth-first order a recursive walk would), so
+    hostile or cyclic nesting ends in an EncodingError at :data:`MAX_DEPTH`, never RecursionError."""
     if depth > MAX_DEPTH:
         raise EncodingError(path, f"nested deeper than {MAX_DEPTH} levels (a cycle?)")
     if isinstance(value, _SCALARS):
         return
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            if not isinstance(item, _SCALARS):
-                check_value(item, f"{path}[{i}]", depth + 1)
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str | int) or isinstance(key, bool):
-                raise EncodingError(path, f"dict key {key!r} of type {type(key).__name__}; use str or int")
-            if not isinstance(item, _SCALARS):
-                check_value(item, f"{path}.{key}" if path else str(key), depth + 1)
-        return
-    raise EncodingError(
-        path, f"type {type(value).__name__} is not storable; use None, bool, int, float, str, bytes, list or dict"
-    )
+    stack = [_frame(value, path, depth)]
+    while stack:
+        is_dict, items, where, level = stack[-1]
+        if is_dict:
+            for key, item in items:
+                if not isinstance(key, str | int) or isinstance(key, bool):
+                    raise EncodingError(where, f"dict key {key!r} of type {type(key).__name__}; use str or int")
+                if not isinstance(item, _SCALARS):
+                    stack.append(_frame(item, f"{where}.{key}" if where else str(key), level + 1))
+                    break
+            else:
+                stack.pop()
+        else:
+            for index, item in items:
+                if not isinstance(item, _SCALARS):
+                    stack.append(_frame(item, f"{where}[{index}]", level + 1))
+                    break
+            else:
+                stack.pop()
 
 
 def dumps(value: Any, path: str = "") -> bytes:
@@ -55,27 +89,350 @@ def dumps(value: Any, path: str = "") -> bytes:
         raise EncodingError(path, str(exc)) from exc
 
 
-def _refuse(decoder: Any) -> NoReturn:
-    raise cbor2.CBORDecodeError("CBOR tags are not allowed in gitstate payloads")
+# -- decoding -------------------------------------------------------------------------------------
+#
+# The scan below runs on every read, so it is written for speed: the common heads are checked
+# inline from two lookup tables, everything else in helpers that also produce the refusal messages.
 
 
-def _refuse_unknown(decoder: Any, tag: Any) -> NoReturn:
-    raise cbor2.CBORDecodeError(f"CBOR tag {tag.tag} is not allowed in gitstate payloads")
+class _Refused(Exception):
+    """Raised inside :func:`_scan`; its message is the reason given in CorruptObjectError."""
 
 
-_SEMANTIC = {tag: _refuse for tag in _REFUSED_TAGS}
+_MAJOR_NAMES = ("unsigned integer", "negative integer", "byte string", "text string", "array", "map", "tag",
+                "float/simple value")
+# Smallest argument that needs additional information 24, 25, 26, 27 (1, 2, 4, 8 bytes).
+_ARG_MIN = {24: 24, 25: 0x100, 26: 0x10000, 27: 0x100000000}
+_TRUNCATED = "truncated (the CBOR value ends early)"
+_F16, _F32, _F64 = struct.Struct(">e"), struct.Struct(">f"), struct.Struct(">d")
+
+# ``sizes[ib]``: the size of a whole item that its initial byte ``ib`` alone describes and that needs
+# no check (small integers, false/true/null, strings of at most 23 bytes), else 0. ``kinds[ib]``,
+# for the other heads the scan checks inline: 1/2 string with a 1/2-byte length, 3/4/5/6 integer
+# with a 1/2/4/8-byte argument, 7 array/map of at most 23 items, 8 array/map with a 1-byte count,
+# 9 float. 0 sends the byte to :func:`_item_end` (long strings, big integers, refusals).
+
+
+def _tables(*, keys: bool, utf8: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The (sizes, kinds) tables for map keys or values. With ``utf8`` every text string goes to
+    the helpers, which check its UTF-8 (only used to explain why cbor2 refused a payload)."""
+    sizes = [0] * 256
+    kinds = [0] * 256
+    for ib in (*range(0x00, 0x18), *range(0x20, 0x38)):
+        sizes[ib] = 1
+    if not utf8:
+        for ib in range(0x60, 0x78):
+            sizes[ib] = 1 + ib - 0x60
+    if not keys:
+        for ib in range(0x40, 0x58):
+            sizes[ib] = 1 + ib - 0x40
+        for ib in (0xF4, 0xF5, 0xF6):
+            sizes[ib] = 1
+        for kind, heads in ((1, (0x58, 0x78)), (2, (0x59, 0x79)), (3, (0x18, 0x38)), (4, (0x19, 0x39)),
+                            (5, (0x1A, 0x3A)), (6, (0x1B, 0x3B)), (7, (*range(0x80, 0x98), *range(0xA0, 0xB8))),
+                            (8, (0x98, 0xB8)), (9, (0xF9, 0xFA, 0xFB))):
+            for ib in heads:
+                kinds[ib] = kind
+        if utf8:
+            kinds[0x78] = kinds[0x79] = 0
+    return tuple(sizes), tuple(kinds)
+
+
+_VALUE_SIZES, _KINDS = _tables(keys=False, utf8=False)
+_KEY_SIZES = _tables(keys=True, utf8=False)[0]
+_VALUE_SIZES_UTF8, _KINDS_UTF8 = _tables(keys=False, utf8=True)
+_KEY_SIZES_UTF8 = _tables(keys=True, utf8=True)[0]
+
+
+def _bad_head(data: bytes, pos: int, ai: int, major: int) -> NoReturn:
+    """Refuse a head with additional information 28-31 (reserved, indefinite length, break)."""
+    if ai == 31 and 2 <= major <= 5:
+        raise _Refused(f"indefinite-length {_MAJOR_NAMES[major]}")
+    if ai == 31 and major == 7:
+        raise _Refused("unexpected break code (0xff)")
+    raise _Refused(f"reserved or invalid additional information {ai} ({_MAJOR_NAMES[major]}, initial byte "
+                   f"0x{data[pos]:02x})")
+
+
+def _not_shortest(data: bytes, pos: int, width: int) -> NoReturn:
+    """Refuse the head at ``pos`` (``width`` argument bytes): its argument fits a shorter head."""
+    if pos + 1 + width > len(data):
+        raise _Refused(_TRUNCATED)
+    what = "length" if 2 <= data[pos] >> 5 <= 5 else "integer"
+    raise _Refused(f"non-canonical {what} encoding (0x{data[pos:pos + 1 + width].hex()} is not the shortest "
+                   "form)")
+
+
+def _argument(data: bytes, pos: int, ai: int, major: int) -> tuple[int, int]:
+    """The argument of the head at ``pos`` with additional information ``ai`` >= 24, and the
+    position after the head; refuses non-shortest, reserved and indefinite forms."""
+    if ai > 27:
+        _bad_head(data, pos, ai, major)
+    width = 1 << (ai - 24)
+    if pos + 1 + width > len(data):
+        raise _Refused(_TRUNCATED)
+    arg = int.from_bytes(data[pos + 1:pos + 1 + width], "big")
+    if arg < _ARG_MIN[ai]:
+        _not_shortest(data, pos, width)
+    return arg, pos + 1 + width
+
+
+def _string_end(data: bytes, pos: int, ib: int, utf8: bool) -> int:
+    """End of the byte or text string at ``pos`` (checking its UTF-8 if ``utf8``)."""
+    ai = ib & 31
+    length, begin = (ai, pos + 1) if ai < 24 else _argument(data, pos, ai, ib >> 5)
+    end = begin + length
+    if end > len(data):
+        raise _Refused(_TRUNCATED)
+    if utf8 and ib >> 5 == 3:
+        try:
+            data[begin:end].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _Refused(f"invalid UTF-8 in a text string (byte {begin + exc.start})") from None
+    return end
+
+
+def _bignum_end(data: bytes, pos: int) -> int:
+    """End of the big integer at ``pos`` (tag 2/3 at ``pos``): a byte string of at least 9 bytes
+    without leading zeros (anything smaller is written as a plain integer)."""
+    start = pos + 1
+    if start >= len(data):
+        raise _Refused(_TRUNCATED)
+    ib = data[start]
+    if ib >> 5 != 2:
+        raise _Refused("big integer (tag 2/3) whose content is not a byte string")
+    ai = ib & 31
+    length, begin = (ai, start + 1) if ai < 24 else _argument(data, start, ai, 2)
+    end = begin + length
+    if end > len(data):
+        raise _Refused(_TRUNCATED)
+    if length < 9 or data[begin] == 0:
+        raise _Refused("non-canonical big integer (tag 2/3 for a value that fits 64 bits, or leading zero "
+                       "bytes)")
+    return end
+
+
+def _float_end(data: bytes, pos: int, ib: int) -> int:
+    """End of the float at ``pos``, refused unless it is the form cbor2's canonical encoder writes
+    for its value: NaN only as 0xf97e00, infinities as half floats, any other value in the shortest of
+    half/single/double precision that holds it exactly."""
+    if ib == 0xF9:
+        high, low = data[pos + 1], data[pos + 2]
+        if high & 0x7C == 0x7C and (high & 3 or low) and (high != 0x7E or low):  # a NaN but 0x7e00
+            _float_refused(data, pos, 3)
+        return pos + 3
+    wide, narrow, end = (_F32, _F16, pos + 5) if ib == 0xFA else (_F64, _F32, pos + 9)
+    if end > len(data):
+        raise _Refused(_TRUNCATED)
+    (value,) = wide.unpack_from(data, pos + 1)
+    if value - value != 0:  # NaN or infinity: written as half floats
+        _float_refused(data, pos, end - pos)
+    try:
+        fits = narrow.unpack(narrow.pack(value))[0] == value
+    except OverflowError:
+        fits = False
+    if fits:
+        _float_refused(data, pos, end - pos)
+    return end
+
+
+def _float_refused(data: bytes, pos: int, size: int) -> NoReturn:
+    if pos + size > len(data):
+        raise _Refused(_TRUNCATED)
+    raw = data[pos:pos + size]
+    (value,) = (_F16, _F32, _F64)[size // 4].unpack(raw[1:])
+    raise _Refused(f"non-canonical float encoding (0x{raw.hex()}; {value!r} is written as "
+                   f"0x{cbor2.dumps(value, canonical=True).hex()})")
+
+
+def _item_end(data: bytes, pos: int, ib: int, utf8: bool) -> int:
+    """End of an item the scan does not check inline (never an array or map): long strings, big
+    integers, text in ``utf8`` mode; every other item that reaches here is refused."""
+    major, ai = ib >> 5, ib & 31
+    if major < 2:
+        return pos + 1 if ai < 24 else _argument(data, pos, ai, major)[1]
+    if major < 4:
+        return _string_end(data, pos, ib, utf8)
+    if major == 6:
+        if ib == 0xC2 or ib == 0xC3:
+            return _bignum_end(data, pos)
+        tag = ai if ai < 24 else _argument(data, pos, ai, major)[0]
+        raise _Refused(f"CBOR tag {tag} is not allowed (only 2/3, big integers)")
+    if major == 7:
+        if 25 <= ai <= 27:
+            return _float_end(data, pos, ib)
+        if ai <= 24:
+            raise _Refused("undefined/simple value (only false, true and null are stored)")
+    _bad_head(data, pos, ai, major)
+
+
+def _key_end(data: bytes, pos: int, utf8: bool) -> int:
+    """End of a map key that is not a one-byte integer or short text string: an integer, a big
+    integer or a text string; any other key is refused."""
+    ib = data[pos]
+    major = ib >> 5
+    if major in (0, 1, 3) or ib == 0xC2 or ib == 0xC3:
+        return _item_end(data, pos, ib, utf8)
+    raise _Refused(f"map key of type {_MAJOR_NAMES[major]} (keys are text strings or integers)")
+
+
+def _key_refused(data: bytes, pos: int, size: int, prev: int) -> NoReturn:
+    if pos + size > len(data):
+        raise _Refused(_TRUNCATED)
+    if data[pos:pos + size] == data[prev:prev + size]:
+        raise _Refused("duplicate map key")
+    raise _Refused("map keys not in canonical order (shorter encoded key first, then bytewise)")
+
+
+def _scan(data: bytes, utf8: bool = False) -> None:
+    """Refuse (raise :class:`_Refused`) anything :func:`dumps` cannot have written; see the module
+    docstring. One pass, no recursion: the containers being read are kept on an explicit stack.
+    Text is left to cbor2's strict UTF-8 decoding unless ``utf8`` (used to explain a failure)."""
+    n = len(data)
+    sizes, kinds = (_VALUE_SIZES_UTF8, _KINDS_UTF8) if utf8 else (_VALUE_SIZES, _KINDS)
+    key_sizes = _KEY_SIZES_UTF8 if utf8 else _KEY_SIZES
+    pos = 0
+    left = 1  # items (array) or entries (map) still to read in the current container
+    is_map = False
+    prev = 0  # where the current map's previous key starts
+    plen = 0  # and its length; 0 before the first key (every key is longer)
+    stack: list[tuple[int, bool, int, int]] = []
+    try:
+        while True:
+            if not left:
+                if not stack:
+                    break
+                left, is_map, prev, plen = stack.pop()
+                continue
+            left -= 1
+            if is_map:  # the key (canonical order: shorter first, then bytewise), then its value
+                size = key_sizes[data[pos]] or _key_end(data, pos, utf8) - pos
+                if size <= plen and (size < plen or data[pos:pos + size] <= data[prev:prev + size]):
+                    _key_refused(data, pos, size, prev)
+                prev = pos
+                plen = size
+                pos += size
+            ib = data[pos]
+            size = sizes[ib]
+            if size:
+                pos += size
+                continue
+            kind = kinds[ib]  # tested roughly by frequency
+            if kind == 2:
+                size = data[pos + 1] << 8 | data[pos + 2]
+                if size < 0x100:
+                    _not_shortest(data, pos, 2)
+                pos += 3 + size
+                continue
+            if kind == 7:
+                count = ib & 31
+                pos += 1
+            elif kind == 1:
+                size = data[pos + 1]
+                if size < 24:
+                    _not_shortest(data, pos, 1)
+                pos += 2 + size
+                continue
+            elif kind == 3:
+                if data[pos + 1] < 24:
+                    _not_shortest(data, pos, 1)
+                pos += 2
+                continue
+            elif kind == 4:
+                if not data[pos + 1]:
+                    _not_shortest(data, pos, 2)
+                pos += 3
+                continue
+            elif kind == 9:  # common floats accepted here, the rest checked by _float_end
+                if ib == 0xFB:  # low byte set: not a float32 value; and not NaN/infinity
+                    if data[pos + 8] and (data[pos + 1] & 0x7F != 0x7F or data[pos + 2] < 0xF0):
+                        pos += 9
+                        continue
+                elif ib == 0xF9:  # every half float but NaN and infinity
+                    if data[pos + 1] & 0x7C != 0x7C:
+                        pos += 3
+                        continue
+                elif data[pos + 4] and (data[pos + 1] & 0x7F != 0x7F or data[pos + 2] < 0x80):
+                    pos += 5  # float32 with its low byte set: not a half float; not NaN/infinity
+                    continue
+                pos = _float_end(data, pos, ib)
+                continue
+            elif kind == 5:
+                if not (data[pos + 1] or data[pos + 2]):
+                    _not_shortest(data, pos, 4)
+                pos += 5
+                continue
+            elif kind == 6:
+                if not (data[pos + 1] or data[pos + 2] or data[pos + 3] or data[pos + 4]):
+                    _not_shortest(data, pos, 8)
+                pos += 9
+                continue
+            elif kind == 8:
+                count = data[pos + 1]
+                if count < 24:
+                    _not_shortest(data, pos, 1)
+                pos += 2
+            elif 0x80 <= ib < 0xC0:
+                count, pos = _argument(data, pos, ib & 31, ib >> 5)
+            else:
+                pos = _item_end(data, pos, ib, utf8)
+                continue
+            # an array (ib < 0xa0) or map of ``count`` items/entries starts at pos
+            if len(stack) > MAX_DEPTH:  # the new container's level is len(stack)
+                raise _Refused(f"nested deeper than {MAX_DEPTH} levels")
+            if count:
+                stack.append((left, is_map, prev, plen))
+                left = count
+                is_map = ib >= 0xA0
+                plen = 0
+    except IndexError:
+        raise _Refused(_TRUNCATED) from None
+    if pos > n:
+        raise _Refused(_TRUNCATED)
+    if pos < n:
+        raise _Refused(f"trailing bytes ({n - pos} after the CBOR value)")
+
+
+# Payloads already scanned and decoded, by object identity (each entry holds its bytes object, so its
+# id cannot be reused while it is here): reading a cached blob again (the state reader keeps the
+# bytes of list chunks) costs the cbor2 decoding only. Bytes are immutable, so a hit is exact. Only
+# payloads of _MEMO_MIN bytes or more, within about _MEMO_BUDGET bytes (then it starts over).
+_MEMO: dict[int, bytes] = {}
+_MEMO_MIN = 1024
+_MEMO_BUDGET = 32 << 20
+_memo_size = 0
+
+
+def _remember(data: bytes) -> None:
+    global _memo_size
+    if _memo_size + len(data) > _MEMO_BUDGET:
+        _MEMO.clear()
+        _memo_size = 0
+    if len(data) <= _MEMO_BUDGET:
+        _MEMO[id(data)] = data
+        _memo_size += len(data)
 
 
 def loads(data: bytes, oid: str = "?") -> Any:
     """Decode canonical CBOR written by :func:`dumps`; any other input raises CorruptObjectError."""
-    stream = io.BytesIO(data)
+    if type(data) is not bytes:
+        data = bytes(data)
+    known = _MEMO.get(id(data)) is data
+    if not known:
+        try:
+            _scan(data)
+        except _Refused as exc:
+            raise CorruptObjectError(oid, str(exc)) from None
     try:
-        value = cbor2.CBORDecoder(stream, semantic_decoders=_SEMANTIC, tag_hook=_refuse_unknown,
-                                  max_depth=MAX_DEPTH + 8).decode()
-    except Exception as exc:  # cbor2 raises several types on garbage; all mean "corrupt"
+        value = cbor2.loads(data)
+    except Exception as exc:  # after the scan only text can fail: name the bad string if so
+        try:
+            _scan(data, utf8=True)
+        except _Refused as refused:
+            raise CorruptObjectError(oid, str(refused)) from exc
         raise CorruptObjectError(oid, f"does not decode as CBOR: {exc}") from exc
-    if stream.tell() != len(data):
-        raise CorruptObjectError(oid, f"{len(data) - stream.tell()} bytes of garbage after the CBOR value")
+    if not known and len(data) >= _MEMO_MIN:
+        _remember(data)
     return value
 
 
