@@ -8,10 +8,14 @@ import os
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+import pygit2
+import pytest
+
 import gitstate
-from gitstate.git import housekeeping
+from gitstate.git import housekeeping, lockfile
 from tests.conftest import git, user_snapshot
 
 WORDS = ("agent tool call result plan step file patch test build error retry model prompt token "
@@ -181,4 +185,99 @@ def test_pack_refs_races_with_updates_and_deletes(store: gitstate.Store, repo: P
         assert refs.read_ref(store.repo, name) == value, name
     assert git(repo, "rev-parse", "main", "v1").split() == [a, a]
     assert not (Path(common) / "packed-refs.lock").exists()
+    git(repo, "fsck", "--strict")
+
+
+# --------------------------------------------------------------------------------------------
+# the housekeeping lock and the pack it records
+
+
+def _checkpoints(store: gitstate.Store, n: int = 10) -> None:
+    run = store.create_run(run_id="hk")
+    for i in range(n):
+        run.checkpoint({"i": i, "log": list(range(i * 3))})
+
+
+def _lock_path(store: gitstate.Store) -> Path:
+    return Path(store.location.common_dir) / "agentos" / "housekeeping.lock"
+
+
+def test_killed_packers_lock_does_not_block_pack(store: gitstate.Store, repo: Path) -> None:
+    _checkpoints(store)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    # what a SIGKILLed packer leaves: a fresh lock naming a process of this machine that no longer runs
+    dead = replace(lockfile.Owner.current(), pid=int(gone.stdout), start=12345)
+    lock = _lock_path(store)
+    lock.write_bytes(dead.to_bytes())
+    assert store.pack() > 0  # at once, not after LOCK_STALE_SECONDS
+    assert not lock.exists()
+    assert store.pack() == 0
+    git(repo, "fsck", "--strict")
+
+
+def test_live_packers_lock_is_respected(store: gitstate.Store, repo: Path) -> None:
+    _checkpoints(store)
+    lock = _lock_path(store)
+    holder = _py("import sys, time\nfrom gitstate.git import lockfile\n"
+                 "lock = lockfile.acquire(sys.argv[1], stale_after=120)\nprint(lock is not None, flush=True)\n"
+                 "time.sleep(60)\n", str(lock))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "True"
+        owner = lockfile.read_owner(str(lock))
+        assert owner is not None and owner.pid == holder.pid
+        assert store.pack() == 0
+        assert lockfile.read_owner(str(lock)) == owner  # not broken, not removed
+    finally:
+        holder.kill()
+        holder.communicate(timeout=30)
+    assert store.pack() > 0  # its holder is gone: the lock is broken at once
+    git(repo, "fsck", "--strict")
+
+
+def test_pack_never_removes_a_lock_it_no_longer_owns(store: gitstate.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    _checkpoints(store)
+    lock = _lock_path(store)
+    theirs = lockfile.Owner.current().to_bytes()  # another owner (its own token)
+    real = housekeeping._write_pack
+
+    def write_pack_while_lock_is_retaken(*args: object, **kwargs: object) -> str | None:
+        lock.unlink()  # our lock was broken...
+        lock.write_bytes(theirs)  # ...and taken by someone else
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(housekeeping, "_write_pack", write_pack_while_lock_is_retaken)
+    assert store.pack() > 0
+    assert lock.read_bytes() == theirs
+
+
+def test_pack_records_its_own_pack_not_a_concurrent_one(store: gitstate.Store, repo: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    _checkpoints(store)
+    common = Path(store.location.common_dir)
+    journaled = set((common / "agentos" / "loose.journal").read_text().split())
+    pack_dir = common / "objects" / "pack"
+    foreign: list[str] = []
+
+    def concurrent_gc_pack(text: str) -> None:
+        blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input=text, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        out = subprocess.run(["git", "pack-objects", str(pack_dir / "pack")], cwd=repo, input=blob + "\n",
+                             capture_output=True, text=True, check=True).stdout.strip()
+        foreign.append(f"pack-{out}")
+
+    real = pygit2.PackBuilder.write
+
+    def write_among_other_packs(self: pygit2.PackBuilder, path: object = None) -> None:
+        concurrent_gc_pack("before\n")
+        real(self, path)  # type: ignore[arg-type]
+        concurrent_gc_pack("after\n")  # a pack that appears while ours is being put in place
+
+    monkeypatch.setattr(pygit2.PackBuilder, "write", write_among_other_packs)
+    assert store.pack() == len(journaled)
+    names = (common / "agentos" / "packs").read_text().split()
+    assert len(names) == 1 and names[0] not in foreign, (names, foreign)
+    assert set(housekeeping.read_pack_index(str(pack_dir / f"{names[0]}.idx"))) == journaled
+    assert all((pack_dir / f"{n}.idx").exists() for n in foreign)  # theirs untouched
+    assert not [p for p in (common / "objects").iterdir() if p.name.startswith(housekeeping.PACK_TMP_PREFIX)]
     git(repo, "fsck", "--strict")

@@ -5,8 +5,9 @@ pack it just wrote, never touches packs it did not write, and never runs ``git g
 
 Writers append the ids of objects they create to ``<common git dir>/agentos/loose.journal`` (one
 append per checkpoint). When the journal holds :data:`PACK_THRESHOLD` ids, the writer that notices
-takes ``agentos/housekeeping.lock``, writes those objects into one pack with libgit2's PackBuilder
-(deltas included), and removes the loose copies. The pack names gitstate wrote are listed in
+takes ``agentos/housekeeping.lock`` (a :class:`lockfile.OwnedLock`: one left by a killed packer is
+broken at once by the next), writes those objects into one pack with libgit2's PackBuilder (deltas
+included), and removes the loose copies. The pack names gitstate wrote are listed in
 ``agentos/packs``; when they reach :data:`MERGE_THRESHOLD` they are merged into one pack. When
 ``refs/agentos/`` holds :data:`REF_PACK_THRESHOLD` loose refs they are moved into ``packed-refs``
 (:func:`refs.pack_refs`), so listing thousands of runs reads one file."""
@@ -15,19 +16,21 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import struct
+import tempfile
 import time
 from collections.abc import Iterable
 
 import pygit2
 
 from gitstate.errors import GitStateError
-from gitstate.git import packs, refs
+from gitstate.git import lockfile, packs, refs
 
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
 MERGE_THRESHOLD = 12  # gitstate packs before they are merged (git's gc.autoPackLimit is 50)
 REF_PACK_THRESHOLD = 500  # loose refs under refs/agentos/ before they are moved to packed-refs
-LOCK_STALE_SECONDS = 120.0
+LOCK_STALE_SECONDS = 120.0  # age after which a lock whose owner cannot be checked is broken
 
 
 def _agentos_dir(common_dir: str) -> str:
@@ -59,22 +62,6 @@ def _loose_path(common_dir: str, oid: str) -> str:
     return os.path.join(common_dir, "objects", oid[:2], oid[2:])
 
 
-def _take_lock(path: str) -> bool:
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        try:
-            if time.time() - os.stat(path).st_mtime > LOCK_STALE_SECONDS:
-                os.unlink(path)  # left by a killed process; the work it guarded is idempotent
-                return _take_lock(path)
-        except OSError:
-            pass
-        return False
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
-    return True
-
-
 def read_pack_index(idx_path: str) -> list[str]:
     """Object ids listed in a pack ``.idx`` (version 2) file."""
     with open(idx_path, "rb") as fh:
@@ -86,8 +73,20 @@ def read_pack_index(idx_path: str) -> list[str]:
     return [data[base + 20 * i: base + 20 * (i + 1)].hex() for i in range(count)]
 
 
+PACK_TMP_PREFIX = "agentos-pack-"  # private directories under objects/ that packs are written into
+
+
 def _write_pack(repo: pygit2.Repository, pack_dir: str, oids: Iterable[str]) -> str | None:
-    before = set(os.listdir(pack_dir)) if os.path.isdir(pack_dir) else set()
+    """Write ``oids`` into one new pack in ``pack_dir`` and return its name (``pack-<hash>``).
+
+    The name must be the one of the pack *we* wrote: the pack directory can gain other packs
+    meanwhile (a concurrent ``git gc``, fetch or push), so "the new ``.idx`` in the listing" may be
+    theirs. pygit2 does not expose libgit2's ``git_packbuilder_name``, and deriving the name by
+    comparing every new index with what we added costs a read of each; so the simplest correct
+    way is to have PackBuilder write into a private directory beside the pack directory (same file
+    system), where the only pack is ours by construction, and rename its files into place: the
+    ``.idx`` last, since readers find packs by their index. A pack of the same name already there
+    has the same content (the name is the checksum of the pack), so it is kept as it is."""
     builder = pygit2.PackBuilder(repo)
     added = 0
     for oid in oids:
@@ -95,9 +94,49 @@ def _write_pack(repo: pygit2.Repository, pack_dir: str, oids: Iterable[str]) -> 
         added += 1
     if not added:
         return None
-    builder.write(pack_dir)
-    new = [n for n in os.listdir(pack_dir) if n not in before and n.endswith(".idx")]
-    return new[0][: -len(".idx")] if new else None
+    private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
+    try:
+        builder.write(private)
+        written = os.listdir(private)
+        names = [n[: -len(".idx")] for n in written if n.startswith("pack-") and n.endswith(".idx")]
+        if len(names) != 1:
+            raise OSError(f"PackBuilder wrote {sorted(written)} into {private}")
+        name = names[0]
+        files = sorted((n for n in written if n.startswith(name + ".")), key=lambda n: n.endswith(".idx"))
+        for entry in files:
+            target = os.path.join(pack_dir, entry)
+            if not os.path.exists(target):
+                os.rename(os.path.join(private, entry), target)
+        _fsync_dir(pack_dir)  # the pack is durable before any loose copy is deleted
+        return name
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_leftover_dirs(common_dir: str) -> None:
+    """Remove private pack directories left by a packer that was killed. Called with the lock held,
+    so no other packer runs; the age limit spares, all the same, the directory of one on another
+    machine whose lock was broken by age while it still wrote (its pack is only redone)."""
+    objects = os.path.join(common_dir, "objects")
+    for path in glob.glob(os.path.join(glob.escape(objects), PACK_TMP_PREFIX + "*")):
+        try:
+            if time.time() - os.stat(path).st_mtime > LOCK_STALE_SECONDS:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def _our_packs(common_dir: str) -> list[str]:
@@ -125,50 +164,55 @@ def pack_loose(repo: pygit2.Repository, common_dir: str) -> int:
     Safe to call at any time and from any process: it packs only objects listed in the journal that
     are still loose, and deletes a loose file only after the pack holding it is complete."""
     agentos = _agentos_dir(common_dir)
-    lock = os.path.join(agentos, "housekeeping.lock")
-    if not _take_lock(lock):
+    lock = lockfile.acquire(os.path.join(agentos, "housekeeping.lock"), stale_after=LOCK_STALE_SECONDS)
+    if lock is None:
         return 0
+    with lock:  # released only while it is still ours
+        return _pack_locked(repo, common_dir, lock)
+
+
+def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedLock) -> int:
+    journal = _journal(common_dir)
+    taken = f"{journal}.{os.getpid()}.packing"
     try:
-        journal = _journal(common_dir)
-        taken = f"{journal}.{os.getpid()}.packing"
+        os.rename(journal, taken)
+    except FileNotFoundError:
+        pass
+    # With the lock held no other packer runs, so every other ".packing" file was left by a
+    # packer that was killed: its objects are packed now.
+    batches = sorted(glob.glob(glob.escape(journal) + ".*.packing"))
+    if not batches:
+        return 0
+    _remove_leftover_dirs(common_dir)
+    wanted: set[str] = set()
+    for batch in batches:
+        with open(batch, encoding="ascii", errors="replace") as fh:
+            wanted.update(line.strip() for line in fh if len(line.strip()) == 40)
+    loose = sorted(o for o in wanted if os.path.exists(_loose_path(common_dir, o)))
+    pack_dir = os.path.join(common_dir, "objects", "pack")
+    os.makedirs(pack_dir, exist_ok=True)
+    name = _write_pack(repo, pack_dir, loose)
+    packs = _our_packs(common_dir)
+    if name:
+        if name not in packs:
+            packs.append(name)
+        _save_packs(common_dir, packs)
+        for oid in loose:
+            try:
+                os.unlink(_loose_path(common_dir, oid))
+            except OSError:
+                pass
+    for batch in batches:
         try:
-            os.rename(journal, taken)
+            os.unlink(batch)
         except FileNotFoundError:
             pass
-        # With the lock held no other packer runs, so every other ".packing" file was left by a
-        # packer that was killed: its objects are packed now.
-        batches = sorted(glob.glob(glob.escape(journal) + ".*.packing"))
-        if not batches:
-            return 0
-        wanted: set[str] = set()
-        for batch in batches:
-            with open(batch, encoding="ascii", errors="replace") as fh:
-                wanted.update(line.strip() for line in fh if len(line.strip()) == 40)
-        loose = sorted(o for o in wanted if os.path.exists(_loose_path(common_dir, o)))
-        pack_dir = os.path.join(common_dir, "objects", "pack")
-        os.makedirs(pack_dir, exist_ok=True)
-        name = _write_pack(repo, pack_dir, loose)
-        packs = _our_packs(common_dir)
-        if name:
-            packs.append(name)
-            _save_packs(common_dir, packs)
-            for oid in loose:
-                try:
-                    os.unlink(_loose_path(common_dir, oid))
-                except OSError:
-                    pass
-        for batch in batches:
-            os.unlink(batch)
-        if len(packs) >= MERGE_THRESHOLD:
-            _merge_packs(repo, common_dir, packs)
-        if refs.count_loose_refs(common_dir) >= REF_PACK_THRESHOLD:
-            refs.pack_refs(common_dir)
-        return len(loose)
-    finally:
-        try:
-            os.unlink(lock)
-        except OSError:
-            pass
+    # Merging deletes packs: only while the lock is provably still ours (renewed for the merge).
+    if len(packs) >= MERGE_THRESHOLD and lock.refresh():
+        _merge_packs(repo, common_dir, packs)
+    if refs.count_loose_refs(common_dir) >= REF_PACK_THRESHOLD:
+        refs.pack_refs(common_dir)
+    return len(loose)
 
 
 def _merge_packs(repo: pygit2.Repository, common_dir: str, packs: list[str]) -> None:
@@ -233,40 +277,41 @@ def merge_tx_packs(common_dir: str) -> str | None:
     The list is taken aside by a rename first, so names writers append meanwhile land in a fresh
     list and are never lost; a killed merge leaves its ``.merging`` file, read by the next one."""
     agentos = _agentos_dir(common_dir)
-    lock = os.path.join(agentos, "housekeeping.lock")
-    if not _take_lock(lock):
+    lock = lockfile.acquire(os.path.join(agentos, "housekeeping.lock"), stale_after=LOCK_STALE_SECONDS)
+    if lock is None:
         return None
+    with lock:
+        return _merge_tx_locked(common_dir, agentos, lock)
+
+
+def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) -> str | None:
+    pack_dir = os.path.join(common_dir, "objects", "pack")
+    packs.remove_orphans(pack_dir, ORPHAN_AGE)
+    path = os.path.join(agentos, TX_PACKS)
+    taken = f"{path}.{os.getpid()}.merging"
     try:
-        pack_dir = os.path.join(common_dir, "objects", "pack")
-        packs.remove_orphans(pack_dir, ORPHAN_AGE)
-        path = os.path.join(agentos, TX_PACKS)
-        taken = f"{path}.{os.getpid()}.merging"
+        os.rename(path, taken)
+    except FileNotFoundError:
+        pass
+    sources = sorted(glob.glob(glob.escape(path) + ".*.merging"))
+    names = list(dict.fromkeys(n for src in sources for n in _read_names(src)))
+    weights = []
+    for name in names:
         try:
-            os.rename(path, taken)
-        except FileNotFoundError:
-            pass
-        sources = sorted(glob.glob(glob.escape(path) + ".*.merging"))
-        names = list(dict.fromkeys(n for src in sources for n in _read_names(src)))
-        weights = []
-        for name in names:
-            try:
-                weights.append((name, packs.object_count(os.path.join(pack_dir, name + ".idx"))))
-            except (OSError, GitStateError):
-                continue  # removed meanwhile (a user's repack) or damaged: not ours to merge now
-        chosen = packs.geometric_plan(weights)
-        merged = packs.merge_packs(pack_dir, chosen) if chosen else None
-        keep = [n for n, _w in weights if n not in chosen] + ([merged.name] if merged else [])
-        if keep:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, "".join(n + "\n" for n in keep).encode("ascii"))
-            finally:
-                os.close(fd)
-        for src in sources:
-            os.unlink(src)
-        return merged.name if merged else None
-    finally:
+            weights.append((name, packs.object_count(os.path.join(pack_dir, name + ".idx"))))
+        except (OSError, GitStateError):
+            continue  # removed meanwhile (a user's repack) or damaged: not ours to merge now
+    chosen = packs.geometric_plan(weights)
+    if chosen and not lock.refresh():
+        chosen = []  # our lock was broken and retaken: deleting packs is no longer ours to do
+    merged = packs.merge_packs(pack_dir, chosen) if chosen else None
+    keep = [n for n, _w in weights if n not in chosen] + ([merged.name] if merged else [])
+    if keep:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.unlink(lock)
-        except OSError:
-            pass
+            os.write(fd, "".join(n + "\n" for n in keep).encode("ascii"))
+        finally:
+            os.close(fd)
+    for src in sources:
+        os.unlink(src)
+    return merged.name if merged else None

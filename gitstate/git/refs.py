@@ -8,14 +8,15 @@ writers, and packing gitstate's loose refs into ``packed-refs`` without touching
 
 from __future__ import annotations
 
+import functools
 import os
-import random
 import time
 from dataclasses import dataclass
 
 import pygit2
 
 from gitstate.errors import ConflictError, CorruptObjectError, GitStateError, StoreWriteError
+from gitstate.git import lockfile
 from gitstate.git.command import last_line, run_git
 from gitstate.git.objects import write_all
 
@@ -97,34 +98,21 @@ def break_stale_locks(common_dir: str, name: str, max_age: float) -> bool:
     """Remove ``.lock`` files of this ref older than ``max_age`` seconds (``packed-refs.lock``:
     older than :data:`PACKED_LOCK_STALE_AGE`, since git holds it through whole batches).
 
-    A lock is taken aside by an atomic rename before it is deleted, so a lock that a live writer
-    created in the meantime is never removed: if the file we took aside turns out to be fresh, it is
-    put back."""
+    Through :func:`lockfile.break_stale`: a lock is taken aside by an atomic rename before it is
+    deleted, so a lock that a live writer created in the meantime is never removed: if the file we
+    took aside turns out to be fresh, it is put back."""
     broke = False
     for path, limit in _lock_paths(common_dir, name, max_age):
-        try:
-            if time.time() - os.stat(path).st_mtime < limit:
-                continue
-            aside = f"{path}.stale.{os.getpid()}.{random.getrandbits(32):08x}"
-            os.rename(path, aside)
-        except FileNotFoundError:
-            continue
-        except OSError:
-            continue
-        try:
-            if time.time() - os.stat(aside).st_mtime < limit:
-                try:
-                    os.link(aside, path)  # fails if someone locked again meanwhile: then theirs stands
-                except OSError:
-                    pass
-            else:
-                broke = True
-        finally:
-            try:
-                os.unlink(aside)
-            except OSError:
-                pass
+        if lockfile.break_stale(path, functools.partial(_older_than, limit=limit)):
+            broke = True
     return broke
+
+
+def _older_than(path: str, *, limit: float) -> bool:
+    try:
+        return time.time() - os.stat(path).st_mtime >= limit
+    except FileNotFoundError:
+        return False
 
 
 class LockBusy(GitStateError):

@@ -1,0 +1,350 @@
+"""Lock files that know their owner, and the one safe way to break a stale lock.
+
+:func:`break_stale` removes a lock file that a predicate calls stale without ever removing one a
+live process holds: the file is renamed aside (atomic), judged again where nobody else can touch
+it, and put back with ``os.link`` if it turned out fresh. ``refs.break_stale_locks`` uses it for
+git's ``<ref>.lock`` files, :class:`OwnedLock` for its own.
+
+:class:`OwnedLock` is a lock file (``O_EXCL`` semantics) whose content names its owner: pid, the
+process's start time, the machine and the time it was taken. A lock whose owner is provably dead
+(same machine; pid not running, a zombie, or running with another start time) is broken at once by
+the next :meth:`OwnedLock.acquire`; a lock whose owner is provably alive is never broken; any other
+lock (owner on another machine, start time unknown, unreadable content) only when older than
+``stale_after`` seconds (by its mtime, which :meth:`OwnedLock.refresh` renews). :meth:`release`
+removes the file only while it is still the one we wrote.
+
+Only the standard library: this module sits at the bottom of the git layer."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from types import TracebackType
+
+__all__ = ["Owner", "OwnedLock", "acquire", "break_stale", "is_stale", "read_owner"]
+
+
+def break_stale(path: str, is_stale: Callable[[str], bool]) -> bool:
+    """Remove the lock file ``path`` if ``is_stale`` calls it stale; True when a stale lock was removed.
+
+    ``is_stale(p)`` judges the file at ``p`` by its content or age (a missing file is not stale). It
+    is asked twice: about ``path`` (nothing is touched when it says fresh), then about the same file
+    after it was renamed aside to a unique name, where no other process can replace or remove it.
+    Only that second verdict decides, so a lock another process took between the first look and
+    the rename is never deleted: it is put back by ``os.link``, which fails harmlessly when yet
+    another process has locked ``path`` in the meantime (theirs then stands)."""
+    try:
+        if not is_stale(path):
+            return False
+    except OSError:
+        return False
+    # The aside name ends in ".lock" so git and libgit2, which skip "*.lock" when listing loose
+    # refs, never see it as a ref while it exists.
+    aside = f"{path}.stale-{os.getpid()}-{secrets.token_hex(4)}.lock"
+    try:
+        os.rename(path, aside)
+    except OSError:
+        return False  # gone already (another breaker, or released): nothing of ours to do
+    stale = False
+    try:
+        try:
+            stale = is_stale(aside)
+        except OSError:
+            stale = False
+    finally:
+        if not stale:
+            try:
+                os.link(aside, path)  # fresh after all: put it back, unless someone locked again
+            except OSError:
+                pass
+        try:
+            os.unlink(aside)
+        except OSError:
+            pass
+    return stale
+
+
+# ---------------------------------------------------------------------------------------------
+# owners
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def _boot_id() -> str | None:
+    """This kernel's boot id (Linux), which tells a reboot or another machine of the same name."""
+    return _read_text("/proc/sys/kernel/random/boot_id")
+
+
+def _pid_namespace() -> str | None:
+    """This process's pid namespace (Linux), so pids of another container are never compared."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """``(state, start time)`` of a process from ``/proc/<pid>/stat`` (fields 3 and 22; the start
+    time is in clock ticks since boot), or None where there is no such file or it is unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    # field 2 is "(comm)" and comm may hold spaces and parentheses: split after the last ")"
+    fields = data[data.rfind(b")") + 2:].split()
+    try:
+        return fields[0].decode("ascii", "replace"), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of process ``pid`` (Linux; None elsewhere or when unreadable)."""
+    stat = _proc_stat(pid)
+    return stat[1] if stat is not None else None
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    except OSError:
+        return True  # cannot tell: assume it exists (the safe side)
+    return True
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who holds a lock. ``token`` is random per acquisition, so two records never compare equal."""
+
+    pid: int
+    start: int | None  # process start time (Linux clock ticks since boot), None where unknown
+    host: str
+    time: float  # when the lock was taken (seconds since the epoch)
+    boot: str | None = None  # kernel boot id (Linux)
+    pidns: str | None = None  # pid namespace (Linux)
+    token: str = ""
+
+    @classmethod
+    def current(cls) -> Owner:
+        """A record for this process, now."""
+        pid = os.getpid()
+        return cls(pid=pid, start=process_start_time(pid), host=socket.gethostname(), time=time.time(),
+                   boot=_boot_id(), pidns=_pid_namespace(), token=secrets.token_hex(8))
+
+    def to_bytes(self) -> bytes:
+        return (json.dumps(asdict(self), sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def parse(cls, data: bytes) -> Owner | None:
+        """The record in a lock file's content, or None when it is not one (empty, half-written,
+        another program's lock)."""
+        try:
+            raw = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if not isinstance(raw, dict):
+            return None
+        pid, start, host, when = raw.get("pid"), raw.get("start"), raw.get("host"), raw.get("time")
+        boot, pidns, token = raw.get("boot"), raw.get("pidns"), raw.get("token", "")
+        if (type(pid) is not int or pid <= 0 or not isinstance(host, str)
+                or not (start is None or type(start) is int)
+                or not isinstance(when, int | float) or isinstance(when, bool)
+                or not all(v is None or isinstance(v, str) for v in (boot, pidns))
+                or not isinstance(token, str)):
+            return None
+        return cls(pid=pid, start=start, host=host, time=float(when), boot=boot, pidns=pidns, token=token)
+
+    def alive(self) -> bool | None:
+        """True when the owner provably runs, False when it provably does not, None when this
+        process cannot tell (another machine or pid namespace, or no start time to compare)."""
+        if (self.host, self.boot, self.pidns) != (socket.gethostname(), _boot_id(), _pid_namespace()):
+            return None
+        if not _pid_exists(self.pid):
+            return False
+        stat = _proc_stat(self.pid)
+        if stat is not None and stat[0] in ("Z", "X"):
+            return False  # killed, not yet reaped by its parent
+        if self.start is None or stat is None:
+            return None  # a process with this pid runs, but it may be a later one
+        return stat[1] == self.start
+
+
+def read_owner(path: str) -> Owner | None:
+    """The owner recorded in lock file ``path`` (None: no such file, or no readable record)."""
+    try:
+        with open(path, "rb") as fh:
+            return Owner.parse(fh.read(4096))
+    except OSError:
+        return None
+
+
+def is_stale(path: str, stale_after: float) -> bool:
+    """Whether the lock file at ``path`` may be broken: its owner is provably dead, or it cannot
+    be proven alive and the file is older than ``stale_after`` seconds. A missing file is not stale."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(4096)
+            mtime = os.fstat(fh.fileno()).st_mtime
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            mtime, data = os.stat(path).st_mtime, b""  # unreadable: judged by age alone
+        except OSError:
+            return False
+    owner = Owner.parse(data)
+    alive = owner.alive() if owner is not None else None
+    if alive is not None:
+        return not alive
+    return time.time() - mtime >= stale_after
+
+
+# ---------------------------------------------------------------------------------------------
+# the lock
+
+
+_NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK}
+
+
+class OwnedLock:
+    """A held lock file; get one with :meth:`acquire` (or the module's :func:`acquire`)."""
+
+    def __init__(self, path: str, owner: Owner, content: bytes, file_id: tuple[int, int]) -> None:
+        self.path = path
+        self.owner = owner
+        self._content = content
+        self._file_id = file_id  # (st_dev, st_ino) of the file we created
+        self._released = False
+
+    @classmethod
+    def acquire(cls, path: str, *, stale_after: float) -> OwnedLock | None:
+        """Take the lock at ``path`` without waiting; None when another owner holds it.
+
+        A lock left by a provably dead owner is broken at once, any other only after
+        ``stale_after`` seconds (see :func:`is_stale`). The owner record is written to a private
+        file first and hard-linked to ``path`` (which fails if ``path`` exists), so nobody ever
+        reads a half-written owner."""
+        for _attempt in range(3):
+            lock = cls._create(path)
+            if lock is not None:
+                return lock
+            if not break_stale(path, lambda p: is_stale(p, stale_after)):
+                return None
+        return None
+
+    @classmethod
+    def _create(cls, path: str) -> OwnedLock | None:
+        owner = Owner.current()
+        content = owner.to_bytes()
+        tmp = f"{path}.new-{owner.token}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                os.write(fd, content)
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return None
+            except OSError as exc:
+                if exc.errno not in _NO_LINK:
+                    raise
+                return cls._create_without_link(path, owner, content)
+            return cls(path, owner, content, (st.st_dev, st.st_ino))
+        finally:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    @classmethod
+    def _create_without_link(cls, path: str, owner: Owner, content: bytes) -> OwnedLock | None:
+        """For file systems without hard links: O_EXCL, then the record. A reader that comes in
+        between sees an empty file, which is judged by age alone, so it is not broken early."""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return None
+        try:
+            os.write(fd, content)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return cls(path, owner, content, (st.st_dev, st.st_ino))
+
+    def held(self) -> bool:
+        """Whether ``path`` is still the file we created, with our record in it (not broken, or
+        broken and taken again by someone else)."""
+        if self._released:
+            return False
+        try:
+            with open(self.path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                data = fh.read(len(self._content) + 1)
+        except OSError:
+            return False
+        # both: an inode number can be reused at once by the next lock file, and content alone
+        # could be copied
+        return (st.st_dev, st.st_ino) == self._file_id and data == self._content
+
+    def refresh(self) -> bool:
+        """Renew the lock's mtime (for holders that run long, against age-based breaking by
+        processes that cannot see whether we are alive); False when the lock is no longer ours."""
+        if not self.held():
+            return False
+        try:
+            os.utime(self.path)
+        except OSError:
+            return False
+        return True
+
+    def release(self) -> bool:
+        """Remove the lock file if it is still ours; True when it was removed. Safe to call twice.
+
+        A lock broken and retaken by another owner is left in place. (Between the check and the
+        unlink another process could break ours only if it judged it stale, i.e. never while we are
+        provably alive on this machine.)"""
+        if not self.held():
+            self._released = True
+            return False
+        self._released = True
+        try:
+            os.unlink(self.path)
+        except OSError:
+            return False
+        return True
+
+    def __enter__(self) -> OwnedLock:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"OwnedLock({self.path!r}, pid={self.owner.pid}, held={self.held()})"
+
+
+def acquire(path: str, *, stale_after: float) -> OwnedLock | None:
+    """Take the lock file at ``path`` (non-blocking); None when another owner holds it. See
+    :meth:`OwnedLock.acquire`."""
+    return OwnedLock.acquire(path, stale_after=stale_after)
