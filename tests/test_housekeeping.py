@@ -193,9 +193,13 @@ def test_pack_refs_races_with_updates_and_deletes(store: gitstate.Store, repo: P
 
 
 def _checkpoints(store: gitstate.Store, n: int = 10) -> None:
+    """Checkpoints whose workspace snapshots leave loose objects for housekeeping to pack (the
+    private index writes them loose; transactions themselves write packs)."""
     run = store.create_run(run_id="hk")
+    work = Path(store.path)
     for i in range(n):
-        run.checkpoint({"i": i, "log": list(range(i * 3))})
+        (work / f"file-{i}.txt").write_text(f"content {i}\n" * (i + 1))
+        run.checkpoint({"i": i, "log": list(range(i * 3))}, files=True)
 
 
 def _lock_path(store: gitstate.Store) -> Path:
