@@ -147,7 +147,7 @@ class ObjectWriter:
         """How many objects are staged."""
         return len(self._staged or {})
 
-    def flush(self, fsync: bool) -> str | None:
+    def flush(self, fsync: bool, sync_dir: bool = False) -> str | None:
         """Write the staged objects as one pack (with its index; both flushed to disk when
         ``fsync``), remember them as existing, stop staging; returns the pack's name (``None`` when
         nothing was staged)."""
@@ -155,7 +155,7 @@ class ObjectWriter:
         if not staged:
             return None
         written = write_pack(self.pack_dir, [(oid, kind, data) for oid, (kind, data) in staged.items()],
-                             fsync=fsync)
+                             fsync=fsync, sync_dir=sync_dir)
         for oid in staged:
             self.remember(oid)
         return written.name

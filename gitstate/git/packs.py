@@ -133,14 +133,16 @@ class PackWritten:
 
 
 def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsync: bool = False,
-               compression: int = 1) -> PackWritten:
+               compression: int = 1, sync_dir: bool = False) -> PackWritten:
     """Write ``objects`` as one version-2 pack with its version-2 index in ``pack_dir``.
 
     Each object is ``(hex id, type, body)``: type 1 commit, 2 tree, 3 blob, 4 tag, and the body
     without git's ``"<type> <size>\\0"`` header. The id is trusted, not recomputed (see the module
     documentation). An id given twice is written once (its first occurrence). ``compression`` is the
     zlib level (1, git's ``core.looseCompression`` default, is fast and small enough for small
-    objects). With ``fsync`` both files and then the directory are flushed before this returns."""
+    objects). With ``fsync`` both files' contents are flushed (``fdatasync``, as git flushes the
+    packs it writes) before they are renamed into place; with ``sync_dir`` the directory is flushed
+    after the renames too, so the names survive a power loss as well (``core.fsync=all``)."""
     if not -1 <= compression <= 9:
         raise UsageError(f"compression must be a zlib level from -1 to 9, not {compression}")
     seen: set[str] = set()
@@ -177,7 +179,7 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
         except BaseException:
             _unlink(tmp_pack)
             raise
-        existed = _install(pack_dir, name, tmp_pack, tmp_idx, fsync)
+        existed = _install(pack_dir, name, tmp_pack, tmp_idx, sync_dir)
     except OSError as exc:
         raise StoreWriteError(pack_dir, str(exc)) from exc
     return PackWritten(name, len(index), tuple(raw.hex() for raw, _, _ in index), existed)
@@ -243,7 +245,7 @@ def _write_temp(pack_dir: str, prefix: str, parts: Sequence[bytes | memoryview],
         for part in parts:
             _write_all(fd, part)
         if fsync:
-            os.fsync(fd)
+            os.fdatasync(fd)
     except BaseException:
         os.close(fd)
         _unlink(path)
@@ -272,8 +274,6 @@ def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool)
         return True
     try:
         os.replace(tmp_pack, base + ".pack")
-        if fsync:
-            _fsync_dir(pack_dir)
         os.replace(tmp_idx, base + ".idx")
     except BaseException:
         _unlink(tmp_pack)

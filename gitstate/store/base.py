@@ -166,7 +166,7 @@ class StoreCore:
             except BaseException:
                 writer.discard()
                 raise
-            self._published(writer.flush(fsync=self.durability.packs))
+            self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
             try:
                 apply_updates(common, tx, fsync=self.fsync_refs)
             except ConflictError as exc:
