@@ -1,0 +1,59 @@
+"""A regular install works: a wheel built from the checkout, installed (not editable) into a fresh
+virtual environment with its dependencies and the LangGraph extra, imports every module of
+gitstate and gitstate_cli and runs the CLI. (The test command installs the project editable, which
+would hide a package left out of the wheel.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _modules() -> list[str]:
+    out = []
+    for pkg in ("gitstate", "gitstate_cli"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            if parts[-1] != "__main__":
+                out.append(".".join(parts))
+    return out
+
+
+def test_wheel_holds_every_package_and_a_regular_install_imports_them(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
+                   check=True, timeout=300)
+    (wheel,) = wheels.glob("gitstate-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = [m for m in _modules() if f"{m.replace('.', '/')}.py" not in names
+               and f"{m.replace('.', '/')}/__init__.py" not in names]
+    assert missing == [], f"left out of the wheel: {missing}"
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", f"{wheel}[langgraph]"], check=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    code = ("import importlib, sys\n"
+            f"mods = {_modules()!r}\n"
+            "for m in mods:\n    importlib.import_module(m)\n"
+            "import gitstate, gitstate.langgraph\n"
+            "assert gitstate.__file__.startswith(sys.prefix), gitstate.__file__\n"
+            "from gitstate.langgraph import GitCheckpointSaver\n"
+            "print(len(mods))\n")
+    done = subprocess.run([str(py), "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) == len(_modules())
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    cli = subprocess.run(["git", "agentos", "runs", "--json"], cwd=repo, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert cli.returncode == 0 and cli.stdout.strip() == "[]", cli.stderr
