@@ -5,6 +5,7 @@ and refs are not (a crash of the machine may then lose the newest ref moves, nev
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import pygit2
@@ -67,3 +68,18 @@ def from_config(repo: pygit2.Repository) -> Durability:
         pass
     found = parse_fsync(value, object_files)
     return Durability(loose_objects="loose-object" in found, packs="pack" in found, refs="reference" in found)
+
+
+def fsync_dir(path: str) -> None:
+    """Flush a directory, so renames into it survive a power loss (best effort: a file system that
+    cannot flush directories is left as it is)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -26,6 +26,7 @@ import pygit2
 
 from gitstate.errors import GitStateError
 from gitstate.git import lockfile, packs, refs
+from gitstate.git.durability import fsync_dir
 
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
 MERGE_THRESHOLD = 12  # gitstate packs before they are merged (git's gc.autoPackLimit is 50)
@@ -107,23 +108,12 @@ def _write_pack(repo: pygit2.Repository, pack_dir: str, oids: Iterable[str]) -> 
             target = os.path.join(pack_dir, entry)
             if not os.path.exists(target):
                 os.rename(os.path.join(private, entry), target)
-        _fsync_dir(pack_dir)  # the pack is durable before any loose copy is deleted
+        fsync_dir(pack_dir)  # the pack is durable before any loose copy is deleted
         return name
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _remove_leftover_dirs(common_dir: str) -> None:

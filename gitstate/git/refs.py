@@ -18,6 +18,7 @@ import pygit2
 from gitstate.errors import ConflictError, CorruptObjectError, GitStateError, StoreWriteError
 from gitstate.git import lockfile
 from gitstate.git.command import last_line, run_git
+from gitstate.git.durability import fsync_dir
 from gitstate.git.objects import write_all
 
 DEFAULT_STALE_LOCK_AGE = 5.0  # a .lock older than this is taken as left by a killed writer
@@ -223,7 +224,7 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
         os.rename(lock, path)
         renamed = True
         if fsync:
-            _fsync_dir(os.path.dirname(path))
+            fsync_dir(os.path.dirname(path))
     except FileNotFoundError as exc:
         raise TransientRefError(name, str(exc)) from exc
     except PermissionError as exc:
@@ -265,17 +266,6 @@ def _append_reflog(common_dir: str, name: str, old: str | None, new: str, messag
         os.close(fd)
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def remove_if_equals(common_dir: str, name: str, old: str, message: str) -> None:

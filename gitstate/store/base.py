@@ -11,7 +11,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Self, TypeVar
 
 import pygit2
 from pygit2.enums import ObjectType
@@ -371,7 +371,7 @@ class StoreCore:
         self._main_repo.free()
         self._local = threading.local()
 
-    def __enter__(self) -> StoreCore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -355,19 +355,6 @@ class Store(StoreCore):
             if summary.error is None:
                 yield self.get_run(summary.id)
 
-    def close(self) -> None:
-        """Release the repository handles (the store must not be used afterwards)."""
-        self._main_repo.free()
-        self._local = threading.local()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<Store {self.path!r} worktree={self.worktree!r}>"
 
 
 def open_store(path: str | os.PathLike[str] | pygit2.Repository | None = None, **options: Any) -> Store:
