@@ -25,9 +25,32 @@ def _default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+# The API stores integers of any size; printing one of more than 4,300 digits needs this lifted.
+sys.set_int_max_str_digits(0)
+
+
+def jsonable(value: Any) -> Any:
+    """Stored data in the form every JSON output uses: map keys as text (``1`` becomes ``"1"``, so
+    maps with both kinds of keys print too), byte strings as ``{"$bytes": hex}``, non-finite
+    floats as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (strict JSON has no such
+    numbers), integers of any size as numbers."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return {"$bytes": value.hex()}
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return _NON_FINITE[repr(value)]
+    return value
+
+
 def dumps(value: Any) -> str:
-    """The stable JSON form used by every ``--json`` output (bytes as ``{"$bytes": hex}``)."""
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=_default)
+    """The stable JSON form used by every ``--json`` output (see :func:`jsonable`); always valid,
+    strict JSON."""
+    return json.dumps(jsonable(value), indent=2, sort_keys=True, ensure_ascii=False, default=_default,
+                      allow_nan=False)
 
 
 def emit_json(value: Any) -> None:

@@ -8,21 +8,9 @@ unchanged, so a user's own file matching a pattern still diffs as before."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from gitstate.errors import CorruptObjectError
 from gitstate.format.encoding import loads
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return {"$bytes": value.hex()}
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
+from gitstate_cli.output import dumps
 
 
 def convert(data: bytes) -> bytes:
@@ -32,4 +20,4 @@ def convert(data: bytes) -> bytes:
         value = loads(data)
     except CorruptObjectError:  # not gitstate CBOR: show the bytes as they are
         return data
-    return (json.dumps(_jsonable(value), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    return (dumps(value) + "\n").encode("utf-8")
