@@ -13,27 +13,32 @@ from .context import pass_store
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--repair", is_flag=True, help="Remove stale ref locks left by killed writers.")
 @pass_store
-def verify(store: gitstate.Store, as_json: bool) -> None:
+def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     """Check every ref, object and payload of the store.
 
     Checks every ref under refs/agentos/ (all worktrees): it resolves, each checkpoint it reaches
     is a commit whose payloads decode with a known format version, node boundaries point at
     earlier checkpoints of the same branch, snapshot objects exist, and no foreign or malformed
-    ref names sit in the namespace. Exits 1 when it finds a problem.
+    ref names sit in the namespace, and no stale .lock file left by a killed writer blocks git's
+    own gc (--repair removes those). Exits 1 when it finds a problem.
 
     \b
     Example:
       git agentos verify
+      git agentos verify --repair
 
     JSON: {"ok": bool, "refs": int, "checkpoints": int, "objects": int,
-    "problems": [{"ref", "oid", "message"}]}.
+    "problems": [{"ref", "oid", "message"}], "repaired": [path]}.
     """
     with out.progress("verifying") as step:
-        report = verify_store(store, all_worktrees=True, progress=step)
+        report = verify_store(store, all_worktrees=True, progress=step, repair=repair)
     if as_json:
         out.emit_json(report.to_dict())
     else:
+        for path in report.repaired:
+            click.echo(f"removed stale lock: {path}")
         for problem in report.problems:
             click.echo(f"problem: {problem}")
         summary = f"checked {report.refs} refs, {report.checkpoints} checkpoints, {report.objects} objects"

@@ -12,7 +12,7 @@ import pygit2
 
 import gitstate
 from gitstate.verify.checks import verify
-from tests.conftest import loosen
+from tests.conftest import git, loosen
 
 
 def _healthy(store: gitstate.Store) -> gitstate.Run:
@@ -165,3 +165,25 @@ def test_truncated_loose_objects_are_reported_not_hung(store: gitstate.Store, re
     problems = json.loads(out.stdout)
     assert any("heads/main" in p and "truncated" in p for p in problems), problems
     assert any("files/notes%2Emd" in p and "truncated" in p and targets["content"][:12] in p for p in problems)
+
+
+def test_stale_ref_locks_are_reported_repaired_and_swept(store: gitstate.Store, repo: Path) -> None:
+    import os
+    import time
+
+    run = store.create_run(run_id="locks")
+    run.checkpoint({"a": 1})
+    lock = repo / ".git" / "refs" / "agentos" / "main" / "runs" / "locks" / "heads" / "main.lock"
+    lock.write_text("")
+    old = time.time() - 30
+    os.utime(lock, (old, old))
+    report = verify(store)
+    assert any("stale lock" in p.message for p in report.problems) and not report.ok
+    assert verify(store, repair=True).repaired == [os.path.relpath(lock, repo / ".git")] and not lock.exists()
+    assert verify(store).ok
+    lock.write_text("")
+    ancient = time.time() - 120
+    os.utime(lock, (ancient, ancient))
+    gitstate.open_store(repo)  # any command that opens the store sweeps locks older than a minute
+    assert not lock.exists()
+    git(repo, "gc", "-q")  # the user's git gc works again

@@ -116,6 +116,37 @@ def _older_than(path: str, *, limit: float) -> bool:
         return False
 
 
+def stale_locks(common_dir: str, max_age: float, prefix: str = "refs/agentos/") -> list[str]:
+    """``.lock`` files under ``prefix`` (and ``packed-refs.lock``) older than ``max_age`` seconds:
+    left by killed writers, they block git's own ``gc``/``pack-refs`` on refs nobody writes again."""
+    root = os.path.join(common_dir, *prefix.rstrip("/").split("/"))
+    found = [os.path.join(d, f) for d, _s, files in os.walk(root) for f in files if f.endswith(".lock")]
+    packed = os.path.join(common_dir, "packed-refs.lock")
+    if os.path.exists(packed):
+        found.append(packed)
+    now = time.time()
+    out = []
+    for path in found:
+        limit = max(max_age, PACKED_LOCK_STALE_AGE) if path == packed else max_age
+        try:
+            if now - os.stat(path).st_mtime >= limit:
+                out.append(path)
+        except FileNotFoundError:
+            continue
+    return sorted(out)
+
+
+def remove_stale_locks(common_dir: str, max_age: float, prefix: str = "refs/agentos/") -> list[str]:
+    """Remove the locks :func:`stale_locks` finds (each moved aside first, so a lock a live writer
+    took meanwhile is put back); returns the ones removed."""
+    removed = []
+    for path in stale_locks(common_dir, max_age, prefix):
+        limit = max(max_age, PACKED_LOCK_STALE_AGE) if path.endswith("packed-refs.lock") else max_age
+        if lockfile.break_stale(path, functools.partial(_older_than, limit=limit)):
+            removed.append(path)
+    return removed
+
+
 class LockBusy(GitStateError):
     """Another writer holds the ref's lock (or ``packed-refs.lock``). Transient: the store's
     transaction retries it under its deadline and reports :class:`LockTimeoutError` when that passes;

@@ -37,6 +37,7 @@ from gitstate.workspace.diff import Diff, diff_checkpoints
 from gitstate.workspace.snapshot import Workspace
 
 T = TypeVar("T")
+STALE_LOCK_SWEEP_AGE = 60.0  # seconds: ref locks this old are removed when a store opens
 DEFAULT_LOCK_TIMEOUT = 10.0  # seconds a write retries held locks and moving refs before giving up
 _FALLBACK_NAME = "gitstate"
 _FALLBACK_EMAIL = "gitstate@localhost"
@@ -67,6 +68,12 @@ class StoreCore:
         self._merger: threading.Thread | None = None
         self._merged_stamp = os.path.join(self.location.common_dir, "agentos", "merged")
         self._main_seen = _stamp(self._merged_stamp)
+        # A killed writer's ref lock blocks git's own gc on a ref nobody writes again: every store
+        # that opens recovers those older than a minute (a live writer holds one for milliseconds).
+        try:
+            refs.remove_stale_locks(self.location.common_dir, STALE_LOCK_SWEEP_AGE)
+        except OSError:
+            pass  # a read-only repository: verify reports them
         self.lock_timeout = lock_timeout
         self.stale_lock_age = stale_lock_age
         self._owner_thread = threading.get_ident()

@@ -4,6 +4,7 @@ point where they should. Read-only; it reports problems instead of stopping at t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from gitstate.errors import CorruptObjectError, GitStateError
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import NAMESPACE, STAGING, parse_ref, worktree_prefix
+from gitstate.git import refs
 from gitstate.git.refs import list_refs
 from gitstate.store.sessionfiles import check_chain
 from gitstate.store.store import Store
@@ -48,6 +50,7 @@ class VerifyReport:
     checkpoints: int = 0
     objects: int = 0
     problems: list[Problem] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -57,7 +60,7 @@ class VerifyReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (the CLI's ``verify --json`` shape)."""
         return {"ok": self.ok, "refs": self.refs, "checkpoints": self.checkpoints, "objects": self.objects,
-                "problems": [p.to_dict() for p in self.problems]}
+                "problems": [p.to_dict() for p in self.problems], "repaired": list(self.repaired)}
 
 
 class _Checker:
@@ -213,12 +216,20 @@ class _Checker:
 
 
 def verify(store: Store, all_worktrees: bool = True,
-           progress: Callable[[int], None] | None = None) -> VerifyReport:
+           progress: Callable[[int], None] | None = None, repair: bool = False) -> VerifyReport:
     """Check every gitstate ref (of every worktree, or only the store's) and what it reaches.
 
-    ``progress`` is called with ``1`` per checkpoint checked. Returns a :class:`VerifyReport`
-    whose ``problems`` list is empty when the store is sound."""
+    ``progress`` is called with ``1`` per checkpoint checked. Stale ``.lock`` files under
+    ``refs/agentos/`` (left by killed writers; they make the user's ``git gc`` fail) are reported,
+    or with ``repair`` removed (and then listed in :attr:`VerifyReport.repaired`). Returns a
+    :class:`VerifyReport` whose ``problems`` list is empty when the store is sound."""
     report = VerifyReport()
+    common = store.location.common_dir
+    if repair:
+        report.repaired = [os.path.relpath(p, common) for p in refs.remove_stale_locks(common, store.stale_lock_age)]
+    for path in refs.stale_locks(common, store.stale_lock_age):
+        report.problems.append(Problem(os.path.relpath(path, common), "stale lock left by a killed writer "
+                                       "(it blocks git gc; `git agentos verify --repair` removes it)"))
     checker = _Checker(store, report, progress)
     prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
     for name, oid in list_refs(store.repo, prefix):
