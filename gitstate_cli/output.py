@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -66,9 +67,13 @@ def is_tty() -> bool:
         return False
 
 
+class Styled(str):
+    """Text this module styled (its escape sequences are ours, not data's)."""
+
+
 def style(text: str, **kwargs: Any) -> str:
     """``click.style`` on a terminal, plain text elsewhere."""
-    return click.style(text, **kwargs) if is_tty() else text
+    return Styled(click.style(text, **kwargs)) if is_tty() else text
 
 
 STATUS_COLOURS = {"completed": "green", "failed": "red", "running": "yellow", "interrupted": "magenta",
@@ -79,20 +84,45 @@ def status(text: str | None) -> str:
     """A status word, coloured by meaning on a terminal."""
     if not text:
         return "-"
-    return style(text, fg=STATUS_COLOURS.get(text))
+    return style(safe(text), fg=STATUS_COLOURS.get(text))
+
+
+def safe(text: str) -> str:
+    """Text from the store (ids, branch and node names, metadata; possibly pulled from an untrusted
+    remote) made safe for a terminal: control characters (escape sequences that could retitle the
+    window or move the cursor, tabs, newlines) are shown as ``\\xNN``/``\\t``/``\\n``."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        elif ch in "\t\n\r":
+            out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r"}[ch])
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return "".join(out)
+
+
+def width(text: str) -> int:
+    """Columns ``text`` takes on a terminal (wide East Asian characters take two)."""
+    plain = click.unstyle(text)
+    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in plain)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Print an aligned table (widths ignore colour codes)."""
+    """Print an aligned table (widths ignore colour codes, count wide characters as two, and every
+    cell is made safe for the terminal)."""
     cells = [[_cell(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(click.unstyle(cell)))
+            widths[i] = max(widths[i], width(cell))
     head = "  ".join(h.upper().ljust(widths[i]) for i, h in enumerate(headers)).rstrip()
     click.echo(style(head, bold=True))
     for row in cells:
-        click.echo("  ".join(c + " " * (widths[i] - len(click.unstyle(c))) for i, c in enumerate(row)).rstrip())
+        click.echo("  ".join(c + " " * (widths[i] - width(c)) for i, c in enumerate(row)).rstrip())
 
 
 def _cell(value: Any) -> str:
@@ -100,7 +130,7 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S")
-    return str(value)
+    return value if isinstance(value, Styled) else safe(str(value))
 
 
 def short(oid: str | None) -> str:

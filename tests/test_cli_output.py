@@ -44,3 +44,19 @@ def test_unusual_state_prints(repo: Path, monkeypatch: pytest.MonkeyPatch) -> No
         done = runner.invoke(cli, args, prog_name="git agentos")
         assert done.exit_code == 0 and done.exception is None, (args, done.output)
         _strict(done.stdout)
+
+
+def test_store_text_cannot_drive_the_terminal(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = gitstate.open_store(repo)
+    hostile = "evil\x1b]0;pwned\x07\x1b[31mred\tcol\nline"
+    store.create_run(run_id=hostile, workflow="w\x1b[2J").checkpoint({"a": 1}, node="n\x1b[1A")
+    store.create_run(run_id="日本語のラン").checkpoint({"a": 1})
+    monkeypatch.chdir(repo)
+    out = CliRunner().invoke(cli, ["runs"], prog_name="git agentos").stdout
+    assert "\x1b" not in out and "\x07" not in out
+    assert "evil\\x1b]0;pwned\\x07\\x1b[31mred\\tcol\\nline" in out
+    from gitstate_cli.output import width
+
+    rows = [line for line in out.splitlines()[1:] if "running" in line]
+    assert len(rows) == 2
+    assert len({width(row[: row.index("running")]) for row in rows}) == 1  # columns line up (CJK ids too)
