@@ -125,7 +125,7 @@ def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
         if value is not None:
-            click.echo(f"{key + ':':<{width + 1}} {value}")
+            click.echo(f"{key + ':':<{width + 1}} {out.safe(str(value))}")
     if cp.metadata:
         click.echo("metadata:")
         click.echo(_indent(_show_value(cp.metadata)))
@@ -138,7 +138,7 @@ def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
     if files:
         click.echo(f"files ({len(files)}):")
         for f in files:
-            click.echo(f"  {f.path}  ({f.size} bytes)")
+            click.echo(f"  {out.safe(f.path)}  ({f.size} bytes)")
 
 
 def _indent(text: str) -> str:
