@@ -11,6 +11,7 @@ import click
 
 import gitstate
 from gitstate.format import encoding, names
+from gitstate.format.checkpoint import STATUS_WORDS
 from gitstate.format.names import run_info_ref, run_prefix
 from gitstate.git.refs import list_refs
 from gitstate.store import refspec
@@ -33,7 +34,9 @@ def _describe(cp: gitstate.Checkpoint) -> str:
               help="State as JSON (CBOR if FILE ends in .cbor); '-' reads stdin. Default: the branch's current state.")
 @click.option("--node", default=None, help="Node the checkpoint belongs to.")
 @click.option("--trigger", default=None, help="What caused it (e.g. tool_end, user_input).")
-@click.option("--status", default=None, help="running, completed, failed or interrupted.")
+@click.option("--status", default=None, type=click.Choice(STATUS_WORDS, case_sensitive=False),
+              help="The run's status as of this checkpoint: running, completed, failed or interrupted "
+                   "(synonyms such as done or error are normalised).")
 @click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE",
               help="User metadata; VALUE is parsed as JSON when it can be. Repeatable.")
 @click.option("--files", "with_files", is_flag=True,

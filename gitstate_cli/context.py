@@ -55,8 +55,8 @@ def read_state(source: str) -> Any:
         else:
             with open(os.path.expanduser(source), "rb") as fh:
                 data = fh.read()
-    except OSError as exc:
-        raise click.FileError(source, hint=exc.strerror or str(exc)) from None
+    except OSError as exc:  # a usage error like the others (exit 2), naming the file
+        raise click.BadParameter(f"cannot read {source}: {exc.strerror or exc}", param_hint="'--state'") from None
     if is_cbor:
         from gitstate.format import encoding
 

@@ -149,7 +149,8 @@ def _error(result: Result) -> str:
     (["show", "zzzz"], 1, "invalid checkpoint reference"),
     (["show", "r:node:missing"], 1, "node 'missing' has no checkpoint"),
     (["show", "r@nobranch"], 1, "no branch"),
-    (["checkpoint", "r", "--state", "/does/not/exist.json"], 1, "/does/not/exist.json"),
+    (["checkpoint", "r", "--state", "/does/not/exist.json"], 2, "/does/not/exist.json"),
+    (["checkpoint", "r", "--state", "-", "--status", "weird"], 2, "'weird' is not one of"),
     (["checkpoint", "r", "--state", "BAD"], 2, "not valid JSON"),
     (["checkpoint", "newrun", "--state", "BAD"], 2, "not valid JSON"),
     (["checkpoint", "r", "--expect", "OLD"], 1, "conflict"),
@@ -188,14 +189,14 @@ def test_unreadable_state_file(at_repo: Path, tmp_path: Path) -> None:
     directory = tmp_path / "a-directory.json"  # unreadable as a file, even for root
     directory.mkdir()
     result = CliRunner().invoke(cli, ["checkpoint", "r", "--state", str(directory)])
-    assert result.exit_code == 1 and "a-directory.json" in _error(result)
+    assert result.exit_code == 2 and "a-directory.json" in _error(result)
     path = tmp_path / "secret.json"
     path.write_text("{}")
     path.chmod(0)
     try:
         result = CliRunner().invoke(cli, ["checkpoint", "r", "--state", str(path)])
         if os.geteuid() != 0:  # root reads it anyway
-            assert result.exit_code == 1 and "secret.json" in _error(result)
+            assert result.exit_code == 2 and "secret.json" in _error(result)
     finally:
         path.chmod(0o600)
     if os.geteuid() != 0:

@@ -42,6 +42,8 @@ _STATUS_SYNONYMS = {
     "cancelled": "interrupted", "canceled": "interrupted", "aborted": "interrupted", "paused": "interrupted",
     "active": "running", "in_progress": "running",
 }
+#: Every status word a writer may give (normalised to one of :data:`STATUSES` when stored).
+STATUS_WORDS = (*STATUSES, *sorted(_STATUS_SYNONYMS))
 
 
 def now_iso() -> str:
