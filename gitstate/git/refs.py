@@ -406,13 +406,17 @@ def _pack_batch(common_dir: str, root: str, paths: list[str]) -> int:
             return -1  # our lock was broken and retaken by someone else: leave everything loose
         os.replace(lock_path, packed_path)
         renamed = True
-        for path in held:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        _remove_empty_dirs(root, {os.path.dirname(p) for p in held})
-        return len(held)
+        count = len(held)
+        dirs = {os.path.dirname(p) for p in held}
+        while held:  # the loose file, then its lock: the directory must be empty to be removed
+            path = held.pop()
+            for victim in (path, path + ".lock"):
+                try:
+                    os.unlink(victim)
+                except OSError:
+                    pass
+        _remove_empty_dirs(root, dirs)
+        return count
     finally:
         if fd >= 0:
             os.close(fd)
