@@ -13,6 +13,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 import shlex
 import threading
 import time
@@ -37,8 +38,8 @@ from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint, parse_time
 from gitstate.format.names import NAMESPACE, decode_component, parse_ref, run_prefix, worktree_prefix
 from gitstate.format.statetree import StateReader
+from gitstate.git.command import run_git
 from gitstate.git.objects import MODE_TREE
-from gitstate.git.reader import CommitData
 from gitstate.store import sessionfiles
 from gitstate.store.run import Run
 from gitstate.store.store import RunSummary, Store, derive_status
@@ -97,7 +98,7 @@ def _unescape(text: str) -> str:
     return "".join(out)
 
 
-def row_label(commit: CommitData) -> dict[str, Any]:
+def row_label(commit: CommitInfo) -> dict[str, Any]:
     """What a graph row says of a checkpoint, read from its commit alone (subject and trailers,
     which repeat ``meta.cbor`` for people): no payload is decoded to draw the graph."""
     t = trailers(commit.message)
@@ -109,7 +110,7 @@ def row_label(commit: CommitData) -> dict[str, Any]:
     return {"subject": commit.message.split("\n", 1)[0], "step": step, "node": t.get("Node"),
             "trigger": t.get("Trigger"), "status": t.get("Status"), "node_status": t.get("Node-Status"),
             "branch": t.get("Branch"), "langgraph": t.get("LangGraph-Checkpoint"),
-            "time": commit.committer.time}
+            "time": commit.time}
 
 
 def git_quote(text: str) -> str:
@@ -125,6 +126,7 @@ class RunRefs:
     run_id: str
     record: str | None = None
     heads: dict[str, str] = field(default_factory=dict)
+    times: dict[str, int] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -142,42 +144,157 @@ class GraphData:
     refs: dict[str, list[dict[str, Any]]]
     dimmed: set[str]
     branches: list[dict[str, Any]]
+    tips: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What the graph needs of a commit: parents, committer time, message."""
+
+    parents: tuple[str, ...]
+    time: int
+    message: str
+
+
+@dataclass
+class Listing:
+    """Refs under a prefix as last listed, with the hint they were listed under."""
+
+    hint: tuple[Any, ...]
+    checked: float
+    refs: list[tuple[str, str, int | None]]
+
+
+RECHECK = 10.0  # seconds after which a listing is redone even if the refs' files look unchanged
 
 
 class ViewData:
     """Everything the view reads, for one store. Safe to use from several threads (each reads
-    through its own repository handle, as the store arranges)."""
+    through its own repository handle, as the store arranges).
+
+    Refs are listed by ``git for-each-ref`` (with each tip's commit time, so the runs page is
+    sorted without reading 10,000 commits here) and listed again only when the files that hold
+    them changed (``packed-refs`` and the loose refs' directories under the prefix) or
+    :data:`RECHECK` seconds passed; a run's commits are walked by ``git log`` (only the new ones
+    after a refresh). Where git fails (a damaged object), the guarded reader takes over."""
 
     def __init__(self, store: Store, limits: Limits = SERVER) -> None:
         self.store = store
         self.limits = limits
         self._lock = threading.Lock()
-        self._commits: OrderedDict[str, CommitData] = OrderedDict()
+        self._commits: OrderedDict[str, CommitInfo] = OrderedDict()
+        self._listings: dict[str, Listing] = {}
         self._summaries: dict[tuple[Any, ...], tuple[RunSummary, dict[str, Any], str]] = {}
         self._graphs: dict[tuple[str, str], tuple[tuple[Any, ...], GraphData]] = {}
         self._reflogs: dict[str, tuple[tuple[Any, ...], list[tuple[str, str, int]]]] = {}
         self._nodes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        self._sorted: tuple[Any, list[RunRefs]] | None = None
+        self._grouped: dict[str, tuple[list[tuple[str, str, int | None]], list[RunRefs]]] = {}
 
     # -- objects ------------------------------------------------------------------------------
 
-    def commit(self, oid: str) -> CommitData:
-        """A commit, read once (through the guarded reader) and kept."""
+    def _keep(self, oid: str, info: CommitInfo) -> None:
+        with self._lock:
+            self._commits[oid] = info
+            if len(self._commits) > MAX_COMMITS_CACHED:
+                self._commits.popitem(last=False)
+
+    def commit(self, oid: str) -> CommitInfo:
+        """A commit, read once (through the guarded reader, unless ``git log`` brought it) and kept."""
         hit = self._commits.get(oid)
         if hit is None:
-            hit = self.store.reader.commit(oid)
-            with self._lock:
-                self._commits[oid] = hit
-                if len(self._commits) > MAX_COMMITS_CACHED:
-                    self._commits.popitem(last=False)
+            data = self.store.reader.commit(oid)
+            hit = CommitInfo(data.parent_ids, data.committer.time, data.message)
+            self._keep(oid, hit)
         return hit
+
+    def _git(self, args: list[str]) -> str | None:
+        proc = run_git(self.store.location.git_dir, args)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def _walk_git(self, starts: list[str], known: list[str]) -> bool:
+        """Read the commits reachable from ``starts`` but not from ``known`` with one ``git log``
+        (``False`` if git could not: the caller walks with the guarded reader)."""
+        if not starts:
+            return True
+        out = self._git(["log", "-z", "--format=%H%x01%P%x01%ct%x01%B", *starts, *("^" + k for k in known), "--"])
+        if out is None:
+            return False
+        found: list[tuple[str, CommitInfo]] = []
+        for record in out.split("\0"):
+            if not record.strip():
+                continue
+            parts = record.lstrip("\n").split("\x01", 3)
+            if len(parts) != 4 or not _is_oid(parts[0]) or not all(_is_oid(p) for p in parts[1].split()):
+                return False
+            try:
+                when = int(parts[2])
+            except ValueError:
+                return False
+            found.append((parts[0], CommitInfo(tuple(parts[1].split()), when, parts[3])))
+        for oid, info in found:
+            self._keep(oid, info)
+        return True
+
+    # -- refs ---------------------------------------------------------------------------------
+
+    def _hint(self, prefix: str) -> tuple[Any, ...]:
+        """What changes when a ref under ``prefix`` moves: ``packed-refs`` and the loose refs'
+        directories (a ref is written by renaming its lock over it, which touches its directory)."""
+        common = self.store.location.common_dir
+        parts: list[Any] = []
+        try:
+            st = os.stat(os.path.join(common, "packed-refs"))
+            parts.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            parts.append(None)
+        root = os.path.join(common, *prefix.rstrip("/").split("/"))
+        for dirpath, _dirs, _files in os.walk(root):
+            try:
+                st = os.stat(dirpath)
+            except OSError:
+                continue
+            parts.append((dirpath, st.st_mtime_ns, st.st_ino))
+        return tuple(parts)
+
+    def list_refs(self, prefix: str) -> list[tuple[str, str, int | None]]:
+        """``(ref, id, commit time or None)`` of every ref under ``prefix``; listed afresh only when
+        the hint changed or :data:`RECHECK` seconds passed."""
+        hint = self._hint(prefix)
+        now = time.monotonic()
+        hit = self._listings.get(prefix)
+        if hit is not None and hit.hint == hint and now - hit.checked < RECHECK:
+            return hit.refs
+        refs: list[tuple[str, str, int | None]] = []
+        out = self._git(["for-each-ref", "--format=%(objectname) %(objecttype) %(committerdate:unix) %(refname)",
+                         prefix])
+        if out is not None:
+            for line in out.splitlines():
+                parts = line.split(" ", 3)
+                if len(parts) != 4 or not _is_oid(parts[0]):
+                    out = None
+                    break
+                when = int(parts[2]) if parts[1] == "commit" and parts[2].isdigit() else None
+                refs.append((parts[3], parts[0], when))
+        if out is None:
+            refs = [(name, oid, None) for name, oid in self.store.list_refs(prefix)]
+        with self._lock:
+            self._listings[prefix] = Listing(hint, now, refs)
+            if len(self._listings) > 256:
+                self._listings.pop(next(iter(self._listings)))
+        return refs
 
     # -- runs ---------------------------------------------------------------------------------
 
     def run_refs(self, all_worktrees: bool = False, worktree: str | None = None) -> list[RunRefs]:
         """Every run of the store's worktree (or ``worktree``, or all) with its refs."""
         prefix = NAMESPACE if all_worktrees else worktree_prefix(worktree or self.store.worktree)
+        listing = self.list_refs(prefix)
+        cached = self._grouped.get(prefix)
+        if cached is not None and cached[0] is listing:
+            return cached[1]
         grouped: dict[tuple[str, str], RunRefs] = {}
-        for name, oid in self.store.list_refs(prefix):
+        for name, oid, when in listing:
             parsed = parse_ref(name)
             if parsed is None or parsed.kind not in ("run", "heads"):
                 continue
@@ -188,16 +305,24 @@ class ViewData:
                 entry.record = oid
             elif parsed.name is not None:
                 entry.heads[parsed.name] = oid
-        return list(grouped.values())
+            if when is not None:
+                entry.times[oid] = when
+        out = list(grouped.values())
+        with self._lock:
+            self._grouped[prefix] = (listing, out)
+        return out
 
     def _updated(self, refs: RunRefs) -> int:
         """Sort key of a run: the newest commit time of its tips (or of its record)."""
         best = 0
         for oid in [*refs.heads.values(), *([refs.record] if refs.record and not refs.heads else [])]:
-            try:
-                best = max(best, self.commit(oid).committer.time)
-            except GitStateError:
-                continue
+            when = refs.times.get(oid)
+            if when is None:
+                try:
+                    when = self.commit(oid).time
+                except GitStateError:
+                    continue
+            best = max(best, when)
         return best
 
     def summary(self, refs: RunRefs) -> tuple[RunSummary, dict[str, Any], str]:
@@ -261,7 +386,13 @@ class ViewData:
         than ``budget`` seconds stops early and says where to go on (``next``)."""
         limit = max(1, min(int(limit), 1000))
         all_refs = self.run_refs(all_worktrees)
-        ordered = sorted(all_refs, key=lambda r: (self._updated(r), r.run_id), reverse=True)
+        key = (all_worktrees, id(all_refs))
+        cached = self._sorted
+        if cached is not None and cached[0] == key:
+            ordered = cached[1]
+        else:
+            ordered = sorted(all_refs, key=lambda r: (self._updated(r), r.run_id), reverse=True)
+            self._sorted = (key, ordered)
         terms = _parse_query(query)
         out: list[dict[str, Any]] = []
         start = time.monotonic()
@@ -292,7 +423,7 @@ class ViewData:
     def _heads(self, run: Run) -> dict[str, str]:
         prefix = run_prefix(run.worktree, run.id) + "heads/"
         out: dict[str, str] = {}
-        for name, oid in self.store.list_refs(prefix):
+        for name, oid, _ in self.list_refs(prefix):
             try:
                 out[decode_component(name[len(prefix):])] = oid
             except ValueError:
@@ -301,25 +432,57 @@ class ViewData:
 
     def _reflog_lines(self, ref: str, tip: str) -> list[tuple[str, str, int]]:
         """``(commit, message, time)`` for each value a branch held before a rollback, undo or
-        prune moved it (candidates for lines no branch holds any more)."""
-        path = os.path.join(self.store.location.common_dir, "logs", ref)
+        prune moved it (candidates for lines no branch holds any more). The reflog file is read
+        again only when it changed."""
+        path = os.path.join(self.store.location.common_dir, "logs", *ref.split("/"))
         try:
             st = os.stat(path)
-            key: tuple[Any, ...] = (tip, st.st_size, st.st_mtime_ns, st.st_ino)
         except OSError:
-            key = (tip, None)
+            return []
+        key: tuple[Any, ...] = (tip, st.st_size, st.st_mtime_ns, st.st_ino)
         hit = self._reflogs.get(ref)
-        if hit is not None and hit[0] == key and key[1] is not None:
+        if hit is not None and hit[0] == key:
             return hit[1]
         found: list[tuple[str, str, int]] = []
-        for entry in self.store.reflog(ref):
-            if entry.message.startswith(LINE_MOVES):
-                for oid in (entry.old, entry.new):
-                    if oid is not None:
-                        found.append((oid, entry.message, entry.time))
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            lines = []
+        for line in lines:  # "<old> <new> <name> <<email>> <time> <tz>\t<message>", oldest first
+            head, _, message = line.partition("\t")
+            if not message.startswith(LINE_MOVES):
+                continue
+            fields = head.split(" ")
+            if len(fields) < 4 or not _is_oid(fields[0]) or not _is_oid(fields[1]):
+                continue
+            try:
+                when = int(fields[-2])
+            except ValueError:
+                when = 0
+            for oid in (fields[0], fields[1]):
+                if oid.strip("0"):
+                    found.append((oid, message, when))
         with self._lock:
             self._reflogs[ref] = (key, found)
         return found
+
+    def _walk(self, starts: list[str]) -> dict[str, tuple[str, ...]]:
+        """Parents of every commit reachable from ``starts`` (from memory; what ``git log`` did not
+        bring is read through the guarded reader)."""
+        parents: dict[str, tuple[str, ...]] = {}
+        todo = list(starts)
+        while todo:
+            oid = todo.pop()
+            if oid in parents:
+                continue
+            try:
+                info = self.commit(oid)
+            except GitStateError:
+                continue  # a missing or damaged commit ends its line (verify reports it)
+            parents[oid] = info.parents
+            todo.extend(info.parents)
+        return parents
 
     def _graph(self, run: Run) -> GraphData:
         heads = self._heads(run)
@@ -331,36 +494,25 @@ class ViewData:
         cached = self._graphs.get((run.worktree, run.id))
         if cached is not None and cached[0] == key:
             return cached[1]
-        parents: dict[str, tuple[str, ...]] = {}
-
-        def walk(start: str) -> None:
-            todo = [start]
-            while todo:
-                oid = todo.pop()
-                if oid in parents:
-                    continue
-                try:
-                    commit = self.commit(oid)
-                except GitStateError:
-                    continue  # a missing or damaged commit ends its line (verify reports it)
-                parents[oid] = commit.parent_ids
-                todo.extend(commit.parent_ids)
+        # one `git log` for what is new (after a refresh: only the commits the old tips lack)
+        known = [t for t in (cached[1].tips if cached is not None else ()) if t in self._commits]
+        fresh = [oid for oid in dict.fromkeys([*heads.values(), *lines]) if oid not in self._commits]
+        if fresh:
+            self._walk_git(fresh, known[:200])
 
         def tip_order(item: tuple[str, str]) -> tuple[int, int, str]:
             name, oid = item
             try:
-                when = self.commit(oid).committer.time
+                when = self.commit(oid).time
             except GitStateError:
                 when = 0
             return (0 if name == "main" else 1, -when, name)
 
         ordered_heads = sorted(heads.items(), key=tip_order)
-        for _, oid in ordered_heads:
-            walk(oid)
+        parents = self._walk([oid for _, oid in ordered_heads])
         reachable = set(parents)
         dimmed_starts = [oid for oid in lines if oid not in reachable]
-        for oid in dimmed_starts:
-            walk(oid)
+        parents.update(self._walk(dimmed_starts))
         dimmed = set(parents) - reachable
         starts = [oid for _, oid in ordered_heads]
         starts += sorted((o for o in dimmed_starts if o in parents), key=lambda o: -lines[o][2])
@@ -371,12 +523,14 @@ class ViewData:
             kind = _branch_kind(name)
             refs.setdefault(oid, []).append({"name": name, "kind": kind})
             branches.append({"name": name, "tip": oid, "kind": kind, "ref": run.ref(name)})
+        below = {p for c in dimmed for p in parents[c]}
         for oid in dimmed_starts:
-            if oid in dimmed:
+            if oid in dimmed and oid not in below:  # the tip of a line only the reflog holds
                 branch, message, when = lines[oid]
                 refs.setdefault(oid, []).append({"name": f"{branch} (reflog)", "kind": "reflog",
                                                  "message": message, "time": when})
-        data = GraphData(rows, width, {r.id: i for i, r in enumerate(rows)}, refs, dimmed, branches)
+        data = GraphData(rows, width, {r.id: i for i, r in enumerate(rows)}, refs, dimmed, branches,
+                         frozenset(starts))
         with self._lock:
             self._graphs[(run.worktree, run.id)] = (key, data)
         return data
@@ -395,8 +549,9 @@ class ViewData:
         rows = []
         for row in data.rows[offset:offset + limit]:
             item = row.to_dict()
-            item.update(row_label(self.commit(row.id)))
-            item["parents"] = list(self.commit(row.id).parent_ids)
+            info = self.commit(row.id)
+            item.update(row_label(info))
+            item["parents"] = list(info.parents)
             item["short"] = row.id[:12]
             item["refs"] = data.refs.get(row.id, [])
             item["reflog"] = row.id in data.dimmed
@@ -463,7 +618,7 @@ class ViewData:
             out["files_tree"], out["files"], out["files_total"] = None, [], 0
             errors["files"] = str(exc)
         out["errors"] = errors
-        out["git"] = checkpoint_commands(cp, [f["path"] for f in out["files"][:1]])
+        out["git"] = checkpoint_commands(cp.id[:12], [f["path"] for f in out["files"][:1]])
         return out
 
     def value(self, ref: str, path: list[Any], offset: int = 0, limit: int | None = None) -> dict[str, Any]:
@@ -679,9 +834,8 @@ def unified(old: str, new: str, old_path: str, new_path: str, added: bool = Fals
     return "".join(out)
 
 
-def checkpoint_commands(cp: Checkpoint, sample_files: Iterable[str] = ()) -> list[dict[str, str]]:
-    """Plain-git commands that show what the page shows of a checkpoint."""
-    short = cp.id[:12]
+def checkpoint_commands(short: str, sample_files: Iterable[str] = ()) -> list[dict[str, str]]:
+    """Plain-git commands that show what the page shows of a checkpoint (``short``: its id)."""
     decode = "python3 -c 'import cbor2,sys; print(cbor2.loads(sys.stdin.buffer.read()))'"
     out = [
         {"label": "message and trailers", "command": f"git log -1 --format=%B {short}"},
@@ -693,6 +847,13 @@ def checkpoint_commands(cp: Checkpoint, sample_files: Iterable[str] = ()) -> lis
     for path in sample_files:
         out.append({"label": "a snapshot file", "command": f"git show {short}:{git_quote('files/' + path)}"})
     return out
+
+
+_OID = re.compile(r"[0-9a-f]{40}")
+
+
+def _is_oid(text: str) -> bool:
+    return _OID.fullmatch(text) is not None
 
 
 def _branch_kind(name: str) -> str:

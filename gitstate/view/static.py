@@ -38,6 +38,12 @@ FILE_BUDGET = 2 * 1024 * 1024  # bytes of workspace file contents embedded in al
 MAX_FILE = 128 * 1024  # a file larger than this is listed, not embedded
 INTERN_MIN = 48  # values whose JSON is at least this long are stored once and referenced
 SESSION_VERSIONS = 30
+OID_CHARS = 16  # object ids in the file are cut to 64 bits (a collision among one file's objects is not a concern)
+
+
+def short(oid: str) -> str:
+    """An object id as the file names it."""
+    return oid[:OID_CHARS]
 
 
 @dataclass(frozen=True)
@@ -69,14 +75,18 @@ class Bundle:
     # -- values -------------------------------------------------------------------------------
 
     def intern(self, vv: Any) -> Any:
-        """``vv`` with every large list/mapping inside it replaced by ``{"$ref": n}`` into
+        """``vv`` with every large text, list or mapping inside it replaced by ``{"$ref": n}`` into
         :attr:`values` (equal values share one entry)."""
         if isinstance(vv, list):
             shared: Any = [self.intern(v) for v in vv]
         elif isinstance(vv, dict) and "$map" in vv:
             shared = {**vv, "$map": [[self.intern(k), self.intern(v)] for k, v in vv["$map"]]}
+        elif isinstance(vv, str | dict):
+            shared = vv
         else:
             return vv
+        if isinstance(shared, str) and len(shared) < INTERN_MIN:
+            return shared
         text = json.dumps(shared, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         if len(text) < INTERN_MIN:
             return shared
@@ -94,68 +104,70 @@ class Bundle:
 
     def add_state(self, kind: str, oid: str, depth: int = 0) -> None:
         """Store a state entry (``cbor`` blob, ``map`` tree or ``list`` tree) and what it holds."""
-        if oid in self.objects:
+        key = short(oid)
+        if key in self.objects:
             return
         if depth > 64:
             raise CorruptObjectError(oid, "state trees nested too deep")
         if kind == "cbor":
-            self.objects[oid] = {"t": "cbor", "v": self.value(self.state_reader.blob_value(oid))}
+            self.objects[key] = {"t": "cbor", "v": self.value(self.state_reader.blob_value(oid))}
         elif kind == "map":
             entries = self.state_reader.entries(oid)
-            self.objects[oid] = {"t": "map", "e": [[key, k, sub] for key, (k, sub) in entries.items()]}
+            self.objects[key] = {"t": "map", "e": [[name, k, short(sub)] for name, (k, sub) in entries.items()]}
             for k, sub in entries.values():
                 self.add_state(k, sub, depth + 1)
         else:
             parts = []
             for item in self.reader.tree(oid):
                 if item.type_str == "tree":
-                    parts.append(["list", item.id])
+                    parts.append("l" + short(item.id))
                     self.add_state("list", item.id, depth + 1)
                 else:
-                    parts.append(["chunk", item.id])
-                    if item.id not in self.objects:
+                    parts.append("c" + short(item.id))
+                    if short(item.id) not in self.objects:
                         chunk = self.state_reader.blob_value(item.id)
                         if not isinstance(chunk, list):
                             raise CorruptObjectError(item.id, "list chunk is not an array")
-                        self.objects[item.id] = {"t": "chunk", "v": [self.value(v) for v in chunk]}
-            self.objects[oid] = {"t": "list", "p": parts}
+                        self.objects[short(item.id)] = {"t": "chunk", "v": [self.value(v) for v in chunk]}
+            self.objects[key] = {"t": "list", "p": parts}
 
     def add_list_blob(self, oid: str) -> None:
         """``tools.cbor`` / ``audit.cbor``."""
-        if oid not in self.objects:
-            self.objects[oid] = {"t": "cbor", "v": self.value(self.state_reader.blob_value(oid))}
+        if short(oid) not in self.objects:
+            self.objects[short(oid)] = {"t": "cbor", "v": self.value(self.state_reader.blob_value(oid))}
 
     def add_files(self, oid: str, depth: int = 0) -> None:
         """A workspace snapshot tree, its subtrees and (within the budget) its text files."""
-        if oid in self.objects:
+        if short(oid) in self.objects:
             return
         if depth > 64:
             raise CorruptObjectError(oid, "workspace tree nested too deep")
         entries = []
         for item in self.reader.tree(oid):
             if item.filemode == MODE_TREE:
-                entries.append([item.name, "tree", item.id, 0, f"{item.filemode:06o}"])
+                entries.append([item.name, "tree", short(item.id), 0, f"{item.filemode:06o}"])
                 self.add_files(item.id, depth + 1)
             else:
                 size = self.reader.header(item.id)[1]
-                entries.append([item.name, "link" if item.filemode == 0o120000 else "blob", item.id, size,
+                entries.append([item.name, "link" if item.filemode == 0o120000 else "blob", short(item.id), size,
                                 f"{item.filemode:06o}"])
                 self.add_blob(item.id, size)
-        self.objects[oid] = {"t": "files", "e": entries}
+        self.objects[short(oid)] = {"t": "files", "e": entries}
 
     def add_blob(self, oid: str, size: int) -> None:
         """A file's content, if it fits the budget."""
-        if oid in self.blobs:
+        key = short(oid)
+        if key in self.blobs:
             return
         if size > MAX_FILE or self.file_bytes + size > FILE_BUDGET:
-            self.blobs[oid] = {"size": size, "omitted": True}
+            self.blobs[key] = {"size": size, "omitted": True}
             return
         data = self.reader.blob(oid)
         self.file_bytes += len(data)
         if values.is_binary(data):
-            self.blobs[oid] = {"size": size, "binary": True, "hex": data[:256].hex()}
+            self.blobs[key] = {"size": size, "binary": True, "hex": data[:256].hex()}
         else:
-            self.blobs[oid] = {"size": size, "text": data.decode("utf-8", "replace")}
+            self.blobs[key] = {"size": size, "text": data.decode("utf-8", "replace")}
 
     # -- checkpoints --------------------------------------------------------------------------
 
@@ -179,23 +191,22 @@ class Bundle:
         state = root.get(cpfmt.STATE_TREE)
         leaf = root.get(cpfmt.STATE_LEAF)
         if state is not None:
-            out["state_ref"] = ["map", state.id]
+            out["state_ref"] = ["map", short(state.id)]
             self.add_state("map", state.id)
         elif leaf is not None:
-            out["state_ref"] = ["cbor", leaf.id]
+            out["state_ref"] = ["cbor", short(leaf.id)]
             self.add_state("cbor", leaf.id)
         else:
             out["state_ref"] = None
         for name, entry in (("tools_ref", cpfmt.TOOLS), ("audit_ref", cpfmt.AUDIT)):
             item = root.get(entry)
-            out[name] = item.id if item is not None else None
+            out[name] = short(item.id) if item is not None else None
             if item is not None:
                 self.add_list_blob(item.id)
         files = root.get(cpfmt.FILES)
-        out["files_tree"] = files.id if files is not None else None
+        out["files_tree"] = short(files.id) if files is not None else None
         if files is not None:
             self.add_files(files.id)
-        out["git"] = checkpoint_commands(cp)
         return out
 
 
@@ -239,7 +250,10 @@ def build(store: Store, run_ids: Sequence[str] | None = None, worktree: str | No
         runs.append({"id": refs.run_id, "worktree": refs.worktree, "graph": graph, "nodes": nodes,
                      "session_files": sessions, "session_file": files})
     rows.sort(key=lambda r: (r["updated_at"], r["id"]), reverse=True)
+    # the plain-git commands of a checkpoint, once: the page puts each checkpoint's id in
+    commands = checkpoint_commands("{id}")
     return {"mode": "static", "generated_at": iso(datetime.now(UTC)), "worktree": store.worktree,
+            "git_checkpoint": commands,
             "path": store.path, "runs": rows, "graphs": runs, "checkpoints": bundle.checkpoints,
             "objects": bundle.objects, "values": bundle.values, "blobs": bundle.blobs}
 

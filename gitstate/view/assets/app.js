@@ -3,9 +3,9 @@
 //
 // Safety: everything shown comes from the store, which may come from an untrusted remote. It is
 // put into the page only with DOM APIs (createElement, textContent, setAttribute on plain
-// attributes); this file never uses innerHTML, eval or inline handlers, and links it makes are
-// in-page (#...) only. Data arrives as JSON: from the server's /api/ (server mode) or from the
-// <script type="application/json" id="gitstate-data"> element (static mode), read with JSON.parse.
+// attributes); this file never parses a string as markup or code (no HTML-string setters, no
+// dynamic code, no inline handlers), and the links it makes are in-page (#...) only. Data arrives as JSON: from the server's /api/ (server mode) or from the
+// JSON data element with id "gitstate-data" (static mode), read with JSON.parse.
 "use strict";
 (function () {
   const SVGNS = "http://www.w3.org/2000/svg";
@@ -138,8 +138,9 @@
       if (o.t === "map") return { "$map": o.e.map(([key, k, sub]) => [key, this.resolve(k, sub)]), len: o.e.length };
       if (o.t === "list") {
         const out = [];
-        for (const [k, sub] of o.p) {
-          if (k === "chunk") { const c = this.obj(sub); if (c) for (const x of c.v) out.push(this.mat(x)); }
+        for (const part of o.p) {
+          const sub = part.slice(1);
+          if (part[0] === "c") { const c = this.obj(sub); if (c) for (const x of c.v) out.push(this.mat(x)); }
           else for (const x of this.resolve("list", sub)) out.push(x);
         }
         return out;
@@ -165,6 +166,7 @@
       out.files = rec.files_tree ? this.files(rec.files_tree, "", []).sort((a, b) => a.path < b.path ? -1 : 1) : [];
       out.files_total = out.files.length;
       out.errors = {};
+      out.git = (this.b.git_checkpoint || []).map(c => ({ label: c.label, command: c.command.split("{id}").join(rec.short) }));
       return out;
     }
     async value() { throw new Error("this static file holds no more of this value"); }
@@ -422,7 +424,7 @@
     const items = Array.isArray(v) ? v : isList ? v["$list"] : v["$map"];
     const total = Array.isArray(v) ? v.length : (v.len !== undefined ? v.len : items.length);
     const details = h("details", { class: isList ? "list" : "map" });
-    if (depth < 2) details.open = true;
+    if (depth < 2 || (depth < 4 && total <= 12)) details.open = true;
     details.appendChild(h("summary", null, h("span", { class: "type" }, (isList ? "list · " + total + " item" : "map · " + total + " key") + (total === 1 ? "" : "s"))));
     const kids = h("div", { class: "kids" });
     details.appendChild(kids);
@@ -547,13 +549,13 @@
       more.replaceChildren();
       if (next !== null) more.appendChild(h("button", { id: "more-runs", onclick: () => load(false).catch(e => more.appendChild(errorBox(e))) }, "more runs"));
     };
-    try { await load(true); } catch (e) { page.appendChild(errorBox(e)); }
     let token = null;
+    try { token = await app.src.token(null, null, all); await load(true); } catch (e) { page.appendChild(errorBox(e)); }
     startPoll(async () => {
       const t = await app.src.token(null, null, all);
-      if (token !== null && t !== token) await load(true);
+      if (t !== token) await load(true);
       token = t;
-    }, 3000);
+    }, 2000);
   }
   function runRow(r, all) {
     const link = h("a", { href: hashFor({ run: r.id, wt: r.worktree !== app.worktree ? r.worktree : "" }), class: "run-link", "data-run": r.id }, r.id);
@@ -580,7 +582,9 @@
     const detail = h("div", { class: "detail-pane", id: "detail" });
     st.headBox = headBox; st.pane = pane; st.detail = detail;
     app.view.replaceChildren(headBox, h("div", { class: "split" }, pane, detail));
+    let token = null;
     try {
+      token = await app.src.token(run, wt, false);  // before the graph: a write in between shows on the next poll
       const g = await app.src.graph(run, wt, 0, PAGE);
       st.graph = g;
       renderRunHead(st, g);
@@ -594,10 +598,9 @@
       loadNodes(st);
     } catch (e) { pane.replaceChildren(errorBox(e)); return; }
     await renderDetail(p);
-    let token = null;
     startPoll(async () => {
       const t = await app.src.token(run, wt, false);
-      if (token !== null && t !== token) await refreshGraph(st);
+      if (t !== token) await refreshGraph(st);
       token = t;
     }, 1500);
   }
