@@ -6,8 +6,9 @@
 
 Stores are built with the public API (creating 10,000 runs takes minutes; --work keeps them).
 Each figure is the server's own time (its Server-Timing header) for one request over HTTP on
-127.0.0.1: "cold" is the first request to a fresh server (nothing of the store in memory; the OS
-file cache is warm), "warm" the same request again. Medians with min-max over --repeat rounds;
+127.0.0.1: "cold" is the first request of that kind to a fresh server (requests are made in the
+order listed, so "then filtered" finds the run listing already in memory; the OS file cache is
+warm), "warm" the same request again. Medians with min-max over --repeat rounds;
 nothing is asserted."""
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def main() -> None:
     for label, path, urls in (
         (f"store with {args.runs:,} runs", runs_repo, {
             "runs page (100 newest)": "/api/runs?limit=100",
-            "runs page, filtered (status:failed)": "/api/runs?limit=100&q=status%3Afailed",
+            "then filtered (status:failed)": "/api/runs?limit=100&q=status%3Afailed",
             "live-update token (all runs)": "/api/token",
         }),
         (f"run with {args.checkpoints:,} checkpoints", graph_repo, {

@@ -190,6 +190,7 @@ class ViewData:
         self._nodes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         self._sorted: tuple[Any, list[RunRefs]] | None = None
         self._grouped: dict[str, tuple[list[tuple[str, str, int | None]], list[RunRefs]]] = {}
+        self._tokens: dict[str, tuple[list[tuple[str, str, int | None]], str]] = {}
 
     # -- objects ------------------------------------------------------------------------------
 
@@ -787,15 +788,23 @@ class ViewData:
 
     def token(self, run_id: str | None = None, worktree: str | None = None, all_worktrees: bool = False) -> str:
         """A short fingerprint of the refs a page shows (a run's, or every run's): it changes when
-        a checkpoint is written, a branch moves or a run appears. Costs one ref listing."""
+        a checkpoint is written, a branch moves or a run appears. Costs a look at the refs' files
+        (``packed-refs`` and the loose refs' directories) unless they changed."""
         if run_id is not None:
             prefix = run_prefix(worktree or self.store.worktree, run_id)
         else:
             prefix = NAMESPACE if all_worktrees else worktree_prefix(worktree or self.store.worktree)
+        listing = self.list_refs(prefix)
+        hit = self._tokens.get(prefix)
+        if hit is not None and hit[0] is listing:
+            return hit[1]
         digest = hashlib.sha1(usedforsecurity=False)
-        for name, oid in sorted(self.store.list_refs(prefix)):
+        for name, oid, _ in sorted(listing):
             digest.update(f"{name} {oid}\n".encode("utf-8", "surrogateescape"))
-        return digest.hexdigest()[:16]
+        token = digest.hexdigest()[:16]
+        with self._lock:
+            self._tokens[prefix] = (listing, token)
+        return token
 
 
 def _state_part(reader: StateReader, cp: Checkpoint, path: list[Any]) -> Any:

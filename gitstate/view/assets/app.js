@@ -9,7 +9,7 @@
 "use strict";
 (function () {
   const SVGNS = "http://www.w3.org/2000/svg";
-  const ROW_H = 26, LANE_W = 14, PAGE = 300, LIST_PAGE = 100, FOLD = 160;
+  const ROW_H = 26, LANE_W = 14, PAGE = 300, LIST_PAGE = 100, FOLD = 160, AUTO_RUNS = 600, AUTO_ROWS = 1500;
 
   // ---------------------------------------------------------------- DOM helpers
   function h(tag, attrs, ...kids) {
@@ -548,6 +548,8 @@
       count.textContent = shown + (next !== null ? "+" : "") + " of " + r.total + " runs" + (q ? " (filtered)" : "");
       more.replaceChildren();
       if (next !== null) more.appendChild(h("button", { id: "more-runs", onclick: () => load(false).catch(e => more.appendChild(errorBox(e))) }, "more runs"));
+      // a store of a few hundred runs shows them all (the first page is shown while the rest load)
+      if (next !== null && r.total <= AUTO_RUNS && !q) setTimeout(() => load(false).catch(() => {}), 0);
     };
     let token = null;
     try { token = await app.src.token(null, null, all); await load(true); } catch (e) { page.appendChild(errorBox(e)); }
@@ -596,6 +598,7 @@
       addRows(st, g.rows, false);
       updateInfo(st);
       loadNodes(st);
+      if (st.total <= AUTO_ROWS) setTimeout(() => loadAll(st), 0);
     } catch (e) { pane.replaceChildren(errorBox(e)); return; }
     await renderDetail(p);
     startPoll(async () => {
@@ -633,6 +636,14 @@
       addRows(st, g.rows, false);
       updateInfo(st); drawSpans(st);
     } catch (e) { st.more.appendChild(errorBox(e)); }
+  }
+  async function loadAll(st) {
+    // a run of up to AUTO_ROWS checkpoints is shown whole; a longer one pages on request
+    while (app.run === st && st.rows.length < st.total) {
+      const n = st.rows.length;
+      await loadMore(st);
+      if (st.rows.length === n) break;
+    }
   }
   async function refreshGraph(st) {
     const g = await app.src.graph(st.run, st.wt, 0, Math.max(PAGE, st.rows.length));
