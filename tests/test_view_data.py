@@ -5,8 +5,10 @@ page (order, filter, paging), and that reading never writes to the repository.""
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 from pathlib import Path
+from typing import Annotated, TypedDict
 
 import pytest
 
@@ -315,3 +317,40 @@ def test_reading_never_writes_to_the_repository(store: gitstate.Store, busy: git
 
     write_html(data.store, ["busy"], tmp_path / "out.html")
     assert _tree_digest(repo) == before
+
+
+class LogState(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def test_langgraph_thread_is_a_run_with_its_time_travel_lines(repo: Path) -> None:
+    pytest.importorskip("langgraph.graph")
+    from langgraph.graph import END, START, StateGraph
+
+    from gitstate.langgraph import GitCheckpointSaver
+
+    g = StateGraph(LogState)
+    g.add_node("a", lambda s: {"log": ["a"]})
+    g.add_node("b", lambda s: {"log": ["b"]})
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", END)
+    saver = GitCheckpointSaver.from_path(str(repo))
+    graph = g.compile(checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "lg-thread"}}
+    graph.invoke({"log": []}, cfg)
+    past = [s for s in graph.get_state_history(cfg) if s.next == ("b",)][0]
+    graph.update_state(past.config, {"log": ["edited"]})  # time travel: a new line
+    store = gitstate.open_store(repo)
+    data = ViewData(store)
+    row = next(r for r in data.runs()["runs"] if r["id"] == "lg-thread")
+    assert row["workflow"] == "langgraph"
+    graph_data = data.graph("lg-thread")
+    kinds = {b["kind"] for b in graph_data["branches"]}
+    assert "langgraph" in kinds and graph_data["width"] >= 2
+    assert any(r["langgraph"] for r in graph_data["rows"])
+    tips = [b["tip"] for b in graph_data["branches"]]
+    assert all(t in {r["id"] for r in graph_data["rows"]} for t in tips)
+    detail = data.checkpoint(tips[-1])
+    assert detail["state"] is not None
+    assert data.diff(tips[-1])["b"]["id"] == tips[-1]

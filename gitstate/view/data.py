@@ -497,7 +497,9 @@ class ViewData:
             return cached[1]
         # one `git log` for what is new (after a refresh: only the commits the old tips lack)
         known = [t for t in (cached[1].tips if cached is not None else ()) if t in self._commits]
-        fresh = [oid for oid in dict.fromkeys([*heads.values(), *lines]) if oid not in self._commits]
+        reader = self.store.reader
+        fresh = [oid for oid in dict.fromkeys([*heads.values(), *lines])
+                 if oid not in self._commits and reader.exists(oid)]  # reflog lines may be gone (gc)
         if fresh:
             self._walk_git(fresh, known[:200])
 
