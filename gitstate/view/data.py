@@ -210,8 +210,12 @@ class ViewData:
         return hit
 
     def _git(self, args: list[str]) -> str | None:
-        proc = run_git(self.store.location.git_dir, args)
-        return proc.stdout if proc.returncode == 0 else None
+        """git's output (``None`` when it failed); the user's ``log.showSignature`` would add lines."""
+        proc = run_git(self.store.location.git_dir, ["-c", "log.showSignature=false", *args], text=False)
+        if proc.returncode != 0:
+            return None
+        out = proc.stdout
+        return out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out)
 
     def _walk_git(self, starts: list[str], known: list[str]) -> bool:
         """Read the commits reachable from ``starts`` but not from ``known`` with one ``git log``

@@ -801,6 +801,9 @@
     out.appendChild(h("div", { class: "actions" },
       c.parents && c.parents.length ? h("button", { id: "diff-parent", onclick: () => go({ run: st.run, wt: st.wt, a: c.parents[0], b: c.id }) }, "diff with parent") : null));
     for (const [name, msg] of Object.entries(c.errors || {})) out.appendChild(h("div", { class: "error" }, name + ": " + msg));
+    const changes = h("div", { class: "muted" }, "loading …");
+    out.appendChild(section(c.parents && c.parents.length ? "Changes since its parent" : "What it starts with", changes, true, "parent-diff"));
+    app.src.diff(c.id, null).then(d => changes.replaceWith(diffBody(h("div", { class: "parent-diff" }), d)), e => changes.replaceWith(errorBox(e)));
     out.appendChild(section("State", renderValue(c.state, ctx, [], 0), true, "state"));
     out.appendChild(section("Metadata", renderValue(c.metadata, ctx, ["$metadata"], 1), true, "metadata"));
     if (kindOf(c.tools) !== "list" || c.tools.length) out.appendChild(section("Tool invocations", renderValue(c.tools, ctx, ["$tools"], 1), true, "tools"));
@@ -851,6 +854,11 @@
     const out = h("div", { class: "detail", id: "diff" });
     const side = x => x ? (x.short + " (step " + x.step + (x.node ? " · " + x.node : "") + ")") : "nothing";
     out.appendChild(h("h2", null, "Diff ", h("span", { class: "mono" }, side(d.a)), " → ", h("span", { class: "mono" }, side(d.b))));
+    diffBody(out, d);
+    add(out, commands(d.git));
+    return out;
+  }
+  function diffBody(out, d) {
     const src = { src: app.src, id: null };
     out.appendChild(h("h3", null, "State"));
     if (!d.state.length) out.appendChild(h("div", { class: "muted" }, "no state changes"));
@@ -881,7 +889,6 @@
       else body = udiff(f.diff || "");
       out.appendChild(h("div", { class: "change file", "data-path": f.path }, h("div", { class: "ch" }, h("span", null, name), h("span", { class: "badge k-" + cssWord(f.status) }, f.status)), h("div", { class: "cb" }, body)));
     }
-    add(out, commands(d.git));
     return out;
   }
   function udiff(textBody) {
