@@ -89,7 +89,7 @@ def test_only_get_and_head(server: ViewServer, method: str) -> None:
 def test_foreign_host_is_refused(server: ViewServer, host: str) -> None:
     """A DNS-rebinding page reaches 127.0.0.1 under its own name: refused."""
     status, _, body = ask(server, "GET", "/api/runs", {"Host": host.format(port=server.port)})
-    assert status == 421 and b"evil" not in body and b"runs" not in body
+    assert status == 403 and b"evil" not in body and b"runs" not in body
 
 
 def test_foreign_origin_is_refused(server: ViewServer) -> None:

@@ -2,7 +2,7 @@
 requests addressed to itself.
 
 - Only ``GET`` and ``HEAD`` (anything else: 405). Only its own ``Host`` (``127.0.0.1:PORT`` or
-  ``localhost:PORT``; anything else, e.g. a rebound DNS name, gets 421) and, when the browser sends
+  ``localhost:PORT``; anything else, e.g. a rebound DNS name, gets 403) and, when the browser sends
   one, its own ``Origin`` (else 403); cross-site fetches (``Sec-Fetch-Site: cross-site``) get 403.
 - Every response carries a strict Content-Security-Policy (scripts and styles only from the
   server's own files, which never contain data), ``nosniff`` and no framing. Data goes to the page
@@ -143,7 +143,7 @@ class ViewHandler(BaseHTTPRequestHandler):
         server = self.server
         host = (self.headers.get("Host") or "").strip().lower()
         if host not in server.hosts:
-            return HTTPStatus.MISDIRECTED_REQUEST, "this server answers only to its own address\n"
+            return HTTPStatus.FORBIDDEN, "this server answers only to its own address\n"
         origin = self.headers.get("Origin")
         if origin is not None and origin.strip().lower() not in server.origins:
             return HTTPStatus.FORBIDDEN, "cross-origin requests are refused\n"
