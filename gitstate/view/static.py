@@ -274,7 +274,7 @@ def render(data: dict[str, Any]) -> str:
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">\n"
             "<meta name=\"referrer\" content=\"no-referrer\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-            "<title>gitstate view</title>\n"
+            "<title>gitstate view</title>\n<link rel=\"icon\" href=\"data:,\">\n"
             f"<style>{style}</style>\n</head>\n<body>\n"
             "<noscript>This page needs JavaScript to show the runs it holds.</noscript>\n"
             "<div id=\"app\"></div>\n"
