@@ -172,3 +172,16 @@ def test_static_size_grows_with_what_changed(store: gitstate.Store) -> None:
         run.checkpoint({"messages": messages, "i": i})
     html = render(build(store, ["grow"]))
     assert len(html) < 300 * 210 * 3 + 600_000  # messages ~63 kB; per checkpoint ~1-2 kB of fields
+
+
+def test_odd_parameters_get_an_error_answer(server: ViewServer, hostile_run: gitstate.Run) -> None:
+    tip = hostile_run.head()
+    assert tip is not None
+    for path, expected in ((f"/api/value?id={tip.id}&path=%5B%5B1%5D%5D", 400),
+                           (f"/api/value?id={tip.id}&path=not-json", 400),
+                           (f"/api/value?id={tip.id}&path=%7B%7D", 400),
+                           ("/api/graph", 404), ("/api/graph?run=nope", 404), ("/api/nothing", 404),
+                           (f"/api/file?id={tip.id}&path=..%2F..%2Fetc%2Fpasswd", 404)):
+        status, _, body = ask(server, "GET", path)
+        assert status == expected, (path, status, body)
+        assert "error" in json.loads(body)

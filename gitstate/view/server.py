@@ -199,10 +199,12 @@ class ViewHandler(BaseHTTPRequestHandler):
             payload = self.route(path[len("/api/"):], params)
         except KeyError:
             status, payload = HTTPStatus.NOT_FOUND, {"error": f"no such API: {path}"}
-        except (GitStateError, ValueError) as exc:
+        except (GitStateError, ValueError, TypeError) as exc:
             status = HTTPStatus.NOT_FOUND if not_found(exc) else HTTPStatus.BAD_REQUEST \
-                if isinstance(exc, ValueError) else HTTPStatus.INTERNAL_SERVER_ERROR
+                if isinstance(exc, ValueError | TypeError) else HTTPStatus.INTERNAL_SERVER_ERROR
             payload = {"error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a bug must not leave the page without an answer
+            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(exc).__name__}: {exc}"}
         body = safe_json(payload).encode("utf-8")
         self.send_body(status, body, "application/json; charset=utf-8", self.timing(started), head)
 
