@@ -41,6 +41,7 @@ COMMANDS: dict[str, Entry] = {
     "prune": Entry("cmd_write:prune", "Keep only the newest N checkpoints of a branch."),
     "restore": Entry("cmd_files:restore", "Restore workspace files from a checkpoint's snapshot."),
     "files": Entry("cmd_files:files", "List, read or show the history of a run's session files."),
+    "view": Entry("cmd_view:view", "Show runs, checkpoints and diffs in the browser (read-only)."),
     "verify": Entry("cmd_verify:verify", "Check every ref, object and payload of the store."),
     "setup": Entry("cmd_setup:setup", "Configure plain git to print checkpoints as readable state."),
     "textconv": Entry("cmd_textconv:textconv", "Print a stored CBOR payload as readable text (used by git diff).",

@@ -7,6 +7,7 @@ command -v git >/dev/null || { echo "git is required (apt-get install git)" >&2;
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+bash scripts/install-browser.sh
 export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/python -m ruff check .
 .venv/bin/python -m mypy

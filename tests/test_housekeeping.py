@@ -94,6 +94,8 @@ def test_pack_refs_only_ours_and_updates_still_work(store: gitstate.Store, repo:
     assert refs.count_loose_refs(str(common)) == 80
     assert refs.pack_refs(str(common)) == 80
     assert refs.count_loose_refs(str(common)) == 0
+    # no empty directory is left behind (each one would cost every ref listing an opendir)
+    assert list((common / "refs" / "agentos").iterdir()) == []
     assert (common / "refs" / "heads" / "loose-user-branch").exists()
     assert git(repo, "for-each-ref") == before
     assert git(repo, "rev-parse", "v1^{commit}").strip() == git(repo, "rev-parse", "HEAD").strip()

@@ -2,7 +2,7 @@
 functions and under ``TYPE_CHECKING`` count), no private name imported or reached across modules,
 and no layer importing one above it:
 
-    errors → git → format → workspace → store → sync, verify → langgraph, adapters → gitstate → gitstate_cli
+    errors → git → format → workspace → store → sync, verify, view → langgraph, adapters → gitstate → gitstate_cli
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"gitstate": ROOT / "gitstate", "gitstate_cli": ROOT / "gitstate_cli"}
 RANKS = {
     "gitstate.errors": 0, "gitstate.git": 1, "gitstate.format": 2, "gitstate.workspace": 3,
-    "gitstate.store": 4, "gitstate.sync": 5, "gitstate.verify": 5, "gitstate.langgraph": 6,
+    "gitstate.store": 4, "gitstate.sync": 5, "gitstate.verify": 5, "gitstate.view": 5, "gitstate.langgraph": 6,
     "gitstate.adapters": 6, "gitstate": 7, "gitstate_cli": 8,
 }
 # Attributes of pygit2's own objects that the private-index code must reach (libgit2 calls pygit2
