@@ -11,6 +11,7 @@ A marked map has the key ``$gitstate`` naming its kind::
     {"$gitstate": "timedelta", "dsu": [days, seconds, microseconds]}
     {"$gitstate": "uuid", "hex": "..."}     {"$gitstate": "decimal", "text": "..."}
     {"$gitstate": "enum", "type": "module:qualname", "name": "MEMBER"}
+    {"$gitstate": "class", "type": "module:qualname"}           a class itself (e.g. a response type)
     {"$gitstate": "dataclass" | "model" | "object", "type": "module:qualname", "fields": {...}}
 
 Everything else (None, bool, int, float, text, bytes, lists, dicts with text keys) is stored as
@@ -37,7 +38,10 @@ MARK = "$gitstate"
 MAX_DEPTH = 100
 
 KINDS = frozenset({"tuple", "set", "frozenset", "dict", "datetime", "date", "time", "timedelta", "uuid",
-                   "decimal", "enum", "dataclass", "model", "object"})
+                   "decimal", "enum", "class", "dataclass", "model", "object"})
+#: Classes a ``class`` value may name without asking the resolver.
+BUILTIN_CLASSES = {f"builtins:{c.__name__}": c for c in (str, int, float, bool, bytes, bytearray, list, dict, tuple,
+                                                       set, frozenset, complex, object, type(None))}
 
 #: ``allow(cls)`` returns the ``module:qualname`` key of a class that may be stored, else ``None``.
 Allow = Callable[[type], "str | None"]
@@ -83,6 +87,11 @@ def encode(value: Any, allow: Allow, path: str = "", depth: int = 0) -> Any:
         return {MARK: "uuid", "hex": value.hex}
     if kind is decimal.Decimal:
         return {MARK: "decimal", "text": str(value)}
+    if isinstance(value, type):
+        name = type_key(value)
+        if name not in BUILTIN_CLASSES and allow(value) is None:
+            raise EncodingError(path, f"class {value.__module__}.{value.__qualname__} is not an allowed class")
+        return {MARK: "class", "type": name}
     key = allow(kind)
     if key is None:
         raise EncodingError(path, f"type {kind.__module__}.{kind.__qualname__} is not storable (not plain data "
@@ -164,7 +173,11 @@ def decode(data: Any, resolve: Resolve, oid: str = "?", depth: int = 0) -> Any:
             return decimal.Decimal(data["text"])
     except (ValueError, TypeError, OverflowError, decimal.InvalidOperation) as exc:
         raise CorruptObjectError(oid, f"bad {kind} value: {exc}") from None
+    if kind == "class" and data["type"] in BUILTIN_CLASSES:
+        return BUILTIN_CLASSES[data["type"]]
     cls = resolve(data["type"])
+    if kind == "class":
+        return cls
     if kind == "enum":
         if not isinstance(cls, enum.EnumMeta) or data["name"] not in cls.__members__:
             raise CorruptObjectError(oid, f"{data['type']} has no member {data['name']!r}")
@@ -198,7 +211,7 @@ _FIELDS: Mapping[str, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
     "tuple": (("items", list),), "set": (("items", list),), "frozenset": (("items", list),),
     "dict": (("items", list),), "datetime": (("iso", str),), "date": (("iso", str),), "time": (("iso", str),),
     "timedelta": (("dsu", list),), "uuid": (("hex", str),), "decimal": (("text", str),),
-    "enum": (("type", str), ("name", str)), "dataclass": (("type", str), ("fields", dict)),
+    "enum": (("type", str), ("name", str)), "class": (("type", str),), "dataclass": (("type", str), ("fields", dict)),
     "model": (("type", str), ("fields", dict)), "object": (("type", str), ("fields", dict)),
 }
 
