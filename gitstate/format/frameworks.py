@@ -67,7 +67,8 @@ def _agent_framework(state: Mapping[str, Any]) -> str | None:
     return typed.check_tree({k: v for k, v in state.items() if k not in AF_OWN_KEYS})
 
 
-def _memory_item(item: Any) -> str | None:
+def check_item(item: Any) -> str | None:
+    """Why one stored langgraph-store item is malformed, or ``None``."""
     if not isinstance(item, dict) or not isinstance(item.get("value"), dict):
         return "an item has no value map"
     for name in ("created_at", "updated_at"):
@@ -100,7 +101,7 @@ def _memory(state: Mapping[str, Any]) -> str | None:
         if not _is_int(ns.get("seq")) or not isinstance(ns.get("items"), dict):
             return f"namespace {name!r} lacks seq or items"
         for item in ns["items"].values():
-            problem = _memory_item(item)
+            problem = check_item(item)
             if problem:
                 return f"namespace {name!r}: {problem}"
     return None
