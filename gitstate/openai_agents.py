@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+from agents.memory import SessionSettings
+from agents.memory.session_settings import resolve_session_limit
 
 from gitstate.errors import BranchNotFound, ConflictError, CorruptObjectError, UsageError
 from gitstate.format import checkpoint as cpfmt
@@ -167,8 +168,11 @@ class GitSession:
     def __init__(self, session_id: str, path: str | os.PathLike[str] | None = None, *, store: Store | None = None,
                  session_settings: SessionSettings | dict[str, Any] | None = None) -> None:
         self.session_id = session_id
-        self.session_settings = (coerce_session_settings(session_settings) if session_settings is not None
-                                 else SessionSettings())
+        if session_settings is None:
+            session_settings = SessionSettings()
+        elif isinstance(session_settings, dict):
+            session_settings = SessionSettings(**session_settings)
+        self.session_settings = session_settings
         self._own_store = store is None
         self.store = store_at(path, store)
         self._handle = RunHandle(self.store, session_id, WORKFLOW)

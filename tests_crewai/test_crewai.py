@@ -127,3 +127,18 @@ def test_bad_input_writes_nothing(repo: Path) -> None:
     with pytest.raises(gitstate.CorruptObjectError):
         p.load_state("f")
     assert not verify(gitstate.open_store(repo)).ok
+
+
+def test_readme_example_runs_as_written(repo: Path) -> None:
+    import re
+    import subprocess
+    import sys
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(.*?)```", text[text.index("\n### CrewAI\n"):], re.S)
+    assert block is not None
+    done = subprocess.run([sys.executable, "-c", block.group(1)], cwd=repo, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "'greeted': 2" in done.stdout
+    assert "crewai" in git(repo, "log", "--all", "--format=%s")
