@@ -11,16 +11,19 @@ previous checkpoint, so ``git log`` shows where a resumed run branched off.
 
 Values are kept as plain data, never pickled: JSON-like values as themselves, the framework's own
 types, tuples, sets, dates, dataclasses, enums and pydantic models as typed values
-(:mod:`gitstate.format.typed`). Loading builds only the framework's types (``agent_framework.*``,
-``openai.types.*``) and the classes you allow — ``allowed_checkpoint_types`` (classes or
-``"module:qualname"`` strings, as for ``FileCheckpointStorage``) or
-``agent_framework.register_checkpoint_type`` — and never imports a module. A checkpoint holding any
+(:mod:`gitstate.format.typed`). Loading never imports a module and never calls code named by the
+data: it builds the framework's types (``agent_framework.*``, ``openai.types.*``), the classes you
+allow — ``allowed_checkpoint_types`` (classes or ``"module:qualname"`` strings, as for
+``FileCheckpointStorage``) or ``agent_framework.register_checkpoint_type`` — and, unless
+``strict=True``, plain data classes (dataclasses, pydantic models, enums without a ``__del__``) of
+modules already imported, set field by field without running their code. A checkpoint holding any
 other type is refused when it is saved, as ``FileCheckpointStorage`` refuses it."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import os
 import sys
 import threading
@@ -138,11 +141,16 @@ class GitCheckpointStorage:
     same calls: copies of the checkpoints as saved, listed in the order they were first saved,
     ``None`` from :meth:`get_latest` when there is none, ``False`` from :meth:`delete` for an
     unknown id, :class:`UnknownCheckpointError` (a ``WorkflowCheckpointException``) from
-    :meth:`load`. Several processes may save checkpoints of the same workflow at once."""
+    :meth:`load`. Several processes may save checkpoints of the same workflow at once.
+
+    ``strict=True`` builds only the framework's types and the allowed ones (as
+    ``FileCheckpointStorage``); by default, dataclasses, pydantic models and enums of imported
+    modules are stored and rebuilt too (see the module docs)."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, store: Store | None = None,
-                 allowed_checkpoint_types: Iterable[type | str] = ()) -> None:
+                 allowed_checkpoint_types: Iterable[type | str] = (), strict: bool = False) -> None:
         self.store = store_at(path, store)
+        self.strict = strict
         self._own_store = store is None
         self._classes: dict[str, type] = {}
         self._keys: set[str] = set()
@@ -173,19 +181,32 @@ class GitCheckpointStorage:
         return (key in self._classes or key in self._keys or key in _registered_keys()
                 or key.startswith(FRAMEWORK_PREFIXES))
 
+    def _data_class(self, cls: type | None) -> bool:
+        """A plain data class (dataclass, pydantic model, enum) that may be stored and rebuilt
+        without being allowed by name, unless ``strict``: rebuilding one sets its fields and runs
+        none of its code; a class with a finalizer (``__del__``) is never taken this way."""
+        if self.strict or cls is None:
+            return False
+        if not (dataclasses.is_dataclass(cls) or isinstance(cls, enum.EnumMeta)
+                or (hasattr(cls, "model_fields") and hasattr(cls, "model_construct"))):
+            return False
+        return not any("__del__" in vars(base) for base in cls.__mro__ if base is not object)
+
     def _allow(self, cls: type) -> str | None:
         key = typed.type_key(cls)
         if key in self._classes:
             return key
-        if self._allowed_key(key) and _loaded_class(key) is cls:
+        if _loaded_class(key) is cls and (self._allowed_key(key) or self._data_class(cls)):
             return key
         return None
 
     def _resolver(self, oid: str) -> Callable[[str], type]:
         def resolve(key: str) -> type:
             cls = self._classes.get(key)
-            if cls is None and self._allowed_key(key):
-                cls = _loaded_class(key)
+            if cls is None:
+                found = _loaded_class(key)
+                if found is not None and (self._allowed_key(key) or self._data_class(found)):
+                    cls = found
             if cls is None:
                 raise DisallowedTypeError(oid, key)
             return cls

@@ -226,10 +226,7 @@ class GitStore(BaseStore):
         problem = frameworks.check_item(item)
         if problem:
             raise CorruptObjectError(oid, f"langgraph-store item: {problem}")
-        with self._lock:
-            self._items[oid] = item
-            while len(self._items) > 65536:
-                self._items.popitem(last=False)
+        self._remember_item(oid, item)
         return cast(dict[str, Any], item)
 
     def _all_namespaces(self, prefix: tuple[str, ...] = ()) -> list[tuple[_Ns, str]]:
@@ -493,10 +490,18 @@ class GitStore(BaseStore):
             if ttl is not None:
                 item["ttl"] = ttl
                 item["expires_at"] = (_now() + timedelta(minutes=ttl)).isoformat()
-            ns.items[key] = tx.blob(encoding.dumps(item, f"{ns_key}/{key}"))
+            data = encoding.dumps(item, f"{ns_key}/{key}")
+            ns.items[key] = oid = tx.blob(data)
+            self._remember_item(oid, encoding.loads(data, oid))
             ns.tree = None
             changed = True
         return changed
+
+    def _remember_item(self, oid: str, item: dict[str, Any]) -> None:
+        with self._lock:
+            self._items[oid] = item
+            while len(self._items) > 65536:
+                self._items.popitem(last=False)
 
     def _commit_root(self, root: str, change: Any, *, trigger: str, metadata: dict[str, Any]) -> None:
         """One checkpoint on the root's branch: ``change(namespaces, tx)`` edits the parsed

@@ -49,6 +49,20 @@ class Task:
     remaining: list[int]
 
 
+class Plain:
+    """Not a data class: stored only when allowed."""
+
+
+@dataclass
+class Finalized:
+    """A dataclass with a finalizer is never rebuilt without being allowed."""
+
+    path: str = ""
+
+    def __del__(self) -> None:
+        pass
+
+
 @dataclass
 class Approval:
     draft: str
@@ -199,8 +213,9 @@ async def test_workflow_resumes_from_a_chosen_checkpoint(repo: Path) -> None:
     checkpoints = await storage.list_checkpoints(workflow_name="factors")
     assert [cp.iteration_count for cp in checkpoints] == list(range(len(checkpoints)))
     chosen = checkpoints[2]
-    # resume in a new storage (as another process would), from the third checkpoint
-    again = GitCheckpointStorage(repo, allowed_checkpoint_types=[Task])
+    # resume in a new storage (as another process would), from the third checkpoint; a module's
+    # dataclasses need no configuration
+    again = GitCheckpointStorage(repo)
     resumed = await factors(again).run(checkpoint_id=chosen.checkpoint_id)
     assert resumed.get_outputs() == expected
     after = await again.list_checkpoints(workflow_name="factors")
@@ -251,9 +266,13 @@ async def test_pending_request_survives_in_git(repo: Path) -> None:
     later = GitCheckpointStorage(repo, allowed_checkpoint_types=[Approval])
     done = await review_flow(later).run(checkpoint_id=latest.checkpoint_id, responses={request.request_id: "ok"})
     assert done.get_outputs() == ["draft about gitstate: ok"]
-    # without Approval allowed, loading refuses to build it
+    # a module's dataclass is rebuilt by default; strict storages build only what they are allowed
+    rebuilt = await GitCheckpointStorage(repo).load(latest.checkpoint_id)
+    event = rebuilt.pending_request_info_events[request.request_id]
+    assert vars(event) == vars(latest.pending_request_info_events[request.request_id])
+    assert event.data == Approval("draft about gitstate", 1)
     with pytest.raises(DisallowedTypeError) as info:
-        await GitCheckpointStorage(repo).load(latest.checkpoint_id)
+        await GitCheckpointStorage(repo, strict=True).load(latest.checkpoint_id)
     assert isinstance(info.value, WorkflowCheckpointException) and isinstance(info.value, gitstate.GitStateError)
 
 
@@ -266,12 +285,15 @@ async def test_errors_write_nothing(repo: Path) -> None:
     assert await storage.get_latest(workflow_name="none") is None
     assert await storage.list_checkpoints(workflow_name="none") == []
 
+    @dataclass
     class Local:
-        pass
+        x: int = 0
 
-    for bad in ({"x": Local()}, {"task": Task([1])}, {"f": print}):
+    strict = GitCheckpointStorage(repo, strict=True)
+    for target, bad in ((storage, {"x": Local()}), (strict, {"task": Task([1])}), (storage, {"f": print}),
+                        (storage, {"plain object": Plain()}), (storage, {"finalizer": Finalized()})):
         with pytest.raises(CheckpointEncodingError) as enc:
-            await storage.save(WorkflowCheckpoint(workflow_name="w", graph_signature_hash="h", state=bad))
+            await target.save(WorkflowCheckpoint(workflow_name="w", graph_signature_hash="h", state=bad))
         assert isinstance(enc.value, WorkflowCheckpointException) and isinstance(enc.value, gitstate.GitStateError)
     assert storage.store.list_runs() == [] or all(s.checkpoints == 0 for s in storage.store.list_runs())
     gitstate.open_store(repo).create_run(workflow="openai-agents", run_id="taken")
