@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -49,7 +50,7 @@ from langgraph.store.base import (
 from gitstate.errors import CorruptObjectError, EncodingError, UnsupportedFormatError
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import encoding, frameworks
-from gitstate.format.names import decode_component, encode_component, run_prefix
+from gitstate.format.names import MAX_COMPONENT, decode_component, encode_component, run_prefix
 from gitstate.format.statetree import LEAF, MAP, StateReader, StateWriter, Written
 from gitstate.git.objects import MODE_BLOB, MODE_TREE
 from gitstate.integrations import SEQUENCE, RunHandle, store_at
@@ -91,6 +92,14 @@ class _Root:
 
 def _ns_key(namespace: tuple[str, ...]) -> str:
     return ".".join(namespace)
+
+
+def _branch(root: str) -> str:
+    """The branch of a namespace root: the root label itself, or ``<sha1 of it>.long`` when the
+    label is too long for a ref name (labels never contain ".", so the forms cannot collide)."""
+    if len(encode_component(root)) <= MAX_COMPONENT:
+        return root
+    return hashlib.sha1(root.encode("utf-8"), usedforsecurity=False).hexdigest() + ".long"
 
 
 def _now() -> datetime:
@@ -143,8 +152,8 @@ class GitStore(BaseStore):
 
     # -- reading git --------------------------------------------------------------------------
 
-    def _branch_ref(self, root: str) -> str:
-        return run_prefix(self.store.worktree, self.name) + "heads/" + encode_component(root)
+    def _branch_ref(self, branch: str) -> str:
+        return run_prefix(self.store.worktree, self.name) + "heads/" + encode_component(branch)
 
     def _root_names(self) -> list[str]:
         prefix = run_prefix(self.store.worktree, self.name) + "heads/"
@@ -232,7 +241,7 @@ class GitStore(BaseStore):
     def _all_namespaces(self, prefix: tuple[str, ...] = ()) -> list[tuple[_Ns, str]]:
         """Stored namespaces (under ``prefix``'s root when it has one) with their root, in the order
         they were first used."""
-        roots = [prefix[0]] if prefix else self._root_names()
+        roots = [_branch(prefix[0])] if prefix else self._root_names()
         found = [(ns, root) for root in roots for ns in self._root(root).namespaces.values()]
         found.sort(key=lambda pair: pair[0].seq)
         return found
@@ -311,7 +320,7 @@ class GitStore(BaseStore):
     def _lookup(self, namespace: tuple[str, ...]) -> _Ns | None:
         if not namespace:
             return None
-        return self._root(namespace[0]).namespaces.get(_ns_key(namespace))
+        return self._root(_branch(namespace[0])).namespaces.get(_ns_key(namespace))
 
     def _touch(self, namespace: tuple[str, ...]) -> None:
         """Remember a namespace read or deleted from before it holds anything: ``InMemoryStore``
@@ -453,7 +462,7 @@ class GitStore(BaseStore):
             if op.value is None and self._lookup(namespace) is None:
                 self._touch(namespace)  # deleting from a namespace that does not exist writes nothing
                 continue
-            by_root.setdefault(namespace[0], []).append(op)
+            by_root.setdefault(_branch(namespace[0]), []).append(op)
         for root, ops in by_root.items():
             self._commit_root(root, lambda ns_map, tx, ops=ops: self._apply(ns_map, tx, ops, vectors),
                               trigger=_trigger(ops), metadata={"puts": sum(op.value is not None for op in ops),
@@ -537,7 +546,7 @@ class GitStore(BaseStore):
     def _refresh(self, refreshes: dict[tuple[tuple[str, ...], str], str]) -> None:
         by_root: dict[str, list[tuple[tuple[str, ...], str]]] = {}
         for namespace, key in refreshes:
-            by_root.setdefault(namespace[0], []).append((namespace, key))
+            by_root.setdefault(_branch(namespace[0]), []).append((namespace, key))
 
         for root, wanted in by_root.items():
             def change(namespaces: dict[str, _Ns], tx: Transaction, wanted: list[Any] = wanted) -> bool:

@@ -185,6 +185,19 @@ def test_two_processes_write_one_root(repo: Path) -> None:
     assert store.list_namespaces() == [("shared",), ("shared", "a"), ("shared", "b")]
 
 
+def test_unusual_names(repo: Path) -> None:
+    ours, theirs = GitStore.from_path(repo), InMemoryStore()
+    names = [(("a/b", "c%d", "é ü"), ""), (("a/b", "c%d", "é ü"), "k/e y"), (("r" * 300, "sub"), "k" * 300)]
+    for store in (ours, theirs):
+        for i, (ns, key) in enumerate(names):
+            store.put(ns, key, {"i": i, "v": [1, 2.5, None, True, {"x": "y"}]})
+    assert view(ours.search((), limit=10)) == view(theirs.search((), limit=10))
+    assert ours.list_namespaces(max_depth=2) == theirs.list_namespaces(max_depth=2)
+    fresh = GitStore.from_path(repo)
+    assert view(fresh.get(("r" * 300, "sub"), "k" * 300)) == view(theirs.get(("r" * 300, "sub"), "k" * 300))
+    assert view(fresh.search(("r" * 300,))) == view(theirs.search(("r" * 300,)))
+
+
 def test_ttl(repo: Path) -> None:
     store = GitStore.from_path(repo, ttl={"refresh_on_read": True, "omit_expired": True})
     assert store.supports_ttl
