@@ -116,7 +116,7 @@ def sql_time(when: float | None = None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() if when is None else when))
 
 
-class Sequence:
+class OrderClock:
     """Increasing integers from the clock (nanoseconds), strictly increasing within a process, so
     orders written by several processes interleave by time."""
 
@@ -131,6 +131,6 @@ class Sequence:
             return self._last
 
 
-SEQUENCE = Sequence()
+SEQUENCE = OrderClock()
 
-__all__ = ["SEQUENCE", "RunHandle", "Sequence", "check_payload", "json_data", "sql_time", "store_at"]
+__all__ = ["SEQUENCE", "OrderClock", "RunHandle", "check_payload", "json_data", "sql_time", "store_at"]
