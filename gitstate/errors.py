@@ -166,6 +166,24 @@ class EncodingError(GitStateError):
         super().__init__(f"cannot encode state at {path or '<root>'}: {reason}")
 
 
+class NotSerializableError(EncodingError, TypeError):
+    """A value a framework integration stores as JSON-like data is not (an object ``json.dumps``
+    refuses, a type the integration does not allow); nothing was written. A ``TypeError`` as well,
+    as the framework's own backend raises one for the same value."""
+
+
+class ForeignRunError(GitStateError):
+    """A framework integration found a run of the same id written by another workflow (e.g. an
+    OpenAI Agents session id that names a LangGraph thread); it neither reads nor writes it."""
+
+    def __init__(self, run_id: str, workflow: str | None, expected: str) -> None:
+        self.run_id = run_id
+        self.workflow = workflow
+        self.expected = expected
+        super().__init__(f"run {run_id!r} belongs to workflow {workflow or 'none'!r}, not {expected!r}; "
+                         "use another id")
+
+
 class StoreWriteError(GitStateError):
     """The repository could not be written (read-only .git, disk full, permissions)."""
 

@@ -2,7 +2,8 @@
 functions and under ``TYPE_CHECKING`` count), no private name imported or reached across modules,
 and no layer importing one above it:
 
-    errors → git → format → workspace → store → sync, verify, view → langgraph, adapters → gitstate → gitstate_cli
+    errors → git → format → workspace → store → sync, verify, view → langgraph, adapters, integrations,
+    openai_agents, agent_framework, crewai → gitstate → gitstate_cli
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ PACKAGES = {"gitstate": ROOT / "gitstate", "gitstate_cli": ROOT / "gitstate_cli"
 RANKS = {
     "gitstate.errors": 0, "gitstate.git": 1, "gitstate.format": 2, "gitstate.workspace": 3,
     "gitstate.store": 4, "gitstate.sync": 5, "gitstate.verify": 5, "gitstate.view": 5, "gitstate.langgraph": 6,
-    "gitstate.adapters": 6, "gitstate": 7, "gitstate_cli": 8,
+    "gitstate.adapters": 6, "gitstate.integrations": 6, "gitstate.openai_agents": 6,
+    "gitstate.agent_framework": 6, "gitstate.crewai": 6, "gitstate": 7, "gitstate_cli": 8,
 }
 # Attributes of pygit2's own objects that the private-index code must reach (libgit2 calls pygit2
 # does not wrap: git_repository_set_index, git_index_add_all with a callback); see privateindex.py.

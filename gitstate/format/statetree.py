@@ -22,7 +22,8 @@ import hashlib
 import marshal
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pygit2
@@ -58,6 +59,22 @@ def _splits(value: Any, depth: int = 0) -> bool:
     return any(_is_long_list(v) or _splits(v, depth + 1) for v in value.values())
 
 
+@dataclass(frozen=True)
+class Written:
+    """A state value already written in the store's layout: ``suffix`` is :data:`LEAF`, :data:`MAP`
+    or :data:`LIST` and ``oid`` its blob or tree. A mapping given to :meth:`StateWriter.mapping`
+    may hold these for values its writer built incrementally (e.g. a list tree extended by one
+    chunk), so they are neither encoded nor hashed again."""
+
+    suffix: str
+    oid: str
+
+    @property
+    def mode(self) -> int:
+        """The tree entry mode of the value."""
+        return MODE_BLOB if self.suffix == LEAF else MODE_TREE
+
+
 class StateWriter:
     """Writes state values as trees and blobs through an :class:`ObjectWriter`."""
 
@@ -90,7 +107,9 @@ class StateWriter:
         for key, item in value.items():
             name = encode_component(key)
             sub = f"{path}.{key}" if path else key
-            if _is_long_list(item):
+            if isinstance(item, Written):
+                entries.append((name + item.suffix, item.oid, item.mode))
+            elif _is_long_list(item):
                 entries.append((name + LIST, self.list(item, sub), MODE_TREE))
             elif depth < MAX_MAP_DEPTH and _splits(item):
                 entries.append((name + MAP, self.mapping(item, sub, depth + 1), MODE_TREE))
@@ -100,10 +119,14 @@ class StateWriter:
 
     def list(self, items: list[Any] | tuple[Any, ...], path: str) -> str:
         """Tree id of a long list, chunked as described in the module docstring."""
-        level: list[TreeEntry] = []
-        for start in range(0, len(items), CHUNK):
-            chunk = list(items[start:start + CHUNK])
-            level.append((f"{start:010d}{LEAF}", self.leaf(chunk, f"{path}[{start}:]"), MODE_BLOB))
+        chunks = [self.leaf(list(items[start:start + CHUNK]), f"{path}[{start}:]")
+                  for start in range(0, len(items), CHUNK)]
+        return self.list_tree(chunks)
+
+    def list_tree(self, chunks: Sequence[str]) -> str:
+        """Tree id of a long list from the blob ids of its chunks (each a CBOR array of
+        :data:`CHUNK` items but the last), grouped as described in the module docstring."""
+        level: list[TreeEntry] = [(f"{i * CHUNK:010d}{LEAF}", oid, MODE_BLOB) for i, oid in enumerate(chunks)]
         while len(level) > FANOUT:
             grouped: list[TreeEntry] = []
             for g in range(0, len(level), FANOUT):
@@ -212,6 +235,26 @@ class StateReader:
         """Decode a mapping tree."""
         _check_depth(oid, depth)
         return {key: self.value(kind, sub, depth) for key, (kind, sub) in self.entries(oid).items()}
+
+    def list_chunks(self, oid: str | pygit2.Oid, depth: int = 0) -> list[str]:
+        """The blob ids of a list tree's chunks, in order (nothing is decoded)."""
+        _check_depth(oid, depth)
+        out: list[str] = []
+        for entry in self.tree(oid):
+            if entry.type_str == "tree":
+                out.extend(self.list_chunks(entry.id, depth + 1))
+            elif entry.type_str == "blob":
+                out.append(entry.id)
+            else:
+                raise CorruptObjectError(str(oid), f"unexpected {entry.type_str} in a list tree")
+        return out
+
+    def chunk(self, oid: str | pygit2.Oid) -> list[Any]:
+        """Decode one list chunk (a CBOR array)."""
+        chunk = self.blob_value(oid)
+        if not isinstance(chunk, list):
+            raise CorruptObjectError(str(oid), "list chunk is not an array")
+        return chunk
 
     def list(self, oid: str | pygit2.Oid, depth: int = 0) -> list[Any]:
         """Decode a chunked list tree."""

@@ -46,6 +46,16 @@ if TYPE_CHECKING:
 
 NODE_PREFIX = "node:"
 
+
+class _NoChange:
+    """What a :meth:`Run.update` function returns to write nothing."""
+
+    def __repr__(self) -> str:
+        return "NO_CHANGE"
+
+
+NO_CHANGE: Any = _NoChange()
+
 # What a checkpoint's tree holds besides meta.cbor: written inside the transaction (retries reuse the
 # writer's cache), returning the state entry and any extra entries (tools, audit, files).
 EntriesBuilder = Callable[[Transaction], tuple[TreeEntry, list[TreeEntry]]]
@@ -64,6 +74,9 @@ class PruneResult:
 class Run:
     """One run of a workflow (one agent thread) in a store. Obtain it from
     :meth:`Store.create_run` or :meth:`Store.get_run`."""
+
+    #: What a :meth:`update` function returns to write nothing.
+    NO_CHANGE: Any = NO_CHANGE
 
     def __init__(self, store: StoreCore, run_id: str, worktree: str, workflow: str | None,
                  created_at: datetime, metadata: dict[str, Any] | None = None) -> None:
@@ -232,43 +245,115 @@ class Run:
         branch ref (strict when ``expect`` is given). ``files_paths`` records the paths a partial
         ``files/`` snapshot is limited to."""
         store = self.store
-        scope = None if files_paths is None else sorted(set(files_paths))
         if expect is not None:
             expect = self.load(expect).id
         ref = self.ref(branch)
-        meta_user = dict(metadata or {})
 
         def build(tx: Transaction) -> Checkpoint:
             tip = store.read_ref(ref)
             if expect is not None and tip != expect:
                 raise ConflictError(ref, expect, tip)
-            step, base = (0, 0) if tip is None else store.position(tip)
-            if tip is not None:
-                step += 1
-            now = time.time()
-            meta = {
-                "format": cpfmt.CHECKPOINT_KIND, "v": cpfmt.FORMAT_VERSION, "run": self.id,
-                "branch": branch, "workflow": self.workflow, "worktree": self.worktree, "node": node,
-                "step": step, "base": base or None, "trigger": trigger, "status": status,
-                "node_status": node_status, "node_entry": node_entry, "metadata": meta_user or None,
-                "files_paths": scope,
-                "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            }
             state_entry, extra = entries(tx)
-            root = tx.tree([(cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB), state_entry, *extra])
-            oid = tx.commit(root, [tip] if tip else [], cpfmt.message(meta), when=now)
-            tx.set_ref(ref, tip, oid, "gitstate: checkpoint " + cpfmt.subject(node, step, trigger, status),
-                       strict=expect is not None)
-            return Checkpoint(
-                id=oid, run_id=self.id, branch=branch, node=node, step=step, trigger=trigger, status=status,
-                metadata=meta_user, created_at=datetime.fromtimestamp(now, UTC),
-                parent_ids=(tip,) if tip else (), workflow=self.workflow, node_status=node_status,
-                node_entry=node_entry, tree_id=root, base=base, repo_path=store.location.git_dir,
-                files_paths=None if scope is None else tuple(scope),
-            )
+            return self.stage_checkpoint(
+                tx, tip, state_entry, extra, branch=branch, node=node, trigger=trigger, status=status,
+                metadata=metadata, node_status=node_status, node_entry=node_entry, files_paths=files_paths,
+                strict=expect is not None)
 
         cp = store.write(build)
         store.remember(cp)
+        return cp
+
+    def stage_checkpoint(
+        self,
+        tx: Transaction,
+        tip: str | None,
+        state_entry: TreeEntry,
+        extra: Sequence[TreeEntry] = (),
+        *,
+        branch: str = "main",
+        node: str | None = None,
+        trigger: str | None = None,
+        status: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        node_status: str | None = None,
+        node_entry: str | None = None,
+        files_paths: Sequence[str] | None = None,
+        strict: bool = False,
+        fork_from: str | None = None,
+    ) -> Checkpoint:
+        """Stage one checkpoint on ``branch`` inside a transaction: ``meta.cbor``, the root tree
+        (``state_entry`` and ``extra`` entries), the commit whose parent is ``tip`` (the branch tip
+        the caller read in this transaction, ``None`` for a new branch), and the compare-and-swap
+        of the branch ref from ``tip``. ``fork_from`` (only for a new branch, ``tip is None``) makes
+        the commit's parent that checkpoint, as if the branch had been forked there. For writers
+        that build several checkpoints or refs in one :meth:`StoreCore.write` (integrations); the
+        caller remembers the returned view once the write succeeded (:meth:`StoreCore.remember`)."""
+        store = self.store
+        scope = None if files_paths is None else sorted(set(files_paths))
+        meta_user = dict(metadata or {})
+        if fork_from is not None and tip is not None:
+            raise UsageError("fork_from is only for a new branch")
+        parent = tip if tip is not None else fork_from
+        step, base = (0, 0) if parent is None else store.position(parent)
+        if parent is not None:
+            step += 1
+        now = time.time()
+        meta = {
+            "format": cpfmt.CHECKPOINT_KIND, "v": cpfmt.FORMAT_VERSION, "run": self.id,
+            "branch": branch, "workflow": self.workflow, "worktree": self.worktree, "node": node,
+            "step": step, "base": base or None, "trigger": trigger, "status": status,
+            "node_status": node_status, "node_entry": node_entry, "metadata": meta_user or None,
+            "files_paths": scope,
+            "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        }
+        root = tx.tree([(cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB), state_entry, *extra])
+        oid = tx.commit(root, [parent] if parent else [], cpfmt.message(meta), when=now)
+        tx.set_ref(self.ref(branch), tip, oid, "gitstate: checkpoint " + cpfmt.subject(node, step, trigger, status),
+                   strict=strict)
+        return Checkpoint(
+            id=oid, run_id=self.id, branch=branch, node=node, step=step, trigger=trigger, status=status,
+            metadata=meta_user, created_at=datetime.fromtimestamp(now, UTC),
+            parent_ids=(parent,) if parent else (), workflow=self.workflow, node_status=node_status,
+            node_entry=node_entry, tree_id=root, base=base, repo_path=store.location.git_dir,
+            files_paths=None if scope is None else tuple(scope),
+        )
+
+    def update(
+        self,
+        change: Callable[[Checkpoint | None, Transaction], Any],
+        *,
+        branch: str = "main",
+        node: str | None = None,
+        trigger: str | None = None,
+        status: str | None = None,
+        metadata: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None,
+    ) -> Checkpoint | None:
+        """A read-modify-write checkpoint: ``change(tip, tx)`` gets the tip of ``branch`` as it is
+        at write time (``None`` while the branch has no checkpoint) and returns the new state, or
+        :data:`NO_CHANGE` to write nothing (then ``None`` is returned). When another writer moves
+        the branch first, ``change`` runs again on the new tip, so concurrent updates (other
+        threads, other processes) never lose each other's changes. ``tx`` stages objects the state
+        refers to (:class:`gitstate.statetree.Written` values); ``metadata`` may be a function of
+        the new state. ``change`` must not have side effects it cannot repeat."""
+        check_name("branch name", branch)
+        for kind, value in (("node", node), ("trigger", trigger), ("status", status)):
+            _check_label(kind, value)
+        store = self.store
+        ref = self.ref(branch)
+
+        def build(tx: Transaction) -> Checkpoint | None:
+            tip = store.read_ref(ref)
+            state = change(None if tip is None else store.read_checkpoint(tip), tx)
+            if state is NO_CHANGE:
+                return None
+            meta = metadata(state) if callable(metadata) else metadata
+            return self.stage_checkpoint(
+                tx, tip, cpfmt.state_entry(tx.writer, state), branch=branch, node=node, trigger=trigger,
+                status=cpfmt.normalize_status(status), metadata=meta)
+
+        cp = store.write(build)
+        if cp is not None:
+            store.remember(cp)
         return cp
 
     def tip_entries(self, branch: str) -> tuple[TreeEntry, list[TreeEntry], tuple[str, ...] | None] | None:

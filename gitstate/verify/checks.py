@@ -13,6 +13,7 @@ from pygit2.enums import ObjectType
 
 from gitstate.errors import CorruptObjectError, GitStateError
 from gitstate.format import checkpoint as cpfmt
+from gitstate.format import frameworks
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import NAMESPACE, STAGING, parse_ref, worktree_prefix
 from gitstate.git import refs
@@ -179,9 +180,13 @@ class _Checker:
 
     def check_payloads(self, ref: str, cp: Checkpoint) -> None:
         try:
-            _ = cp.state, cp.tools, cp.audit
+            state, _tools, _audit = cp.state, cp.tools, cp.audit
         except GitStateError as exc:
             self.problem(ref, f"payload does not decode: {exc}", cp.id)
+        else:
+            problem = frameworks.check_state(cp.workflow, state)  # integrations' own payloads
+            if problem:
+                self.problem(ref, problem, cp.id)
         files = cp.files_tree_id
         if files is not None:
             self.check_tree(ref, cp.id, files)

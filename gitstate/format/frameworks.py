@@ -1,0 +1,141 @@
+"""The payloads of the framework integrations (OpenAI Agents SDK sessions, Microsoft Agent
+Framework checkpoints, LangGraph long-term memory, CrewAI flow state): their workflow names, format
+kinds and the shape of their states, checked by the integrations when they read and by ``verify``.
+
+Each integration writes ordinary checkpoints whose run record and ``meta.cbor`` carry its workflow
+name and whose state is a mapping holding ``format`` (the kind below) and ``v`` (the version), next
+to the integration's own keys (docs/FORMAT.md, "Framework integrations")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gitstate.format import typed
+
+VERSION = 1
+
+OPENAI_AGENTS = "openai-agents"
+AGENT_FRAMEWORK = "agent-framework"
+LANGGRAPH_STORE = "langgraph-store"
+CREWAI = "crewai"
+
+KINDS = {
+    OPENAI_AGENTS: "gitstate/openai-agents-session",
+    AGENT_FRAMEWORK: "gitstate/agent-framework-checkpoint",
+    LANGGRAPH_STORE: "gitstate/langgraph-store",
+    CREWAI: "gitstate/crewai-flow",
+}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _session(state: Mapping[str, Any]) -> str | None:
+    items = state.get("items")
+    turns = state.get("turns")
+    if not isinstance(items, list):
+        return "items is not a list"
+    if not isinstance(turns, list):
+        return "turns is not a list"
+    last = -1
+    for turn in turns:
+        if not (isinstance(turn, list) and len(turn) == 2 and _is_int(turn[0]) and isinstance(turn[1], str)):
+            return "a turn is not [item index, time]"
+        if not last < turn[0] < len(items):
+            return f"turn index {turn[0]} is out of order or beyond the {len(items)} items"
+        last = turn[0]
+    if not isinstance(state.get("created_at"), str):
+        return "created_at is not text"
+    return None
+
+
+AF_TEXT_FIELDS = ("checkpoint_id", "workflow_name")
+AF_OWN_KEYS = ("format", "v", "saved")  # the other keys of the state are the checkpoint's fields
+
+
+def _agent_framework(state: Mapping[str, Any]) -> str | None:
+    for name in AF_TEXT_FIELDS:
+        if not isinstance(state.get(name), str):
+            return f"{name} is not text"
+    previous = state.get("previous_checkpoint_id")
+    if previous is not None and not isinstance(previous, str):
+        return "previous_checkpoint_id is not text"
+    if not _is_int(state.get("saved")):
+        return "saved is not an integer"
+    return typed.check_tree({k: v for k, v in state.items() if k not in AF_OWN_KEYS})
+
+
+def check_item(item: Any) -> str | None:
+    """Why one stored langgraph-store item is malformed, or ``None``."""
+    if not isinstance(item, dict) or not isinstance(item.get("value"), dict):
+        return "an item has no value map"
+    for name in ("created_at", "updated_at"):
+        if not isinstance(item.get(name), str):
+            return f"an item's {name} is not text"
+    if not _is_int(item.get("seq")):
+        return "an item's seq is not an integer"
+    vectors = item.get("vectors")
+    if vectors is not None and not (isinstance(vectors, dict) and all(
+            isinstance(v, list) and all(isinstance(x, float | int) for x in v) for v in vectors.values())):
+        return "an item's vectors are not lists of numbers"
+    ttl = item.get("ttl")
+    if ttl is not None and (not isinstance(ttl, float | int) or not isinstance(item.get("expires_at"), str)):
+        return "an item's ttl or expires_at is malformed"
+    return None
+
+
+def _memory(state: Mapping[str, Any]) -> str | None:
+    namespaces = state.get("namespaces")
+    if not isinstance(namespaces, dict):
+        return "namespaces is not a map"
+    for name, ns in namespaces.items():
+        if not isinstance(ns, dict):
+            return f"namespace {name!r} is not a map"
+        labels = ns.get("namespace")
+        if not (isinstance(labels, list) and labels and all(isinstance(x, str) and x for x in labels)):
+            return f"namespace {name!r} has no label list"
+        if ".".join(labels) != name:
+            return f"namespace {name!r} is stored under another name"
+        if not _is_int(ns.get("seq")) or not isinstance(ns.get("items"), dict):
+            return f"namespace {name!r} lacks seq or items"
+        for item in ns["items"].values():
+            problem = check_item(item)
+            if problem:
+                return f"namespace {name!r}: {problem}"
+    return None
+
+
+def _crewai(state: Mapping[str, Any]) -> str | None:
+    if not isinstance(state.get("state"), dict):
+        return "state is not a map"
+    pending = state.get("pending")
+    if pending is not None and not (isinstance(pending, dict) and isinstance(pending.get("context"), dict)
+                                    and isinstance(pending.get("state"), dict)):
+        return "pending is not {context, state}"
+    return None
+
+
+_CHECKS: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
+    OPENAI_AGENTS: _session, AGENT_FRAMEWORK: _agent_framework, LANGGRAPH_STORE: _memory, CREWAI: _crewai,
+}
+
+
+def check_state(workflow: str | None, state: Any) -> str | None:
+    """Why a checkpoint state of an integration's workflow is not a sound payload of its kind, or
+    ``None`` (also for workflows of no integration)."""
+    kind = KINDS.get(workflow or "")
+    if kind is None:
+        return None
+    if not isinstance(state, dict):
+        return f"{workflow} state is not a map"
+    if state.get("format") != kind:
+        return f"{workflow} state has format {state.get('format')!r}, expected {kind!r}"
+    version = state.get("v")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        return f"{workflow} state has no format version"
+    if version > VERSION:
+        return f"{workflow} state format version {version} is not supported (this gitstate reads {VERSION})"
+    problem = _CHECKS[workflow or ""](state)
+    return None if problem is None else f"{workflow} state: {problem}"

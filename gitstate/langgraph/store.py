@@ -1,0 +1,709 @@
+"""``GitStore``: LangGraph's long-term memory (``langgraph.store.base.BaseStore``) in git.
+
+Memory is one gitstate run (run id ``langgraph-store`` unless named otherwise, workflow
+``langgraph-store``) with one branch per namespace root: the items of every namespace starting with
+``("users", ...)`` live on branch ``users``. Every batch that changes memory adds one commit per root
+it touches, so memory has history (``git log``, ``git agentos log langgraph-store -b users``) and
+travels with ``git agentos push``/``pull`` like runs.
+
+Results are what LangGraph's ``InMemoryStore`` returns for the same operations: items, namespaces,
+search order (namespaces in the order they were first used, items in the order they were first
+put), ``filter`` with the same operators, ``limit``/``offset``, and semantic ``query`` when an
+``index`` with an embedding function is given (vectors are stored with the items). TTL is
+supported as LangGraph's SQL stores do it (``ttl=`` on put, refresh on read, ``sweep_ttl``).
+See docs/FORMAT.md, "Framework integrations"."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from importlib import util
+from typing import Any, cast
+
+from langchain_core.embeddings import Embeddings
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    IndexConfig,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+    ensure_embeddings,
+    get_text_at_path,
+    tokenize_path,
+)
+
+from gitstate.errors import CorruptObjectError, EncodingError, UnsupportedFormatError
+from gitstate.format import checkpoint as cpfmt
+from gitstate.format import encoding, frameworks
+from gitstate.format.names import MAX_COMPONENT, decode_component, encode_component, run_prefix
+from gitstate.format.statetree import LEAF, MAP, StateReader, StateWriter, Written
+from gitstate.git.objects import MODE_BLOB, MODE_TREE
+from gitstate.integrations import SEQUENCE, RunHandle, store_at
+from gitstate.store.store import Store
+from gitstate.store.transaction import Transaction
+
+try:  # LangGraph validates op namespaces with this helper in recent versions
+    from langgraph.store.base import validate_op_namespace
+except ImportError:  # pragma: no cover - older langgraph-checkpoint
+    validate_op_namespace = None  # type: ignore[assignment]
+
+__all__ = ["GitStore"]
+
+WORKFLOW = frameworks.LANGGRAPH_STORE
+KIND = frameworks.KINDS[WORKFLOW]
+DEFAULT_NAME = "langgraph-store"
+
+
+@dataclass
+class _Ns:
+    """A namespace as stored: labels, creation order and item blobs by key."""
+
+    labels: tuple[str, ...]
+    seq: int
+    items: dict[str, str] = field(default_factory=dict)
+    tree: str | None = None  # the namespace's tree while it is unchanged
+
+    def copy(self) -> _Ns:
+        return _Ns(self.labels, self.seq, dict(self.items), self.tree)
+
+
+@dataclass
+class _Root:
+    """One root's branch tip, parsed (trees only; item blobs are decoded on use)."""
+
+    tip: str | None
+    namespaces: dict[str, _Ns] = field(default_factory=dict)
+
+
+def _ns_key(namespace: tuple[str, ...]) -> str:
+    return ".".join(namespace)
+
+
+def _branch(root: str) -> str:
+    """The branch of a namespace root: the root label itself, or ``<sha1 of it>.long`` when the
+    label is too long for a ref name (labels never contain ".", so the forms cannot collide)."""
+    if len(encode_component(root)) <= MAX_COMPONENT:
+        return root
+    return hashlib.sha1(root.encode("utf-8"), usedforsecurity=False).hexdigest() + ".long"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class GitStore(BaseStore):
+    """LangGraph long-term memory kept in a git repository.
+
+    ``GitStore(store=None, *, name="langgraph-store", index=None, ttl=None)`` uses the store of
+    the current directory's repository unless ``store`` is given; :meth:`from_path` opens the
+    repository at ``path`` (as the saver's ``from_path``). ``index`` is LangGraph's
+    ``IndexConfig`` (``dims``, ``embed``, ``fields``) for semantic search, ``ttl`` its
+    ``TTLConfig``. Values are plain data (mappings, lists, text, numbers, ...); a value gitstate
+    cannot store raises :class:`gitstate.EncodingError` before anything is written. One instance may
+    be shared by threads; several processes may write the same memory."""
+
+    supports_ttl: bool = True
+
+    def __init__(self, store: Store | None = None, *, name: str = DEFAULT_NAME, index: IndexConfig | None = None,
+                 ttl: TTLConfig | None = None) -> None:
+        self.store = store_at(None, store)
+        self.name = name
+        self.ttl_config = ttl
+        self._handle = RunHandle(self.store, name, WORKFLOW)
+        self.index_config: dict[str, Any] | None = None
+        self.embeddings: Embeddings | None = None
+        if index:
+            config: dict[str, Any] = dict(index)
+            self.embeddings = ensure_embeddings(config.get("embed"))
+            fields: list[str] = list(config.get("fields") or ["$"])
+            config["__tokenized_fields"] = [(p, tokenize_path(p)) if p != "$" else (p, p) for p in fields]
+            self.index_config = config
+        self._roots: dict[str, _Root] = {}
+        self._ns_trees: OrderedDict[str, _Ns] = OrderedDict()
+        self._items: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._touched: dict[tuple[str, ...], int] = {}
+        self._lock = threading.RLock()
+        self._sweeper: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str], *, name: str = DEFAULT_NAME, index: IndexConfig | None = None,
+                  ttl: TTLConfig | None = None) -> GitStore:
+        """A store on the repository at (or above) ``path``."""
+        return cls(store_at(path, None), name=name, index=index, ttl=ttl)
+
+    def __repr__(self) -> str:
+        return f"<GitStore {self.name!r} {self.store.path!r}>"
+
+    # -- reading git --------------------------------------------------------------------------
+
+    def _branch_ref(self, branch: str) -> str:
+        return run_prefix(self.store.worktree, self.name) + "heads/" + encode_component(branch)
+
+    def _root_names(self) -> list[str]:
+        prefix = run_prefix(self.store.worktree, self.name) + "heads/"
+        out = []
+        for name, _oid in self.store.list_refs(prefix):
+            try:
+                out.append(decode_component(name[len(prefix):]))
+            except ValueError:
+                continue
+        return out
+
+    def _root(self, root: str) -> _Root:
+        """The root's tip as it is now (parsed once per tip)."""
+        tip = self.store.read_ref(self._branch_ref(root))
+        with self._lock:
+            hit = self._roots.get(root)
+            if hit is not None and hit.tip == tip:
+                return hit
+        parsed = _Root(tip) if tip is None else self._parse(tip)
+        with self._lock:
+            self._roots[root] = parsed
+        return parsed
+
+    def _parse(self, tip: str) -> _Root:
+        reader = StateReader(self.store.reader)
+        entry = reader.tree(reader.reader.commit(tip).tree_id).get(cpfmt.STATE_TREE)
+        if entry is None or entry.type_str != "tree":
+            raise CorruptObjectError(tip, "not a langgraph-store checkpoint (no state tree)")
+        top = reader.entries(entry.id)
+        fmt = reader.value(*top["format"]) if "format" in top else None
+        version = reader.value(*top["v"]) if "v" in top else None
+        if fmt != KIND:
+            raise CorruptObjectError(tip, f"not a {KIND} payload")
+        if not isinstance(version, int) or version < 1:
+            raise CorruptObjectError(tip, "langgraph-store state has no format version")
+        if version > frameworks.VERSION:
+            raise UnsupportedFormatError(tip, f"langgraph-store format version {version} is not supported")
+        kind, oid = top.get("namespaces", ("", ""))
+        if kind != "map":
+            raise CorruptObjectError(tip, "langgraph-store state has no namespaces tree")
+        out = _Root(tip)
+        for key, (ns_kind, ns_oid) in reader.entries(oid).items():
+            if ns_kind != "map":
+                raise CorruptObjectError(ns_oid, f"namespace {key!r} is not a tree")
+            out.namespaces[key] = self._namespace(reader, key, ns_oid)
+        return out
+
+    def _namespace(self, reader: StateReader, key: str, oid: str) -> _Ns:
+        with self._lock:
+            hit = self._ns_trees.get(oid)
+        if hit is not None:
+            return hit.copy()
+        entries = reader.entries(oid)
+        labels = reader.value(*entries["namespace"]) if "namespace" in entries else None
+        seq = reader.value(*entries["seq"]) if "seq" in entries else None
+        items_kind, items_oid = entries.get("items", ("", ""))
+        if not (isinstance(labels, list) and labels and all(isinstance(x, str) and x for x in labels)
+                and _ns_key(tuple(labels)) == key and isinstance(seq, int) and items_kind == "map"):
+            raise CorruptObjectError(oid, f"namespace {key!r} is malformed")
+        items = {}
+        for item_key, (kind, blob) in reader.entries(items_oid).items():
+            if kind != "cbor":
+                raise CorruptObjectError(items_oid, f"item {item_key!r} is not a blob")
+            items[item_key] = blob
+        ns = _Ns(tuple(labels), seq, items, oid)
+        with self._lock:
+            self._ns_trees[oid] = ns
+            while len(self._ns_trees) > 4096:
+                self._ns_trees.popitem(last=False)
+        return ns.copy()
+
+    def _item(self, oid: str) -> dict[str, Any]:
+        """A stored item (decoded once per blob; callers copy what they hand out)."""
+        with self._lock:
+            hit = self._items.get(oid)
+        if hit is not None:
+            return hit
+        item = StateReader(self.store.reader).blob_value(oid)
+        problem = frameworks.check_item(item)
+        if problem:
+            raise CorruptObjectError(oid, f"langgraph-store item: {problem}")
+        self._remember_item(oid, item)
+        return cast(dict[str, Any], item)
+
+    def _all_namespaces(self, prefix: tuple[str, ...] = ()) -> list[tuple[_Ns, str]]:
+        """Stored namespaces (under ``prefix``'s root when it has one) with their root, in the order
+        they were first used."""
+        roots = [_branch(prefix[0])] if prefix else self._root_names()
+        found = [(ns, root) for root in roots for ns in self._root(root).namespaces.values()]
+        found.sort(key=lambda pair: pair[0].seq)
+        return found
+
+    def _expired(self, item: dict[str, Any], now: datetime) -> bool:
+        if not (self.ttl_config and self.ttl_config.get("omit_expired")):
+            return False
+        expires = item.get("expires_at")
+        return isinstance(expires, str) and datetime.fromisoformat(expires) <= now
+
+    @staticmethod
+    def _to_item(ns: _Ns, key: str, item: dict[str, Any], score: float | None = None,
+                 search: bool = False) -> Item:
+        value = copy.deepcopy(item["value"])
+        created = datetime.fromisoformat(item["created_at"])
+        updated = datetime.fromisoformat(item["updated_at"])
+        if search:
+            return SearchItem(namespace=ns.labels, key=key, value=value, created_at=created, updated_at=updated,
+                              score=score)
+        return Item(value=value, key=key, namespace=ns.labels, created_at=created, updated_at=updated)
+
+    # -- batches ------------------------------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run operations as LangGraph defines them: reads see the store as it was before the
+        batch, then the batch's puts and deletes are written (the last one per item wins)."""
+        plan = self._plan(ops)
+        texts = self._texts(plan.puts)
+        queries = {op.query for op, _ in plan.searches.values() if op.query}
+        vectors = (self.embeddings.embed_documents(list(texts)) if texts and self.embeddings else [])
+        query_vectors = ({q: self.embeddings.embed_query(q) for q in queries}
+                         if queries and self.embeddings and self.index_config else {})
+        return self._finish(plan, texts, vectors, query_vectors)
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """:meth:`batch`, with async embeddings; the git work runs in a worker thread."""
+        plan = await asyncio.to_thread(self._plan, list(ops))
+        texts = self._texts(plan.puts)
+        vectors: list[list[float]] = []
+        query_vectors: dict[str, list[float]] = {}
+        if self.embeddings is not None:
+            if texts:
+                vectors = await self.embeddings.aembed_documents(list(texts))
+            queries = [q for q in {op.query for op, _ in plan.searches.values() if op.query}]
+            if queries and self.index_config:
+                found = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries))
+                query_vectors = dict(zip(queries, found, strict=True))
+        return await asyncio.to_thread(self._finish, plan, texts, vectors, query_vectors)
+
+    def _plan(self, ops: Iterable[Op]) -> _Plan:
+        plan = _Plan()
+        now = _now()
+        for i, op in enumerate(ops):
+            if validate_op_namespace is not None:
+                validate_op_namespace(op)
+            if isinstance(op, GetOp):
+                plan.results.append(self._get(op, now, plan))
+            elif isinstance(op, SearchOp):
+                plan.searches[i] = (op, self._candidates(op, now, plan))
+                plan.results.append(None)
+            elif isinstance(op, ListNamespacesOp):
+                plan.results.append(self._list_namespaces(op, now))
+            elif isinstance(op, PutOp):
+                if not op.namespace:
+                    raise InvalidNamespaceError("Namespace cannot be empty.")
+                if op.value is not None:
+                    if not isinstance(op.value, dict):
+                        raise EncodingError(f"{op.namespace}/{op.key}", "a stored value must be a dict")
+                    encoding.check_value(dict(op.value), f"{'.'.join(op.namespace)}/{op.key}")
+                plan.puts[(tuple(op.namespace), str(op.key))] = op
+                plan.results.append(None)
+            else:
+                raise ValueError(f"Unknown operation type: {type(op)}")
+        return plan
+
+    def _lookup(self, namespace: tuple[str, ...]) -> _Ns | None:
+        if not namespace:
+            return None
+        return self._root(_branch(namespace[0])).namespaces.get(_ns_key(namespace))
+
+    def _touch(self, namespace: tuple[str, ...]) -> None:
+        """Remember a namespace read or deleted from before it holds anything: ``InMemoryStore``
+        lists such namespaces (and orders them by that first use), so this instance does too."""
+        if namespace and self._lookup(namespace) is None:
+            with self._lock:
+                self._touched.setdefault(tuple(namespace), SEQUENCE.next())
+
+    def _get(self, op: GetOp, now: datetime, plan: _Plan) -> Item | None:
+        namespace = tuple(op.namespace)
+        ns = self._lookup(namespace)
+        if ns is None:
+            self._touch(namespace)
+            return None
+        blob = ns.items.get(str(op.key))
+        if blob is None:
+            return None
+        item = self._item(blob)
+        if self._expired(item, now):
+            return None
+        if op.refresh_ttl:
+            plan.refresh(namespace, str(op.key), item)
+        return self._to_item(ns, str(op.key), item)
+
+    def _candidates(self, op: SearchOp, now: datetime, plan: _Plan) -> list[tuple[_Ns, str, dict[str, Any]]]:
+        prefix = tuple(op.namespace_prefix)
+        n = len(prefix)
+        out = []
+        for ns, _root in self._all_namespaces(prefix):
+            if ns.labels[:n] != prefix:
+                continue
+            rows = [(key, self._item(blob)) for key, blob in ns.items.items()]
+            rows.sort(key=lambda row: row[1]["seq"])
+            for key, item in rows:
+                if self._expired(item, now):
+                    continue
+                if op.filter and not all(_compare_values(item["value"].get(k), v) for k, v in op.filter.items()):
+                    continue
+                out.append((ns, key, item))
+        return out
+
+    def _list_namespaces(self, op: ListNamespacesOp, now: datetime) -> list[tuple[str, ...]]:
+        names = [ns.labels for ns, _root in self._all_namespaces()
+                 if not (self.ttl_config and self.ttl_config.get("omit_expired") and ns.items
+                         and all(self._expired(self._item(b), now) for b in ns.items.values()))]
+        with self._lock:
+            names += [t for t in self._touched if self._lookup(t) is None]
+        if op.match_conditions:
+            names = [ns for ns in names if all(_does_match(c, ns) for c in op.match_conditions)]
+        if op.max_depth is not None:
+            names = sorted({ns[: op.max_depth] for ns in names})
+        else:
+            names = sorted(names)
+        return names[op.offset: op.offset + op.limit]
+
+    def _texts(self, puts: dict[tuple[tuple[str, ...], str], PutOp]) -> dict[str, list[tuple[tuple[str, ...], str, str]]]:
+        """Texts to embed, as ``InMemoryStore`` extracts them (one entry per distinct text)."""
+        if not (puts and self.index_config and self.embeddings):
+            return {}
+        out: dict[str, list[tuple[tuple[str, ...], str, str]]] = {}
+        for op in puts.values():
+            if op.value is None or op.index is False:
+                continue
+            paths = (self.index_config["__tokenized_fields"] if op.index is None
+                     else [(ix, tokenize_path(ix)) for ix in op.index])
+            for path, tokens in paths:
+                texts = get_text_at_path(op.value, tokens)
+                if len(texts) > 1:
+                    for i, text in enumerate(texts):
+                        out.setdefault(text, []).append((tuple(op.namespace), str(op.key), f"{path}.{i}"))
+                elif texts:
+                    out.setdefault(texts[0], []).append((tuple(op.namespace), str(op.key), path))
+        return out
+
+    def _finish(self, plan: _Plan, texts: dict[str, list[tuple[tuple[str, ...], str, str]]],
+                vectors: list[list[float]], query_vectors: dict[str, list[float]]) -> list[Result]:
+        for i, (op, candidates) in plan.searches.items():
+            page = self._rank(op, candidates, query_vectors)
+            plan.results[i] = [self._to_item(ns, key, item, score, search=True) for score, (ns, key, item) in page]
+            if op.refresh_ttl:
+                for _score, (ns, key, item) in page:
+                    plan.refresh(ns.labels, key, item)
+        new_vectors: dict[tuple[tuple[str, ...], str], dict[str, list[float]]] = {}
+        indices = [index for entries in texts.values() for index in entries]
+        if len(indices) != len(vectors):
+            raise ValueError(f"Number of embeddings ({len(vectors)}) does not match number of indices ({len(indices)})")
+        for vector, (namespace, item_key, path) in zip(vectors, indices, strict=True):
+            new_vectors.setdefault((namespace, item_key), {})[path] = [float(x) for x in vector]
+        self._write_puts(plan.puts, new_vectors)
+        if plan.refreshes and self.ttl_config and self.ttl_config.get("refresh_on_read", True):
+            self._refresh(plan.refreshes)
+        return plan.results
+
+    def _rank(self, op: SearchOp, candidates: list[tuple[_Ns, str, dict[str, Any]]],
+              query_vectors: dict[str, list[float]]) -> list[tuple[float | None, tuple[_Ns, str, dict[str, Any]]]]:
+        """The page of results with scores, as ``InMemoryStore`` ranks: by best vector score (max
+        pooling) when there is a query and embeddings, then items without vectors; otherwise in
+        order."""
+        if not candidates:
+            return []
+        if not (op.query and query_vectors):
+            return [(None, cand) for cand in candidates[op.offset: op.offset + op.limit]]
+        query = query_vectors[op.query]
+        flat_items: list[tuple[_Ns, str, dict[str, Any]]] = []
+        flat_vectors: list[list[float]] = []
+        scoreless = []
+        for cand in candidates:
+            vecs = list((cand[2].get("vectors") or {}).values())
+            for vec in vecs:
+                flat_items.append(cand)
+                flat_vectors.append(vec)
+            if not vecs:
+                scoreless.append(cand)
+        scores = _cosine_similarity(query, flat_vectors)
+        ranked = sorted(zip(scores, flat_items, strict=True), key=lambda x: x[0], reverse=True)
+        seen: set[tuple[tuple[str, ...], str]] = set()
+        kept: list[tuple[float | None, tuple[_Ns, str, dict[str, Any]]]] = []
+        for score, cand in ranked:
+            ident = (cand[0].labels, cand[1])
+            if ident in seen:
+                continue
+            ix = len(seen)
+            seen.add(ident)
+            if ix >= op.offset + op.limit:
+                break
+            if ix < op.offset:
+                continue
+            kept.append((float(score), cand))
+        if scoreless and len(kept) < op.limit:
+            kept.extend((None, cand) for cand in scoreless[: op.limit - len(kept)])
+        return kept
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _write_puts(self, puts: dict[tuple[tuple[str, ...], str], PutOp],
+                    vectors: dict[tuple[tuple[str, ...], str], dict[str, list[float]]]) -> None:
+        by_root: dict[str, list[PutOp]] = {}
+        for (namespace, _key), op in puts.items():
+            if op.value is None and self._lookup(namespace) is None:
+                self._touch(namespace)  # deleting from a namespace that does not exist writes nothing
+                continue
+            by_root.setdefault(_branch(namespace[0]), []).append(op)
+        for root, ops in by_root.items():
+            self._commit_root(root, lambda ns_map, tx, ops=ops: self._apply(ns_map, tx, ops, vectors),
+                              trigger=_trigger(ops), metadata={"puts": sum(op.value is not None for op in ops),
+                                                               "deletes": sum(op.value is None for op in ops)})
+
+    def _apply(self, namespaces: dict[str, _Ns], tx: Transaction, ops: list[PutOp],
+               vectors: dict[tuple[tuple[str, ...], str], dict[str, list[float]]]) -> bool:
+        now = _now().isoformat()
+        changed = False
+        for op in ops:
+            namespace = tuple(op.namespace)
+            key = str(op.key)
+            ns_key = _ns_key(namespace)
+            ns = namespaces.get(ns_key)
+            if op.value is None:
+                if ns is not None and key in ns.items:
+                    del ns.items[key]
+                    ns.tree = None
+                    changed = True
+                continue
+            if ns is None:
+                with self._lock:
+                    seq = self._touched.pop(namespace, None)
+                ns = namespaces[ns_key] = _Ns(namespace, seq if seq is not None else SEQUENCE.next())
+            old = self._item(ns.items[key]) if key in ns.items else None
+            item: dict[str, Any] = {
+                "value": dict(op.value), "created_at": old["created_at"] if old else now, "updated_at": now,
+                "seq": old["seq"] if old else SEQUENCE.next(),
+            }
+            merged = {**((old or {}).get("vectors") or {}), **vectors.get((namespace, key), {})}
+            if merged:
+                item["vectors"] = merged  # as InMemoryStore, vectors of earlier puts stay unless replaced
+            ttl = getattr(op, "ttl", None)
+            if ttl is not None:
+                item["ttl"] = ttl
+                item["expires_at"] = (_now() + timedelta(minutes=ttl)).isoformat()
+            data = encoding.dumps(item, f"{ns_key}/{key}")
+            ns.items[key] = oid = tx.blob(data)
+            self._remember_item(oid, encoding.loads(data, oid))
+            ns.tree = None
+            changed = True
+        return changed
+
+    def _remember_item(self, oid: str, item: dict[str, Any]) -> None:
+        with self._lock:
+            self._items[oid] = item
+            while len(self._items) > 65536:
+                self._items.popitem(last=False)
+
+    def _commit_root(self, root: str, change: Any, *, trigger: str, metadata: dict[str, Any]) -> None:
+        """One checkpoint on the root's branch: ``change(namespaces, tx)`` edits the parsed
+        namespaces of the tip read at write time (re-run if another writer moved it)."""
+        run = self._handle.ensure()
+        store = self.store
+        ref = self._branch_ref(root)
+
+        def build(tx: Transaction) -> Any:
+            tip = store.read_ref(ref)
+            parsed = _Root(tip) if tip is None else self._parse(tip)
+            namespaces = {k: ns.copy() for k, ns in parsed.namespaces.items()}
+            if not change(namespaces, tx):
+                return None
+            writer = StateWriter(tx.writer)
+            ns_entries = []
+            for ns_key, ns in namespaces.items():
+                ns_tree = ns.tree
+                if ns_tree is None:  # unchanged namespaces keep their tree (read from the tip)
+                    items_tree = tx.tree([(encode_component(k) + LEAF, oid, MODE_BLOB) for k, oid in ns.items.items()])
+                    ns_tree = writer.mapping({"namespace": list(ns.labels), "seq": ns.seq,
+                                              "items": Written(MAP, items_tree)})
+                ns_entries.append((encode_component(ns_key) + MAP, ns_tree, MODE_TREE))
+            state = writer.mapping({"format": KIND, "v": frameworks.VERSION,
+                                    "namespaces": Written(MAP, tx.tree(ns_entries))})
+            return run.stage_checkpoint(tx, tip, (cpfmt.STATE_TREE, state, MODE_TREE), branch=root, node="memory",
+                                        trigger=trigger, metadata=metadata)
+
+        cp = store.write(build)
+        if cp is not None:
+            store.remember(cp)
+
+    def _refresh(self, refreshes: dict[tuple[tuple[str, ...], str], str]) -> None:
+        by_root: dict[str, list[tuple[tuple[str, ...], str]]] = {}
+        for namespace, key in refreshes:
+            by_root.setdefault(_branch(namespace[0]), []).append((namespace, key))
+
+        for root, wanted in by_root.items():
+            def change(namespaces: dict[str, _Ns], tx: Transaction, wanted: list[Any] = wanted) -> bool:
+                changed = False
+                for namespace, key in wanted:
+                    ns = namespaces.get(_ns_key(namespace))
+                    if ns is None or key not in ns.items:
+                        continue
+                    item = dict(self._item(ns.items[key]))
+                    if item.get("ttl") is None:
+                        continue
+                    item["expires_at"] = (_now() + timedelta(minutes=item["ttl"])).isoformat()
+                    ns.items[key] = tx.blob(encoding.dumps(item, key))
+                    ns.tree = None
+                    changed = True
+                return changed
+
+            self._commit_root(root, change, trigger="refresh_ttl", metadata={"refreshed": len(wanted)})
+
+    # -- TTL ----------------------------------------------------------------------------------
+
+    def sweep_ttl(self) -> int:
+        """Delete the items whose TTL has expired (one commit per root); returns how many."""
+        now = _now()
+        removed = 0
+        for root in self._root_names():
+            count = [0]
+
+            def change(namespaces: dict[str, _Ns], _tx: Transaction, count: list[int] = count) -> bool:
+                count[0] = 0
+                for ns in namespaces.values():
+                    for key, blob in list(ns.items.items()):
+                        expires = self._item(blob).get("expires_at")
+                        if isinstance(expires, str) and datetime.fromisoformat(expires) < now:
+                            del ns.items[key]
+                            ns.tree = None
+                            count[0] += 1
+                return count[0] > 0
+
+            self._commit_root(root, change, trigger="sweep_ttl", metadata={})
+            removed += count[0]
+        return removed
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: int | None = None) -> threading.Thread | None:
+        """Sweep expired items every ``sweep_interval_minutes`` (default: the TTL config's, else 5)
+        in a daemon thread, until :meth:`stop_ttl_sweeper`."""
+        if self._sweeper is not None and self._sweeper.is_alive():
+            return self._sweeper
+        interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.wait(interval * 60):
+                try:
+                    self.sweep_ttl()
+                except Exception:  # noqa: BLE001 - a failed sweep is retried at the next interval
+                    continue
+
+        self._sweeper = threading.Thread(target=loop, name="gitstate-ttl-sweeper", daemon=True)
+        self._sweeper.start()
+        return self._sweeper
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; whether it has stopped."""
+        if self._sweeper is None:
+            return True
+        self._stop.set()
+        self._sweeper.join(timeout)
+        stopped = not self._sweeper.is_alive()
+        if stopped:
+            self._sweeper = None
+        return stopped
+
+
+class _Plan:
+    """What a batch read and what it will write."""
+
+    def __init__(self) -> None:
+        self.results: list[Result] = []
+        self.puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        self.searches: dict[int, tuple[SearchOp, list[tuple[_Ns, str, dict[str, Any]]]]] = {}
+        self.refreshes: dict[tuple[tuple[str, ...], str], str] = {}
+
+    def refresh(self, namespace: tuple[str, ...], key: str, item: dict[str, Any]) -> None:
+        if item.get("ttl") is not None:
+            self.refreshes[(namespace, key)] = item["expires_at"]
+
+
+def _trigger(ops: Sequence[PutOp]) -> str:
+    puts = any(op.value is not None for op in ops)
+    deletes = any(op.value is None for op in ops)
+    return "put+delete" if puts and deletes else "put" if puts else "delete"
+
+
+def _does_match(condition: MatchCondition, key: tuple[str, ...]) -> bool:
+    """Whether a namespace matches a prefix/suffix condition (``*`` matches any label)."""
+    path = condition.path
+    if len(key) < len(path):
+        return False
+    if condition.match_type == "prefix":
+        pairs = zip(key, path, strict=False)
+    elif condition.match_type == "suffix":
+        pairs = zip(reversed(key), reversed(path), strict=False)
+    else:
+        raise ValueError(f"Unsupported match type: {condition.match_type}")
+    return all(p == "*" or k == p for k, p in pairs)
+
+
+def _compare_values(item_value: Any, filter_value: Any) -> bool:
+    """A filter value against an item value, JSONB-like (as ``InMemoryStore`` compares)."""
+    if isinstance(filter_value, dict):
+        if any(k.startswith("$") for k in filter_value):
+            return all(_apply_operator(item_value, k, v) for k, v in filter_value.items())
+        if not isinstance(item_value, dict):
+            return False
+        return all(_compare_values(item_value.get(k), v) for k, v in filter_value.items())
+    if isinstance(filter_value, list | tuple):
+        return (isinstance(item_value, list | tuple) and len(item_value) == len(filter_value)
+                and all(_compare_values(i, f) for i, f in zip(item_value, filter_value, strict=False)))
+    return bool(item_value == filter_value)
+
+
+def _apply_operator(value: Any, operator: str, op_value: Any) -> bool:
+    if operator == "$eq":
+        return bool(value == op_value)
+    if operator == "$gt":
+        return float(value) > float(op_value)
+    if operator == "$gte":
+        return float(value) >= float(op_value)
+    if operator == "$lt":
+        return float(value) < float(op_value)
+    if operator == "$lte":
+        return float(value) <= float(op_value)
+    if operator == "$ne":
+        return bool(value != op_value)
+    raise ValueError(f"Unsupported operator: {operator}")
+
+
+def _cosine_similarity(x: list[float], ys: list[list[float]]) -> list[float]:
+    """Cosine similarity of ``x`` with each of ``ys``, computed as ``InMemoryStore`` computes it
+    (with NumPy when it is installed), so scores are equal."""
+    if not ys:
+        return []
+    if util.find_spec("numpy") is not None:
+        import numpy as np
+
+        xa, ya = np.array(x), np.array(ys)
+        x_norm = np.linalg.norm(xa)
+        y_norm = np.linalg.norm(ya, axis=1)
+        mask = y_norm != 0
+        out = np.zeros_like(y_norm)
+        out[mask] = np.dot(ya[mask], xa) / (y_norm[mask] * x_norm)
+        return cast(list[float], out.tolist())
+    scores = []
+    for y in ys:
+        dot = sum(a * b for a, b in zip(x, y, strict=False))
+        n1 = sum(a * a for a in x) ** 0.5
+        n2 = sum(a * a for a in y) ** 0.5
+        scores.append(dot / (n1 * n2) if n1 > 0 and n2 > 0 else 0.0)
+    return scores

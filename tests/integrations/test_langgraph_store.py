@@ -1,0 +1,283 @@
+"""gitstate.langgraph.GitStore against LangGraph's own InMemoryStore: the same put/get/search/
+delete/list_namespaces operations (seeded random sequences, batches, async, semantic search with an
+embedding function) give the same results; every change is a commit on the namespace root's branch
+that push/pull share; TTL; a compiled graph with GitCheckpointSaver and GitStore runs end to end."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from conftest import git, make_repo
+from langgraph.graph import END, START, StateGraph
+from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
+from langgraph.store.memory import InMemoryStore
+
+import gitstate
+from gitstate.langgraph import GitCheckpointSaver, GitStore
+from gitstate.verify import verify
+
+NAMESPACES = [("users", "1"), ("users", "2"), ("docs",), ("users", "1", "notes"), ("x", "y", "z"), ("docs", "a")]
+TEXTS = ["apple pie", "banana", "cherry", "a b c", "apple"]
+
+
+def embed(texts: Any) -> list[list[float]]:
+    """A deterministic embedding function (no network)."""
+    return [[float(len(t)), float(sum(map(ord, t)) % 97), float(t.count("a")) + 1.0, float(t.count(" "))]
+            for t in texts]
+
+
+INDEX: Any = {"dims": 4, "embed": embed, "fields": ["text"]}
+
+
+def view(result: Any) -> Any:
+    """What both stores must agree on (timestamps differ by construction)."""
+    if result is None:
+        return None
+    if isinstance(result, list):
+        return [view(r) for r in result]
+    if isinstance(result, tuple):
+        return result
+    return (result.namespace, result.key, result.value, getattr(result, "score", "-"))
+
+
+def random_ops(rnd: random.Random, count: int, semantic: bool) -> list[tuple[str, Any, dict[str, Any]]]:
+    ops: list[tuple[str, Any, dict[str, Any]]] = []
+    for _ in range(count):
+        ns = rnd.choice(NAMESPACES)
+        key = rnd.choice("abcde")
+        r = rnd.random()
+        if r < 0.4:
+            value = {"text": rnd.choice(TEXTS), "n": rnd.randint(0, 5), "tags": {"t": rnd.choice([1, 2])},
+                     "list": [rnd.randint(0, 2)]}
+            ops.append(("put", (ns, key, value), {"index": rnd.choice([None, None, False, ["text"]])}))
+        elif r < 0.5:
+            ops.append(("delete", (ns, key), {}))
+        elif r < 0.65:
+            ops.append(("get", (rnd.choice([*NAMESPACES, ("never",)]), key), {}))
+        elif r < 0.87:
+            kw: dict[str, Any] = {
+                "filter": rnd.choice([None, {"n": 3}, {"n": {"$gt": 2}}, {"n": {"$lte": 1, "$ne": 0}},
+                                      {"tags": {"t": 1}}, {"list": [1]}, {"missing": None}]),
+                "limit": rnd.choice([1, 3, 10]), "offset": rnd.choice([0, 1, 2])}
+            if semantic and rnd.random() < 0.5:
+                kw["query"] = rnd.choice(TEXTS)
+            ops.append(("search", rnd.choice([(), ("users",), ("users", "1"), ("docs",), ("nope",)]), kw))
+        else:
+            ops.append(("list", None, {"prefix": rnd.choice([None, ("users",), ("docs",)]),
+                                       "suffix": rnd.choice([None, ("1",), ("*", "z")]),
+                                       "max_depth": rnd.choice([None, 1, 2]), "limit": rnd.choice([100, 2]),
+                                       "offset": rnd.choice([0, 1])}))
+    return ops
+
+
+def apply(store: BaseStore, ops: list[tuple[str, Any, dict[str, Any]]]) -> list[Any]:
+    out = []
+    for op, args, kw in ops:
+        if op == "put":
+            out.append(store.put(*args, **kw))
+        elif op == "delete":
+            out.append(store.delete(*args))
+        elif op == "get":
+            out.append(view(store.get(*args)))
+        elif op == "search":
+            out.append(view(store.search(args, **kw)))
+        else:
+            out.append(store.list_namespaces(**kw))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("semantic", [False, True])
+def test_random_operations_match_in_memory_store(repo: Path, seed: int, semantic: bool) -> None:
+    ops = random_ops(random.Random(seed), 120, semantic)
+    index = INDEX if semantic else None
+    ours = apply(GitStore.from_path(repo, index=index), ops)
+    theirs = apply(InMemoryStore(index=index), ops)
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+        assert a == b, (i, ops[i])
+    # a fresh instance (another process) reads the same items
+    fresh = GitStore.from_path(repo, index=index)
+    reference = InMemoryStore(index=index)
+    apply(reference, ops)
+    assert view(fresh.search((), limit=1000)) == view(reference.search((), limit=1000))
+
+
+def test_bar_mixed_sequence_and_batches(repo: Path) -> None:
+    ours, theirs = GitStore.from_path(repo), InMemoryStore()
+    for store in (ours, theirs):
+        store.put(("users", "1"), "prefs", {"theme": "dark", "n": 1})
+        store.put(("users", "2"), "prefs", {"theme": "light", "n": 2})
+        store.put(("docs",), "d1", {"text": "hello", "n": 3})
+    batch = [GetOp(("users", "1"), "prefs"), PutOp(("users", "1"), "prefs", {"theme": "blue", "n": 5}),
+             GetOp(("users", "1"), "prefs"), SearchOp(("users",), filter={"n": {"$gte": 2}}),
+             PutOp(("docs",), "d1", None), ListNamespacesOp(match_conditions=(), max_depth=None, limit=10, offset=0),
+             PutOp(("users", "1"), "prefs", {"theme": "green", "n": 6}), GetOp(("docs",), "d1")]
+    assert view(ours.batch(batch)) == view(theirs.batch(batch))  # reads see the store before the batch
+    for store in (ours, theirs):
+        store.delete(("users", "2"), "prefs")
+    checks = [lambda s: view(s.get(("users", "1"), "prefs")), lambda s: view(s.get(("docs",), "d1")),
+              lambda s: view(s.search(("users",))), lambda s: s.list_namespaces(),
+              lambda s: s.list_namespaces(prefix=("users",), max_depth=1)]
+    for check in checks:
+        assert check(ours) == check(theirs)
+
+
+async def test_async_api_matches(repo: Path) -> None:
+    ours, theirs = GitStore.from_path(repo, index=INDEX), InMemoryStore(index=INDEX)
+    for store in (ours, theirs):
+        for i, text in enumerate(TEXTS):
+            await store.aput(("docs", str(i % 2)), f"k{i}", {"text": text})
+        await store.adelete(("docs", "0"), "k2")
+    assert view(await ours.asearch(("docs",), query="apple", limit=3)) == view(
+        await theirs.asearch(("docs",), query="apple", limit=3))
+    assert view(await ours.aget(("docs", "1"), "k1")) == view(await theirs.aget(("docs", "1"), "k1"))
+    assert await ours.alist_namespaces() == await theirs.alist_namespaces()
+
+
+def test_memory_has_history_and_travels(tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    here, there = make_repo(tmp_path / "here"), make_repo(tmp_path / "there")
+    for repo in (here, there):
+        git(repo, "remote", "add", "origin", str(remote))
+        git(repo, "config", "agentos.pushRemotes", "origin")
+    mine = GitStore.from_path(here)
+    mine.put(("users", "1"), "prefs", {"theme": "dark"})
+    mine.put(("users", "1"), "prefs", {"theme": "light"})
+    mine.put(("docs",), "d", {"text": "x"})
+    mine.delete(("docs",), "d")
+    log = git(here, "log", "--format=%s", "refs/agentos/main/runs/langgraph-store/heads/users").splitlines()
+    assert log == ["memory · step 1 · put", "memory · step 0 · put"]
+    assert len(git(here, "log", "--oneline", "refs/agentos/main/runs/langgraph-store/heads/docs").splitlines()) == 2
+    store = gitstate.open_store(here)
+    assert store.get_run("langgraph-store").workflow == "langgraph-store"
+    first = list(store.get_run("langgraph-store").history("users"))[-1]
+    assert first.state["namespaces"]["users.1"]["items"]["prefs"]["value"] == {"theme": "dark"}
+    gitstate.push(store, "origin")
+    gitstate.pull(gitstate.open_store(there), "origin")
+    theirs = GitStore.from_path(there)
+    got = theirs.get(("users", "1"), "prefs")
+    assert got is not None and got.value == {"theme": "light"}
+    assert theirs.list_namespaces() == [("docs",), ("users", "1")]
+    assert verify(gitstate.open_store(there)).ok
+
+
+def test_two_processes_write_one_root(repo: Path) -> None:
+    script = textwrap.dedent("""
+        import sys
+        from gitstate.langgraph import GitStore
+        s = GitStore.from_path(sys.argv[2])
+        for i in range(25):
+            s.put(("shared", sys.argv[1]), f"k{i}", {"i": i})
+            s.put(("shared",), f"{sys.argv[1]}{i}", {"i": i})
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, tag, str(repo)]) for tag in ("a", "b")]
+    assert [p.wait(timeout=180) for p in procs] == [0, 0]
+    store = GitStore.from_path(repo)
+    assert len(store.search(("shared",), limit=1000)) == 100
+    assert store.list_namespaces() == [("shared",), ("shared", "a"), ("shared", "b")]
+
+
+def test_unusual_names(repo: Path) -> None:
+    ours, theirs = GitStore.from_path(repo), InMemoryStore()
+    names = [(("a/b", "c%d", "é ü"), ""), (("a/b", "c%d", "é ü"), "k/e y"), (("r" * 300, "sub"), "k" * 300)]
+    for store in (ours, theirs):
+        for i, (ns, key) in enumerate(names):
+            store.put(ns, key, {"i": i, "v": [1, 2.5, None, True, {"x": "y"}]})
+    assert view(ours.search((), limit=10)) == view(theirs.search((), limit=10))
+    assert ours.list_namespaces(max_depth=2) == theirs.list_namespaces(max_depth=2)
+    fresh = GitStore.from_path(repo)
+    assert view(fresh.get(("r" * 300, "sub"), "k" * 300)) == view(theirs.get(("r" * 300, "sub"), "k" * 300))
+    assert view(fresh.search(("r" * 300,))) == view(theirs.search(("r" * 300,)))
+
+
+def test_ttl(repo: Path) -> None:
+    store = GitStore.from_path(repo, ttl={"refresh_on_read": True, "omit_expired": True})
+    assert store.supports_ttl
+    store.put(("t",), "short", {"v": 1}, ttl=0.0005)  # 30 ms
+    store.put(("t",), "long", {"v": 2}, ttl=60)
+    store.put(("t",), "forever", {"v": 3})
+    run = gitstate.open_store(repo).get_run("langgraph-store")
+    before = run.tip("t")
+    assert store.get(("t",), "long") is not None
+    assert run.tip("t") != before  # reading refreshed the expiry: one commit
+    time.sleep(0.1)
+    assert store.get(("t",), "short") is None  # expired items are omitted
+    assert [i.key for i in store.search(("t",))] == ["long", "forever"]
+    assert store.sweep_ttl() == 1
+    plain = GitStore.from_path(repo)
+    assert [i.key for i in plain.search(("t",))] == ["long", "forever"]
+    with pytest.raises(NotImplementedError):
+        InMemoryStore().put(("t",), "x", {"v": 1}, ttl=1)  # the reference store has no TTL at all
+
+
+def test_bad_input_writes_nothing(repo: Path) -> None:
+    store = GitStore.from_path(repo)
+    store.put(("a",), "ok", {"v": 1})
+    tip = gitstate.open_store(repo).get_run("langgraph-store").tip("a")
+    with pytest.raises(gitstate.EncodingError):
+        store.batch([PutOp(("a",), "x", {"v": 2}), PutOp(("b",), "bad", {"v": object()})])
+    assert gitstate.open_store(repo).get_run("langgraph-store").tip("a") == tip
+    assert store.get(("a",), "x") is None
+    with pytest.raises(InvalidNamespaceError):
+        store.put(("a.b",), "k", {"v": 1})
+    with pytest.raises(InvalidNamespaceError):
+        store.put((), "k", {"v": 1})
+    gitstate.open_store(repo).create_run(workflow="openai-agents", run_id="taken")
+    with pytest.raises(gitstate.ForeignRunError):
+        GitStore.from_path(repo, name="taken").put(("a",), "k", {"v": 1})
+    run = gitstate.open_store(repo).get_run("langgraph-store")
+    head = run.head("a")
+    assert head is not None
+    state = head.state
+    state["namespaces"]["a"]["items"]["ok"]["seq"] = "not a number"
+    run.checkpoint(state, branch="a")
+    with pytest.raises(gitstate.CorruptObjectError):
+        GitStore.from_path(repo).get(("a",), "ok")
+    assert any("langgraph-store state" in p.message for p in verify(gitstate.open_store(repo)).problems)
+
+
+class Chat(TypedDict):
+    user: str
+    question: str
+    answer: str
+
+
+def remember(state: Chat, *, store: BaseStore) -> dict[str, Any]:
+    store.put(("memories", state["user"]), f"q{len(store.search(('memories', state['user'])))}",
+              {"text": state["question"]})
+    return {}
+
+
+def answer(state: Chat, *, store: BaseStore) -> dict[str, Any]:
+    seen = [item.value["text"] for item in store.search(("memories", state["user"]))]
+    return {"answer": f"I remember {len(seen)}: " + ", ".join(seen)}
+
+
+def test_graph_with_saver_and_store(repo: Path) -> None:
+    builder = StateGraph(Chat)
+    builder.add_node("remember", remember)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "remember")
+    builder.add_edge("remember", "answer")
+    builder.add_edge("answer", END)
+    graph = builder.compile(checkpointer=GitCheckpointSaver.from_path(repo), store=GitStore.from_path(repo))
+    graph.invoke({"user": "ada", "question": "what is git?", "answer": ""}, {"configurable": {"thread_id": "t1"}})
+    out = graph.invoke({"user": "ada", "question": "and gitstate?", "answer": ""},
+                       {"configurable": {"thread_id": "t2"}})
+    assert out["answer"] == "I remember 2: what is git?, and gitstate?"
+    store = gitstate.open_store(repo)
+    assert {s.id: s.workflow for s in store.list_runs()} == {"t1": "langgraph", "t2": "langgraph",
+                                                              "langgraph-store": "langgraph-store"}
+    # a new process (fresh graph objects) finds the memory and the thread state
+    again = builder.compile(checkpointer=GitCheckpointSaver.from_path(repo), store=GitStore.from_path(repo))
+    snapshot = again.get_state({"configurable": {"thread_id": "t2"}})
+    assert snapshot.values["answer"] == out["answer"]
+    assert verify(store).ok
