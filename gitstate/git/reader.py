@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pygit2
 from pygit2.enums import ObjectType
@@ -204,16 +205,27 @@ class ObjectReader:
         if damage:
             raise CorruptObjectError(oid, damage)
 
+    def _odb(self, key: str, call: Callable[[str], tuple[Any, Any]]) -> tuple[Any, Any]:
+        """``call(key)`` on the object database, after the loose-object guard; a miss or a read
+        error is retried once after the pack list is refreshed (another process may have merged
+        packs away meanwhile), then reported as :class:`CorruptObjectError`."""
+        self._guard(key)
+        for attempt in (0, 1):
+            try:
+                return call(key)
+            except KeyError as exc:
+                if attempt:
+                    raise CorruptObjectError(key, "missing from the object database") from exc
+            except (pygit2.GitError, ValueError, OSError) as exc:
+                if attempt:
+                    raise CorruptObjectError(key, f"unreadable: {exc}") from exc
+            refresh_packs(self.repo)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def read(self, oid: str | pygit2.Oid, expect: ObjectType | None = None) -> tuple[ObjectType, bytes]:
         """The type and raw body of an object, checked: present, undamaged, of type ``expect``."""
         key = str(oid)
-        self._guard(key)
-        try:
-            kind, data = self.repo.odb.read(key)
-        except KeyError as exc:
-            raise CorruptObjectError(key, "missing from the object database") from exc
-        except (pygit2.GitError, ValueError, OSError) as exc:
-            raise CorruptObjectError(key, f"unreadable: {exc}") from exc
+        kind, data = self._odb(key, self.repo.odb.read)
         kind = ObjectType(kind)
         if expect is not None and kind != expect:
             raise CorruptObjectError(key, f"expected a {_KIND_NAMES[expect]}, found {_KIND_NAMES.get(kind, kind)}")
@@ -221,14 +233,7 @@ class ObjectReader:
 
     def header(self, oid: str | pygit2.Oid) -> tuple[ObjectType, int]:
         """The type and size of an object without reading its body."""
-        key = str(oid)
-        self._guard(key)
-        try:
-            kind, size = self.repo.odb.read_header(key)
-        except KeyError as exc:
-            raise CorruptObjectError(key, "missing from the object database") from exc
-        except (pygit2.GitError, ValueError, OSError) as exc:
-            raise CorruptObjectError(key, f"unreadable: {exc}") from exc
+        kind, size = self._odb(str(oid), self.repo.odb.read_header)
         return ObjectType(kind), int(size)
 
     def exists(self, oid: str) -> bool:
@@ -281,6 +286,15 @@ class ObjectReader:
                     todo.append((path + "/", item.id, depth + 1))
 
 
+def refresh_packs(repo: pygit2.Repository) -> None:
+    """Make libgit2 rescan the pack folder now (it adds packs written by other processes)."""
+    for backend in repo.odb.backends:
+        try:
+            backend.refresh()
+        except (pygit2.GitError, OSError):
+            pass
+
+
 def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdef" for c in text.lower())
 
@@ -293,11 +307,7 @@ def expand_id(repo: pygit2.Repository, ref: str) -> str:
     if len(ref) < 40:
         # libgit2 rescans the pack folder only on a miss: a prefix that one known pack matches would
         # hide a newer pack's object with the same prefix (a wrong answer, or a missed ambiguity)
-        for backend in repo.odb.backends:
-            try:
-                backend.refresh()
-            except (pygit2.GitError, OSError):
-                pass
+        refresh_packs(repo)
     try:
         oid = str(repo.expand_id(ref.lower()))
     except KeyError:
