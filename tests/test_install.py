@@ -38,11 +38,13 @@ def test_wheel_holds_every_package_and_a_regular_install_imports_them(tmp_path: 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", f"{wheel}[langgraph]"], check=True, timeout=600)
+    # every extra the dev install has (CrewAI pins an older openai and is tested in its own venv)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", f"{wheel}[langgraph,openai-agents,agent-framework]"],
+                   check=True, timeout=900)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     code = ("import importlib, sys\n"
-            f"mods = {_modules()!r}\n"
+            f"mods = {[m for m in _modules() if m != 'gitstate.crewai']!r}\n"
             "for m in mods:\n    importlib.import_module(m)\n"
             "import gitstate, gitstate.langgraph\n"
             "assert gitstate.__file__.startswith(sys.prefix), gitstate.__file__\n"
@@ -51,7 +53,7 @@ def test_wheel_holds_every_package_and_a_regular_install_imports_them(tmp_path: 
     done = subprocess.run([str(py), "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    assert int(done.stdout.strip()) == len(_modules())
+    assert int(done.stdout.strip()) == len(_modules()) - 1  # all but gitstate.crewai (its own venv)
     repo = tmp_path / "repo"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     cli = subprocess.run(["git", "agentos", "runs", "--json"], cwd=repo, env=env, capture_output=True,

@@ -95,6 +95,8 @@ def make_demo(repo: Path) -> dict[str, Any]:
                    branch="retry", node="test")
     try:
         with run.node("deploy"):
+            run.checkpoint({"messages": [{"role": "assistant", "content": "deploying"}], "plan": "deploy"},
+                           node="deploy")
             raise RuntimeError("deploy failed")
     except RuntimeError:
         pass

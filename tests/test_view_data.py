@@ -164,7 +164,7 @@ def busy(store: gitstate.Store, repo: Path) -> gitstate.Run:
     except RuntimeError:
         pass
     tip_before = run.tip()
-    run.rollback(list(run.history())[3].id)  # back to the edit node's exit: deploy is rolled back
+    run.rollback(run.load("node:edit").id)  # back to the edit node's exit: deploy is rolled back
     run.checkpoint({"messages": ["hi", "patched", "fixed"]}, node="fix", status="completed")
     assert tip_before is not None
     run.files.write("notes.md", "a\nb\n", author="agent:one", reason="first notes")

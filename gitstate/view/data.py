@@ -145,6 +145,7 @@ class GraphData:
     dimmed: set[str]
     branches: list[dict[str, Any]]
     tips: frozenset[str] = frozenset()
+    failed_exits: frozenset[str] = frozenset()  # exits of failed nodes, also on rolled-back lines
 
 
 @dataclass(frozen=True)
@@ -536,8 +537,14 @@ class ViewData:
                 branch, message, when = lines[oid]
                 refs.setdefault(oid, []).append({"name": f"{branch} (reflog)", "kind": "reflog",
                                                  "message": message, "time": when})
+        failed: set[str] = set()
+        for name, _oid in ordered_heads:  # node logs keep failed nodes whose line was rolled back
+            try:
+                failed.update(r.exit for r in run.node_log(name).records() if r.status == "failed" and r.exit)
+            except GitStateError:
+                continue
         data = GraphData(rows, width, {r.id: i for i, r in enumerate(rows)}, refs, dimmed, branches,
-                         frozenset(starts))
+                         frozenset(starts), frozenset(failed))
         with self._lock:
             self._graphs[(run.worktree, run.id)] = (key, data)
         return data
@@ -562,6 +569,8 @@ class ViewData:
             item["short"] = row.id[:12]
             item["refs"] = data.refs.get(row.id, [])
             item["reflog"] = row.id in data.dimmed
+            if row.id in data.failed_exits:
+                item["node_status"] = "failed"
             rows.append(item)
         refnames = " ".join(git_quote(b["ref"]) for b in data.branches)
         return {"run": self.run_info(run), "total": len(data.rows), "offset": offset, "width": data.width,
