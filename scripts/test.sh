@@ -16,4 +16,4 @@ export PATH="$PWD/.venv/bin:$PATH"
 python3 -m venv .venv-crewai
 .venv-crewai/bin/python -m pip install -q --upgrade pip
 .venv-crewai/bin/python -m pip install -q -e '.[crewai]' 'pytest>=8' 'pytest-asyncio>=0.23'
-.venv-crewai/bin/python -m pytest -q tests_crewai
+.venv-crewai/bin/python -m pytest tests_crewai
