@@ -125,16 +125,25 @@ def read_commit(reader: ObjectReader, oid: str) -> CommitData:
     return reader.commit(oid)
 
 
+def read_payload(reader: ObjectReader, commit: CommitData, name: str, kind: str, what: str) -> dict[str, Any]:
+    """Decode the payload blob ``name`` of a commit's tree as a map of format ``kind`` (a
+    :class:`CorruptObjectError` naming ``what`` the commit should be when it is missing, not a
+    map, or of another kind; :class:`UnsupportedFormatError` for a newer version)."""
+    oid = commit.id
+    entry = reader.tree(commit.tree_id).get(name)
+    if entry is None or entry.type_str != "blob":
+        raise CorruptObjectError(oid, f"not a {what} (no {name})")
+    payload = StateReader(reader).blob_value(entry.id)
+    if not isinstance(payload, dict):
+        raise CorruptObjectError(oid, f"{name} of a {what} is not a map")
+    check_format(payload, kind, oid)
+    return payload
+
+
 def read_meta(reader: ObjectReader, commit: CommitData) -> dict[str, Any]:
     """Decode and validate the ``meta.cbor`` of a checkpoint commit."""
     oid = commit.id
-    entry = reader.tree(commit.tree_id).get(META)
-    if entry is None or entry.type_str != "blob":
-        raise CorruptObjectError(oid, f"not a gitstate checkpoint (no {META})")
-    meta = StateReader(reader).blob_value(entry.id)
-    if not isinstance(meta, dict):
-        raise CorruptObjectError(oid, f"{META} is not a map")
-    check_format(meta, CHECKPOINT_KIND, oid)
+    meta = read_payload(reader, commit, META, CHECKPOINT_KIND, "gitstate checkpoint")
     step = meta.get("step")
     if not isinstance(meta.get("run"), str) or not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise CorruptObjectError(oid, f"{META} lacks a run id or a valid step")

@@ -43,13 +43,6 @@ _FALLBACK_NAME = "gitstate"
 _FALLBACK_EMAIL = "gitstate@localhost"
 
 
-def _config_true(repo: pygit2.Repository, key: str) -> bool:
-    try:
-        config = repo.config
-        return key in config and config.get_bool(key)
-    except (pygit2.GitError, KeyError, ValueError):
-        return False
-
 
 class StoreCore:
     """The plumbing of a store: repository handles, the guarded reader, the one write path

@@ -35,9 +35,8 @@ from gitstate.errors import (
     UsageError,
 )
 from gitstate.format import encoding
-from gitstate.format.checkpoint import FORMAT_VERSION, check_format, parse_time, trailer_value
+from gitstate.format.checkpoint import FORMAT_VERSION, parse_time, read_payload, trailer_value
 from gitstate.format.names import MAX_COMPONENT, decode_component, encode_component, run_prefix
-from gitstate.format.statetree import StateReader
 from gitstate.git.objects import MODE_BLOB
 from gitstate.git.reader import ObjectReader, Signature
 from gitstate.git.refs import list_refs, read_ref
@@ -91,14 +90,7 @@ def _hashed(path: str) -> str:
 def read_meta(reader: ObjectReader, oid: str) -> dict[str, Any]:
     """Decode and check the ``meta.cbor`` of one session-file version commit
     (:class:`CorruptObjectError` / :class:`UnsupportedFormatError` when it is not a sound one)."""
-    commit = reader.commit(oid)
-    entry = reader.tree(commit.tree_id).get(META)
-    if entry is None or entry.type_str != "blob":
-        raise CorruptObjectError(oid, f"session file version has no {META}")
-    meta = StateReader(reader).blob_value(entry.id)
-    if not isinstance(meta, dict):
-        raise CorruptObjectError(oid, f"{META} is not a map")
-    check_format(meta, FILE_KIND, oid)
+    meta = read_payload(reader, reader.commit(oid), META, FILE_KIND, "session file version")
     version, path = meta.get("version"), meta.get("path")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1 or not isinstance(path, str):
         raise CorruptObjectError(oid, "session file version lacks a path or version")

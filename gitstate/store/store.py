@@ -27,10 +27,9 @@ from gitstate.errors import (
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import encoding
 from gitstate.format import nodes as nodefmt
-from gitstate.format.checkpoint import Checkpoint, check_format, parse_time
+from gitstate.format.checkpoint import Checkpoint, parse_time
 from gitstate.format.names import NAMESPACE, check_name, parse_ref, run_info_ref, run_prefix, worktree_prefix
 from gitstate.format.nodes import NodeRecord
-from gitstate.format.statetree import StateReader
 from gitstate.git.location import open_repository
 from gitstate.git.objects import MODE_BLOB
 from gitstate.git.refs import list_refs, read_ref
@@ -111,13 +110,6 @@ def derive_status(cp: Checkpoint | None, last_node: NodeRecord | None = None) ->
     return "running"
 
 
-def _config_true(repo: pygit2.Repository, key: str) -> bool:
-    try:
-        config = repo.config
-        return key in config and config.get_bool(key)
-    except (pygit2.GitError, KeyError, ValueError):
-        return False
-
 
 def new_run_id() -> str:
     """A readable, time-sortable run id: ``20261121-231105-3f2a9c``."""
@@ -162,14 +154,7 @@ class Store(StoreCore):
     def read_run_record(self, oid: str) -> dict[str, Any]:
         """The decoded run record (``run.cbor``) of a run-record commit."""
         reader = self.reader
-        entry = reader.tree(reader.commit(oid).tree_id).get(cpfmt.RUN_RECORD)
-        if entry is None or entry.type_str != "blob":
-            raise CorruptObjectError(oid, f"run record has no {cpfmt.RUN_RECORD}")
-        record = StateReader(reader).blob_value(entry.id)
-        if not isinstance(record, dict):
-            raise CorruptObjectError(oid, "run record is not a map")
-        check_format(record, cpfmt.RUN_KIND, oid)
-        return record
+        return cpfmt.read_payload(reader, reader.commit(oid), cpfmt.RUN_RECORD, cpfmt.RUN_KIND, "run record")
 
     def get_run(self, run_id: str, worktree: str | None = None) -> Run:
         """The run of that id in this worktree (or ``worktree``); :class:`RunNotFound` if absent."""
