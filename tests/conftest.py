@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,3 +89,23 @@ def loosen(repo: Path) -> None:
         with open(aside, "rb") as fh:
             subprocess.run(["git", "unpack-objects", "-q"], cwd=repo, stdin=fh, check=True)
         aside.unlink()
+
+
+def bounded(fn: Callable[[], Any], seconds: float = 10.0) -> Any:
+    """Run ``fn`` in a thread; fail (instead of hanging the suite) if it does not return within
+    ``seconds``. Returns what it returned, re-raises what it raised."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"call did not return within {seconds}s"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

@@ -5,13 +5,11 @@ hostile trees (nested too deep, bad entry names, wrong object types)."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import Any
 
 import pygit2
 import pytest
-from conftest import git, make_repo
+from conftest import bounded, git, make_repo
 
 from gitstate.errors import CorruptObjectError, EncodingError
 from gitstate.format import encoding
@@ -32,24 +30,6 @@ def names(reader: StateReader, oid: str) -> list[str]:
 
 def ids(reader: StateReader, oid: str) -> dict[str, str]:
     return {item.name: item.id for item in reader.tree(oid)}
-
-
-def bounded(fn: Any, seconds: float = 20.0) -> Any:
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    assert not worker.is_alive(), f"did not return within {seconds}s"
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
 
 
 def test_round_trip_of_a_plain_mapping(repo: Path) -> None:
@@ -184,10 +164,10 @@ def test_a_state_tree_nested_100_deep_is_corrupt(repo: Path, suffix: str, name: 
     writer, _sw, sr = open_repo(repo)
     top = _hostile(writer, 100, suffix, name)
     with pytest.raises(CorruptObjectError) as info:
-        bounded(lambda: sr.mapping(top))
+        bounded(lambda: sr.mapping(top), 20.0)
     assert f"deeper than {MAX_TREE_DEPTH}" in info.value.reason
     shallow = _hostile(writer, MAX_TREE_DEPTH - 2, suffix, name)
-    value = bounded(lambda: sr.mapping(shallow))
+    value = bounded(lambda: sr.mapping(shallow), 20.0)
     assert "k" in value
 
 

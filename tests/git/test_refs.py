@@ -5,15 +5,12 @@ and pack_refs keeping to refs/agentos/."""
 from __future__ import annotations
 
 import os
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pygit2
 import pytest
-from conftest import git
+from conftest import bounded, git
 
 from gitstate.errors import ConflictError, StoreWriteError
 from gitstate.git import refs
@@ -21,26 +18,6 @@ from gitstate.git.refs import LockBusy
 
 WHO = ("Ref Tester", "refs@example.com")
 REF = "refs/agentos/main/runs/r/heads/main"
-
-
-def bounded(fn: Callable[[], Any], seconds: float = 10.0) -> Any:
-    """Run ``fn`` in a thread; fail (instead of hanging the suite) if it does not return in time.
-    Returns what it returned, re-raises what it raised."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    assert not worker.is_alive(), f"call did not return within {seconds}s"
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
 
 
 def commits(repo: Path, n: int) -> list[str]:

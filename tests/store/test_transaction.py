@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import git
+from conftest import bounded, git
 
 import gitstate
 from gitstate.errors import ConflictError, LockTimeoutError, StoreWriteError
@@ -25,25 +24,6 @@ from gitstate.store.transaction import Transaction
 REF = "refs/agentos/main/runs/tx/heads/main"
 OTHER = "refs/agentos/main/runs/tx/heads/other"
 TIMEOUT = 0.5
-
-
-def bounded(fn: Callable[[], Any], seconds: float) -> Any:
-    """Run ``fn`` in a thread; fail instead of hanging if it does not return in time."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    assert not worker.is_alive(), f"did not return within {seconds}s"
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
 
 
 @contextmanager
