@@ -4,7 +4,8 @@
 unconditionally. Each write is one attempt under git's own ``<ref>.lock`` protocol, logged in the
 ref's reflog (written directly, since git only logs ``refs/agentos/*`` when the log exists); the
 store's transaction owns the one retry loop. Also: recovery of stale ``.lock`` files left by killed
-writers, and packing gitstate's loose refs into ``packed-refs`` without touching anyone else's."""
+writers (a gitstate writer's at once, since its locks carry an owner record under a flock; git's own
+by age), and packing gitstate's loose refs into ``packed-refs`` without touching anyone else's."""
 
 from __future__ import annotations
 
@@ -249,8 +250,10 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
                   committer: tuple[str, str], fsync: bool = False) -> None:
     """Compare-and-swap: move ``name`` from ``old`` (``None``: must not exist) to ``new``, with a
     reflog entry, by git's own file protocol: create ``<ref>.lock`` exclusively, read the value
-    under the lock (loose file, else ``packed-refs``), compare, write the new value into the lock,
-    append the reflog line, rename the lock over the ref. Compatible with git and libgit2 writers,
+    under the lock (loose file, else ``packed-refs``), compare, write the new value (into a file
+    beside the lock, since the lock keeps gitstate's owner record: see :func:`lockfile.create_held`),
+    append the reflog line, rename the new value over the ref, remove the lock. Compatible with git
+    and libgit2 writers,
     which take the same lock. One attempt: raises :class:`ConflictError` (value differs),
     :class:`LockBusy` (lock held), :class:`TransientRefError` (a concurrent pack-refs moved things)
     or :class:`StoreWriteError` (not writable). On any error the ref is unchanged.
