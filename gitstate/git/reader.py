@@ -25,6 +25,7 @@ from gitstate.errors import (
     CorruptObjectError,
     InvalidReferenceError,
 )
+from gitstate.git.location import check_present
 from gitstate.git.objects import MODE_TREE, objects_dir
 
 _CHUNK = 1 << 16
@@ -215,9 +216,11 @@ class ObjectReader:
                 return call(key)
             except KeyError as exc:
                 if attempt:
+                    check_present(self.repo.path)
                     raise CorruptObjectError(key, "missing from the object database") from exc
             except (pygit2.GitError, ValueError, OSError) as exc:
                 if attempt:
+                    check_present(self.repo.path)
                     raise CorruptObjectError(key, f"unreadable: {exc}") from exc
             refresh_packs(self.repo)
         raise AssertionError("unreachable")  # pragma: no cover

@@ -28,9 +28,9 @@ from gitstate.errors import (
 from gitstate.git import lockfile
 from gitstate.git.command import last_line, run_git
 from gitstate.git.durability import fsync_dir
+from gitstate.git.location import check_present
 from gitstate.git.objects import write_all
 
-GONE = "it was deleted or moved while the store was open"
 DEFAULT_STALE_LOCK_AGE = 5.0  # a .lock older than this is taken as left by a killed writer
 
 
@@ -52,12 +52,15 @@ def _hex_or_none(oid: pygit2.Oid | None) -> str | None:
 
 
 def read_ref(repo: pygit2.Repository, name: str) -> str | None:
-    """The object id a ref points at, or ``None`` when it does not exist."""
+    """The object id a ref points at, or ``None`` when it does not exist
+    (:class:`NotARepositoryError` when the repository itself is gone)."""
     try:
         ref = repo.references.get(name)
-    except (pygit2.GitError, ValueError) as exc:
+    except (pygit2.GitError, ValueError, KeyError, OSError) as exc:
+        check_present(repo.path)
         raise CorruptObjectError(name, f"unreadable ref: {exc}") from exc
     if ref is None:
+        check_present(repo.path)
         return None
     target = ref.target
     if not isinstance(target, pygit2.Oid):
@@ -66,27 +69,40 @@ def read_ref(repo: pygit2.Repository, name: str) -> str | None:
 
 
 def list_refs(repo: pygit2.Repository, prefix: str) -> list[tuple[str, str]]:
-    """All direct refs whose name starts with ``prefix``, with their targets (symbolic ones skipped)."""
+    """All direct refs whose name starts with ``prefix``, with their targets (symbolic ones skipped).
+    :class:`NotARepositoryError` when the repository is gone, :class:`CorruptObjectError` when the
+    refs cannot be listed."""
     out: list[tuple[str, str]] = []
-    for ref in repo.references.iterator():
-        name = ref.name
-        if not name.startswith(prefix):
-            continue
-        target = ref.target
-        if isinstance(target, pygit2.Oid):
-            out.append((name, str(target)))
+    try:
+        for ref in repo.references.iterator():
+            name = ref.name
+            if not name.startswith(prefix):
+                continue
+            target = ref.target
+            if isinstance(target, pygit2.Oid):
+                out.append((name, str(target)))
+    except (pygit2.GitError, ValueError, KeyError, OSError) as exc:
+        check_present(repo.path)
+        raise CorruptObjectError(prefix, f"refs cannot be listed: {exc}") from exc
+    if not out:
+        check_present(repo.path)
     return out
 
 
 def reflog(repo: pygit2.Repository, name: str) -> list[ReflogEntry]:
     """The ref's reflog, newest entry first (empty when the ref or its log does not exist)."""
-    ref = repo.references.get(name)
-    if ref is None:
-        return []
-    return [
-        ReflogEntry(_hex_or_none(e.oid_old), _hex_or_none(e.oid_new), e.message or "", e.committer.time)
-        for e in ref.log()
-    ]
+    try:
+        ref = repo.references.get(name)
+        if ref is None:
+            check_present(repo.path)
+            return []
+        return [
+            ReflogEntry(_hex_or_none(e.oid_old), _hex_or_none(e.oid_new), e.message or "", e.committer.time)
+            for e in ref.log()
+        ]
+    except (pygit2.GitError, ValueError, KeyError, OSError) as exc:
+        check_present(repo.path)
+        raise CorruptObjectError(name, f"unreadable reflog: {exc}") from exc
 
 
 def _ensure_reflog(common_dir: str, name: str) -> None:
@@ -315,7 +331,8 @@ def _make_ref_dirs(common_dir: str, directory: str) -> None:
     if os.path.isdir(directory):
         return
     if not os.path.isdir(os.path.join(common_dir, "refs")):
-        raise NotARepositoryError(common_dir, GONE)
+        check_present(common_dir)
+        raise NotARepositoryError(common_dir, "it has no refs directory")
     try:
         os.makedirs(directory, exist_ok=True)
     except FileExistsError as exc:

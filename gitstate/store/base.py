@@ -28,7 +28,7 @@ from gitstate.format.checkpoint import Checkpoint
 from gitstate.git import durability, handles, housekeeping, refs
 from gitstate.git.command import check_git_version
 from gitstate.git.durability import Durability
-from gitstate.git.location import Location, locate
+from gitstate.git.location import Location, check_present, locate
 from gitstate.git.objects import ObjectWriter, objects_dir
 from gitstate.git.reader import ObjectReader, expand_id
 from gitstate.git.refs import DEFAULT_STALE_LOCK_AGE, ReflogEntry, list_refs, read_ref, reflog
@@ -156,6 +156,7 @@ class StoreCore:
         ``git pack-refs``/``gc`` are retried the same way (see :mod:`gitstate.store.transaction`)."""
         backoff = Backoff(self.lock_timeout)
         common = self.location.common_dir
+        check_present(self.location.git_dir)  # a deleted repository is an error, not recreated
         self._refresh_after_merges()
         while True:
             writer = self.object_writer()
@@ -255,9 +256,10 @@ class StoreCore:
 
     def pack(self) -> int:
         """Pack gitstate's loose objects now; returns how many were packed."""
+        check_present(self.location.git_dir)
         try:
             return housekeeping.pack_loose(self.repo, self.location.common_dir)
-        except OSError as exc:
+        except (OSError, pygit2.GitError) as exc:
             raise StoreWriteError(self.location.common_dir, f"cannot pack: {exc}") from exc
 
     def _read_identity(self, repo: pygit2.Repository) -> tuple[str, str]:
