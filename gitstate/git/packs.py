@@ -127,13 +127,14 @@ class PackWritten:
     count: int
     oids: tuple[str, ...]
     existed: bool = False
+    keep: str | None = None  # the .keep file written with the pack (write_pack's ``keep``)
 
 
 # -- writing ---------------------------------------------------------------------------------------
 
 
 def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsync: bool = False,
-               compression: int = 1, sync_dir: bool = False) -> PackWritten:
+               compression: int = 1, sync_dir: bool = False, keep: bytes | None = None) -> PackWritten:
     """Write ``objects`` as one version-2 pack with its version-2 index in ``pack_dir``.
 
     Each object is ``(hex id, type, body)``: type 1 commit, 2 tree, 3 blob, 4 tag, and the body
@@ -142,7 +143,13 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
     zlib level (1, git's ``core.looseCompression`` default, is fast and small enough for small
     objects). With ``fsync`` both files' contents are flushed (``fdatasync``, as git flushes the
     packs it writes) before they are renamed into place; with ``sync_dir`` the directory is flushed
-    after the renames too, so the names survive a power loss as well (``core.fsync=all``)."""
+    after the renames too, so the names survive a power loss as well (``core.fsync=all``).
+
+    With ``keep`` a ``<name>.keep`` file holding those bytes is created before the ``.pack`` is
+    put in place (as ``git receive-pack`` keeps the pack it received until its refs are updated):
+    ``git repack -a -d`` and ``git gc`` neither delete a kept pack nor drop its objects, which are
+    unreachable until the caller's refs name them. The caller removes the file afterwards
+    (:attr:`PackWritten.keep`; ``None`` when a ``.keep`` of that name existed already)."""
     if not -1 <= compression <= 9:
         raise UsageError(f"compression must be a zlib level from -1 to 9, not {compression}")
     seen: set[str] = set()
@@ -182,10 +189,10 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
         except BaseException:
             _unlink(tmp_pack)
             raise
-        existed = _install(pack_dir, name, tmp_pack, tmp_idx, sync_dir)
+        existed, kept = _install(pack_dir, name, tmp_pack, tmp_idx, sync_dir, keep)
     except OSError as exc:
         raise StoreWriteError(pack_dir, str(exc)) from exc
-    return PackWritten(name, len(index), tuple(raw.hex() for raw, _, _ in index), existed)
+    return PackWritten(name, len(index), tuple(raw.hex() for raw, _, _ in index), existed, kept)
 
 
 def _raw_oid(oid: str) -> bytes:
@@ -263,28 +270,49 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view):]
 
 
-def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool) -> bool:
+def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool,
+             keep: bytes | None = None) -> tuple[bool, str | None]:
     """Rename the temp files into place, ``.pack`` first and ``.idx`` last; return whether the pack
-    was installed already (then the temps are removed and the pack's mtime is refreshed).
+    was installed already (then the temps are removed and the pack's mtime is refreshed), and the
+    ``.keep`` file created (``keep``: before the pack appears, so no ``git repack`` ever lists it
+    unkept).
 
     A ``.pack`` without its ``.idx`` (another writer between its renames, or one that died) is
     replaced by ours: the bytes are the same, and the fresh file cannot be taken for an orphan.
     So is an ``.idx`` whose ``.pack`` is gone."""
     base = os.path.join(pack_dir, name)
-    if os.path.exists(base + ".idx") and _freshen(base + ".pack"):
-        _unlink(tmp_pack)
-        _unlink(tmp_idx)
-        return True
+    kept = None
     try:
+        if keep is not None:
+            kept = _create_keep(base + ".keep", keep)
+        if os.path.exists(base + ".idx") and _freshen(base + ".pack"):
+            _unlink(tmp_pack)
+            _unlink(tmp_idx)
+            return True, kept
         os.replace(tmp_pack, base + ".pack")
         os.replace(tmp_idx, base + ".idx")
     except BaseException:
         _unlink(tmp_pack)
         _unlink(tmp_idx)
+        if kept is not None:
+            _unlink(kept)
         raise
     if fsync:
         _fsync_dir(pack_dir)
-    return False
+    return False, kept
+
+
+def _create_keep(path: str, content: bytes) -> str | None:
+    """Create a ``.keep`` file; ``None`` when one exists already (another writer's: not ours)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        return None
+    try:
+        _write_all(fd, content)
+    finally:
+        os.close(fd)
+    return path
 
 
 def _freshen(path: str) -> bool:
@@ -505,7 +533,7 @@ def _write_merged(pack_dir: str, sources: Sequence[_Source], fsync: bool) -> Pac
         _unlink(path)
         raise
     name = "pack-" + checksum.hex()
-    existed = _install(pack_dir, name, path, tmp_idx, fsync)
+    existed, _kept = _install(pack_dir, name, path, tmp_idx, fsync)
     return PackWritten(name, len(index), tuple(raw.hex() for raw, _, _ in index), existed)
 
 

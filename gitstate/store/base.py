@@ -65,6 +65,7 @@ class StoreCore:
         # that opens recovers those older than a minute (a live writer holds one for milliseconds).
         try:
             refs.remove_stale_locks(self.location.common_dir, STALE_LOCK_SWEEP_AGE)
+            housekeeping.remove_dead_keeps(self.location.common_dir)
         except OSError:
             pass  # a read-only repository: verify reports them
         self.lock_timeout = lock_timeout
@@ -133,7 +134,7 @@ class StoreCore:
     def workspace(self) -> Workspace:
         """Snapshots of this store's worktree through its private index (see :mod:`gitstate.workspace`)."""
         if self._workspace is None:
-            self._workspace = Workspace(self.location, on_new_objects=self._journal)
+            self._workspace = Workspace(self.location, on_new_objects=self._journal_when_published)
         return self._workspace
 
     def object_writer(self) -> ObjectWriter:
@@ -158,35 +159,44 @@ class StoreCore:
         common = self.location.common_dir
         check_present(self.location.git_dir)  # a deleted repository is an error, not recreated
         self._refresh_after_merges()
-        while True:
-            writer = self.object_writer()
-            tx = Transaction(writer, self._identity)
-            writer.begin()
-            try:
-                result = build(tx)
-            except BaseException:
-                writer.discard()
-                raise
-            self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
-            try:
-                apply_updates(common, tx, fsync=self.fsync_refs)
-            except ConflictError as exc:
-                update = failed_update(tx, exc.ref)
-                if update is None or update.strict or backoff.expired():
+        writer = self.object_writer()
+        try:
+            while True:
+                tx = Transaction(writer, self._identity)
+                writer.begin()
+                try:
+                    result = build(tx)
+                except BaseException:
+                    writer.discard()
                     raise
-            except refs.LockBusy as exc:
-                if refs.break_stale_locks(common, exc.ref, self.stale_lock_age):
-                    continue
-                if backoff.expired():
-                    raise LockTimeoutError(exc.ref, self.lock_timeout) from None
-            except refs.TransientRefError as exc:
-                if backoff.expired():
-                    raise StoreWriteError(common, str(exc)) from exc
-            else:
-                self.written()
-                tx.finished()
-                return result
-            backoff.pause()
+                self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
+                try:
+                    apply_updates(common, tx, fsync=self.fsync_refs)
+                except ConflictError as exc:
+                    update = failed_update(tx, exc.ref)
+                    if update is None or update.strict or backoff.expired():
+                        raise
+                except refs.LockBusy as exc:
+                    if refs.break_stale_locks(common, exc.ref, self.stale_lock_age):
+                        continue
+                    if backoff.expired():
+                        raise LockTimeoutError(exc.ref, self.lock_timeout) from None
+                except refs.TransientRefError as exc:
+                    if backoff.expired():
+                        raise StoreWriteError(common, str(exc)) from exc
+                else:
+                    writer.published()
+                    self.written()
+                    tx.finished()
+                    return result
+                backoff.pause()
+        except BaseException:
+            # Objects of the failed attempts were flushed into packs kept (.keep) from a concurrent
+            # `git repack -a -d` until now; a retry may have relied on them. Nothing names them, nor
+            # the loose objects waiting to be journaled: those stay loose (and so safe) for git gc.
+            writer.abandoned()
+            getattr(self._local, "pending", []).clear()
+            raise
 
     def _published(self, pack: str | None) -> None:
         """A transaction's pack is in place: list it, and merge packs when they became many."""
@@ -220,6 +230,13 @@ class StoreCore:
         if pending:
             self._journal(pending)
             pending.clear()
+
+    def _journal_when_published(self, oids: list[str]) -> None:
+        """A snapshot's new loose objects are journaled (and so packed) only once the write that
+        names them has moved its refs: packed while unreachable, they would be dropped by a
+        concurrent ``git repack -a -d``, whereas loose they are kept (for ``gc.pruneExpire``)."""
+        self.object_writer()  # this thread's pending list
+        self._local.pending.extend(oids)
 
     def _journal(self, oids: list[str]) -> None:
         size = housekeeping.record(self.location.common_dir, oids)

@@ -41,7 +41,7 @@ from pygit2.utils import StrArray
 from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError
 from gitstate.git import privateindex
 from gitstate.git.location import Location
-from gitstate.git.objects import MODE_COMMIT, MODE_TREE
+from gitstate.git.objects import MODE_COMMIT, MODE_TREE, gc_epoch, objects_dir
 from gitstate.git.reader import ObjectReader
 
 BIG_BLOB = 32 * 1024 * 1024  # bytes; larger blobs are not packed by gitstate
@@ -150,12 +150,18 @@ class Workspace:
             index.read(False)  # pick up a newer private index written by another process
         except pygit2.GitError:
             index.clear()  # unreadable (torn by a crash): rebuilt from the worktree
+        epoch = gc_epoch(objects_dir(repo))
+        if epoch != self._saved_epoch():
+            # The index trusts the blob and tree ids of earlier snapshots (its stat and tree caches);
+            # a `git gc` since may have pruned those no checkpoint keeps: hash everything again.
+            index.clear()
         self._forget_changed_big(index)
         skipped, ignore_changed = self._add_all(index, prefixes or [], progress=progress)
         if self._add_tracked(repo, index) or ignore_changed:
             self._drop_ignored(repo, index)
         try:
             index.write()
+            self._save_epoch(epoch)
         except (pygit2.GitError, OSError):
             pass  # another process holds index.lock: the tree is right, only the stat cache is not saved
         big: list[str] = []
@@ -252,6 +258,25 @@ class Workspace:
         except OSError:
             return None
         return text if len(text) == 40 else None
+
+    def _saved_epoch(self) -> str | None:
+        try:
+            with open(self.index_path + ".epoch", encoding="ascii") as fh:
+                return fh.read().strip()
+        except OSError:
+            return None
+
+    def _save_epoch(self, epoch: str) -> None:
+        """Record the :func:`gc_epoch` the private index was checked against."""
+        if self._saved_epoch() == epoch:
+            return
+        tmp = f"{self.index_path}.epoch.{os.getpid()}.{threading.get_ident()}"
+        try:
+            with open(tmp, "w", encoding="ascii") as fh:
+                fh.write(epoch + "\n")
+            os.replace(tmp, self.index_path + ".epoch")
+        except OSError:
+            pass
 
     def _save_last_tree(self, tree: str) -> None:
         tmp = f"{self.index_path}.tree.{os.getpid()}.{threading.get_ident()}"
