@@ -41,6 +41,42 @@ housekeeping.REF_PACK_THRESHOLD = 4
 housekeeping.TX_MERGE_AT = 3
 
 repo, acks, fails, seed, seconds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+if os.environ.get("SOAK_TRACE"):  # which pack held which object, and when its .keep went (debugging)
+    from gitstate.git import objects as _objects
+    _trace = os.open(acks + ".trace", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    _real_write_pack = _objects.write_pack
+    def _traced(pack_dir, objs, **kw):
+        written = _real_write_pack(pack_dir, objs, **kw)
+        os.write(_trace, f"{time.time():.6f} pack {written.name} keep={written.keep} existed={written.existed} "
+                         f"{' '.join(o for o, _k, _d in objs)}\n".encode())
+        return written
+    _objects.write_pack = _traced
+    _real_drop = _objects.ObjectWriter._drop_keeps
+    def _drop(self):
+        os.write(_trace, f"{time.time():.6f} drop {self._keeps}\n".encode())
+        _real_drop(self)
+    _objects.ObjectWriter._drop_keeps = _drop
+    from gitstate.git import packs as _packs, housekeeping as _hk
+    _real_unlink = _packs._unlink
+    def _unlink(path):
+        done = _real_unlink(path)
+        if path.endswith((".idx", ".pack", ".keep")):
+            os.write(_trace, f"{time.time():.6f} unlink {os.path.basename(path)} {done}\n".encode())
+        return done
+    _packs._unlink = _unlink
+    _real_merge = _packs.merge_packs
+    def _merge(pack_dir, names, **kw):
+        written = _real_merge(pack_dir, names, **kw)
+        os.write(_trace, f"{time.time():.6f} merged {written.name} from {' '.join(names)}\n".encode())
+        return written
+    _packs.merge_packs = _merge
+    _real_dead = _hk.remove_dead_keeps
+    def _dead(*a, **kw):
+        removed = _real_dead(*a, **kw)
+        if removed:
+            os.write(_trace, f"{time.time():.6f} deadkeeps {removed}\n".encode())
+        return removed
+    _hk.remove_dead_keeps = _dead
 rng = random.Random(seed)
 store = gitstate.open_store(repo)
 fd = os.open(acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -69,6 +105,8 @@ while time.monotonic() < end:
         os.write(ffd, (f"{type(exc).__name__}: {exc}".replace("\n", " ") + "\n").encode())
         continue
     os.write(fd, f"{cp.id} {run.id} {branch} {time.monotonic() - start:.4f}\n".encode())
+    if os.environ.get("SOAK_TRACE"):
+        os.write(_trace, f"{time.time():.6f} ack {cp.id}\n".encode())
 store.wait_for_housekeeping(60)
 """
 
@@ -82,7 +120,9 @@ def user_git_loop(repo: str, stop: threading.Event, counts: dict[str, Any]) -> N
         for args in USER_GIT:
             if stop.is_set():
                 break
+            started = time.time()
             done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
+            counts.setdefault("times", []).append(f"{started:.6f} {time.time():.6f} {' '.join(args)}")
             key = " ".join(args[:2]).replace(" -q", "")
             counts["runs"][key] = counts["runs"].get(key, 0) + 1
             if done.returncode != 0:
@@ -126,7 +166,7 @@ def soak(repo: str, writers: int, seconds: float, seed: int) -> dict[str, Any]:
         "failed_writes": len(failures), "failures": failures[:10],
         "writer_exit_codes": [p.returncode for p in procs], "tracebacks": tracebacks[:3],
         "user_git_runs": counts["runs"], "user_git_failed": counts["failed"],
-        "user_git_errors": counts["errors"][:8],
+        "user_git_errors": counts["errors"][:8], "user_git_times": counts.get("times", []),
     }
 
 

@@ -244,6 +244,16 @@ def _read_loose_or_packed(common_dir: str, name: str, path: str) -> str | None:
     return text
 
 
+def peek(common_dir: str, name: str) -> str | None | bool:
+    """The ref's value read without its lock (loose file, else ``packed-refs``): a hint only, for
+    a writer to see that a compare-and-swap is bound to fail before it writes anything. ``False``
+    when the ref cannot be read this way (the compare-and-swap will tell)."""
+    try:
+        return _read_loose_or_packed(common_dir, name, os.path.join(common_dir, *name.split("/")))
+    except (OSError, GitStateError):
+        return False
+
+
 _PACKED_CACHE: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}
 
 

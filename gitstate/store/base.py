@@ -32,7 +32,7 @@ from gitstate.git.location import Location, check_present, locate
 from gitstate.git.objects import ObjectWriter, objects_dir
 from gitstate.git.reader import ObjectReader, expand_id
 from gitstate.git.refs import DEFAULT_STALE_LOCK_AGE, ReflogEntry, list_refs, read_ref, reflog
-from gitstate.store.transaction import Backoff, Transaction, apply_updates, failed_update
+from gitstate.store.transaction import Backoff, RefUpdate, Transaction, apply_updates, failed_update
 from gitstate.workspace.diff import Diff, diff_checkpoints
 from gitstate.workspace.snapshot import Workspace
 
@@ -151,8 +151,8 @@ class StoreCore:
     def write(self, build: Callable[[Transaction], T]) -> T:
         """Run one write: ``build`` stages objects and ref moves on a :class:`Transaction`, then the
         refs move by compare-and-swap. The one retry policy: ``build`` runs again while refs move
-        underneath it (non-strict updates) or other writers hold locks, with jittered backoff, until
-        ``lock_timeout``; then :class:`LockTimeoutError` (a lock stayed held) or
+        underneath it (non-strict updates); held locks are waited for (objects already written);
+        both with jittered backoff, until ``lock_timeout``; then :class:`LockTimeoutError` (a lock stayed held) or
         :class:`ConflictError` (the ref kept moving). Transient races with a concurrent
         ``git pack-refs``/``gc`` are retried the same way (see :mod:`gitstate.store.transaction`)."""
         backoff = Backoff(self.lock_timeout)
@@ -166,25 +166,20 @@ class StoreCore:
                 writer.begin()
                 try:
                     result = build(tx)
+                    stale = _moved_already(common, tx)
+                    if stale is not None and (stale.strict or backoff.expired()):
+                        raise ConflictError(stale.ref, stale.old, _hint(refs.peek(common, stale.ref)))
                 except BaseException:
                     writer.discard()
                     raise
+                if stale is not None:
+                    # a ref moved while build ran: rebuild now rather than write a pack that the
+                    # compare-and-swap would leave unreachable (garbage a `git gc` makes loose)
+                    writer.discard()
+                    backoff.pause()
+                    continue
                 self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
-                try:
-                    apply_updates(common, tx, fsync=self.fsync_refs)
-                except ConflictError as exc:
-                    update = failed_update(tx, exc.ref)
-                    if update is None or update.strict or backoff.expired():
-                        raise
-                except refs.LockBusy as exc:
-                    if refs.break_stale_locks(common, exc.ref, self.stale_lock_age):
-                        continue
-                    if backoff.expired():
-                        raise LockTimeoutError(exc.ref, self.lock_timeout) from None
-                except refs.TransientRefError as exc:
-                    if backoff.expired():
-                        raise StoreWriteError(common, str(exc)) from exc
-                else:
+                if self._move_refs(tx, backoff):
                     writer.published()
                     self.written()
                     tx.finished()
@@ -192,11 +187,34 @@ class StoreCore:
                 backoff.pause()
         except BaseException:
             # Objects of the failed attempts were flushed into packs kept (.keep) from a concurrent
-            # `git repack -a -d` until now; a retry may have relied on them. Nothing names them, nor
-            # the loose objects waiting to be journaled: those stay loose (and so safe) for git gc.
+            # `git repack -a -d` until now; a retry may have relied on them. Nothing names them.
+            # (Loose objects waiting to be journaled wait for this thread's next published write.)
             writer.abandoned()
-            getattr(self._local, "pending", []).clear()
             raise
+
+    def _move_refs(self, tx: Transaction, backoff: Backoff) -> bool:
+        """Move the transaction's refs (those not moved yet); True when all moved, False when one
+        had moved underneath (a non-strict update: ``build`` runs again). A held lock or a transient
+        race is waited out here, the objects already written: only a moved ref needs a rebuild."""
+        common = self.location.common_dir
+        while True:
+            try:
+                apply_updates(common, tx, fsync=self.fsync_refs)
+                return True
+            except ConflictError as exc:
+                update = failed_update(tx, exc.ref)
+                if update is None or update.strict or backoff.expired():
+                    raise
+                return False
+            except refs.LockBusy as exc:
+                if refs.break_stale_locks(common, exc.ref, self.stale_lock_age):
+                    continue
+                if backoff.expired():
+                    raise LockTimeoutError(exc.ref, self.lock_timeout) from None
+            except refs.TransientRefError as exc:
+                if backoff.expired():
+                    raise StoreWriteError(common, str(exc)) from exc
+            backoff.pause()
 
     def _published(self, pack: str | None) -> None:
         """A transaction's pack is in place: list it, and merge packs when they became many."""
@@ -232,9 +250,11 @@ class StoreCore:
             pending.clear()
 
     def _journal_when_published(self, oids: list[str]) -> None:
-        """A snapshot's new loose objects are journaled (and so packed) only once the write that
-        names them has moved its refs: packed while unreachable, they would be dropped by a
-        concurrent ``git repack -a -d``, whereas loose they are kept (for ``gc.pruneExpire``)."""
+        """A snapshot's new loose objects are journaled (and so packed) only once a write of this
+        thread has moved its refs (normally the one that names them): packed while unreachable,
+        they would be dropped by a concurrent ``git repack -a -d``, whereas loose they are kept
+        (for ``gc.pruneExpire``). Those of a write that failed follow with the next one: packed
+        as garbage then, which a repack may drop (the private index is checked against that)."""
         self.object_writer()  # this thread's pending list
         self._local.pending.extend(oids)
 
@@ -398,6 +418,20 @@ class StoreCore:
 
     def __repr__(self) -> str:
         return f"<Store {self.path!r} worktree={self.worktree!r}>"
+
+
+def _moved_already(common_dir: str, tx: Transaction) -> RefUpdate | None:
+    """The first staged update whose ref no longer holds the value it expects (read without the
+    lock: a hint; the compare-and-swap under the lock decides)."""
+    for update in tx.updates:
+        current = refs.peek(common_dir, update.ref)
+        if current is not False and current != update.old:
+            return update
+    return None
+
+
+def _hint(value: str | None | bool) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _stamp(path: str) -> int | None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -156,7 +157,7 @@ class Workspace:
             # a `git gc` since may have pruned those no checkpoint keeps: hash everything again.
             index.clear()
         self._forget_changed_big(index)
-        skipped, ignore_changed = self._add_all(index, prefixes or [], progress=progress)
+        skipped, ignore_changed = self._add_all_retrying(index, prefixes or [], progress)
         if self._add_tracked(repo, index) or ignore_changed:
             self._drop_ignored(repo, index)
         try:
@@ -179,6 +180,20 @@ class Workspace:
         if big or self._big_stats():
             self._save_big(index, big)
         return Snapshot(tree, tuple(sorted(skipped)), None if prefixes is None else tuple(prefixes))
+
+    def _add_all_retrying(self, index: pygit2.Index, pathspecs: list[str],
+                          progress: Callable[[int], None] | None) -> tuple[list[str], bool]:
+        """:meth:`_add_all`, again after a failure: a file that another program rewrites or
+        removes while libgit2 hashes it fails the pass ("failed to read file into stream"), and the
+        next pass sees it settled. A lasting failure (an unreadable file) is raised after the last."""
+        for delay in (0.02, 0.1, 0.3, None):
+            try:
+                return self._add_all(index, pathspecs, progress=progress)
+            except StoreWriteError:
+                if delay is None:
+                    raise
+                time.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int = 0,
                  progress: Callable[[int], None] | None = None) -> tuple[list[str], bool]:
