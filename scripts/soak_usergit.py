@@ -7,6 +7,10 @@ logs any exception a write raises (a failed write) and keeps going; its stderr i
 tracebacks (``threading.excepthook`` prints those of background threads). Then ``git fsck
 --strict`` must be clean and ``git agentos verify`` ok.
 
+With ``SOAK_STRACE=<dir>`` the writers and each git command run under ``strace``, logging who
+renames and removes which file: that is how a ``git gc`` was caught removing the ``.idx`` of a
+pack renamed into place during its last directory scan (see ``packs.reindex_orphans``).
+
     python scripts/soak_usergit.py --seconds 180      # the soak
     python scripts/soak_usergit.py --seconds 15       # the suite's short form
 """
@@ -41,42 +45,6 @@ housekeeping.REF_PACK_THRESHOLD = 4
 housekeeping.TX_MERGE_AT = 3
 
 repo, acks, fails, seed, seconds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
-if os.environ.get("SOAK_TRACE"):  # which pack held which object, and when its .keep went (debugging)
-    from gitstate.git import objects as _objects
-    _trace = os.open(acks + ".trace", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    _real_write_pack = _objects.write_pack
-    def _traced(pack_dir, objs, **kw):
-        written = _real_write_pack(pack_dir, objs, **kw)
-        os.write(_trace, f"{time.time():.6f} pack {written.name} keep={written.keep} existed={written.existed} "
-                         f"{' '.join(o for o, _k, _d in objs)}\n".encode())
-        return written
-    _objects.write_pack = _traced
-    _real_drop = _objects.ObjectWriter._drop_keeps
-    def _drop(self):
-        os.write(_trace, f"{time.time():.6f} drop {self._keeps}\n".encode())
-        _real_drop(self)
-    _objects.ObjectWriter._drop_keeps = _drop
-    from gitstate.git import packs as _packs, housekeeping as _hk
-    _real_unlink = _packs._unlink
-    def _unlink(path):
-        done = _real_unlink(path)
-        if path.endswith((".idx", ".pack", ".keep")):
-            os.write(_trace, f"{time.time():.6f} unlink {os.path.basename(path)} {done}\n".encode())
-        return done
-    _packs._unlink = _unlink
-    _real_merge = _packs.merge_packs
-    def _merge(pack_dir, names, **kw):
-        written = _real_merge(pack_dir, names, **kw)
-        os.write(_trace, f"{time.time():.6f} merged {written.name} from {' '.join(names)}\n".encode())
-        return written
-    _packs.merge_packs = _merge
-    _real_dead = _hk.remove_dead_keeps
-    def _dead(*a, **kw):
-        removed = _real_dead(*a, **kw)
-        if removed:
-            os.write(_trace, f"{time.time():.6f} deadkeeps {removed}\n".encode())
-        return removed
-    _hk.remove_dead_keeps = _dead
 rng = random.Random(seed)
 store = gitstate.open_store(repo)
 fd = os.open(acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -105,8 +73,6 @@ while time.monotonic() < end:
         os.write(ffd, (f"{type(exc).__name__}: {exc}".replace("\n", " ") + "\n").encode())
         continue
     os.write(fd, f"{cp.id} {run.id} {branch} {time.monotonic() - start:.4f}\n".encode())
-    if os.environ.get("SOAK_TRACE"):
-        os.write(_trace, f"{time.time():.6f} ack {cp.id}\n".encode())
 store.wait_for_housekeeping(60)
 """
 
@@ -121,7 +87,11 @@ def user_git_loop(repo: str, stop: threading.Event, counts: dict[str, Any]) -> N
             if stop.is_set():
                 break
             started = time.time()
-            done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
+            cmd = ["git", *args]
+            if os.environ.get("SOAK_STRACE"):  # who removes or renames pack files (debugging)
+                cmd = ["strace", "-f", "-qq", "--seccomp-bpf", "-e", "trace=unlink,unlinkat,rename,renameat,renameat2",
+                       "-o", os.path.join(os.environ["SOAK_STRACE"], f"git-{started:.6f}"), *cmd]
+            done = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
             counts.setdefault("times", []).append(f"{started:.6f} {time.time():.6f} {' '.join(args)}")
             key = " ".join(args[:2]).replace(" -q", "")
             counts["runs"][key] = counts["runs"].get(key, 0) + 1
@@ -144,9 +114,12 @@ def soak(repo: str, writers: int, seconds: float, seed: int) -> dict[str, Any]:
     looper.start()
     try:
         for i in range(writers):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-c", WRITER, repo, os.path.join(acks_dir, f"acks-{i}.log"), fails[i],
-                 str(seed + i), str(seconds)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+            cmd = [sys.executable, "-c", WRITER, repo, os.path.join(acks_dir, f"acks-{i}.log"), fails[i],
+                   str(seed + i), str(seconds)]
+            if os.environ.get("SOAK_STRACE"):
+                cmd = ["strace", "-f", "-qq", "--seccomp-bpf", "-e", "trace=unlink,unlinkat,rename,renameat,renameat2",
+                       "-o", os.path.join(os.environ["SOAK_STRACE"], f"writer-{i}"), *cmd]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
         outputs = [p.communicate(timeout=seconds + 600) for p in procs]
     finally:
         stop.set()

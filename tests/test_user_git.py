@@ -244,3 +244,41 @@ def test_orphan_temp_objects_are_removed_when_old(repo: Path) -> None:
     assert housekeeping.remove_orphan_temps(str(repo / ".git")) == 2
     assert not ours.exists() and not libgit2s.exists()
     assert fresh.exists() and other.exists()
+
+
+def _drop_index_of(repo: Path, oid: str) -> str:
+    """Remove the .idx of the pack holding ``oid``, as `git gc` removes one whose .pack its last
+    directory scan missed (the two files are renamed into place while it scans)."""
+    pack_dir = repo / ".git" / "objects" / "pack"
+    for idx in pack_dir.glob("*.idx"):
+        with open(idx, "rb") as fh:
+            listing = subprocess.run(["git", "show-index"], cwd=repo, stdin=fh, capture_output=True, text=True).stdout
+        if oid in listing:
+            idx.unlink()
+            return idx.stem
+    raise AssertionError(f"{oid} is in no pack")
+
+
+def test_a_pack_whose_index_git_gc_removed_is_indexed_again(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = gitstate.open_store(repo)
+    run = store.create_run(run_id="gc-race")
+    cp = run.checkpoint({"payload": "in a pack that loses its index"})
+    lost = _drop_index_of(repo, cp.id)
+    assert git(repo, "cat-file", "-t", cp.id, check=False) == ""  # git no longer sees it
+    # a reader that misses the object repairs it and reads on
+    assert gitstate.open_store(repo).get_run("gc-race").head().state == {"payload": "in a pack that loses its index"}  # type: ignore[union-attr]
+    assert (repo / ".git" / "objects" / "pack" / f"{lost}.idx").exists()
+    _fsck(repo)
+    # a store that opens repairs without reading anything
+    second = run.checkpoint({"n": 2})
+    _drop_index_of(repo, second.id)
+    gitstate.open_store(repo)
+    _fsck(repo)
+    # a writer that saw a `git gc` running repairs when it has ended
+    gc_pid = repo / ".git" / "gc.pid"
+    gc_pid.write_text(f"{os.getpid()} {socket.gethostname()}")
+    third = run.checkpoint({"n": 3})
+    _drop_index_of(repo, third.id)
+    gc_pid.unlink()
+    run.checkpoint({"n": 4})
+    _fsck(repo)

@@ -27,6 +27,7 @@ from gitstate.errors import (
 )
 from gitstate.git.location import check_present
 from gitstate.git.objects import MODE_TREE, objects_dir
+from gitstate.git.packs import reindex_orphans
 
 _CHUNK = 1 << 16
 _KIND_NAMES = {ObjectType.COMMIT: "commit", ObjectType.TREE: "tree", ObjectType.BLOB: "blob",
@@ -209,13 +210,14 @@ class ObjectReader:
     def _odb(self, key: str, call: Callable[[str], tuple[Any, Any]]) -> tuple[Any, Any]:
         """``call(key)`` on the object database, after the loose-object guard; a miss or a read
         error is retried once after the pack list is refreshed (another process may have merged
-        packs away meanwhile), then reported as :class:`CorruptObjectError`."""
+        packs away meanwhile), and once more when a pack that lost its index (to a concurrent
+        ``git gc``) was indexed again; then reported as :class:`CorruptObjectError`."""
         self._guard(key)
-        for attempt in (0, 1):
+        for attempt in (0, 1, 2):
             try:
                 return call(key)
             except KeyError as exc:
-                if attempt:
+                if attempt == 2 or (attempt == 1 and not self._repair()):
                     check_present(self.repo.path)
                     raise CorruptObjectError(key, "missing from the object database") from exc
             except (pygit2.GitError, ValueError, OSError) as exc:
@@ -224,6 +226,11 @@ class ObjectReader:
                     raise CorruptObjectError(key, f"unreadable: {exc}") from exc
             refresh_packs(self.repo)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _repair(self) -> bool:
+        """After a miss: give packs that lost their ``.idx`` (to a ``git gc``) their index again
+        (:func:`packs.reindex_orphans`); whether one was."""
+        return bool(reindex_orphans(os.path.join(objects_dir(self.repo), "pack")))
 
     def read(self, oid: str | pygit2.Oid, expect: ObjectType | None = None) -> tuple[ObjectType, bytes]:
         """The type and raw body of an object, checked: present, undamaged, of type ``expect``."""

@@ -25,7 +25,7 @@ from gitstate.errors import (
 )
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint
-from gitstate.git import durability, handles, housekeeping, refs
+from gitstate.git import durability, handles, housekeeping, packs, refs
 from gitstate.git.command import check_git_version
 from gitstate.git.durability import Durability
 from gitstate.git.location import Location, check_present, locate
@@ -59,6 +59,7 @@ class StoreCore:
         self.fsync = self.durability.loose_objects
         self.fsync_refs = self.durability.refs
         self._merger: threading.Thread | None = None
+        self._gc_seen = False  # whether a `git gc` ran when this store last wrote
         self._merged_stamp = os.path.join(self.location.common_dir, "agentos", "merged")
         self._main_seen = _stamp(self._merged_stamp)
         # A killed writer's ref lock blocks git's own gc on a ref nobody writes again: every store
@@ -66,6 +67,7 @@ class StoreCore:
         try:
             refs.remove_stale_locks(self.location.common_dir, STALE_LOCK_SWEEP_AGE)
             housekeeping.remove_dead_keeps(self.location.common_dir)
+            packs.reindex_orphans(os.path.join(self.location.common_dir, "objects", "pack"))
         except OSError:
             pass  # a read-only repository: verify reports them
         self.lock_timeout = lock_timeout
@@ -158,6 +160,7 @@ class StoreCore:
         backoff = Backoff(self.lock_timeout)
         common = self.location.common_dir
         check_present(self.location.git_dir)  # a deleted repository is an error, not recreated
+        self._after_git_gc()
         self._refresh_after_merges()
         writer = self.object_writer()
         try:
@@ -191,6 +194,18 @@ class StoreCore:
             # (Loose objects waiting to be journaled wait for this thread's next published write.)
             writer.abandoned()
             raise
+
+    def _after_git_gc(self) -> None:
+        """When a ``git gc`` has ended since the last write (its ``gc.pid`` is gone; one stat), give
+        back their index to packs whose ``.idx`` it removed: its last directory scan can miss a
+        ``.pack`` renamed into place while it runs and then takes the new ``.idx`` for garbage."""
+        running = os.path.exists(os.path.join(self.location.common_dir, "gc.pid"))
+        if self._gc_seen and not running:
+            try:
+                packs.reindex_orphans(os.path.join(self.location.common_dir, "objects", "pack"))
+            except OSError:
+                pass
+        self._gc_seen = running
 
     def _move_refs(self, tx: Transaction, backoff: Backoff) -> bool:
         """Move the transaction's refs (those not moved yet); True when all moved, False when one
