@@ -11,6 +11,7 @@ object, in bounded time."""
 from __future__ import annotations
 
 import os
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from gitstate.git.objects import MODE_TREE, objects_dir
 from gitstate.git.packs import reindex_orphans
 
 _CHUNK = 1 << 16
+_ATTEMPTS = 8  # reads of one object while the pack directory keeps changing under a repack
 _KIND_NAMES = {ObjectType.COMMIT: "commit", ObjectType.TREE: "tree", ObjectType.BLOB: "blob",
                ObjectType.TAG: "tag"}
 
@@ -208,22 +210,32 @@ class ObjectReader:
             raise CorruptObjectError(oid, damage)
 
     def _odb(self, key: str, call: Callable[[str], tuple[Any, Any]]) -> tuple[Any, Any]:
-        """``call(key)`` on the object database, after the loose-object guard; a miss or a read
-        error is retried once after the pack list is refreshed (another process may have merged
-        packs away meanwhile), and once more when a pack that lost its index (to a concurrent
-        ``git gc``) was indexed again; then reported as :class:`CorruptObjectError`."""
+        """``call(key)`` on the object database, after the loose-object guard. A miss or a read
+        error is retried after the pack list is refreshed (another process may have merged or
+        repacked packs away meanwhile), after packs that lost their index (to a concurrent ``git
+        gc``) are indexed again, and while the pack directory keeps changing between attempts (a
+        repack under way; at most :data:`_ATTEMPTS` attempts, a few ms apart); then reported as
+        :class:`CorruptObjectError`. Nothing moving in the pack directory ends it after two."""
         self._guard(key)
-        for attempt in (0, 1, 2):
+        pack_dir = os.path.join(objects_dir(self.repo), "pack")
+        seen = _stamp(pack_dir)
+        for attempt in range(_ATTEMPTS):
             try:
                 return call(key)
             except KeyError as exc:
-                if attempt == 2 or (attempt == 1 and not self._repair()):
-                    check_present(self.repo.path)
-                    raise CorruptObjectError(key, "missing from the object database") from exc
+                error: Exception = exc
+                reason = "missing from the object database"
             except (pygit2.GitError, ValueError, OSError) as exc:
-                if attempt:
+                error = exc
+                reason = f"unreadable: {exc}"
+            if attempt:
+                repaired = self._repair()
+                now = _stamp(pack_dir)
+                if attempt == _ATTEMPTS - 1 or (not repaired and now == seen):
                     check_present(self.repo.path)
-                    raise CorruptObjectError(key, f"unreadable: {exc}") from exc
+                    raise CorruptObjectError(key, reason) from error
+                seen = now
+                time.sleep(0.001 * attempt)
             refresh_packs(self.repo)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -294,6 +306,15 @@ class ObjectReader:
                 yield path, item
                 if item.filemode == MODE_TREE:
                     todo.append((path + "/", item.id, depth + 1))
+
+
+def _stamp(directory: str) -> tuple[int, int] | None:
+    """Changes whenever a file is added to, renamed in or removed from ``directory``."""
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_ino
 
 
 def refresh_packs(repo: pygit2.Repository) -> None:
