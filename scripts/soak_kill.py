@@ -100,8 +100,10 @@ def git(repo: str, *args: str, check: bool = True) -> subprocess.CompletedProces
 
 def _spawn(repo: str, acks: str, seed: int, code: str) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=code + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # not started in a checkout: `python -c` puts the current directory first on sys.path
     proc = subprocess.Popen([sys.executable, "-c", WRITER, repo, acks, str(seed), ",".join(RUNS)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=os.path.dirname(acks))
     return proc
 
 

@@ -119,7 +119,8 @@ def soak(repo: str, writers: int, seconds: float, seed: int) -> dict[str, Any]:
             if os.environ.get("SOAK_STRACE"):
                 cmd = ["strace", "-f", "-qq", "--seccomp-bpf", "-e", "trace=unlink,unlinkat,rename,renameat,renameat2",
                        "-o", os.path.join(os.environ["SOAK_STRACE"], f"writer-{i}"), *cmd]
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                          cwd=work))
         outputs = [p.communicate(timeout=seconds + 600) for p in procs]
     finally:
         stop.set()

@@ -259,11 +259,19 @@ class ObjectReader:
         return ObjectType(kind), int(size)
 
     def exists(self, oid: str) -> bool:
-        """Whether the object database has ``oid`` (not checked for damage)."""
+        """Whether the object database has ``oid`` (not checked for damage). A miss is looked up
+        again as :meth:`header` retries one (a pack merged or repacked away meanwhile must not make
+        a live object look absent)."""
         try:
-            return oid in self.repo.odb
+            if oid in self.repo.odb:
+                return True
         except (pygit2.GitError, ValueError, OSError):
+            pass
+        try:
+            self.header(oid)
+        except CorruptObjectError:
             return False
+        return True
 
     def blob(self, oid: str | pygit2.Oid) -> bytes:
         """The bytes of a blob."""
