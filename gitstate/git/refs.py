@@ -409,7 +409,9 @@ def remove_if_equals(common_dir: str, name: str, old: str, message: str) -> None
         raise LockBusy(name)
     if not os.access(os.path.dirname(path) if os.path.exists(os.path.dirname(path)) else common_dir, os.W_OK):
         raise StoreWriteError(common_dir, f"cannot delete {name}: the repository is not writable")
-    raise StoreWriteError(common_dir, last_line(done.stderr) or f"git update-ref -d {name} failed")
+    # Still the old value, nothing locked, writable: a race (a concurrent pack-refs removed the
+    # directory git was creating its lock in); the store retries it under its deadline.
+    raise TransientRefError(name, last_line(done.stderr) or f"git update-ref -d {name} failed")
 
 
 def _read_value(common_dir: str, name: str, path: str) -> str | None:
