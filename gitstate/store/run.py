@@ -33,6 +33,7 @@ from gitstate.format.nodes import NodeRecord
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
 from gitstate.git.reader import CommitData
 from gitstate.store.base import StoreCore
+from gitstate.store.branches import BranchInfo, check_deletable, list_branches
 from gitstate.store.nodes import NodeBoundary, NodeLog, legacy_boundaries, new_record, now_iso, written_since
 from gitstate.store.sessionfiles import SessionFiles
 from gitstate.store.transaction import Transaction
@@ -112,15 +113,25 @@ class Run:
         tip = self.tip(branch)
         return None if tip is None else self.store.read_checkpoint(tip)
 
-    def history(self, branch: str = "main", limit: int | None = None) -> Iterator[Checkpoint]:
-        """Checkpoints of a branch, newest first, following first parents."""
-        oid = self.tip(branch)
+    def history(self, branch: str = "main", limit: int | None = None, *,
+                start: str | Checkpoint | None = None) -> Iterator[Checkpoint]:
+        """Checkpoints of a branch, newest first, following first parents; from ``start`` (a
+        checkpoint, id or prefix of this run) instead of the branch tip when given."""
+        if start is None:
+            oid = self.tip(branch)
+        else:
+            oid = start.id if isinstance(start, Checkpoint) else self.load(start).id
         count = 0
         while oid is not None and (limit is None or count < limit):
             cp = self.store.read_checkpoint(oid)
             yield cp
             count += 1
             oid = cp.parent_id
+
+    def branch_list(self) -> list[BranchInfo]:
+        """Every branch of the run (``main`` first) with its tip, where it came from (a fork, a pull
+        that kept a diverged remote line, a restore's safety copy) and its fork point."""
+        return list_branches(self.store, self.worktree, self.id)
 
     def branches(self) -> dict[str, Checkpoint]:
         """Every branch of the run with its tip checkpoint."""
@@ -430,12 +441,13 @@ class Run:
         self._move(branch, current, last.old, f"gitstate: undo ({last.message})")
         return self.store.read_checkpoint(last.old)
 
-    def delete_branch(self, branch: str) -> None:
-        """Remove a branch ref (its checkpoints stay in other branches and the object store)."""
-        tip = self.tip(branch)
-        if tip is None:
-            raise BranchNotFound(self.id, branch)
+    def delete_branch(self, branch: str, *, force: bool = False) -> str:
+        """Remove a branch ref and return the tip it had. Refused (:class:`BranchDeleteRefused`)
+        for ``main`` and for a branch whose checkpoints no other branch of the run reaches, unless
+        ``force``; the checkpoints other branches share stay. The branch's reflog goes with it."""
+        tip = check_deletable(self.store, self.worktree, self.id, branch, force)
         self._move(branch, tip, None, "gitstate: delete branch")
+        return tip
 
     # -- workspace ----------------------------------------------------------------------------
 
@@ -476,7 +488,7 @@ class Run:
             raise RestoreConflictError(blocked, "ignored files, nested repositories or directories are in the way")
         lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
         if lost and not dry_run:
-            raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint (use force=True)")
+            raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True)
         result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
                                removed=tuple(plan.deletes), dry_run=dry_run, skipped=snap.skipped,
                                unsaved=tuple(lost))
