@@ -59,12 +59,30 @@ def emit_json(value: Any) -> None:
     click.echo(dumps(value))
 
 
+#: Set while output goes to a pager on a terminal (the pager shows colour: ``less -R``).
+_PAGED = False
+
+
+def set_paged(on: bool) -> None:
+    """Say that stdout is a pager on a terminal (styles stay on although stdout is a pipe)."""
+    global _PAGED
+    _PAGED = on
+
+
 def is_tty() -> bool:
-    """Whether stdout is a terminal (colour and progress bars only then)."""
+    """Whether stdout is a terminal, or a pager on one (colour and progress bars only then)."""
+    if _PAGED:
+        return True
     try:
         return sys.stdout.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+#: The ``--json`` option every command has (the flag's value is the ``as_json`` parameter). On a
+#: failure the entry point prints ``{"error": …}`` instead of the command's document.
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print JSON (shape below; on failure an {\"error\": …} object, see docs/CLI.md).")
 
 
 class Styled(str):
