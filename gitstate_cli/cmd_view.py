@@ -48,6 +48,8 @@ def view(store: gitstate.Store, run_ids: tuple[str, ...], port: int, no_open: bo
     """
     from gitstate.view import serve, write_html
 
+    if html_path is None and len(run_ids) > 1:
+        raise click.UsageError("name at most one RUN to serve (several only with --html)")
     run_ids = tuple(get_run(store, r).id for r in run_ids)  # RUN@BRANCH names its run
     if html_path is not None:
         result = write_html(store, list(run_ids) or None, html_path, all_worktrees=all_worktrees)
@@ -58,8 +60,6 @@ def view(store: gitstate.Store, run_ids: tuple[str, ...], port: int, no_open: bo
         click.echo(f"wrote {result.path} ({len(result.runs)} run{'s' if len(result.runs) != 1 else ''}, "
                    f"{result.checkpoints} checkpoints, {result.size:,} bytes)")
         return
-    if len(run_ids) > 1:
-        raise click.UsageError("name at most one RUN to serve (several only with --html)")
 
     def ready(url: str) -> None:
         if as_json:

@@ -43,6 +43,24 @@ def _why(ref: RefResult, run_id: str | None, branch: str, remote: str) -> str:
     return ""
 
 
+def _whole_runs(store: gitstate.Store, runs: Sequence[str]) -> list[str]:
+    """The run ids as given; a RUN@BRANCH is refused with the run to name instead (these commands
+    move whole runs). Ids that name nothing are left to the library (its error, or a pull of a
+    run only the remote has)."""
+    from gitstate.store import refspec
+
+    for text in runs:
+        if store.has_run(text):
+            continue
+        try:
+            loc = refspec.locate_branch(store, text)
+        except gitstate.GitStateError:
+            continue
+        raise click.UsageError(f"{out.safe(text)!r} names branch {out.safe(loc.branch)!r} of run "
+                               f"{out.safe(loc.run)!r}; whole runs move: name the run {out.safe(loc.run)!r}")
+    return list(runs)
+
+
 def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str) -> None:
     """Print the per-run results; a summary line only when everything reached the state asked for,
     else one ``error:`` line and exit 1 (also with ``--json``, after the results document)."""
@@ -105,7 +123,7 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     "message", "kept_as"}]}]; ref statuses: pushed, deleted, up-to-date, kept, local (ok),
     rejected, error, skipped (failures). On failure the document is printed, then the error line.
     """
-    results = gitstate.push(store, remote, list(runs), all_worktrees=all_worktrees, prune=prune,
+    results = gitstate.push(store, remote, _whole_runs(store, runs), all_worktrees=all_worktrees, prune=prune,
                             include_safety=include_safety)
     _report(results, as_json, "pushed", remote)
 
@@ -131,7 +149,7 @@ def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
 
     JSON: the same shape as `push --json`.
     """
-    results = gitstate.pull(store, remote, list(runs), all_worktrees=all_worktrees)
+    results = gitstate.pull(store, remote, _whole_runs(store, runs), all_worktrees=all_worktrees)
     _report(results, as_json, "pulled", remote)
 
 
@@ -157,7 +175,7 @@ def export(store: gitstate.Store, runs: tuple[str, ...], output: str, include_sa
     JSON: {"output" (the bundle's path), "refs" (the ref names written), "left_out" (refs kept
     local)}.
     """
-    refs = gitstate.export_bundle(store, list(runs), output, include_safety=include_safety)
+    refs = gitstate.export_bundle(store, _whole_runs(store, runs), output, include_safety=include_safety)
     if as_json:
         out.emit_json({"output": os.path.abspath(output), "refs": list(refs), "left_out": refs.left_out})
         return

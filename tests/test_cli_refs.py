@@ -116,6 +116,9 @@ def test_commands_that_take_a_branch_refuse_other_forms(at_repo: Path) -> None:
     assert "git agentos branch -d" in line
     line = error_line(agentos("branch", "-d", "r", code=2))
     assert "r@BRANCH" in line
+    for args in (["push", "origin", "r@main"], ["export", "r@main", "-o", "x.bundle"]):
+        line = error_line(agentos(*args, code=2))
+        assert "whole runs move: name the run 'r'" in line, line
     agentos("branch", code=2)
 
 

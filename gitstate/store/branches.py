@@ -82,8 +82,11 @@ def _origin(name: str, message: str | None, fork_point: str | None) -> tuple[str
     if forked:
         at = fork_point[:12] if fork_point else forked.group("at")
         return "fork", f"forked at {at}"
+    off = f" (off main at {fork_point[:12]})" if fork_point else ""
     if message.startswith("gitstate: checkpoint"):
-        return "created", "created by its first checkpoint" + (f" (off main at {fork_point[:12]})" if fork_point else "")
+        return "created", "created by its first checkpoint" + off
+    if message.startswith("gitstate: langgraph"):
+        return "created", "written by the LangGraph saver (a fork or a subgraph line)" + off
     return "created", message
 
 
