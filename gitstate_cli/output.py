@@ -82,7 +82,7 @@ def is_tty() -> bool:
 #: The ``--json`` option every command has (the flag's value is the ``as_json`` parameter). On a
 #: failure the entry point prints ``{"error": …}`` instead of the command's document.
 json_option = click.option("--json", "as_json", is_flag=True,
-                           help="Print JSON (shape below; on failure an {\"error\": …} object, see docs/CLI.md).")
+                           help="Print JSON (shape above; on failure an {\"error\": …} object: git agentos help json).")
 
 
 class Styled(str):
