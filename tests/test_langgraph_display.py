@@ -308,3 +308,21 @@ def test_a_type_allowed_when_written_is_refused_on_read_as_policy_not_corruption
 def test_format_names_match_the_saver() -> None:
     assert (saver_module.LG_TREE, saver_module.WRITES_BLOB, saver_module.LG_META, saver_module.WORKFLOW) == \
         (lgtree.LG_TREE, lgtree.WRITES_BLOB, lgtree.LG_META, lgtree.WORKFLOW)
+
+
+def test_textconv_bounds_huge_integers_and_passes_other_files_through(repo: Path) -> None:
+    from gitstate.format import encoding
+    from gitstate_cli.textconv import convert
+
+    data = encoding.dumps({"n": 1 << 2_000_000, "small": 12})
+    text = bounded(lambda: convert(data, "/tmp/git-blob-x/meta.cbor").decode(), 10)
+    assert '"<integer of 2000001 bits: 0x8000000000000000…>"' in text and '"small": 12' in text
+    for name, raw in (("langgraph/notes.v", b"module top; endmodule\n"), ("0000000000", b"plain text\n"),
+                      ("0000000000", b"\x00\x01binary")):
+        assert convert(raw, name) == raw
+    # setup's patterns reach the values tree but no other file of a top-level langgraph/ folder
+    agentos(repo, "setup")
+    attrs = ["langgraph/messages.v", "langgraph/messages.l/0000000000", "langgraph/m.l/0000000000/0000002048",
+             "langgraph-writes.cbor", "langgraph/graph.py", "src/langgraph/messages.v"]
+    out = git(repo, "check-attr", "diff", "--", *attrs).splitlines()
+    assert [line.rsplit(": ", 1)[1] for line in out] == ["agentos"] * 4 + ["unspecified"] * 2

@@ -22,7 +22,7 @@ END = "# <<< gitstate"
 #: Anchored at the tree root so a user's own files elsewhere are not affected (and a file that is
 #: neither passes through unchanged).
 PATTERNS = ("/meta.cbor", "/run.cbor", "/state.cbor", "/tools.cbor", "/audit.cbor", "/node.cbor", "/state/**/*.cbor",
-            "/langgraph/**", "/langgraph-writes.cbor")
+            "/langgraph/*.v", "/langgraph/*.l/**", "/langgraph-writes.cbor")
 
 
 def textconv_command() -> str:
