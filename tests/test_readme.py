@@ -29,8 +29,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 FENCE = re.compile(r"^```([a-z]*)\n(.*?)^```", re.S | re.M)

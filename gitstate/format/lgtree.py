@@ -71,7 +71,11 @@ def show_entry(reader: ObjectReader, name: str, oid: str, mode: int) -> Any:
     if name.endswith(LIST) and mode == MODE_TREE:
         return _show_list(reader, oid)
     if name.endswith(VALUE) and mode != MODE_TREE:
-        kind, payload = lgserde.parse_typed(reader.blob(oid), oid)
+        data = reader.blob(oid)
+        try:
+            kind, payload = lgserde.parse_typed(data, oid)
+        except CorruptObjectError as exc:
+            return {"$error": exc.reason, "size": len(data)}
         return lgserde.show_typed(kind, payload)
     return {"$error": f"unexpected entry {name!r} in a values tree"}
 
