@@ -14,29 +14,23 @@ from . import output as out
 @click.argument("path", type=click.Path(dir_okay=False))
 @out.json_option
 def textconv(path: str, as_json: bool) -> None:
-    """Print a stored CBOR payload as readable text (used by git diff).
+    """Print a stored CBOR payload or LangGraph value as readable text (used by git diff).
 
-    Non-CBOR input is printed unchanged.
+    Other input is printed unchanged.
 
-    JSON: the decoded payload as one JSON document (input that is not gitstate CBOR as
-    {"$bytes": hex}).
+    JSON: the payload as shown (one JSON document); input it does not convert as
+    {"$bytes": hex}.
     """
+    from .textconv import convert
+
     try:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as exc:
         raise click.FileError(path, hint=exc.strerror or str(exc)) from None
-    if as_json:
-        from gitstate.errors import CorruptObjectError
-        from gitstate.format.encoding import loads
-
-        try:
-            value = loads(data)
-        except CorruptObjectError:  # not gitstate CBOR: the bytes as they are
-            value = data
-        out.emit_json(value)
+    shown = convert(data, path)
+    if as_json and shown is data:  # not converted: the bytes as they are, as JSON
+        out.emit_json(data)
         return
-    from .textconv import convert
-
-    sys.stdout.buffer.write(convert(data))
+    sys.stdout.buffer.write(shown)  # converted text is already one JSON document
     sys.stdout.flush()
