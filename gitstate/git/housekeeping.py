@@ -34,10 +34,31 @@ REF_PACK_THRESHOLD = 500  # loose refs under refs/agentos/ before they are moved
 LOCK_STALE_SECONDS = 120.0  # age after which a lock whose owner cannot be checked is broken
 
 
+_MADE: set[str] = set()  # agentos directories known to exist (one makedirs per process, not per write)
+
+
 def _agentos_dir(common_dir: str) -> str:
     path = os.path.join(common_dir, "agentos")
-    os.makedirs(path, exist_ok=True)
+    if path not in _MADE:
+        os.makedirs(path, exist_ok=True)
+        _MADE.add(path)
     return path
+
+
+def _append(path: str, data: bytes) -> int:
+    """Append ``data`` to ``path`` (created if missing, its directory too); return the new size."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileNotFoundError:  # the directory was removed since we made it
+        _MADE.discard(os.path.dirname(path))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, flags, 0o644)
+    try:
+        os.write(fd, data)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def _journal(common_dir: str) -> str:
@@ -49,14 +70,7 @@ def record(common_dir: str, oids: Iterable[str]) -> int:
     data = "".join(f"{oid}\n" for oid in oids).encode()
     if not data:
         return 0
-    path = _journal(common_dir)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-        size = os.fstat(fd).st_size
-    finally:
-        os.close(fd)
-    return size // 41
+    return _append(_journal(common_dir), data) // 41
 
 
 def _loose_path(common_dir: str, oid: str) -> str:
@@ -240,13 +254,7 @@ ORPHAN_AGE = 3600.0  # seconds before a dead writer's temporary pack files are r
 
 def record_tx_pack(common_dir: str, name: str) -> int:
     """Note a pack a transaction wrote; return how many transaction packs are listed."""
-    path = os.path.join(_agentos_dir(common_dir), TX_PACKS)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{name}\n".encode("ascii"))
-        size = os.fstat(fd).st_size
-    finally:
-        os.close(fd)
+    size = _append(os.path.join(_agentos_dir(common_dir), TX_PACKS), f"{name}\n".encode("ascii"))
     return size // (len(name) + 1)
 
 

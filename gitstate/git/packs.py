@@ -172,8 +172,11 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
     idx = _idx_bytes(index, checksum)
     name = "pack-" + checksum.hex()
     try:
-        os.makedirs(pack_dir, exist_ok=True)
-        tmp_pack = _write_temp(pack_dir, "tmp_pack_", [b"".join((header, *chunks, checksum))], fsync)
+        try:
+            tmp_pack = _write_temp(pack_dir, "tmp_pack_", [b"".join((header, *chunks, checksum))], fsync)
+        except FileNotFoundError:
+            os.makedirs(pack_dir, exist_ok=True)
+            tmp_pack = _write_temp(pack_dir, "tmp_pack_", [b"".join((header, *chunks, checksum))], fsync)
         try:
             tmp_idx = _write_temp(pack_dir, "tmp_idx_", [idx], fsync)
         except BaseException:

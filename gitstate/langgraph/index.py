@@ -9,6 +9,7 @@ index is built from commit messages alone, without decoding any tree."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pygit2
@@ -16,6 +17,7 @@ import pygit2
 from gitstate.format.names import decode_component, run_prefix
 from gitstate.git.reader import CommitData, ObjectReader
 from gitstate.git.refs import list_refs
+from gitstate.langgraph.writes import REF_KIND
 
 T_ID = "LangGraph-Checkpoint"
 T_NS = "LangGraph-Namespace"
@@ -119,37 +121,63 @@ class RefReader:
 
     def branches(self, repo: pygit2.Repository, run_id: str) -> dict[str, str]:
         """``{branch: tip}`` of a run."""
+        return self.read(repo, run_id)[0]
+
+    def read(self, repo: pygit2.Repository, run_id: str) -> tuple[dict[str, str], dict[str, str]]:
+        """``({branch: tip}, {writes ref name: blob id})`` of a run (the second: its pending-writes
+        refs, ``.../writes/<name>``)."""
         paths = self._paths.get(run_id)
         if paths is None:
-            prefix = run_prefix(self.worktree, run_id) + "heads/"
-            paths = (prefix, os.path.join(self.common_dir, *prefix.rstrip("/").split("/")))
+            prefix = run_prefix(self.worktree, run_id)
+            folder = os.path.join(self.common_dir, *prefix.rstrip("/").split("/"))
+            paths = (prefix, folder)
             if len(self._paths) > 4096:
                 self._paths.clear()
             self._paths[run_id] = paths
         prefix, folder = paths
-        out: dict[str, str] = {}
+        heads: dict[str, str] = {}
+        writes: dict[str, str] = {}
+        heads_prefix, writes_prefix = prefix + "heads/", prefix + REF_KIND + "/"
         if not self.files_backend:
             for name, oid in list_refs(repo, prefix):
-                out[decode_component(name[len(prefix):])] = oid
-            return out
-        for name, oid in self._packed_refs().items():
-            if name.startswith(prefix):
-                out[decode_component(name[len(prefix):])] = oid
+                if name.startswith(heads_prefix):
+                    heads[decode_component(name[len(heads_prefix):])] = oid
+                elif name.startswith(writes_prefix):
+                    writes[name[len(writes_prefix):]] = oid
+            return heads, writes
+        packed = self._packed_refs()
+        if packed:
+            for name, oid in packed.items():
+                if name.startswith(heads_prefix):
+                    heads[decode_component(name[len(heads_prefix):])] = oid
+                elif name.startswith(writes_prefix):
+                    writes[name[len(writes_prefix):]] = oid
+        _read_loose(os.path.join(folder, "heads"), heads, decode_component)
+        _read_loose(os.path.join(folder, REF_KIND), writes, str)
+        return heads, writes
+
+
+def _read_loose(folder: str, out: dict[str, str], decode: Callable[[str], str]) -> None:
+    """Add the loose refs directly in ``folder`` to ``out`` (``decode(file name)`` → key)."""
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for enc in names:
+        if enc.endswith(".lock") or enc.startswith("."):
+            continue
         try:
-            names = os.listdir(folder)
-        except (FileNotFoundError, NotADirectoryError):
-            return out
-        for enc in names:
-            if enc.endswith(".lock") or enc.startswith("."):
-                continue
-            try:
-                with open(os.path.join(folder, enc), encoding="ascii", errors="replace") as fh:
-                    text = fh.read().strip()
-            except (FileNotFoundError, IsADirectoryError):
-                continue
-            if len(text) == 40:
-                out[decode_component(enc)] = text
-        return out
+            fd = os.open(os.path.join(folder, enc), os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        try:
+            text = os.read(fd, 128).strip()
+        except IsADirectoryError:
+            continue
+        finally:
+            os.close(fd)
+        if len(text) == 40:
+            out[decode(enc)] = text.decode("ascii", "replace")
 
 
 @dataclass
@@ -161,6 +189,9 @@ class ThreadIndex:
     entries: dict[tuple[str, str], Entry] = field(default_factory=dict)
     tip_of: dict[str, str] = field(default_factory=dict)  # commit -> branch
     newest: dict[str, Entry] = field(default_factory=dict)  # namespace -> entry of greatest id
+    writes: dict[str, str] = field(default_factory=dict)  # writes ref name -> blob id, as last read
+    pending: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
+    # (namespace, checkpoint id) -> [(writes ref name, blob id)] in name order
 
     def rebuild(self, reader: ObjectReader, tips: dict[str, str]) -> None:
         """Walk every branch from its tip (each commit visited once)."""
@@ -200,6 +231,38 @@ class ThreadIndex:
             self.tip_of.pop(old_tip, None)
         self.tips[branch] = entry.oid
         self.tip_of[entry.oid] = branch
+
+    def replace(self, old: Entry, new: Entry) -> None:
+        """Record that the commit of a checkpoint that is not a tip was rewritten (its pending
+        writes folded in): same checkpoint, new commit."""
+        self.entries[(new.ns, new.checkpoint_id)] = new
+        if self.newest.get(new.ns) is old:
+            self.newest[new.ns] = new
+
+    def set_writes(self, writes: dict[str, str], keys: dict[str, tuple[str, str]]) -> None:
+        """Record the writes refs as read (``keys``: ref name → its checkpoint's key)."""
+        self.writes = dict(writes)
+        pending: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for name in sorted(writes):
+            pending.setdefault(keys[name], []).append((name, writes[name]))
+        self.pending = pending
+
+    def add_writes(self, key: tuple[str, str], name: str, oid: str) -> None:
+        """Record a writes ref this process just created."""
+        self.writes[name] = oid
+        found = self.pending.setdefault(key, [])
+        found.append((name, oid))
+        found.sort()
+
+    def drop_writes(self, key: tuple[str, str], names: set[str]) -> None:
+        """Forget writes refs this process just deleted."""
+        for name in names:
+            self.writes.pop(name, None)
+        left = [item for item in self.pending.get(key, []) if item[0] not in names]
+        if left:
+            self.pending[key] = left
+        else:
+            self.pending.pop(key, None)
 
     def namespace(self, ns: str) -> list[Entry]:
         """Entries of one namespace, newest checkpoint id first."""
