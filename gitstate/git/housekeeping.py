@@ -26,7 +26,10 @@ import pygit2
 
 from gitstate.errors import GitStateError
 from gitstate.git import lockfile, packs, refs
+from gitstate.git.command import run_git
 from gitstate.git.durability import fsync_dir
+from gitstate.git.objects import MODE_TREE
+from gitstate.git.reader import parse_commit, parse_tree
 
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
 MERGE_THRESHOLD = 12  # gitstate packs before they are merged (git's gc.autoPackLimit is 50)
@@ -46,19 +49,33 @@ def _agentos_dir(common_dir: str) -> str:
 
 
 def _append(path: str, data: bytes) -> int:
-    """Append ``data`` to ``path`` (created if missing, its directory too); return the new size."""
+    """Append ``data`` to the list file ``path`` (created if missing, its directory too); return
+    the new size.
+
+    A packer or merger takes a list aside by renaming it and then reads it; a line appended
+    through a descriptor opened before that rename may land after the reading, and be lost with
+    the file. So after writing, the file is checked to still be the one at ``path``; if it was
+    taken aside meanwhile, the line is appended again to the new list (a name listed twice is
+    read once)."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o644)
-    except FileNotFoundError:  # the directory was removed since we made it
-        _MADE.discard(os.path.dirname(path))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, flags, 0o644)
-    try:
-        os.write(fd, data)
-        return os.fstat(fd).st_size
-    finally:
-        os.close(fd)
+    for _attempt in range(8):
+        try:
+            fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:  # the directory was removed since we made it
+            _MADE.discard(os.path.dirname(path))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+        try:
+            os.write(fd, data)
+            written = os.fstat(fd)
+        finally:
+            os.close(fd)
+        try:
+            if os.stat(path).st_ino == written.st_ino:
+                return written.st_size
+        except FileNotFoundError:
+            pass
+    return written.st_size
 
 
 def _journal(common_dir: str) -> str:
@@ -250,6 +267,7 @@ def maybe_pack(repo: pygit2.Repository, common_dir: str, journal_size: int) -> N
 TX_PACKS = "tx-packs"  # agentos/tx-packs: names of the packs transactions wrote, one per line
 TX_MERGE_AT = 16  # transaction packs before a geometric merge is worth a background pass
 ORPHAN_AGE = 3600.0  # seconds before a dead writer's temporary pack files are removed
+_MAX_NAME_DEPTH = 64  # trees deeper than this are not walked for names
 
 
 def record_tx_pack(common_dir: str, name: str) -> int:
@@ -285,6 +303,7 @@ def merge_tx_packs(common_dir: str) -> str | None:
 def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) -> str | None:
     pack_dir = os.path.join(common_dir, "objects", "pack")
     packs.remove_orphans(pack_dir, ORPHAN_AGE)
+    _remove_leftover_dirs(common_dir)
     path = os.path.join(agentos, TX_PACKS)
     taken = f"{path}.{os.getpid()}.merging"
     try:
@@ -302,8 +321,10 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
     chosen = packs.geometric_plan(weights)
     if chosen and not lock.refresh():
         chosen = []  # our lock was broken and retaken: deleting packs is no longer ours to do
-    merged = packs.merge_packs(pack_dir, chosen) if chosen else None
-    keep = [n for n, _w in weights if n not in chosen] + ([merged.name] if merged else [])
+    merged = _merge_with_deltas(common_dir, pack_dir, chosen, lock) if chosen else None
+    if merged is None:
+        chosen = []  # nothing merged: every pack stays listed
+    keep = [n for n, _w in weights if n not in chosen] + ([merged] if merged else [])
     if keep:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -312,4 +333,84 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
             os.close(fd)
     for src in sources:
         os.unlink(src)
-    return merged.name if merged else None
+    return merged
+
+
+def _object_names(common_dir: str, commits: list[str], wanted: set[str]) -> dict[str, str]:
+    """The path at which each object of ``wanted`` first appears in the trees of ``commits`` (only
+    trees in ``wanted`` are opened: an object older than the packs being merged holds nothing new):
+    ``pack-objects`` looks for deltas between objects of similar names, so the versions of one list
+    chunk end up as small deltas of each other. Best effort: what cannot be read stays unnamed."""
+    names: dict[str, str] = {}
+    if not commits:
+        return names
+    try:
+        odb = pygit2.Odb(os.path.join(common_dir, "objects"))
+        for commit in commits:
+            tree = parse_commit(commit, odb.read(commit)[1]).tree_id
+            todo = [(tree, "", 0)] if tree in wanted else []
+            while todo:
+                oid, prefix, depth = todo.pop()
+                if depth > _MAX_NAME_DEPTH:
+                    break
+                for item in parse_tree(oid, odb.read(oid)[1]):
+                    if item.id in wanted and item.id not in names:
+                        names[item.id] = prefix + item.name
+                        if item.filemode == MODE_TREE:
+                            todo.append((item.id, f"{prefix}{item.name}/", depth + 1))
+    except (KeyError, ValueError, OSError, pygit2.GitError, GitStateError):
+        pass  # a damaged or vanished object: the rest stays unnamed (only compression suffers)
+    return names
+
+
+def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: lockfile.OwnedLock) -> str | None:
+    """Write the objects of the packs ``chosen`` as one pack with deltas (``git pack-objects``,
+    run with ``LC_ALL=C``; pygit2's PackBuilder takes no names, so it finds far fewer deltas),
+    install it, then remove the merged-away packs; returns its name, or ``None`` when nothing was
+    merged (every pack left in place).
+
+    Only objects of gitstate's own transaction packs are given to git, and only those packs are
+    removed. ``pack-objects`` reuses the deltas already in the packs it reads and looks for new
+    ones among the objects the earlier merges have not seen, so each merge costs about the objects
+    it brings in (the hot path never compresses anything: this runs in the background merge).
+    The new pack is in place (written and flushed by git as ``core.fsync`` says, its directory
+    flushed) before any source is removed."""
+    oids: list[str] = []
+    commits: list[str] = []
+    for name in chosen:
+        try:
+            types = packs.entry_types(pack_dir, name)
+        except (OSError, GitStateError):
+            return None  # removed or damaged meanwhile: merge nothing now
+        oids.extend(types)
+        commits.extend(oid for oid, kind in types.items() if kind == packs.OBJ_COMMIT)
+    wanted = set(oids)
+    names = _object_names(common_dir, sorted(set(commits)), wanted)
+    private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
+    try:
+        lines = "".join(f"{oid} {names[oid]}\n" if oid in names else f"{oid}\n" for oid in dict.fromkeys(oids))
+        done = run_git(common_dir, ["pack-objects", "-q", "--threads=1", "--delta-base-offset", "--depth=20",
+                                    os.path.join(private, "pack")], stdin=lines)
+        name = "pack-" + done.stdout.strip()
+        if done.returncode != 0 or not packs.is_pack_name(name):
+            return None
+        written = sorted(os.listdir(private), key=lambda n: n.endswith(".idx"))  # the index last
+        if not lock.refresh():
+            return None  # our lock was broken meanwhile: leave everything as it is
+        for entry in written:
+            ext = entry[entry.rfind("."):]
+            target = os.path.join(pack_dir, name + ext)
+            if not os.path.exists(target):
+                os.rename(os.path.join(private, entry), target)
+        fsync_dir(pack_dir)  # the merged pack is durable before any source is removed
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    for source in chosen:
+        if source == name or os.path.exists(os.path.join(pack_dir, source + ".keep")):
+            continue
+        for ext in (".idx", ".rev", ".bitmap", ".pack"):  # the index first: readers find packs by it
+            try:
+                os.unlink(os.path.join(pack_dir, source + ext))
+            except OSError:
+                pass
+    return name

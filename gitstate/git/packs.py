@@ -188,6 +188,11 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
     return PackWritten(name, len(index), tuple(raw.hex() for raw, _, _ in index), existed)
 
 
+def is_pack_name(name: str) -> bool:
+    """Whether ``name`` is a pack's name (``pack-<40 hex>``)."""
+    return _NAME.match(name) is not None
+
+
 def _raw_oid(oid: str) -> bytes:
     try:
         raw = bytes.fromhex(oid)
@@ -381,6 +386,23 @@ def _parse_index(idx_path: str) -> tuple[list[tuple[bytes, int, int]], bytes]:
             offset = large[slot]
         entries.append((data[names_at + 20 * i: names_at + 20 * i + 20], offset, crcs[i]))
     return entries, data[-40:-20]
+
+
+def entry_types(pack_dir: str, name: str) -> dict[str, int]:
+    """``{hex id: type}`` of every entry of a pack, read from each entry's header byte (1-4 for
+    whole objects, 6 and 7 for deltas, whose object type is their base's). Raises like
+    :func:`read_index` (and :class:`~gitstate.errors.CorruptObjectError` for an offset beyond the
+    pack)."""
+    base = os.path.join(pack_dir, name)
+    index, _checksum = _parse_index(base + ".idx")
+    with _map(base + ".pack") as mm:
+        size = len(mm)
+        out: dict[str, int] = {}
+        for raw, offset, _crc in index:
+            if not _PACK_HEADER.size <= offset < size - 20:
+                raise CorruptObjectError(base + ".pack", f"entry {raw.hex()} has a bad offset {offset}")
+            out[raw.hex()] = (mm[offset] >> 4) & 0x07
+    return out
 
 
 # -- merging ---------------------------------------------------------------------------------------

@@ -343,70 +343,59 @@ def remove_if_equals(common_dir: str, name: str, old: str, message: str) -> None
     raise StoreWriteError(common_dir, last_line(done.stderr) or f"git update-ref -d {name} failed")
 
 
-def remove_loose_if_equals(common_dir: str, name: str, old: str, message: str, *,
-                           missing_ok: bool = False) -> None:
-    """Delete ``name`` if it holds ``old``, by git's file protocol when the ref is only loose: take
-    ``<ref>.lock`` and ``packed-refs.lock`` exclusively (as git does for a deletion, so no
-    concurrent ``pack-refs`` can bring the ref back), read the value under the locks, compare,
-    unlink the ref and its reflog, release the locks: a few file-system calls instead of a ``git``
-    process. A ref that is (also) in ``packed-refs`` goes through :func:`remove_if_equals`, which
-    rewrites that file. ``missing_ok``: a ref that no longer exists counts as removed (another
-    writer did it). Same errors as :func:`set_if_equals`."""
+def remove_transient_ref(common_dir: str, name: str, old: str, message: str) -> None:
+    """Delete the short-lived ref ``name`` (the LangGraph saver's pending writes) if it holds
+    ``old``; one already gone counts as deleted. When the ref is loose only: take ``<ref>.lock``
+    exclusively, read the value under it, compare, unlink the ref (and a reflog, if one exists),
+    release the lock -- three file-system changes instead of a ``git`` process. A ref that is in
+    ``packed-refs`` goes through :func:`remove_if_equals`.
+
+    Unlike git's own delete, ``packed-refs.lock`` is not taken (it would cost two more file
+    creations per delete): a ``pack-refs`` that copies the ref into ``packed-refs`` just before the
+    loose file goes brings it back from there. Callers tolerate that (a stale pending-writes ref is
+    folded already, and deleted again later). Same errors as :func:`set_if_equals`."""
     path = os.path.join(common_dir, *name.split("/"))
     lock = path + ".lock"
-    packed_lock = os.path.join(common_dir, "packed-refs.lock")
-    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC
+    if _packed_value(common_dir, name) is not None:
+        try:
+            remove_if_equals(common_dir, name, old, message)
+        except ConflictError as exc:
+            if exc.actual is not None:
+                raise
+        return
     try:
-        os.close(os.open(lock, flags, 0o644))
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o644))
     except FileExistsError as exc:
         raise LockBusy(name) from exc
     except FileNotFoundError:
-        if missing_ok:
-            return  # not even its directory exists
-        raise ConflictError(name, old, None) from None
+        return  # not even its directory exists
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
-    locks = [lock]
-    in_packed = False
     try:
-        try:
-            os.close(os.open(packed_lock, flags, 0o644))
-        except FileExistsError as exc:
-            raise LockBusy(name, "packed-refs.lock is held") from exc
-        locks.append(packed_lock)
-        loose: str | None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            loose = None
-        else:
-            try:
-                loose = os.read(fd, 4096).strip().decode("ascii", "replace")
-            except IsADirectoryError:
-                raise StoreWriteError(path, f"{name} cannot be deleted: refs exist below it") from None
-            finally:
-                os.close(fd)
-        in_packed = _packed_value(common_dir, name) is not None
-        if not in_packed:
-            if loose is None and missing_ok:
-                return
-            if loose != old:
-                raise ConflictError(name, old, loose if loose and len(loose) == 40 else None)
-            os.unlink(path)
-            try:
-                os.unlink(os.path.join(common_dir, "logs", *name.split("/")))
-            except FileNotFoundError:
-                pass
+            return
+        try:
+            value = os.read(fd, 4096).strip().decode("ascii", "replace")
+        except IsADirectoryError:
+            raise StoreWriteError(path, f"{name} cannot be deleted: refs exist below it") from None
+        finally:
+            os.close(fd)
+        if value != old:
+            raise ConflictError(name, old, value if len(value) == 40 else None)
+        os.unlink(path)
+        try:
+            os.unlink(os.path.join(common_dir, "logs", *name.split("/")))
+        except FileNotFoundError:
+            pass
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
     finally:
-        for held in reversed(locks):
-            try:
-                os.unlink(held)
-            except OSError:
-                pass
-    if in_packed:
-        remove_if_equals(common_dir, name, old, message)
+        try:
+            os.unlink(lock)
+        except OSError:
+            pass
 
 
 def _read_value(common_dir: str, name: str, path: str) -> str | None:

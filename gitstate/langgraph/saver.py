@@ -235,7 +235,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         """``(namespace, checkpoint id, records)`` of a writes-ref blob."""
         hit = self._records.get("ref:" + oid)
         if hit is None:
-            hit = wr.decode_pending(self.store.reader.blob(oid), oid)
+            hit = wr.decode_pending(self._blob(oid), oid)
             self._records.put("ref:" + oid, hit)
         return cast(tuple[str, str, dict[tuple[str, int], list[Any]]], hit)
 
@@ -387,7 +387,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 status = _status(values, pending or {})
                 if pending:
                     writes = (WRITES_BLOB, self._put_blob(tx, wr.encode_records(pending)), MODE_BLOB)
-                fold = self._stage_fold(tx, idx, parent) if parent is not None and parent.oid in idx.tip_of else None
+                fold = (self._stage_fold(tx, thread_id, idx, parent)
+                        if parent is not None and parent.oid in idx.tip_of else None)
                 return self._stage_append(tx, thread_id, idx, ns, cid, parent, values_tree, payload, writes, md,
                                           lg_trailers, parent_id, status, fold)
 
@@ -448,17 +449,33 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             LG_META: payload,
         }
 
-    def _stage_fold(self, tx: Transaction, idx: ThreadIndex, parent: Entry) -> _Fold | None:
+    def _stage_fold(self, tx: Transaction, thread_id: str, idx: ThreadIndex, parent: Entry) -> _Fold | None:
         """Stage the parent checkpoint's commit with the pending writes of its writes refs folded
         into its tree (same parents, message and dates), so the step's one ref move carries them;
         ``None`` when it has no writes refs."""
         refs = idx.pending.get((parent.ns, parent.checkpoint_id))
+        self._stage_drop_writes(tx, thread_id, self._stale_writes(idx, skip=(parent.ns, parent.checkpoint_id)))
         if not refs:
             return None
         commit = self._commit(parent.oid)
         root, message = self._amended_tree(tx, commit, self._writes_of(idx, parent, commit))
         folded = self._new_commit(tx, root, list(commit.parent_ids), message, commit.author, commit.committer)
         return _Fold(parent, folded, tuple(refs))
+
+    def _stale_writes(self, idx: ThreadIndex, skip: tuple[str, str]) -> list[tuple[str, str]]:
+        """Writes refs whose records the commit of their checkpoint already holds (a writer died
+        between moving the branch and deleting them, or a concurrent ``pack-refs`` brought one
+        back): deleted with the next put. A writes ref of a checkpoint this index does not know is
+        kept (it may be newer than what the index read)."""
+        stale: list[tuple[str, str]] = []
+        for key, refs in idx.pending.items():
+            entry = idx.entries.get(key)
+            if key == skip or entry is None:
+                continue
+            own = self._read_writes(self._commit(entry.oid))
+            stale.extend((name, oid) for name, oid in refs
+                         if all(k in own for k in self._pending_blob(oid)[2]))
+        return stale
 
     def _amended_tree(self, tx: Transaction, commit: CommitData,
                       records: dict[tuple[str, int], list[Any]]) -> tuple[str, str]:
@@ -475,10 +492,17 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
     def _stage_drop_writes(self, tx: Transaction, thread_id: str, refs: Iterable[tuple[str, str]]) -> None:
         """Stage the deletion of writes refs whose records are now in a commit (after the ref moves
-        that publish that commit; one already deleted by another writer is fine)."""
-        for name, oid in refs:
+        that publish that commit; one already deleted by another writer is fine). Their blobs, loose
+        until now, go into this transaction's pack, and their loose copies are removed once it is
+        published (so pending writes never pile up as loose objects)."""
+        dropped = list(refs)
+        for name, oid in dropped:
+            tx.writer.write(ObjectType.BLOB, self._blob(oid), again=True)
             tx.delete_ref(self._writes_ref(thread_id, name), oid, "gitstate: langgraph writes folded",
                           missing_ok=True)
+        if dropped:
+            writer = tx.writer
+            tx.after(lambda: writer.drop_loose(oid for _name, oid in dropped))
 
     def _stage_append(self, tx: Transaction, thread_id: str, idx: ThreadIndex, ns: str, cid: str,
                       parent: Entry | None, values_tree: str, payload: dict[str, Any], writes: TreeEntry | None,
@@ -655,7 +679,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     def _stage_writes_ref(self, tx: Transaction, thread_id: str, idx: ThreadIndex, key: tuple[str, str],
                           added: dict[tuple[str, int], list[Any]], task_id: str) -> None:
         """Stage a writes ref for ``added`` (created: a name taken meanwhile re-runs the write)."""
-        blob = tx.blob(wr.encode_pending(key[0], key[1], added))
+        blob = self._put_blob(tx, wr.encode_pending(key[0], key[1], added))
         self._records.put("ref:" + blob, (key[0], key[1], added))
         tx.set_ref(self._writes_ref(thread_id, blob), None, blob, f"gitstate: langgraph writes {task_id}",
                    log=False)

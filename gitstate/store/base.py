@@ -205,9 +205,14 @@ class StoreCore:
             return  # an unlisted pack is only merged later by a user's git gc
         if count >= housekeeping.TX_MERGE_AT:
             if self.pack_in_background:
-                if self._merger is None or not self._merger.is_alive():
-                    self._merger = threading.Thread(target=self._merge_quietly, name="gitstate-merge")
-                    self._merger.start()
+                merger = self._merger
+                if merger is not None and merger.is_alive():
+                    # TX_MERGE_AT packs were written while a merge runs: wait for it before a next
+                    # one, so a writer faster than the merges cannot pile up packs (this bounds the
+                    # pack count at about the geometric series plus 2 * TX_MERGE_AT)
+                    merger.join()
+                self._merger = threading.Thread(target=self._merge_quietly, name="gitstate-merge")
+                self._merger.start()
             else:
                 self._merge_quietly()
 

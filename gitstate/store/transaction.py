@@ -89,8 +89,9 @@ class Transaction:
 
     def delete_ref(self, ref: str, old: str, message: str, *, strict: bool = False,
                    missing_ok: bool = False) -> None:
-        """Stage the deletion of ``ref`` if it holds ``old``; ``missing_ok``: a ref already gone
-        counts as deleted (for refs several writers may clean up)."""
+        """Stage the deletion of ``ref`` if it holds ``old``; ``missing_ok``: a short-lived ref that
+        several writers may clean up (one already gone counts as deleted; see
+        :func:`gitstate.git.refs.remove_transient_ref`)."""
         self.updates.append(RefUpdate(ref, old, None, message, strict, missing_ok=missing_ok))
 
     def after(self, callback: Callable[[], None]) -> None:
@@ -127,7 +128,7 @@ def apply_updates(common_dir: str, tx: Transaction, *, fsync: bool) -> None:
         if update.new is None:
             assert update.old is not None
             if update.missing_ok:
-                refs.remove_loose_if_equals(common_dir, update.ref, update.old, update.message, missing_ok=True)
+                refs.remove_transient_ref(common_dir, update.ref, update.old, update.message)
             else:
                 refs.remove_if_equals(common_dir, update.ref, update.old, update.message)
         else:
