@@ -9,6 +9,7 @@ index is built from commit messages alone, without decoding any tree."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -83,18 +84,38 @@ def parse_entry(commit: CommitData) -> Entry | None:
                  commit.parent_ids)
 
 
+RACY_SECONDS = 0.025  # a listing taken this long after its directories last changed is reused
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 class RefReader:
     """Reads the branch refs of one run without iterating every ref of the repository: loose refs
     from their directory, packed ones from ``packed-refs`` (parsed once per change of the file).
-    Repositories with another ref backend fall back to libgit2's iteration."""
+    Repositories with another ref backend fall back to libgit2's iteration.
+
+    A run's listing is reused while its ``heads/`` and ``writes/`` directories and ``packed-refs``
+    keep their inode, modification time and size (three ``stat`` calls instead of reading every
+    ref): git and gitstate change a loose ref only by creating, renaming or deleting a file in its
+    directory, which sets the directory's modification time. As git does for its index ("racy
+    git"), a listing is reused only if it was taken at least :data:`RACY_SECONDS` after that time
+    (so a change in the same clock tick cannot hide), and never on a file system whose times have
+    whole-second resolution."""
 
     def __init__(self, common_dir: str, worktree: str) -> None:
         self.common_dir = common_dir
         self.worktree = worktree
-        self._packed_stamp: tuple[int, int] | None = None
+        self._packed_stamp: tuple[int, int, int] | None = None
         self._packed: dict[str, str] = {}
         self.files_backend = os.path.isdir(os.path.join(common_dir, "refs")) and not self._reftable()
         self._paths: dict[str, tuple[str, str]] = {}  # run id -> (ref prefix, loose folder)
+        self._listed: dict[str, tuple[tuple[object, ...], dict[str, str], dict[str, str]]] = {}
 
     def _reftable(self) -> bool:
         return os.path.isdir(os.path.join(self.common_dir, "reftable"))
@@ -106,7 +127,7 @@ class RefReader:
         except FileNotFoundError:
             self._packed_stamp, self._packed = None, {}
             return self._packed
-        stamp = (st.st_mtime_ns, st.st_size)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp != self._packed_stamp:
             table: dict[str, str] = {}
             with open(path, encoding="utf-8", errors="replace") as fh:
@@ -145,6 +166,12 @@ class RefReader:
                 elif name.startswith(writes_prefix):
                     writes[name[len(writes_prefix):]] = oid
             return heads, writes
+        heads_dir, writes_dir = os.path.join(folder, "heads"), os.path.join(folder, REF_KIND)
+        stamps = (_stamp(heads_dir), _stamp(writes_dir), _stamp(os.path.join(self.common_dir, "packed-refs")))
+        hit = self._listed.get(run_id)
+        if hit is not None and hit[0] == stamps:
+            return dict(hit[1]), dict(hit[2])
+        started = time.time()
         packed = self._packed_refs()
         if packed:
             for name, oid in packed.items():
@@ -152,9 +179,26 @@ class RefReader:
                     heads[decode_component(name[len(heads_prefix):])] = oid
                 elif name.startswith(writes_prefix):
                     writes[name[len(writes_prefix):]] = oid
-        _read_loose(os.path.join(folder, "heads"), heads, decode_component)
-        _read_loose(os.path.join(folder, REF_KIND), writes, str)
+        _read_loose(heads_dir, heads, decode_component)
+        _read_loose(writes_dir, writes, str)
+        if self._settled(stamps, started):
+            if len(self._listed) > 4096:
+                self._listed.clear()
+            self._listed[run_id] = (stamps, dict(heads), dict(writes))
+        else:
+            self._listed.pop(run_id, None)
         return heads, writes
+
+    @staticmethod
+    def _settled(stamps: tuple[tuple[int, int, int] | None, ...], started: float) -> bool:
+        """Whether a listing started at ``started`` may be reused while ``stamps`` hold."""
+        for stamp in stamps:
+            if stamp is None:
+                continue
+            mtime_ns = stamp[1]
+            if mtime_ns % 1_000_000_000 == 0 or started - mtime_ns / 1e9 < RACY_SECONDS:
+                return False
+        return True
 
 
 def _read_loose(folder: str, out: dict[str, str], decode: Callable[[str], str]) -> None:
