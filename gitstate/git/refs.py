@@ -344,18 +344,18 @@ def remove_if_equals(common_dir: str, name: str, old: str, message: str) -> None
 
 
 def remove_transient_ref(common_dir: str, name: str, old: str, message: str) -> None:
-    """Delete the short-lived ref ``name`` (the LangGraph saver's pending writes) if it holds
-    ``old``; one already gone counts as deleted. When the ref is loose only: take ``<ref>.lock``
-    exclusively, read the value under it, compare, unlink the ref (and a reflog, if one exists),
-    release the lock -- three file-system changes instead of a ``git`` process. A ref that is in
-    ``packed-refs`` goes through :func:`remove_if_equals`.
+    """Delete ``name``, a short-lived ref that is created once and never moved (the LangGraph
+    saver's pending writes), if it holds ``old``; one already gone counts as deleted.
 
-    Unlike git's own delete, ``packed-refs.lock`` is not taken (it would cost two more file
-    creations per delete): a ``pack-refs`` that copies the ref into ``packed-refs`` just before the
-    loose file goes brings it back from there. Callers tolerate that (a stale pending-writes ref is
-    folded already, and deleted again later). Same errors as :func:`set_if_equals`."""
+    Such a ref has one value for its whole life, so the only concurrent changes are another
+    writer deleting it too and a ``pack-refs`` copying it: when it is loose only, reading its value
+    and unlinking the file (and a reflog, if one exists) is enough, without git's ``<ref>.lock``
+    and ``packed-refs.lock`` (which would cost four more file-system changes per delete). A
+    ``pack-refs`` that copied the ref into ``packed-refs`` just before brings it back from there;
+    callers tolerate that (a stale pending-writes ref is folded already, and deleted again later).
+    A ref held in ``packed-refs`` goes through :func:`remove_if_equals`. A ref whose loose file
+    is locked is reported busy, as :func:`set_if_equals` would."""
     path = os.path.join(common_dir, *name.split("/"))
-    lock = path + ".lock"
     if _packed_value(common_dir, name) is not None:
         try:
             remove_if_equals(common_dir, name, old, message)
@@ -364,38 +364,31 @@ def remove_transient_ref(common_dir: str, name: str, old: str, message: str) -> 
                 raise
         return
     try:
-        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o644))
-    except FileExistsError as exc:
-        raise LockBusy(name) from exc
-    except FileNotFoundError:
-        return  # not even its directory exists
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
     try:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return
-        try:
-            value = os.read(fd, 4096).strip().decode("ascii", "replace")
-        except IsADirectoryError:
-            raise StoreWriteError(path, f"{name} cannot be deleted: refs exist below it") from None
-        finally:
-            os.close(fd)
-        if value != old:
-            raise ConflictError(name, old, value if len(value) == 40 else None)
+        value = os.read(fd, 4096).strip().decode("ascii", "replace")
+    except IsADirectoryError:
+        raise StoreWriteError(path, f"{name} cannot be deleted: refs exist below it") from None
+    finally:
+        os.close(fd)
+    if value != old:
+        raise ConflictError(name, old, value if len(value) == 40 else None)
+    if os.path.exists(path + ".lock"):
+        raise LockBusy(name)
+    try:
         os.unlink(path)
-        try:
-            os.unlink(os.path.join(common_dir, "logs", *name.split("/")))
-        except FileNotFoundError:
-            pass
+    except FileNotFoundError:
+        return
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
-    finally:
-        try:
-            os.unlink(lock)
-        except OSError:
-            pass
+    try:
+        os.unlink(os.path.join(common_dir, "logs", *name.split("/")))
+    except OSError:
+        pass
 
 
 def _read_value(common_dir: str, name: str, path: str) -> str | None:
