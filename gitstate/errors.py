@@ -143,14 +143,22 @@ class CorruptObjectError(GitStateError):
         super().__init__(f"corrupt object {oid}: {reason}")
 
 
-class UnsafeValueError(CorruptObjectError):
-    """A stored value asks to construct a Python type the decoder is not allowed to build (decoding
-    it could import and run arbitrary code), or is a pickle. ``type_name`` is ``module.name``."""
+class UnsafeValueError(GitStateError):
+    """A stored value names a Python type the reader is not allowed to build (building it could
+    import and run arbitrary code), or is a pickle: a policy refusal, not damage. The value may have
+    been written when the type was allowed, or come from an untrusted remote. ``oid`` is the object
+    it was read from, ``type_name`` is ``module.name`` (or ``pickle``)."""
 
     def __init__(self, oid: str, type_name: str) -> None:
+        self.oid = oid or "<value>"
         self.type_name = type_name
-        super().__init__(oid or "<value>", f"refusing to decode type {type_name} (not in the allowed "
-                                           "types; see gitstate.langgraph.StrictSerializer)")
+        where = f" (in object {oid})" if oid else ""
+        if type_name == "pickle":
+            text = f"refusing to unpickle a stored value{where}: gitstate never decodes pickle"
+        else:
+            text = (f"refusing to decode type {type_name}{where}: it is not in this reader's allowed types; "
+                    "if you trust it, add it to allowed_types (e.g. GitCheckpointSaver(..., allowed_types=[...]))")
+        super().__init__(text)
 
 
 class UnsupportedFormatError(CorruptObjectError):
@@ -170,6 +178,20 @@ class NotSerializableError(EncodingError, TypeError):
     """A value a framework integration stores as JSON-like data is not (an object ``json.dumps``
     refuses, a type the integration does not allow); nothing was written. A ``TypeError`` as well,
     as the framework's own backend raises one for the same value."""
+
+
+class TypeNotAllowedError(NotSerializableError):
+    """A value to store names a type its reader would refuse to build (not in the allowed types),
+    so it could never be read back: refused before anything is written. ``type_name`` is
+    ``module.name``."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+        module, _, name = type_name.rpartition(".")
+        alt = f" (or the tuple ({module!r}, {name!r}))" if module else ""
+        super().__init__("", f"type {type_name} is not allowed")
+        self.args = (f"refusing to store a value of type {type_name}: it is not in the allowed types, so it "
+                     f"could not be read back; allow it with GitCheckpointSaver(..., allowed_types=[{name}]){alt}",)
 
 
 class ForeignRunError(GitStateError):

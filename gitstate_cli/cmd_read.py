@@ -3,6 +3,7 @@ and prints."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -55,9 +56,16 @@ def runs(store: gitstate.Store, all_worktrees: bool, as_json: bool) -> None:
             click.echo(f"warning: run {s.id!r}: {s.error}", err=True)
 
 
+def _step(cp: gitstate.Checkpoint) -> int:
+    """The step people know a checkpoint by: LangGraph's own numbering (-1 for the input) for a
+    LangGraph checkpoint, the position on its branch otherwise."""
+    step = cp.metadata.get("langgraph_step") if cp.workflow == "langgraph" else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else cp.step
+
+
 def _checkpoint_rows(cps: list[gitstate.Checkpoint]) -> list[list[Any]]:
-    return [[out.style(cp.short_id, fg="yellow"), cp.step, cp.node, cp.trigger, out.status(cp.status or cp.node_status),
-             cp.created_at] for cp in cps]
+    return [[out.style(cp.short_id, fg="yellow"), _step(cp), cp.node, cp.trigger,
+             out.status(cp.status or cp.node_status), cp.created_at] for cp in cps]
 
 
 CHECKPOINT_HEADERS = ["id", "step", "node", "trigger", "status", "created"]
@@ -71,6 +79,9 @@ CHECKPOINT_HEADERS = ["id", "step", "node", "trigger", "status", "created"]
 @pass_store
 def log(store: gitstate.Store, run_id: str, branch: str, limit: int | None, as_json: bool) -> None:
     """List the checkpoints of a run's branch, newest first.
+
+    For a LangGraph thread, STEP is LangGraph's step (-1 for the input checkpoint) and NODE the
+    node(s) whose step produced the checkpoint.
 
     \b
     Example:
@@ -90,7 +101,49 @@ def log(store: gitstate.Store, run_id: str, branch: str, limit: int | None, as_j
 
 
 def _show_value(state: Any) -> str:
-    return out.dumps(state)
+    return out.dumps(out.readable(state))
+
+
+def _one_line(value: Any, limit: int = 200) -> str:
+    """A value as one line of compact JSON, cut at ``limit`` characters, safe for a terminal."""
+    text = json.dumps(out.jsonable(out.readable(value)), ensure_ascii=False, sort_keys=True, default=str,
+                      separators=(", ", ": "))
+    if len(text) > limit:
+        text = text[:limit] + f"… ({len(text) - limit} more characters)"
+    return out.safe(text)
+
+
+MAX_DETAIL_LINES = 20
+
+
+def _detail_lines(kind: str, old: Any, new: Any) -> list[str]:
+    """What changed inside one state key, for people: the values added or removed; for lists the
+    items after their common beginning (an appended message is one ``+`` line), for maps the keys."""
+    if kind == "added":
+        lines = [f"+ {_one_line(new)}"]
+    elif kind == "removed":
+        lines = [f"- {_one_line(old)}"]
+    elif isinstance(old, list) and isinstance(new, list):
+        same = 0
+        while same < min(len(old), len(new)) and old[same] == new[same]:
+            same += 1
+        lines = [f"- [{i}] {_one_line(v)}" for i, v in enumerate(old[same:], same)]
+        lines += [f"+ [{i}] {_one_line(v)}" for i, v in enumerate(new[same:], same)]
+    elif isinstance(old, dict) and isinstance(new, dict):
+        lines = []
+        for key in sorted(set(old) | set(new), key=str):
+            if key not in new:
+                lines.append(f"- .{out.safe(str(key))}: {_one_line(old[key])}")
+            elif key not in old:
+                lines.append(f"+ .{out.safe(str(key))}: {_one_line(new[key])}")
+            elif old[key] != new[key]:
+                lines += [f"- .{out.safe(str(key))}: {_one_line(old[key])}",
+                          f"+ .{out.safe(str(key))}: {_one_line(new[key])}"]
+    else:
+        lines = [f"- {_one_line(old)}", f"+ {_one_line(new)}"]
+    if len(lines) > MAX_DETAIL_LINES:
+        lines = lines[:MAX_DETAIL_LINES] + [f"… {len(lines) - MAX_DETAIL_LINES} more lines (see --json)"]
+    return lines
 
 
 @click.command()
@@ -102,12 +155,18 @@ def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
 
     REF is an id or unique prefix, RUN, RUN@BRANCH, RUN~N or RUN:node:NAME.
 
+    A LangGraph checkpoint shows its channel values decoded for display (messages as {type,
+    content, ...}, other objects as {"$type": "module.Name", fields}; nothing is imported or
+    built), LangGraph's step, checkpoint id, next nodes and pending writes.
+
     \b
     Example:
       git agentos show my-run~1
 
     JSON: the checkpoint fields of `log --json` plus "state" (the decoded state), "tools",
-    "audit" (lists) and "files" (the workspace snapshot: a list of {"path", "size", "id", "mode"}).
+    "audit" (lists) and "files" (the workspace snapshot: a list of {"path", "size", "id", "mode"});
+    a LangGraph checkpoint adds "langgraph": {"checkpoint_id", "checkpoint_ns", "source", "step",
+    "parents", "next", "metadata", "writes": [{"task", "path", "node", "channel", "idx", "value"}]}.
     """
     cp = resolve(store, ref)
     files = views.snapshot_files(cp)
@@ -116,21 +175,34 @@ def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
         data.update(tools=cp.tools, audit=cp.audit, files=[f.to_dict() for f in files])
         out.emit_json(data)
         return
+    lg = cp.langgraph
     label = out.style
     click.echo(label(f"checkpoint {cp.id}", fg="yellow"))
     fields = [("run", cp.run_id), ("branch", cp.branch), ("workflow", cp.workflow), ("node", cp.node),
-              ("step", cp.step), ("trigger", cp.trigger), ("status", cp.status),
+              ("step", _step(cp)), ("trigger", cp.trigger), ("status", cp.status),
               ("node status", cp.node_status), ("node entry", cp.node_entry),
               ("parent", cp.parent_id), ("created", cp.created_at.isoformat())]
+    if lg is not None:
+        fields[5:5] = [("langgraph id", lg["checkpoint_id"]), ("namespace", lg["checkpoint_ns"] or None),
+                       ("next", ", ".join(lg["next"]) or None)]
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
         if value is not None:
             click.echo(f"{key + ':':<{width + 1}} {out.safe(str(value))}")
-    if cp.metadata:
+    metadata = cp.metadata if lg is None else lg["metadata"]
+    if metadata:
         click.echo("metadata:")
-        click.echo(_indent(_show_value(cp.metadata)))
+        click.echo(_indent(_show_value(metadata)))
     click.echo("state:")
     click.echo(_indent(_show_value(cp.state)))
+    if lg is not None and lg["writes"]:
+        click.echo(f"pending writes ({len(lg['writes'])}):")
+        for write in lg["writes"]:
+            if not isinstance(write, dict) or "channel" not in write:
+                click.echo(f"  {_one_line(write)}")
+                continue
+            task = write["node"] or write["path"] or write["task"]
+            click.echo(f"  {out.safe(str(task))} -> {out.safe(str(write['channel']))}: {_one_line(write['value'], 400)}")
     for name, items in (("tools", cp.tools), ("audit", cp.audit)):
         if items:
             click.echo(f"{name}:")
@@ -153,6 +225,10 @@ def _indent(text: str) -> str:
 def diff(store: gitstate.Store, ref_a: str, ref_b: str, as_json: bool) -> None:
     """Show the state keys and files that changed between two checkpoints.
 
+    Under each changed key, the values that differ (one line each, cut at 200 characters): the
+    items after a list's common beginning (an appended message is one + line), the keys of a
+    map. A LangGraph checkpoint's keys are its channels, values decoded as `show` does.
+
     \b
     Example:
       git agentos diff my-run~3 my-run
@@ -173,7 +249,9 @@ def diff(store: gitstate.Store, ref_a: str, ref_b: str, as_json: bool) -> None:
         click.echo("no changes")
     for change in result.state:
         mark, colour = _MARKS[change.kind]
-        click.echo(out.style(f"{mark} state {change.key or '(whole state)'}", fg=colour))
+        click.echo(out.style(f"{mark} state {out.safe(change.key) or '(whole state)'}", fg=colour))
+        for line in _detail_lines(change.kind, change.old, change.new):
+            click.echo("    " + line)
     for f in result.files:
         mark, colour = _MARKS[f.status]
         name = f"{f.old_path} -> {f.path}" if f.old_path else f.path
@@ -199,7 +277,9 @@ def nodes(store: gitstate.Store, run_id: str, branch: str, as_json: bool) -> Non
       git agentos nodes my-run
 
     JSON: a list of {"node", "entry", "exit", "status"}; entry and exit are checkpoint ids (exit
-    is null while the node is running); status is completed, failed or running.
+    is null while the node is running); status is completed, failed or running. A LangGraph
+    thread's nodes come from its checkpoints: entry and exit are the checkpoint a node step
+    produced (or where it failed or stopped; status failed or interrupted).
     """
     run = get_run(store, run_id)
     if run.head(branch) is None:

@@ -11,9 +11,9 @@ import click
 @click.command()
 @click.argument("path", type=click.Path(dir_okay=False))
 def textconv(path: str) -> None:
-    """Print a stored CBOR payload as readable text (used by git diff).
+    """Print a stored CBOR payload or LangGraph value as readable text (used by git diff).
 
-    Non-CBOR input is printed unchanged.
+    Other input is printed unchanged.
     """
     from .textconv import convert
 
@@ -22,5 +22,5 @@ def textconv(path: str) -> None:
             data = fh.read()
     except OSError as exc:
         raise click.FileError(path, hint=exc.strerror or str(exc)) from None
-    sys.stdout.buffer.write(convert(data))
+    sys.stdout.buffer.write(convert(data, path))
     sys.stdout.flush()

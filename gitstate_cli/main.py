@@ -44,7 +44,7 @@ COMMANDS: dict[str, Entry] = {
     "view": Entry("cmd_view:view", "Show runs, checkpoints and diffs in the browser (read-only)."),
     "verify": Entry("cmd_verify:verify", "Check every ref, object and payload of the store."),
     "setup": Entry("cmd_setup:setup", "Configure plain git to print checkpoints as readable state."),
-    "textconv": Entry("cmd_textconv:textconv", "Print a stored CBOR payload as readable text (used by git diff).",
+    "textconv": Entry("cmd_textconv:textconv", "Print a stored CBOR payload or LangGraph value as readable text (used by git diff).",
                       hidden=True),
     "demo": Entry("cmd_demo:demo", "Run a small agent workflow in a fresh repository and show every feature."),
     "push": Entry("remote_commands:push", "Push runs to a git remote, fast-forward only."),

@@ -174,3 +174,22 @@ def _counter(label: str) -> Iterator[Callable[[int], None]]:
         if shown:
             sys.stderr.write(f"\r{label}: {done}\n")
             sys.stderr.flush()
+
+
+MAX_SHOWN_INT_BITS = 1 << 17  # ~40,000 digits: str() of larger ints is quadratic in Python < 3.12
+
+
+def readable(value: Any, depth: int = 0) -> Any:
+    """``value`` for people (text output, the textconv): an integer too large to print in bounded
+    time is shown as ``"<integer of N bits: 0x1234…>"``; everything else unchanged. (``--json``
+    keeps every integer exact.)"""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > MAX_SHOWN_INT_BITS:
+            head = format(abs(value) >> (value.bit_length() - 64), "x")
+            return f"<integer of {value.bit_length()} bits: {'-' if value < 0 else ''}0x{head}…>"
+        return value
+    if depth > 400 or not isinstance(value, dict | list | tuple):
+        return value
+    if isinstance(value, dict):
+        return {k: readable(v, depth + 1) for k, v in value.items()}
+    return [readable(v, depth + 1) for v in value]

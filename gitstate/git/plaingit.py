@@ -18,9 +18,11 @@ from gitstate.git.location import Location
 DRIVER = "agentos"
 BEGIN = "# >>> gitstate (git agentos setup): decode checkpoint payloads"
 END = "# <<< gitstate"
-#: Paths inside checkpoint and run-record trees that hold CBOR payloads. Anchored at the tree
-#: root so a user's own files elsewhere are not affected (and a non-CBOR file passes through).
-PATTERNS = ("/meta.cbor", "/run.cbor", "/state.cbor", "/tools.cbor", "/audit.cbor", "/node.cbor", "/state/**/*.cbor")
+#: Paths inside checkpoint and run-record trees that hold CBOR payloads or LangGraph channel values.
+#: Anchored at the tree root so a user's own files elsewhere are not affected (and a file that is
+#: neither passes through unchanged).
+PATTERNS = ("/meta.cbor", "/run.cbor", "/state.cbor", "/tools.cbor", "/audit.cbor", "/node.cbor", "/state/**/*.cbor",
+            "/langgraph/*.v", "/langgraph/*.l/**", "/langgraph-writes.cbor")
 
 
 def textconv_command() -> str:

@@ -27,6 +27,7 @@ from gitstate.errors import (
     UsageError,
 )
 from gitstate.format import checkpoint as cpfmt
+from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint, read_meta
 from gitstate.format.names import branch_ref, check_name, decode_component, run_prefix
 from gitstate.format.nodes import NodeRecord
@@ -559,11 +560,18 @@ class Run:
 
     def nodes(self, branch: str = "main") -> list[NodeBoundary]:
         """Node boundaries of a branch whose checkpoints are on its current line, in the order the
-        nodes were entered (boundaries of the earlier checkpoint-pair format first)."""
+        nodes were entered (boundaries of the earlier checkpoint-pair format first). A LangGraph
+        thread's are derived from its checkpoints: each node step is a boundary whose entry and
+        exit are the checkpoint it produced, or the checkpoint where it failed or was interrupted
+        (status ``failed``/``interrupted`` until it completes; see
+        :func:`gitstate.format.lgtree.boundaries`)."""
         history = list(self.history(branch))
         line = {cp.id for cp in history}
         legacy = legacy_boundaries(history) if any(cp.trigger in (cpfmt.NODE_START, cpfmt.NODE_END)
                                                   for cp in history) else []
+        if any(cp.workflow == lgtree.WORKFLOW for cp in history):  # LangGraph: one boundary per node step
+            legacy += [NodeBoundary(b.node, b.entry, b.exit, b.status)
+                       for b in lgtree.boundaries(self.store.reader, history[::-1])]
         return legacy + [b for _record, b in self.node_log(branch).boundaries(line)]
 
     # -- pruning ------------------------------------------------------------------------------
