@@ -180,7 +180,7 @@ class RefReader:
                 elif name.startswith(writes_prefix):
                     writes[name[len(writes_prefix):]] = oid
         _read_loose(heads_dir, heads, decode_component)
-        _read_loose(writes_dir, writes, str)
+        _read_writes_names(writes_dir, writes)
         if self._settled(stamps, started):
             if len(self._listed) > 4096:
                 self._listed.clear()
@@ -199,6 +199,19 @@ class RefReader:
             if mtime_ns % 1_000_000_000 == 0 or started - mtime_ns / 1e9 < RACY_SECONDS:
                 return False
         return True
+
+
+def _read_writes_names(folder: str, out: dict[str, str]) -> None:
+    """Add the loose writes refs in ``folder`` to ``out``. A writes ref is named by the blob it
+    holds and never moves, so its name is its value: the files are listed, not opened (a ref whose
+    blob is missing or damaged is reported when the blob is read)."""
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        if len(name) == 40 and all(c in "0123456789abcdef" for c in name):
+            out[name] = name
 
 
 def _read_loose(folder: str, out: dict[str, str], decode: Callable[[str], str]) -> None:
