@@ -265,7 +265,7 @@ def maybe_pack(repo: pygit2.Repository, common_dir: str, journal_size: int) -> N
 # -- packs written by transactions ---------------------------------------------------------------
 
 TX_PACKS = "tx-packs"  # agentos/tx-packs: names of the packs transactions wrote, one per line
-TX_MERGE_AT = 16  # transaction packs before a geometric merge is worth a background pass
+TX_MERGE_AT = 16  # packs written since the last merge before a geometric merge is worth a background pass
 ORPHAN_AGE = 3600.0  # seconds before a dead writer's temporary pack files are removed
 _MAX_NAME_DEPTH = 64  # trees deeper than this are not walked for names
 
@@ -285,13 +285,17 @@ def _read_names(path: str) -> list[str]:
 
 
 def merge_tx_packs(common_dir: str) -> str | None:
-    """Merge transaction packs geometrically (as ``git repack --geometric=2``, by copying object
-    bytes) so their number stays logarithmic, and remove what killed writers left (temporary pack
-    files older than :data:`ORPHAN_AGE`). Runs under the housekeeping lock; returns the merged
-    pack's name, or ``None`` when nothing was merged (or another process is at it).
+    """Merge transaction packs geometrically (the packs ``git repack --geometric=2`` would choose,
+    merged with deltas by :func:`_merge_with_deltas`) so their number stays logarithmic, and remove
+    what killed writers left (temporary pack files older than :data:`ORPHAN_AGE`). Runs under the
+    housekeeping lock; returns the merged pack's name, or ``None`` when nothing was merged (or
+    another process is at it).
 
-    The list is taken aside by a rename first, so names writers append meanwhile land in a fresh
-    list and are never lost; a killed merge leaves its ``.merging`` file, read by the next one."""
+    Writers append the packs they write to ``tx-packs``; the packs a merge leaves (the geometric
+    series, and the merged one) are listed in ``tx-packs.kept``, so the length of ``tx-packs`` is
+    the number of packs written since the last merge. ``tx-packs`` is taken aside by a rename
+    first, so names writers append meanwhile land in a fresh list and are never lost; a killed
+    merge leaves its ``.merging`` file, read by the next one."""
     agentos = _agentos_dir(common_dir)
     lock = lockfile.acquire(os.path.join(agentos, "housekeeping.lock"), stale_after=LOCK_STALE_SECONDS)
     if lock is None:
@@ -311,7 +315,8 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
     except FileNotFoundError:
         pass
     sources = sorted(glob.glob(glob.escape(path) + ".*.merging"))
-    names = list(dict.fromkeys(n for src in sources for n in _read_names(src)))
+    kept_path = path + ".kept"
+    names = list(dict.fromkeys(n for src in [kept_path, *sources] for n in _read_names(src)))
     weights = []
     for name in names:
         try:
@@ -325,12 +330,10 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
     if merged is None:
         chosen = []  # nothing merged: every pack stays listed
     keep = [n for n, _w in weights if n not in chosen] + ([merged] if merged else [])
-    if keep:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, "".join(n + "\n" for n in keep).encode("ascii"))
-        finally:
-            os.close(fd)
+    tmp = f"{kept_path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write("".join(n + "\n" for n in keep))
+    os.replace(tmp, kept_path)  # before the sources go: a crash in between only lists names twice
     for src in sources:
         os.unlink(src)
     return merged

@@ -209,7 +209,8 @@ class StoreCore:
                 if merger is not None and merger.is_alive():
                     # TX_MERGE_AT packs were written while a merge runs: wait for it before a next
                     # one, so a writer faster than the merges cannot pile up packs (this bounds the
-                    # pack count at about the geometric series plus 2 * TX_MERGE_AT)
+                    # pack count at the geometric series plus 2 * TX_MERGE_AT: the packs being
+                    # merged and those written meanwhile)
                     merger.join()
                 self._merger = threading.Thread(target=self._merge_quietly, name="gitstate-merge")
                 self._merger.start()
