@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -185,9 +186,12 @@ def _read_loose_or_packed(common_dir: str, name: str, path: str) -> str | None:
     text = raw.decode("ascii", "replace")
     if text.startswith("ref:"):
         raise CorruptObjectError(name, "symbolic ref where a checkpoint id was expected")
-    if len(text) != 40 or any(c not in "0123456789abcdef" for c in text):
+    if _HEX40.fullmatch(text) is None:
         raise CorruptObjectError(name, "ref file does not hold an object id")
     return text
+
+
+_HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
 _PACKED_CACHE: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}

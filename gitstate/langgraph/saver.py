@@ -187,6 +187,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         self._objects = LRU(8192)
         self._payloads = LRU(8192)
         self._records = LRU(8192)
+        self._writes_prefixes: dict[str, str] = {}  # thread id -> refs/agentos/<wt>/runs/<thread>/writes/
 
     @classmethod
     def from_path(cls, path: str | os.PathLike[str], *, serde: SerializerProtocol | None = None,
@@ -240,7 +241,12 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         return cast(tuple[str, str, dict[tuple[str, int], list[Any]]], hit)
 
     def _writes_ref(self, thread_id: str, name: str) -> str:
-        return run_prefix(self.store.worktree, thread_id) + wr.REF_KIND + "/" + name
+        prefix = self._writes_prefixes.get(thread_id)
+        if prefix is None:
+            if len(self._writes_prefixes) > 4096:
+                self._writes_prefixes.clear()
+            prefix = self._writes_prefixes[thread_id] = run_prefix(self.store.worktree, thread_id) + wr.REF_KIND + "/"
+        return prefix + name
 
     def _writes_of(self, idx: ThreadIndex, entry: Entry, commit: CommitData) -> dict[tuple[str, int], list[Any]]:
         """A checkpoint's pending writes: those in its commit, then those of its writes refs."""
