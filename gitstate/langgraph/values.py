@@ -88,6 +88,32 @@ class ByteLRU:
                 self.size -= len(old)
 
 
+class LRU:
+    """A small thread-safe LRU of immutable values (parsed objects) keyed by object id, bounded by
+    count."""
+
+    def __init__(self, max_items: int) -> None:
+        self.max_items = max_items
+        self.data: OrderedDict[str, Any] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> Any:
+        """The value of ``key``, or ``None``."""
+        with self.lock:
+            hit = self.data.get(key)
+            if hit is not None:
+                self.data.move_to_end(key)
+            return hit
+
+    def put(self, key: str, value: Any) -> None:
+        """Remember ``value`` under ``key``."""
+        with self.lock:
+            self.data[key] = value
+            self.data.move_to_end(key)
+            while len(self.data) > self.max_items:
+                self.data.popitem(last=False)
+
+
 class ValueCodec:
     """Writes and reads channel values for one saver (``dumps``/``loads`` are the serde's typed
     methods). Caches: the last list written per (thread, namespace, channel), and raw chunk bytes."""

@@ -148,13 +148,18 @@ class StoreCore:
             self._local.pending = pending
         return writer
 
-    def write(self, build: Callable[[Transaction], T]) -> T:
+    def write(self, build: Callable[[Transaction], T], *, loose: bool = False) -> T:
         """Run one write: ``build`` stages objects and ref moves on a :class:`Transaction`, then the
         refs move by compare-and-swap. The one retry policy: ``build`` runs again while refs move
         underneath it (non-strict updates) or other writers hold locks, with jittered backoff, until
         ``lock_timeout``; then :class:`LockTimeoutError` (a lock stayed held) or
         :class:`ConflictError` (the ref kept moving). Transient races with a concurrent
-        ``git pack-refs``/``gc`` are retried the same way (see :mod:`gitstate.store.transaction`)."""
+        ``git pack-refs``/``gc`` are retried the same way (see :mod:`gitstate.store.transaction`).
+
+        The staged objects become one pack (flushed as ``core.fsync`` flushes packs); ``loose``:
+        loose files instead (flushed as it flushes loose objects, which git's default does not),
+        for a write of one or two small objects that a later write folds into a pack anyway
+        (the LangGraph saver's pending writes)."""
         backoff = Backoff(self.lock_timeout)
         common = self.location.common_dir
         self._refresh_after_merges()
@@ -167,7 +172,10 @@ class StoreCore:
             except BaseException:
                 writer.discard()
                 raise
-            self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
+            if loose:
+                writer.flush_loose()
+            else:
+                self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
             try:
                 apply_updates(common, tx, fsync=self.fsync_refs)
             except ConflictError as exc:
@@ -198,9 +206,15 @@ class StoreCore:
             return  # an unlisted pack is only merged later by a user's git gc
         if count >= housekeeping.TX_MERGE_AT:
             if self.pack_in_background:
-                if self._merger is None or not self._merger.is_alive():
-                    self._merger = threading.Thread(target=self._merge_quietly, name="gitstate-merge")
-                    self._merger.start()
+                merger = self._merger
+                if merger is not None and merger.is_alive():
+                    # TX_MERGE_AT packs were written while a merge runs: wait for it before a next
+                    # one, so a writer faster than the merges cannot pile up packs (this bounds the
+                    # pack count at the geometric series plus 2 * TX_MERGE_AT: the packs being
+                    # merged and those written meanwhile)
+                    merger.join()
+                self._merger = threading.Thread(target=self._merge_quietly, name="gitstate-merge")
+                self._merger.start()
             else:
                 self._merge_quietly()
 
