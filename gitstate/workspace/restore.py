@@ -259,7 +259,7 @@ def find_obstacles(workdir: str, plan: Plan) -> list[str]:
             full = os.path.join(workdir, anc)
             try:
                 mode = os.lstat(full).st_mode
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 found = "missing"
             else:
                 if not stat.S_ISDIR(mode):
@@ -286,7 +286,7 @@ def find_obstacles(workdir: str, plan: Plan) -> list[str]:
         full = os.path.join(workdir, path)
         try:
             mode = os.lstat(full).st_mode
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # absent, or below a file being deleted
             continue
         if stat.S_ISDIR(mode):
             for root, _dirs, files in os.walk(full):
