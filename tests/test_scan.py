@@ -210,3 +210,20 @@ def test_build_trees_matches_git(work: Path) -> None:
     root, trees = scan.build_trees(entries)
     assert root.hex() == snap.tree
     assert all(git(work, "cat-file", "-t", oid.hex()).strip() == "tree" for oid in trees)
+
+
+def test_memory_stays_bounded_by_the_batch(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """New blobs are handed to the store whenever a batch fills up, not all held to the end."""
+    monkeypatch.setattr(snapshot_module, "PACK_BATCH", 3000)
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    batches: list[int] = []
+    original = store.store_objects
+    monkeypatch.setattr(store.workspace, "_store_objects", lambda objects: (batches.append(
+        sum(len(body) for _, body in objects)), original(objects)))
+    for i in range(10):
+        (work / "src" / f"chunk{i}.bin").write_bytes(os.urandom(1000))
+    snap = fast(store)
+    assert len(batches) >= 3 and max(batches) <= 3000 + 1000
+    assert snap.tree == reference_tree(work).tree
+    assert git(work, "fsck", "--strict", "--no-dangling") == ""

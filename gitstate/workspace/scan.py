@@ -166,11 +166,15 @@ def filters_possible(repo: pygit2.Repository, common_dir: str) -> bool:
 
 def capture(repo: pygit2.Repository, index_path: str, workdir: str, common_dir: str, big: int,
             announce: Callable[[int], None] | None = None,
-            progress: Callable[[int], None] | None = None) -> Capture | None:
+            progress: Callable[[int], None] | None = None,
+            store: Callable[[list[tuple[int, bytes]]], None] | None = None,
+            batch: int = 64 << 20) -> Capture | None:
     """Scan the worktree against the private index at ``index_path`` (as ``repo`` sees it: its
     workdir is the worktree, its index that file). ``announce`` is told how many files will be
     hashed, ``progress`` gets ``1`` per file hashed. ``None``: a case left to ``add_all`` (see the
-    module docstring). Nothing is written."""
+    module docstring). Nothing is written but objects: when the new blobs held in memory reach
+    ``batch`` bytes they are handed to ``store`` (and the rest are returned in
+    :attr:`Capture.objects`), so memory stays bounded however much changed."""
     if os.name != "posix" or not _config_allows(repo) or attribute_files(common_dir):
         return None
     cache = read_stat_cache(index_path)
@@ -178,7 +182,9 @@ def capture(repo: pygit2.Repository, index_path: str, workdir: str, common_dir: 
         return None
     try:
         index_mtime = os.stat(index_path).st_mtime_ns
-        return _Scanner(repo, os.fsencode(workdir), cache, index_mtime, big).run(announce, progress)
+        scanner = _Scanner(repo, os.fsencode(workdir), cache, index_mtime, big)
+        scanner.store, scanner.batch = store, batch
+        return scanner.run(announce, progress)
     except (_GiveUp, OSError):
         return None
 
@@ -202,6 +208,9 @@ class _Scanner:
         self.seen: set[bytes] = set()
         self.todo: list[tuple[bytes, os.stat_result]] = []
         self.skipped: list[str] = []
+        self.store: Callable[[list[tuple[int, bytes]]], None] | None = None
+        self.batch = 64 << 20
+        self.held = 0  # bytes of new blobs not handed to ``store`` yet
 
     def ignored(self, rel: bytes) -> bool:
         return bool(self.repo.path_is_ignored(os.fsdecode(rel)))
@@ -295,6 +304,11 @@ class _Scanner:
         known = self.cache.get(path)
         if known is None or known[1] != raw:
             result.objects.append((int(ObjectType.BLOB), data))
+            self.held += len(data)
+            if self.store is not None and self.held >= self.batch:
+                self.store(result.objects)
+                result.objects = []
+                self.held = 0
         result.entries[path] = (mode, raw)
         result.stats[path] = st
 

@@ -306,6 +306,7 @@ class Workspace:
         except (pygit2.GitError, OSError):
             # another process holds index.lock: the tree is right, only the stat cache is not
             # saved; the next look at the user's index starts afresh (what was added is not on disk)
+            self._local.unsaved = True
             self._tracked_sig = None
             self._user_known = set()
             try:
@@ -324,11 +325,14 @@ class Workspace:
         and trees stored as one pack; ``None`` where the scan does not apply (nothing written)."""
         assert self._store_objects is not None
         try:
-            index.read(True)  # the scan reads the file: memory must hold exactly that
+            # the scan reads the file: memory must hold exactly that (it holds more only after a
+            # write failed; otherwise re-reading is needed only if another process wrote the file)
+            index.read(bool(getattr(self._local, "unsaved", False)))
         except pygit2.GitError:
             return None
+        self._local.unsaved = False
         cap = scan.capture(repo, self.index_path, self.workdir, self.location.common_dir, BIG_BLOB,
-                           announce=announce, progress=progress)
+                           announce=announce, progress=progress, store=self._store_objects, batch=PACK_BATCH)
         if cap is None:
             return None
         entries = cap.entries
@@ -417,6 +421,7 @@ class Workspace:
                 add_entry(index, os.fsencode(path), bytes.fromhex(oid), mode, st)
             index.write()
         except (pygit2.GitError, OSError):
+            self._local.unsaved = True
             self._tracked_sig = None
 
     # -- housekeeping --------------------------------------------------------------------------
