@@ -26,6 +26,7 @@ import argparse
 import itertools
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -179,6 +180,11 @@ def _cli(root: Path, *args: str) -> None:
     subprocess.run([sys.executable, "-m", "gitstate_cli", *args], cwd=root, env=env, check=True, capture_output=True)
 
 
+def _cpu_seconds() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _spread(values: list[float]) -> str:
     ms = [1000 * v for v in values]
     return (f"median {statistics.median(ms):8.1f} ms  mean {statistics.fmean(ms):8.1f} ms  "
@@ -210,6 +216,7 @@ def bench_restore(files: int, changed: int, rounds: int, contenders: list[str]) 
         print(f"\nrestore, {files} files ({changed} changed), {rounds} rounds "
               f"(set up in {time.perf_counter() - t0:.1f}s)")
         times: dict[str, list[float]] = {w: [] for w in contenders}
+        cpu: dict[str, list[float]] = {w: [] for w in contenders}
         rng = random.Random(3)
         for r in range(rounds):
             edit = paths if changed >= files else rng.sample(paths, changed)
@@ -221,19 +228,26 @@ def bench_restore(files: int, changed: int, rounds: int, contenders: list[str]) 
                     full.write_bytes(b"round %d\n" % r + full.read_bytes()[::-1])
                 os.sync()
                 run, cp = runs.get(which, (None, None))
-                t0 = time.perf_counter()
+                c0, t0 = _cpu_seconds(), time.perf_counter()
                 _restore_once(which, root, run, cp)
                 times[which].append(time.perf_counter() - t0)
+                cpu[which].append(_cpu_seconds() - c0)
                 sample = root / edit[0]
                 assert not sample.read_bytes().startswith(b"round"), f"{which} did not restore {edit[0]}"
+        print("  wall time:")
         for which in contenders:
             print(f"  {which:18s} {_spread(times[which])}")
+        print("  CPU time (user + system, the process and its children; waiting for the disk excluded):")
+        for which in contenders:
+            print(f"  {which:18s} {_spread(cpu[which])}")
         for ours, theirs in itertools.product([w for w in contenders if w.startswith("gitstate")],
                                               [w for w in contenders if w.startswith("git ")]):
             per_round = [a / b for a, b in zip(times[ours], times[theirs], strict=True)]
             ratio = statistics.median(times[ours]) / statistics.median(times[theirs])
+            cpu_ratio = statistics.median(cpu[ours]) / max(statistics.median(cpu[theirs]), 1e-9)
             print(f"  ratio {ours} / {theirs}: {ratio:.2f} (medians); per round: median "
-                  f"{statistics.median(per_round):.2f}, min {min(per_round):.2f}, max {max(per_round):.2f}")
+                  f"{statistics.median(per_round):.2f}, min {min(per_round):.2f}, max {max(per_round):.2f}; "
+                  f"CPU {cpu_ratio:.2f}")
 
 
 def main() -> None:
