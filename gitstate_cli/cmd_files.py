@@ -10,7 +10,7 @@ import click
 import gitstate
 
 from . import output as out
-from .cmd_write import print_restore
+from .cmd_write import RESTORE_PHASES, print_restore, verbose_option
 from .context import get_run, pass_store, resolve
 
 
@@ -19,15 +19,21 @@ from .context import get_run, pass_store, resolve
 @click.argument("paths", nargs=-1, metavar="[PATH]...")
 @click.option("--dry-run", is_flag=True, help="List what would change; change nothing.")
 @click.option("--force", is_flag=True, help="Overwrite files with uncommitted changes.")
+@verbose_option
 @out.json_option
 @pass_store
 def restore(store: gitstate.Store, ref: str, paths: tuple[str, ...], dry_run: bool, force: bool,
-            as_json: bool) -> None:
+            verbose: bool, as_json: bool) -> None:
     """Restore workspace files from a checkpoint's snapshot.
 
     Only the working tree is written (never the index or HEAD). Without --force, files changed
     since they were last snapshotted are refused. PATHs are relative to the current directory;
     a snapshot taken of some paths only (checkpoint --files PATH) restores only those.
+
+    Prints one summary line (files written, deleted, and left as they were) and how to undo the
+    restore; -v lists the files. --dry-run lists what would be written and removed, and the files
+    a restore without --force would refuse, and changes nothing. On a terminal a progress bar
+    shows the files as they are read and written.
 
     \b
     Examples:
@@ -41,14 +47,14 @@ def restore(store: gitstate.Store, ref: str, paths: tuple[str, ...], dry_run: bo
     cp = resolve(store, ref)
     run = store.get_run(cp.run_id)
     # PATHs are relative to the current directory, as in git
-    with out.progress("restoring files") as step:
+    with out.phases(RESTORE_PHASES) as step:
         result = run.restore(cp, paths=[os.path.abspath(p) for p in paths] or None, dry_run=dry_run, force=force,
                              progress=step)
     if as_json:
         out.emit_json(result.to_dict())
         return
-    click.echo(("would restore" if dry_run else "restored") + f" the files of {cp.short_id}:")
-    print_restore(result)
+    headline = ("would restore" if dry_run else "restored") + f" the files of {cp.short_id}"
+    print_restore(result, verbose=verbose, headline=headline)
 
 
 def _version_dict(v: gitstate.FileVersion) -> dict[str, Any]:

@@ -133,6 +133,12 @@ def _discard_new_run(store: gitstate.Store, run: gitstate.Run) -> None:
             pass  # someone else changed it: theirs now
 
 
+RESTORE_PHASES = {"reading": "reading changed files", "writing": "restoring files"}
+
+verbose_option = click.option("--verbose", "-v", is_flag=True,
+                              help="List every file written or removed (a dry run always lists them).")
+
+
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @click.argument("target", metavar="[TARGET]", required=False)
@@ -142,10 +148,11 @@ def _discard_new_run(store: gitstate.Store, run: gitstate.Run) -> None:
 @click.option("--force", is_flag=True,
               help="With --restore: overwrite files whose changes are saved in no checkpoint.")
 @click.option("--dry-run", is_flag=True, help="Say what would happen; change nothing.")
+@verbose_option
 @json_option
 @pass_store
 def rollback(store: gitstate.Store, run_id: str, target: str | None, branch: str | None, restore_files: bool,
-             force: bool, dry_run: bool, as_json: bool) -> None:
+             force: bool, dry_run: bool, verbose: bool, as_json: bool) -> None:
     """Move a branch back to an earlier checkpoint (undoable).
 
     The old tip stays in the branch's reflog; `git agentos undo RUN` moves it back.
@@ -154,6 +161,9 @@ def rollback(store: gitstate.Store, run_id: str, target: str | None, branch: str
     node:NAME (the node's exit checkpoint), @OTHER[~N] (another branch), an id or prefix, or any
     REF of the same run. Without TARGET, RUN itself names the checkpoint (RUN~N,
     RUN@BRANCH:node:NAME) and the branch it is on moves.
+
+    With --restore, one summary line says how many files were written, deleted and left as they
+    were; -v lists them.
 
     \b
     Examples:
@@ -193,7 +203,7 @@ def rollback(store: gitstate.Store, run_id: str, target: str | None, branch: str
         if plan is not None:
             print_restore(plan)
         return
-    with out.progress("restoring files") as step:
+    with out.phases(RESTORE_PHASES) as step:
         new = run.rollback(cp.id, branch=branch, restore=restore_files, force=force, progress=step)
     restored = run.last_restore if restore_files else None
     if as_json:
@@ -201,7 +211,7 @@ def rollback(store: gitstate.Store, run_id: str, target: str | None, branch: str
         return
     click.echo(f"rolled back {where}: {tip.short_id} -> {_describe(new)}")
     if restored is not None:
-        print_restore(restored)
+        print_restore(restored, verbose=verbose)
     click.echo(f"undo with: git agentos undo {_quote(_branch_ref(run.id, branch))}")
 
 
@@ -222,18 +232,34 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def print_restore(result: gitstate.RestoreResult) -> None:
-    """Print what a restore changed (or would change) and how to undo it."""
-    verb = "would" if result.dry_run else ""
-    rows = [("changed", result.changed), ("created", result.added), ("removed", result.removed),
-            ("skipped", result.skipped)]
-    total = 0
-    for label, paths in rows:
-        for path in paths:
-            click.echo(f"  {(verb + ' ' + label).strip()}: {path}")
-            total += 1
-    if total == 0:
-        click.echo("  nothing to change: the workspace already matches")
+def restore_summary(result: gitstate.RestoreResult) -> str:
+    """``47 written, 3 deleted, 12 unchanged`` (a dry run: ``47 to write, 3 to delete, …``)."""
+    written, deleted = result.written, len(result.removed)
+    if result.dry_run:
+        text = f"{written} to write, {deleted} to delete, {result.unchanged} unchanged"
+        if result.unsaved:
+            text += f", {len(result.unsaved)} unsaved (refused without --force)"
+    else:
+        text = f"{written} written, {deleted} deleted, {result.unchanged} unchanged"
+    if result.skipped:
+        text += f", {len(result.skipped)} nested repositor{'y' if len(result.skipped) == 1 else 'ies'} left alone"
+    return text
+
+
+def print_restore(result: gitstate.RestoreResult, verbose: bool = False, headline: str = "  files") -> None:
+    """Print what a restore changed (or would change): ``headline: summary``, the files when
+    ``verbose`` (always on a dry run), and how to undo it."""
+    click.echo(f"{headline}: {restore_summary(result)}")
+    if verbose or result.dry_run:
+        if result.dry_run:
+            rows = [("would change", result.changed), ("would create", result.added),
+                    ("would remove", result.removed), ("unsaved, refused without --force", result.unsaved)]
+        else:
+            rows = [("changed", result.changed), ("created", result.added), ("removed", result.removed)]
+        rows.append(("skipped (nested repository)", result.skipped))
+        for label, paths in rows:
+            for path in paths:
+                click.echo(f"  {label}: {out.safe(path)}")
     if result.safety:
         click.echo(f"  the workspace as it was is saved as {out.short(result.safety)} on branch "
                    f"{result.safety_branch}; restore it with: git agentos restore {result.safety[:12]}")

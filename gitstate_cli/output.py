@@ -211,3 +211,48 @@ def readable(value: Any, depth: int = 0) -> Any:
     if isinstance(value, dict):
         return {k: readable(v, depth + 1) for k, v in value.items()}
     return [readable(v, depth + 1) for v in value]
+
+
+_BAR = 30  # columns of a progress bar
+
+
+@contextmanager
+def phases(labels: dict[str, str]) -> Iterator[Callable[[str, int, int], None]]:
+    """A ``progress(phase, done, total)`` callback (a restore's) drawing one line per phase on a
+    terminal's stderr: a bar with ``done/total`` when the total is known, a running count when it
+    is not (``total`` 0); redrawn at most ten times a second; nothing at all in pipes. ``labels``
+    names the phases."""
+    if not is_tty() or not sys.stderr.isatty():
+        yield lambda phase, done, total: None
+        return
+    state: dict[str, Any] = {"phase": None, "shown": 0.0, "line": ""}
+
+    def draw(phase: str, done: int, total: int) -> None:
+        label = labels.get(phase, phase)
+        if total > 0:
+            filled = min(_BAR, _BAR * done // total)
+            line = f"{label} [{'#' * filled}{'-' * (_BAR - filled)}] {done}/{total}"
+        else:
+            line = f"{label}: {done}"
+        sys.stderr.write("\r" + line + " " * max(0, len(state["line"]) - len(line)))
+        sys.stderr.flush()
+        state["line"] = line
+
+    def update(phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if phase != state["phase"]:
+            if state["line"]:
+                sys.stderr.write("\n")
+                state["line"] = ""
+            state["phase"] = phase
+        elif now - state["shown"] < 0.1 and done != total:
+            return
+        state["shown"] = now
+        draw(phase, done, total)
+
+    try:
+        yield update
+    finally:
+        if state["line"]:
+            sys.stderr.write("\n")
+            sys.stderr.flush()

@@ -134,8 +134,18 @@ class StoreCore:
     def workspace(self) -> Workspace:
         """Snapshots of this store's worktree through its private index (see :mod:`gitstate.workspace`)."""
         if self._workspace is None:
-            self._workspace = Workspace(self.location, on_new_objects=self._journal)
+            self._workspace = Workspace(self.location, on_new_objects=self._journal, store_objects=self.store_objects)
         return self._workspace
+
+    def store_objects(self, objects: list[tuple[int, bytes]]) -> None:
+        """Store ``(type, body)`` objects as one pack through :meth:`write` (no ref moves: like any
+        object no ref names yet, they are ``git gc``'s to prune until one does)."""
+
+        def build(tx: Transaction) -> None:
+            for kind, body in objects:
+                tx.writer.write(ObjectType(kind), body)
+
+        self.write(build)
 
     def object_writer(self) -> ObjectWriter:
         """This thread's object writer (objects it writes are journaled for housekeeping once a
