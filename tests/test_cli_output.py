@@ -83,3 +83,17 @@ def test_command_hints_quote_hostile_names_safely(repo: Path, monkeypatch: pytes
     echoed = subprocess.run([bash, "-c", f"printf %s {hint}"], capture_output=True, check=True,
                             env={"LC_ALL": "C.UTF-8"}).stdout.decode()
     assert echoed == f"{hostile_run}@{hostile_branch}"
+
+
+def test_diff_file_names_cannot_drive_the_terminal(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshotted file name (possibly from a pulled run) is escaped in `diff` like any store text."""
+    run = gitstate.open_store(repo).create_run(run_id="files")
+    monkeypatch.chdir(repo)
+    run.checkpoint({"a": 1}, files=True)
+    (repo / "evil\x1b]0;pwned\x07name").write_text("x")
+    (repo / "tab\tname").write_text("y")
+    run.checkpoint({"a": 2}, files=True)
+    done = CliRunner().invoke(cli, ["diff", "files~1", "files"], prog_name="git agentos")
+    assert done.exit_code == 0, done.output
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout and "\t" not in done.stdout, done.stdout
+    assert "+ file  evil\\x1b]0;pwned\\x07name" in done.stdout and "+ file  tab\\tname" in done.stdout
