@@ -266,7 +266,7 @@ def diff(store: gitstate.Store, ref_a: str, ref_b: str, as_json: bool) -> None:
             click.echo("    " + line)
     for f in result.files:
         mark, colour = _MARKS[f.status]
-        name = f"{f.old_path} -> {f.path}" if f.old_path else f.path
+        name = f"{out.safe(f.old_path)} -> {out.safe(f.path)}" if f.old_path else out.safe(f.path)
         click.echo(out.style(f"{mark} file  {name}", fg=colour))
 
 

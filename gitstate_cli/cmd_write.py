@@ -212,7 +212,7 @@ def rollback(store: gitstate.Store, run_id: str, target: str | None, branch: str
     click.echo(f"rolled back {where}: {tip.short_id} -> {_describe(new)}")
     if restored is not None:
         print_restore(restored, verbose=verbose)
-    click.echo(f"undo with: git agentos undo {_quote(_branch_ref(run.id, branch))}")
+    click.echo(f"undo with: git agentos undo {out.shell_arg(_branch_ref(run.id, branch))}")
 
 
 def _branch_ref(run_id: str, branch: str) -> str:
@@ -224,12 +224,6 @@ def _rollback_doc(run: gitstate.Run, branch: str, tip: gitstate.Checkpoint, cp: 
                   dry_run: bool, restore: gitstate.RestoreResult | None) -> dict[str, Any]:
     return {"run": run.id, "branch": branch, "from": tip.id, "to": cp.to_dict(), "moved": tip.id != cp.id,
             "dry_run": dry_run, "restore": restore.to_dict() if restore is not None else None}
-
-
-def _quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
 
 
 def restore_summary(result: gitstate.RestoreResult) -> str:
@@ -348,7 +342,7 @@ def delete(store: gitstate.Store, run_id: str, yes: bool, as_json: bool) -> None
     if not store.has_run(run_id):
         loc = locate_branch(store, run_id)  # RunNotFound, or a RUN@BRANCH that names a branch
         raise click.UsageError(f"delete removes a whole run; to delete branch {out.safe(loc.branch)!r} of run "
-                               f"{out.safe(loc.run)!r} use: git agentos branch -d {_quote(run_id)}")
+                               f"{out.safe(loc.run)!r} use: git agentos branch -d {out.shell_arg(run_id)}")
     run = store.get_run(run_id)
     if not yes:
         if not sys.stdin.isatty():

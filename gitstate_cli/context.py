@@ -97,6 +97,8 @@ def read_state(source: str) -> Any:
         return json.loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise click.BadParameter(f"{source} is not valid JSON: {exc}", param_hint="'--state'") from None
+    except RecursionError:  # json's decoder recurses per level: thousands of '[' exhaust the stack
+        raise click.BadParameter(f"{source}: JSON nested too deeply to read", param_hint="'--state'") from None
 
 
 def parse_meta(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -111,4 +113,7 @@ def parse_meta(pairs: tuple[str, ...]) -> dict[str, Any]:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
+        except RecursionError:
+            raise click.BadParameter(f"the value of {key!r} is JSON nested too deeply to read",
+                                     param_hint="'--meta'") from None
     return out

@@ -123,6 +123,28 @@ def safe(text: str) -> str:
     return "".join(out)
 
 
+def shell_arg(text: str) -> str:
+    """``text`` quoted for a command line the user may copy (``undo with: git agentos undo ...``):
+    ``shlex.quote`` when every character is printable, else bash's ``$'...'`` form with control
+    characters as escapes, so a hostile id neither drives the terminal nor loses its meaning."""
+    import shlex
+
+    if text.isprintable():
+        return shlex.quote(text)
+    parts = []
+    for ch in text:
+        if ch in "\\'":
+            parts.append("\\" + ch)
+        elif ch.isprintable():
+            parts.append(ch)
+        else:
+            code = ord(ch)
+            parts.append({"\t": "\\t", "\n": "\\n", "\r": "\\r"}.get(ch)
+                         or (f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code < 0x10000
+                             else f"\\U{code:08x}"))
+    return "$'" + "".join(parts) + "'"
+
+
 def width(text: str) -> int:
     """Columns ``text`` takes on a terminal (wide East Asian characters take two)."""
     plain = click.unstyle(text)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import click
 
 import gitstate
+from gitstate.format import names
 from gitstate.sync.remote import RefResult, SyncResult
 
 from . import output as out
@@ -21,23 +22,39 @@ _ALL_HELP = "Every worktree's runs, not only the current worktree's."
 _CHANGED = frozenset({"pushed", "deleted", "created", "fast-forward", "diverged"})
 
 
-def _quote(text: str) -> str:
-    import shlex
+def _ref_label(refname: str) -> str:
+    """How a ref is named in the report: a branch by its name (``main~<id>``, ``main@origin``, not
+    the ``%XX``-escaped ref component), ``run`` for the run record, the node log and session files
+    said as such."""
+    parsed = names.parse_ref(refname)
+    if parsed is None:
+        return refname
+    if parsed.kind == "heads" and parsed.name is not None:
+        return parsed.name
+    if parsed.kind == "nodes" and parsed.name is not None:
+        return f"{parsed.name} (node log)"
+    if parsed.kind == "files" and parsed.name is not None:
+        try:
+            return f"file {names.decode_component(parsed.name)}"
+        except ValueError:
+            return f"file {parsed.name}"
+    return parsed.kind
 
-    return shlex.quote(text)
 
-
-def _why(ref: RefResult, run_id: str | None, branch: str, remote: str) -> str:
+def _why(ref: RefResult, run_id: str | None, remote: str) -> str:
     """The reason shown for one ref, phrased with the commands that act on it."""
+    parsed = names.parse_ref(ref.ref)
+    branch = parsed.name if parsed is not None and parsed.kind == "heads" else None
     if ref.status == "local":
         return ": the unsaved-work safety branch stays local (--include-safety sends it)"
     if ref.status == "rejected" and "pull first" in ref.message and run_id is not None:
+        pull = f"git agentos pull {out.shell_arg(remote)} {out.shell_arg(run_id)}"
         if "session file" in ref.message:
-            return (f": {remote} has versions this repository lacks; pull first (git agentos pull {_quote(remote)} "
-                    f"{_quote(run_id)}), then share yours under another path")
-        return (f": {remote} has checkpoints this repository lacks; pull first (git agentos pull {_quote(remote)} "
-                f"{_quote(run_id)}) — its line is kept as {branch}@{remote} — then share yours under a name of "
-                f"its own (git agentos fork {_quote(run_id)} @{_quote(branch)} NEW_BRANCH)")
+            return f": {remote} has versions this repository lacks; pull first ({pull}), then share yours under another path"
+        if branch is not None:
+            return (f": {remote} has checkpoints this repository lacks; pull first ({pull}) — its line is kept as "
+                    f"{branch}@{remote} — then share yours under a name of its own "
+                    f"(git agentos fork {out.shell_arg(run_id)} @{out.shell_arg(branch)} NEW_BRANCH)")
     if ref.message and not ref.message.startswith("["):
         return f": {ref.message}"
     return ""
@@ -74,11 +91,11 @@ def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str)
             for ref in result.refs:
                 if ref.status == "up-to-date" and result.ok:
                     continue
-                branch = ref.ref.rsplit("/", 1)[-1]
+                label = _ref_label(ref.ref)
                 tail = f" -> {out.safe(ref.kept_as)}" if ref.kept_as else ""
-                why = _why(ref, result.run_id, branch, where)
+                why = _why(ref, result.run_id, where)
                 click.echo(f"{out.style(ref.status, fg='red' if not ref.ok else None)} {name} "
-                           f"{out.safe(branch)}{tail}{out.safe(why)}")
+                           f"{out.safe(label)}{tail}{out.safe(why)}")
         if not failed:
             click.echo(f"{verb} {out.safe(where)}: {len(results)} run(s), {changed} changed")
     if failed:

@@ -156,6 +156,9 @@ def _error(result: Result) -> str:
     (["checkpoint", "r", "--expect", "OLD"], 1, "conflict"),
     (["checkpoint", "newrun", "--expect", "abcd1234"], 1, "no run 'newrun'"),
     (["checkpoint", "r", "--meta", "novalue"], 2, "KEY=VALUE"),
+    (["checkpoint", "r", "--state", "DEEP"], 2, "nested too deeply"),
+    (["checkpoint", "newrun", "--state", "DEEP"], 2, "nested too deeply"),
+    (["checkpoint", "r", "--meta", "DEEPMETA"], 2, "nested too deeply"),
     (["checkpoint", "r", "some/path"], 2, "--files"),
     (["rollback", "r", "~x"], 1, "~N"),
     (["fork", "r", "~0", "main"], 1, "already has a branch"),
@@ -170,7 +173,10 @@ def test_bad_input(at_repo: Path, tmp_path: Path, args: list[str], code: int, ne
     agentos("checkpoint", "r")  # OLD is no longer the tip: --expect OLD loses the compare-and-swap
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    args = [{"OLD": old, "BAD": str(bad)}.get(a, a) for a in args]
+    deep = tmp_path / "deep.json"  # beyond Python's recursion limit: json raises RecursionError
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    args = [{"OLD": old, "BAD": str(bad), "DEEP": str(deep),
+             "DEEPMETA": "k=" + "[" * 100_000 + "]" * 100_000}.get(a, a) for a in args]
     before, user = store_snapshot(at_repo), user_snapshot(at_repo)
     result = CliRunner().invoke(cli, args, prog_name="git agentos")
     assert result.exit_code == code, (result.stdout, result.stderr)

@@ -106,3 +106,25 @@ def test_safety_branch_stays_local_on_push_and_export(tmp_path: Path) -> None:
     assert "restore-safety" in git(tmp_path, "bundle", "list-heads", str(bundle))
     agentos(a, "push", "origin", "--include-safety")
     assert "restore-safety" in git(server, "for-each-ref")
+
+
+def test_push_report_names_branches_as_users_name_them(tmp_path: Path) -> None:
+    """The per-ref lines say ``main~<id>`` (a LangGraph fork line) and ``a@b~c``, not the
+    ``%XX``-escaped ref components, and a refused branch's fork hint names a branch that resolves."""
+    a, b, _server = machines(tmp_path)
+    agentos(a, "checkpoint", "r", "--state", "-", input='{"n": 0}')
+    agentos(a, "checkpoint", "r", "--state", "-", input='{"n": 1}')
+    agentos(a, "fork", "r", "~1", "main~1ef4f797-8335")
+    agentos(a, "fork", "r", "~1", "a@b~c")
+    pushed = agentos(a, "push", "origin").stdout
+    assert "pushed r main~1ef4f797-8335\n" in pushed and "pushed r a@b~c\n" in pushed, pushed
+    assert "%7E" not in pushed
+    # both sides advance the fork line: the refusal's hint names it as the CLI reads it
+    agentos(b, "pull", "origin")
+    agentos(a, "checkpoint", "r@main~1ef4f797-8335", "--state", "-", input='{"a": 1}')
+    agentos(b, "checkpoint", "r@main~1ef4f797-8335", "--state", "-", input='{"b": 1}')
+    agentos(a, "push", "origin")
+    refused = agentos(b, "push", "origin", code=1).stdout
+    assert "rejected r main~1ef4f797-8335:" in refused, refused
+    assert "git agentos fork r @'main~1ef4f797-8335' NEW_BRANCH" in refused, refused
+    agentos(b, "log", "r@main~1ef4f797-8335")  # the name the hint gives resolves
