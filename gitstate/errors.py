@@ -70,6 +70,22 @@ class BranchExistsError(GitStateError):
         super().__init__(f"run {run_id!r} already has a branch {branch!r}")
 
 
+class BranchDeleteRefused(GitStateError):
+    """A branch was not deleted because that would lose something (``force=True`` overrides):
+    ``main`` (the run's line), or checkpoints that no other branch of the run reaches."""
+
+    def __init__(self, run_id: str, branch: str, reason: str) -> None:
+        self.run_id = run_id
+        self.branch = branch
+        self.reason = reason
+        super().__init__(f"refusing to delete branch {branch!r} of run {run_id!r}: {reason} "
+                         "(use force=True to delete it anyway)")
+
+    def without_hint(self) -> str:
+        """The message without the library's ``force=True`` hint (for callers naming their own)."""
+        return f"refusing to delete branch {self.branch!r} of run {self.run_id!r}: {self.reason}"
+
+
 class InvalidReferenceError(GitStateError):
     """A checkpoint reference is malformed or names nothing that exists (bad prefix, unknown node)."""
 
@@ -89,10 +105,18 @@ class CheckpointNotFound(InvalidReferenceError):
 
 
 class AmbiguousReferenceError(InvalidReferenceError):
-    """A short id matches more than one object."""
+    """A short id matches more than one object. ``candidates`` lists them as git does: ``(id,
+    description)`` pairs (a checkpoint's run, branch and step, or the object's type), possibly
+    empty when they could not be listed."""
 
-    def __init__(self, ref: str) -> None:
-        super().__init__(ref, "ambiguous short id; give more hex digits")
+    def __init__(self, ref: str, candidates: list[tuple[str, str]] | tuple[tuple[str, str], ...] = ()) -> None:
+        self.candidates = [(str(oid), str(what)) for oid, what in candidates]
+        listed = ""
+        if self.candidates:
+            shown = [f"{oid[:12]} {what}" for oid, what in self.candidates[:10]]
+            more = len(self.candidates) - len(shown)
+            listed = "; candidates: " + ", ".join(shown) + (f" … and {more} more" if more > 0 else "")
+        super().__init__(ref, f"ambiguous short id{listed}; give more hex digits")
 
 
 class InvalidNameError(GitStateError):
@@ -237,14 +261,21 @@ class UnsafeTreeError(GitStateError):
 
 
 class RestoreConflictError(GitStateError):
-    """A restore would overwrite or delete work that exists in no checkpoint (``force=True``
-    overrides), or would touch ignored files or nested repositories (never overridden)."""
+    """A restore would overwrite or delete work that exists in no checkpoint (``forceable``:
+    ``force=True`` overrides), or would touch ignored files or nested repositories (never
+    overridden)."""
 
-    def __init__(self, paths: list[str], reason: str) -> None:
+    def __init__(self, paths: list[str], reason: str, forceable: bool = False) -> None:
         self.paths = list(paths)
         self.reason = reason
-        shown = ", ".join(self.paths[:20]) + (f" … and {len(self.paths) - 20} more" if len(self.paths) > 20 else "")
-        super().__init__(f"restore refused: {reason}: {shown}")
+        self.forceable = forceable
+        hint = " (use force=True to overwrite them)" if forceable else ""
+        super().__init__(f"restore refused: {reason}{hint}: {self.shown_paths()}")
+
+    def shown_paths(self, limit: int = 20) -> str:
+        """The paths as one line: the first ``limit`` of them and how many more."""
+        more = len(self.paths) - limit
+        return ", ".join(self.paths[:limit]) + (f" … and {more} more" if more > 0 else "")
 
 
 class SessionFileNotFound(GitStateError):

@@ -12,10 +12,13 @@ import gitstate
 from gitstate.workspace import views
 
 from . import output as out
-from .context import get_run, pass_store, resolve
+from .context import locate, locate_branch, pass_store, resolve
+from .pager import paged
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (shape documented in docs/CLI.md).")
-branch_option = click.option("--branch", "-b", default="main", show_default=True, help="Branch of the run.")
+json_option = out.json_option
+branch_option = click.option("--branch", "-b", default=None,
+                             help="Branch of the run when RUN names none (default: main).")
+no_pager_option = click.option("--no-pager", is_flag=True, help="Do not pipe the output into a pager.")
 
 
 @click.command()
@@ -72,32 +75,41 @@ CHECKPOINT_HEADERS = ["id", "step", "node", "trigger", "status", "created"]
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN")
+@click.argument("ref", metavar="REF")
 @branch_option
 @click.option("-n", "limit", type=click.IntRange(min=1), default=None, help="Show at most N checkpoints.")
+@no_pager_option
 @json_option
 @pass_store
-def log(store: gitstate.Store, run_id: str, branch: str, limit: int | None, as_json: bool) -> None:
+def log(store: gitstate.Store, ref: str, branch: str | None, limit: int | None, no_pager: bool,
+        as_json: bool) -> None:
     """List the checkpoints of a run's branch, newest first.
+
+    REF is RUN (its main branch, or --branch), RUN@BRANCH, or any checkpoint (RUN~N, an id, ...)
+    to list from there back. On a terminal the list goes through git's pager (GIT_PAGER,
+    core.pager, PAGER, else less -FRX); --no-pager or 'git agentos --no-pager log' prints it as
+    it is.
 
     For a LangGraph thread, STEP is LangGraph's step (-1 for the input checkpoint) and NODE the
     node(s) whose step produced the checkpoint.
 
     \b
-    Example:
-      git agentos log my-run --branch main -n 10
+    Examples:
+      git agentos log my-run -n 10
+      git agentos log my-run@restore-safety
 
     JSON: a list of checkpoints {"id", "run", "branch", "node", "step", "trigger", "status",
-    "node_status", "node_entry", "workflow", "metadata", "created_at", "parent_ids"}.
+    "node_status", "node_entry", "workflow", "metadata", "files_paths", "created_at",
+    "parent_ids"}.
     """
-    run = get_run(store, run_id)
-    if run.head(branch) is None:
-        raise gitstate.BranchNotFound(run.id, branch)
-    cps = list(run.history(branch, limit=limit))
+    loc = locate(store, ref, branch)
+    run = store.get_run(loc.run)
+    cps = list(run.history(loc.branch, limit=limit, start=loc.checkpoint))
     if as_json:
         out.emit_json([cp.to_dict() for cp in cps])
         return
-    out.table(CHECKPOINT_HEADERS, _checkpoint_rows(cps))
+    with paged(store.location.git_dir, store.location.workdir, no_pager):
+        out.table(CHECKPOINT_HEADERS, _checkpoint_rows(cps))
 
 
 def _show_value(state: Any) -> str:
@@ -153,7 +165,7 @@ def _detail_lines(kind: str, old: Any, new: Any) -> list[str]:
 def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
     """Show one checkpoint: metadata, decoded state, files.
 
-    REF is an id or unique prefix, RUN, RUN@BRANCH, RUN~N or RUN:node:NAME.
+    REF is an id or unique prefix, RUN, RUN@BRANCH, RUN~N or RUN:node:NAME ('git agentos help refs').
 
     A LangGraph checkpoint shows its channel values decoded for display (messages as {type,
     content, ...}, other objects as {"$type": "module.Name", fields}; nothing is imported or
@@ -254,7 +266,7 @@ def diff(store: gitstate.Store, ref_a: str, ref_b: str, as_json: bool) -> None:
             click.echo("    " + line)
     for f in result.files:
         mark, colour = _MARKS[f.status]
-        name = f"{f.old_path} -> {f.path}" if f.old_path else f.path
+        name = f"{out.safe(f.old_path)} -> {out.safe(f.path)}" if f.old_path else out.safe(f.path)
         click.echo(out.style(f"{mark} file  {name}", fg=colour))
 
 
@@ -267,10 +279,10 @@ _MARKS = {"added": ("+", "green"), "removed": ("-", "red"), "deleted": ("-", "re
 @branch_option
 @json_option
 @pass_store
-def nodes(store: gitstate.Store, run_id: str, branch: str, as_json: bool) -> None:
+def nodes(store: gitstate.Store, run_id: str, branch: str | None, as_json: bool) -> None:
     """List the node boundaries of a run's branch.
 
-    Boundaries are listed in execution order.
+    Boundaries are listed in execution order. RUN may be RUN@BRANCH.
 
     \b
     Example:
@@ -281,10 +293,8 @@ def nodes(store: gitstate.Store, run_id: str, branch: str, as_json: bool) -> Non
     thread's nodes come from its checkpoints: entry and exit are the checkpoint a node step
     produced (or where it failed or stopped; status failed or interrupted).
     """
-    run = get_run(store, run_id)
-    if run.head(branch) is None:
-        raise gitstate.BranchNotFound(run.id, branch)
-    boundaries = run.nodes(branch)
+    loc = locate_branch(store, run_id, branch)
+    boundaries = store.get_run(loc.run).nodes(loc.branch)
     if as_json:
         out.emit_json([{"node": b.node, "entry": b.entry, "exit": b.exit, "status": b.status} for b in boundaries])
         return

@@ -1,5 +1,5 @@
-"""Smoke tests of scripts/bench_langgraph.py and scripts/bench_files.py: a tiny run of each completes
-in a subprocess and prints both sides of its comparison. Timings are never asserted (they depend on
+"""Smoke test of scripts/bench_files.py (bench_langgraph.py's is in test_bench_smoke.py): a tiny run
+completes in a subprocess and prints both sides of its comparison. Timings are never asserted (they depend on
 the machine); the scripts themselves are the measuring tools."""
 
 from __future__ import annotations
@@ -20,15 +20,9 @@ def _run(args: list[str], cwd: Path) -> str:
     return proc.stdout
 
 
-def test_bench_langgraph_tiny_run(tmp_path: Path) -> None:
-    out = _run([str(SCRIPTS / "bench_langgraph.py"), "--steps", "12", "--dir", str(tmp_path / "work")], tmp_path)
-    assert "SqliteSaver" in out
-    for metric in ("put", "get_latest", "get_id", "list", "disk"):
-        assert f"\n{metric} " in out, metric
-
-
 def test_bench_files_tiny_run(tmp_path: Path) -> None:
     out = _run([str(SCRIPTS / "bench_files.py"), "--files", "60", "--total-mb", "0.2", "--changed", "3",
-                "--rounds", "1", "--big-mib", "0"], tmp_path)
+                "--rounds", "1", "--big-mib", "0", "--restore-files", "60", "--restore-changed", "6",
+                "--full-files", "0", "--restore-rounds", "1", "--no-cli"], tmp_path)
     assert "git stash create" in out
     assert "ratio gitstate / git stash create" in out
