@@ -59,12 +59,30 @@ def emit_json(value: Any) -> None:
     click.echo(dumps(value))
 
 
+#: Set while output goes to a pager on a terminal (the pager shows colour: ``less -R``).
+_PAGED = False
+
+
+def set_paged(on: bool) -> None:
+    """Say that stdout is a pager on a terminal (styles stay on although stdout is a pipe)."""
+    global _PAGED
+    _PAGED = on
+
+
 def is_tty() -> bool:
-    """Whether stdout is a terminal (colour and progress bars only then)."""
+    """Whether stdout is a terminal, or a pager on one (colour and progress bars only then)."""
+    if _PAGED:
+        return True
     try:
         return sys.stdout.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+#: The ``--json`` option every command has (the flag's value is the ``as_json`` parameter). On a
+#: failure the entry point prints ``{"error": …}`` instead of the command's document.
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print JSON (shape above; on failure an {\"error\": …} object: git agentos help json).")
 
 
 class Styled(str):
@@ -174,6 +192,25 @@ def _counter(label: str) -> Iterator[Callable[[int], None]]:
         if shown:
             sys.stderr.write(f"\r{label}: {done}\n")
             sys.stderr.flush()
+
+
+MAX_SHOWN_INT_BITS = 1 << 17  # ~40,000 digits: str() of larger ints is quadratic in Python < 3.12
+
+
+def readable(value: Any, depth: int = 0) -> Any:
+    """``value`` for people (text output, the textconv): an integer too large to print in bounded
+    time is shown as ``"<integer of N bits: 0x1234…>"``; everything else unchanged. (``--json``
+    keeps every integer exact.)"""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > MAX_SHOWN_INT_BITS:
+            head = format(abs(value) >> (value.bit_length() - 64), "x")
+            return f"<integer of {value.bit_length()} bits: {'-' if value < 0 else ''}0x{head}…>"
+        return value
+    if depth > 400 or not isinstance(value, dict | list | tuple):
+        return value
+    if isinstance(value, dict):
+        return {k: readable(v, depth + 1) for k, v in value.items()}
+    return [readable(v, depth + 1) for v in value]
 
 
 _BAR = 30  # columns of a progress bar

@@ -371,7 +371,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             info["langgraph_step"] = lg_step
         return {
             "format": cpfmt.CHECKPOINT_KIND, "v": cpfmt.FORMAT_VERSION, "run": thread_id, "branch": branch,
-            "workflow": WORKFLOW, "worktree": self.store.worktree, "node": node or _node_of(ns), "step": step,
+            "workflow": WORKFLOW, "worktree": self.store.worktree,
+            "node": (node if source == "loop" else None) or _node_of(ns), "step": step,  # only a loop step ran nodes
             "base": base or None, "trigger": str(source) if isinstance(source, str) else None, "status": status,
             "metadata": info, "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             LG_META: payload,

@@ -17,6 +17,7 @@ import pygit2
 from pygit2.enums import ObjectType
 
 from gitstate.errors import (
+    AmbiguousReferenceError,
     CheckpointNotFound,
     ConflictError,
     GitStateError,
@@ -354,8 +355,27 @@ class StoreCore:
         self.remember_position(cp.id, cp.step, cp.base)
 
     def expand(self, ref: str) -> str:
-        """A full commit id from a full id or a unique prefix of 4+ hex digits."""
-        return expand_id(self.repo, ref)
+        """A full commit id from a full id or a unique prefix of 4+ hex digits; an ambiguous prefix
+        is an :class:`AmbiguousReferenceError` that lists its candidates (checkpoints with their
+        run, branch and step, other objects by type)."""
+        try:
+            return expand_id(self.repo, ref)
+        except AmbiguousReferenceError as exc:
+            raise AmbiguousReferenceError(ref, [(oid, self.describe_object(oid)) for oid, _ in exc.candidates]) from None
+
+    def describe_object(self, oid: str) -> str:
+        """A few words on what an object is: ``checkpoint (run 'r', branch 'main', step 3)`` for a
+        checkpoint, else its type (``commit``, ``tree``, ``blob``, ``tag``)."""
+        reader = self.reader
+        try:
+            kind, _size = reader.header(oid)
+            if kind == ObjectType.COMMIT and cpfmt.META in reader.tree(reader.commit(oid).tree_id):
+                cp = self.read_checkpoint(oid)
+                return f"checkpoint (run {cp.run_id!r}, branch {cp.branch!r}, step {cp.step})"
+        except GitStateError:
+            return "unreadable object"
+        return {ObjectType.COMMIT: "commit", ObjectType.TREE: "tree", ObjectType.BLOB: "blob",
+                ObjectType.TAG: "tag"}.get(kind, "object")
 
     def checkpoint(self, ref: str) -> Checkpoint:
         """Any checkpoint of the store by full id or unique prefix (:class:`CheckpointNotFound` when

@@ -27,12 +27,14 @@ from gitstate.errors import (
     UsageError,
 )
 from gitstate.format import checkpoint as cpfmt
+from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint, read_meta
 from gitstate.format.names import branch_ref, check_name, decode_component, run_prefix
 from gitstate.format.nodes import NodeRecord
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
 from gitstate.git.reader import CommitData
 from gitstate.store.base import StoreCore
+from gitstate.store.branches import BranchInfo, check_deletable, list_branches
 from gitstate.store.nodes import NodeBoundary, NodeLog, legacy_boundaries, new_record, now_iso, written_since
 from gitstate.store.sessionfiles import SessionFiles
 from gitstate.store.transaction import Transaction
@@ -112,15 +114,25 @@ class Run:
         tip = self.tip(branch)
         return None if tip is None else self.store.read_checkpoint(tip)
 
-    def history(self, branch: str = "main", limit: int | None = None) -> Iterator[Checkpoint]:
-        """Checkpoints of a branch, newest first, following first parents."""
-        oid = self.tip(branch)
+    def history(self, branch: str = "main", limit: int | None = None, *,
+                start: str | Checkpoint | None = None) -> Iterator[Checkpoint]:
+        """Checkpoints of a branch, newest first, following first parents; from ``start`` (a
+        checkpoint, id or prefix of this run) instead of the branch tip when given."""
+        if start is None:
+            oid = self.tip(branch)
+        else:
+            oid = start.id if isinstance(start, Checkpoint) else self.load(start).id
         count = 0
         while oid is not None and (limit is None or count < limit):
             cp = self.store.read_checkpoint(oid)
             yield cp
             count += 1
             oid = cp.parent_id
+
+    def branch_list(self) -> list[BranchInfo]:
+        """Every branch of the run (``main`` first) with its tip, where it came from (a fork, a pull
+        that kept a diverged remote line, a restore's safety copy) and its fork point."""
+        return list_branches(self.store, self.worktree, self.id)
 
     def branches(self) -> dict[str, Checkpoint]:
         """Every branch of the run with its tip checkpoint."""
@@ -430,12 +442,13 @@ class Run:
         self._move(branch, current, last.old, f"gitstate: undo ({last.message})")
         return self.store.read_checkpoint(last.old)
 
-    def delete_branch(self, branch: str) -> None:
-        """Remove a branch ref (its checkpoints stay in other branches and the object store)."""
-        tip = self.tip(branch)
-        if tip is None:
-            raise BranchNotFound(self.id, branch)
+    def delete_branch(self, branch: str, *, force: bool = False) -> str:
+        """Remove a branch ref and return the tip it had. Refused (:class:`BranchDeleteRefused`)
+        for ``main`` and for a branch whose checkpoints no other branch of the run reaches, unless
+        ``force``; the checkpoints other branches share stay. The branch's reflog goes with it."""
+        tip = check_deletable(self.store, self.worktree, self.id, branch, force)
         self._move(branch, tip, None, "gitstate: delete branch")
+        return tip
 
     # -- workspace ----------------------------------------------------------------------------
 
@@ -479,7 +492,7 @@ class Run:
             raise RestoreConflictError(blocked, "ignored files, nested repositories or directories are in the way")
         lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
         if lost and not dry_run:
-            raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint (use force=True)")
+            raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True)
         unchanged = restoring.count_files(store.repo, target, prefixes) - len(plan.writes)
         result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
                                removed=tuple(plan.deletes), dry_run=dry_run, skipped=snap.skipped,
@@ -565,11 +578,18 @@ class Run:
 
     def nodes(self, branch: str = "main") -> list[NodeBoundary]:
         """Node boundaries of a branch whose checkpoints are on its current line, in the order the
-        nodes were entered (boundaries of the earlier checkpoint-pair format first)."""
+        nodes were entered (boundaries of the earlier checkpoint-pair format first). A LangGraph
+        thread's are derived from its checkpoints: each node step is a boundary whose entry and
+        exit are the checkpoint it produced, or the checkpoint where it failed or was interrupted
+        (status ``failed``/``interrupted`` until it completes; see
+        :func:`gitstate.format.lgtree.boundaries`)."""
         history = list(self.history(branch))
         line = {cp.id for cp in history}
         legacy = legacy_boundaries(history) if any(cp.trigger in (cpfmt.NODE_START, cpfmt.NODE_END)
                                                   for cp in history) else []
+        if any(cp.workflow == lgtree.WORKFLOW for cp in history):  # LangGraph: one boundary per node step
+            legacy += [NodeBoundary(b.node, b.entry, b.exit, b.status)
+                       for b in lgtree.boundaries(self.store.reader, history[::-1])]
         return legacy + [b for _record, b in self.node_log(branch).boundaries(line)]
 
     # -- pruning ------------------------------------------------------------------------------
