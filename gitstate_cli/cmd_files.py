@@ -41,8 +41,8 @@ def restore(store: gitstate.Store, ref: str, paths: tuple[str, ...], dry_run: bo
       git agentos restore my-run:node:plan src/app.py
 
     JSON: {"checkpoint", "changed", "added", "removed", "skipped", "unsaved" (lists of paths),
-    "safety" (the checkpoint holding the workspace as it was, or null), "safety_branch",
-    "dry_run"}.
+    "written", "deleted", "unchanged" (counts), "safety" (the checkpoint holding the workspace as
+    it was, or null), "safety_branch", "dry_run"}.
     """
     cp = resolve(store, ref)
     run = store.get_run(cp.run_id)

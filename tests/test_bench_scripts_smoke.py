@@ -26,3 +26,4 @@ def test_bench_files_tiny_run(tmp_path: Path) -> None:
                 "--full-files", "0", "--restore-rounds", "1", "--no-cli"], tmp_path)
     assert "git stash create" in out
     assert "ratio gitstate / git stash create" in out
+    assert "ratio gitstate API / git read-tree -u" in out and "ratio gitstate API / git checkout -f" in out

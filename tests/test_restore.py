@@ -392,3 +392,35 @@ def test_dry_run_lists_unsaved_and_changes_nothing(work: Path) -> None:
     assert result.unsaved == ("fresh.txt", "src/a.py")
     assert result.changed == ("src/a.py",) and result.removed == ("fresh.txt",)
     assert worktree_files(work) == files and git(work, "for-each-ref") == refs
+
+
+def test_validation_fast_path_agrees_with_check_name(work: Path) -> None:
+    """validate_tree skips check_name for plainly safe names; it must refuse exactly what
+    check_name refuses, whatever the name and mode."""
+    import random
+
+    from gitstate.workspace.pathsafety import check_name
+    from gitstate.workspace.restore import validate_tree
+
+    store = gitstate.open_store(work)
+    payload = _blob(store, b"x\n")
+    sub = _tree(store, [("f", payload, MODE_BLOB)])
+    rng = random.Random(7)
+    alphabet = "abgG.~1 :\\/-_\u200c\ufeffTI"
+    names = {"", ".", "..", ".git", "git~1", "GIT~1", ".gitmodules", "gi7eba~1", "a\\b", "a/b", "x.git",
+             "gitx", "Git", ".g\u200cit", "normal", "README.md"}
+    names |= {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6))) for _ in range(300)}
+    modes = [MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, MODE_COMMIT, 0o100664, 0o100600]
+    for name in sorted(names):
+        mode = rng.choice(modes)
+        oid = sub if mode == MODE_TREE else payload
+        tree = _tree(store, [(name, oid, mode)]) if name else None
+        if tree is None:
+            continue
+        refused = check_name(name, mode) is not None
+        try:
+            validate_tree(store.reader, tree)
+        except gitstate.UnsafeTreeError:
+            assert refused, (name, oct(mode))
+        else:
+            assert not refused, (name, oct(mode))
