@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitstate.errors import (
     AmbiguousReferenceError,
+    BranchDeleteRefused,
     BranchExistsError,
     BranchNotFound,
     CheckpointNotFound,
@@ -38,6 +39,7 @@ from gitstate.errors import (
     RunNotFound,
     SessionFileNotFound,
     StoreWriteError,
+    TypeNotAllowedError,
     UnsafeTreeError,
     UnsafeValueError,
     UnsupportedFormatError,
@@ -54,6 +56,7 @@ _LAZY = {
     "HookInstall": "sync.hooks",
     "PullResult": "sync.remote", "PushResult": "sync.remote", "RefResult": "sync.remote",
     "RestoreResult": "workspace.restore",
+    "BranchInfo": "store.branches",
     "NodeBoundary": "store.run", "PruneResult": "store.run", "Run": "store.run",
     "FileVersion": "store.sessionfiles", "SessionFiles": "store.sessionfiles",
     "RunSummary": "store.store", "Store": "store.store", "open_store": "store.store",
@@ -66,6 +69,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from gitstate.format.checkpoint import Checkpoint
+    from gitstate.store.branches import BranchInfo
     from gitstate.store.run import NodeBoundary, PruneResult, Run
     from gitstate.store.sessionfiles import FileVersion, SessionFiles
     from gitstate.store.store import RunSummary, Store, open_store
@@ -95,7 +99,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AmbiguousReferenceError",
+    "BranchDeleteRefused",
     "BranchExistsError",
+    "BranchInfo",
     "BranchNotFound",
     "Checkpoint",
     "CheckpointNotFound",
@@ -136,6 +142,7 @@ __all__ = [
     "Snapshot",
     "Store",
     "StoreWriteError",
+    "TypeNotAllowedError",
     "UnsafeTreeError",
     "UnsafeValueError",
     "UnsupportedFormatError",

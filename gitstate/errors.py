@@ -78,6 +78,22 @@ class BranchExistsError(GitStateError):
         super().__init__(f"run {run_id!r} already has a branch {branch!r}")
 
 
+class BranchDeleteRefused(GitStateError):
+    """A branch was not deleted because that would lose something (``force=True`` overrides):
+    ``main`` (the run's line), or checkpoints that no other branch of the run reaches."""
+
+    def __init__(self, run_id: str, branch: str, reason: str) -> None:
+        self.run_id = run_id
+        self.branch = branch
+        self.reason = reason
+        super().__init__(f"refusing to delete branch {branch!r} of run {run_id!r}: {reason} "
+                         "(use force=True to delete it anyway)")
+
+    def without_hint(self) -> str:
+        """The message without the library's ``force=True`` hint (for callers naming their own)."""
+        return f"refusing to delete branch {self.branch!r} of run {self.run_id!r}: {self.reason}"
+
+
 class InvalidReferenceError(GitStateError):
     """A checkpoint reference is malformed or names nothing that exists (bad prefix, unknown node)."""
 
@@ -97,10 +113,18 @@ class CheckpointNotFound(InvalidReferenceError):
 
 
 class AmbiguousReferenceError(InvalidReferenceError):
-    """A short id matches more than one object."""
+    """A short id matches more than one object. ``candidates`` lists them as git does: ``(id,
+    description)`` pairs (a checkpoint's run, branch and step, or the object's type), possibly
+    empty when they could not be listed."""
 
-    def __init__(self, ref: str) -> None:
-        super().__init__(ref, "ambiguous short id; give more hex digits")
+    def __init__(self, ref: str, candidates: list[tuple[str, str]] | tuple[tuple[str, str], ...] = ()) -> None:
+        self.candidates = [(str(oid), str(what)) for oid, what in candidates]
+        listed = ""
+        if self.candidates:
+            shown = [f"{oid[:12]} {what}" for oid, what in self.candidates[:10]]
+            more = len(self.candidates) - len(shown)
+            listed = "; candidates: " + ", ".join(shown) + (f" … and {more} more" if more > 0 else "")
+        super().__init__(ref, f"ambiguous short id{listed}; give more hex digits")
 
 
 class InvalidNameError(GitStateError):
@@ -151,14 +175,22 @@ class CorruptObjectError(GitStateError):
         super().__init__(f"corrupt object {oid}: {reason}")
 
 
-class UnsafeValueError(CorruptObjectError):
-    """A stored value asks to construct a Python type the decoder is not allowed to build (decoding
-    it could import and run arbitrary code), or is a pickle. ``type_name`` is ``module.name``."""
+class UnsafeValueError(GitStateError):
+    """A stored value names a Python type the reader is not allowed to build (building it could
+    import and run arbitrary code), or is a pickle: a policy refusal, not damage. The value may have
+    been written when the type was allowed, or come from an untrusted remote. ``oid`` is the object
+    it was read from, ``type_name`` is ``module.name`` (or ``pickle``)."""
 
     def __init__(self, oid: str, type_name: str) -> None:
+        self.oid = oid or "<value>"
         self.type_name = type_name
-        super().__init__(oid or "<value>", f"refusing to decode type {type_name} (not in the allowed "
-                                           "types; see gitstate.langgraph.StrictSerializer)")
+        where = f" (in object {oid})" if oid else ""
+        if type_name == "pickle":
+            text = f"refusing to unpickle a stored value{where}: gitstate never decodes pickle"
+        else:
+            text = (f"refusing to decode type {type_name}{where}: it is not in this reader's allowed types; "
+                    "if you trust it, add it to allowed_types (e.g. GitCheckpointSaver(..., allowed_types=[...]))")
+        super().__init__(text)
 
 
 class UnsupportedFormatError(CorruptObjectError):
@@ -178,6 +210,20 @@ class NotSerializableError(EncodingError, TypeError):
     """A value a framework integration stores as JSON-like data is not (an object ``json.dumps``
     refuses, a type the integration does not allow); nothing was written. A ``TypeError`` as well,
     as the framework's own backend raises one for the same value."""
+
+
+class TypeNotAllowedError(NotSerializableError):
+    """A value to store names a type its reader would refuse to build (not in the allowed types),
+    so it could never be read back: refused before anything is written. ``type_name`` is
+    ``module.name``."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+        module, _, name = type_name.rpartition(".")
+        alt = f" (or the tuple ({module!r}, {name!r}))" if module else ""
+        super().__init__("", f"type {type_name} is not allowed")
+        self.args = (f"refusing to store a value of type {type_name}: it is not in the allowed types, so it "
+                     f"could not be read back; allow it with GitCheckpointSaver(..., allowed_types=[{name}]){alt}",)
 
 
 class ForeignRunError(GitStateError):
@@ -223,14 +269,21 @@ class UnsafeTreeError(GitStateError):
 
 
 class RestoreConflictError(GitStateError):
-    """A restore would overwrite or delete work that exists in no checkpoint (``force=True``
-    overrides), or would touch ignored files or nested repositories (never overridden)."""
+    """A restore would overwrite or delete work that exists in no checkpoint (``forceable``:
+    ``force=True`` overrides), or would touch ignored files or nested repositories (never
+    overridden)."""
 
-    def __init__(self, paths: list[str], reason: str) -> None:
+    def __init__(self, paths: list[str], reason: str, forceable: bool = False) -> None:
         self.paths = list(paths)
         self.reason = reason
-        shown = ", ".join(self.paths[:20]) + (f" … and {len(self.paths) - 20} more" if len(self.paths) > 20 else "")
-        super().__init__(f"restore refused: {reason}: {shown}")
+        self.forceable = forceable
+        hint = " (use force=True to overwrite them)" if forceable else ""
+        super().__init__(f"restore refused: {reason}{hint}: {self.shown_paths()}")
+
+    def shown_paths(self, limit: int = 20) -> str:
+        """The paths as one line: the first ``limit`` of them and how many more."""
+        more = len(self.paths) - limit
+        return ", ".join(self.paths[:limit]) + (f" … and {more} more" if more > 0 else "")
 
 
 class SessionFileNotFound(GitStateError):

@@ -337,7 +337,7 @@ class GitSession:
             for name in run.branches():
                 if name != "main":
                     try:
-                        run.delete_branch(name)
+                        run.delete_branch(name, force=True)
                     except BranchNotFound:
                         pass
             self._branch = "main"
@@ -451,7 +451,7 @@ class GitSession:
             run = self._run()
             if run is None or self._tip_line(branch_id).count == 0:
                 raise UnknownBranchError(self.session_id, branch_id)
-            run.delete_branch(branch_id)
+            run.delete_branch(branch_id, force=True)
 
         await self._thread(delete)
 

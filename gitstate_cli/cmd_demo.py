@@ -4,10 +4,12 @@ git, which ``git agentos`` runs under anyway)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import subprocess
+import sys
 import tempfile
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -55,7 +57,7 @@ def _agentos(*args: str) -> None:
     from .main import cli
 
     click.echo(out.style("$ git agentos " + " ".join(shlex.quote(a) for a in args), bold=True))
-    cli.main(args=list(args), prog_name="git agentos", standalone_mode=False)
+    cli.main(args=["--no-pager", *args], prog_name="git agentos", standalone_mode=False)  # a tour, not a pager
 
 
 def _pointed_at(repo: Path) -> AbstractContextManager[None]:
@@ -123,7 +125,8 @@ def _run_workflow(repo: Path) -> gitstate.Run:
 @click.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
               help="Run in this directory (created and initialised if needed) instead of a fresh temp dir.")
-def demo(directory: str | None) -> None:
+@out.json_option
+def demo(directory: str | None, as_json: bool) -> None:
     """Run a small agent workflow in a fresh repository and show every feature.
 
     The workflow has three nodes (load_data, plan, act) that edit workspace files and state.
@@ -133,7 +136,26 @@ def demo(directory: str | None) -> None:
     \b
     Example:
       git agentos demo --dir /tmp/agentos-demo
+
+    JSON: the tour goes to stderr; stdout gets {"repository", "run", "branches": {name: tip id},
+    "checkpoints" (on main)}.
     """
+    if not as_json:
+        _tour(directory)
+        return
+    with contextlib.redirect_stdout(sys.stderr):
+        repo = _tour(directory)
+    store = gitstate.open_store(repo)
+    try:
+        run = store.get_run(RUN)
+        out.emit_json({"repository": str(repo), "run": RUN,
+                       "branches": {name: cp.id for name, cp in sorted(run.branches().items())},
+                       "checkpoints": sum(1 for _ in run.history())})
+    finally:
+        store.close()
+
+
+def _tour(directory: str | None) -> Path:
     repo = _prepare(directory)
     click.echo(f"demo repository: {repo}")
     files = _files_api()
@@ -193,3 +215,4 @@ def demo(directory: str | None) -> None:
         _git(repo, "status", "--short")
     click.echo()
     click.echo(f"done. explore it yourself: cd {shlex.quote(str(repo))} && git agentos runs")
+    return repo

@@ -10,7 +10,7 @@ import click
 import gitstate
 
 from . import output as out
-from .cmd_write import print_restore
+from .cmd_write import RESTORE_PHASES, print_restore, verbose_option
 from .context import get_run, pass_store, resolve
 
 
@@ -19,27 +19,42 @@ from .context import get_run, pass_store, resolve
 @click.argument("paths", nargs=-1, metavar="[PATH]...")
 @click.option("--dry-run", is_flag=True, help="List what would change; change nothing.")
 @click.option("--force", is_flag=True, help="Overwrite files with uncommitted changes.")
+@verbose_option
+@out.json_option
 @pass_store
-def restore(store: gitstate.Store, ref: str, paths: tuple[str, ...], dry_run: bool, force: bool) -> None:
+def restore(store: gitstate.Store, ref: str, paths: tuple[str, ...], dry_run: bool, force: bool,
+            verbose: bool, as_json: bool) -> None:
     """Restore workspace files from a checkpoint's snapshot.
 
     Only the working tree is written (never the index or HEAD). Without --force, files changed
     since they were last snapshotted are refused. PATHs are relative to the current directory;
     a snapshot taken of some paths only (checkpoint --files PATH) restores only those.
 
+    Prints one summary line (files written, deleted, and left as they were) and how to undo the
+    restore; -v lists the files. --dry-run lists what would be written and removed, and the files
+    a restore without --force would refuse, and changes nothing. On a terminal a progress bar
+    shows the files as they are read and written.
+
     \b
     Examples:
       git agentos restore my-run~2 --dry-run
       git agentos restore my-run:node:plan src/app.py
+
+    JSON: {"checkpoint", "changed", "added", "removed", "skipped", "unsaved" (lists of paths),
+    "written", "deleted", "unchanged" (counts), "safety" (the checkpoint holding the workspace as
+    it was, or null), "safety_branch", "dry_run"}.
     """
     cp = resolve(store, ref)
     run = store.get_run(cp.run_id)
     # PATHs are relative to the current directory, as in git
-    with out.progress("restoring files") as step:
+    with out.phases(RESTORE_PHASES) as step:
         result = run.restore(cp, paths=[os.path.abspath(p) for p in paths] or None, dry_run=dry_run, force=force,
                              progress=step)
-    click.echo(("would restore" if dry_run else "restored") + f" the files of {cp.short_id}:")
-    print_restore(result)
+    if as_json:
+        out.emit_json(result.to_dict())
+        return
+    headline = ("would restore" if dry_run else "restored") + f" the files of {cp.short_id}"
+    print_restore(result, verbose=verbose, headline=headline)
 
 
 def _version_dict(v: gitstate.FileVersion) -> dict[str, Any]:
@@ -52,14 +67,15 @@ def _version_dict(v: gitstate.FileVersion) -> dict[str, Any]:
 @click.option("--history", is_flag=True, help="List every version of PATH.")
 @click.option("--version", "version", type=click.IntRange(min=1), default=None,
               help="Print this version of PATH instead of the latest.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (shape documented in docs/CLI.md).")
+@out.json_option
 @pass_store
 def files(store: gitstate.Store, run_id: str, path: str | None, history: bool, version: int | None,
           as_json: bool) -> None:
     """List, read or show the history of a run's session files.
 
     Without PATH: every path with its latest version. With PATH: its content (latest, or
-    --version N) on stdout. With --history: every version of PATH.
+    --version N) on stdout. With --history: every version of PATH. RUN may be RUN@BRANCH
+    (session files belong to the run, whatever the branch).
 
     \b
     Examples:

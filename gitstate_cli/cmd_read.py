@@ -3,6 +3,7 @@ and prints."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -11,10 +12,13 @@ import gitstate
 from gitstate.workspace import views
 
 from . import output as out
-from .context import get_run, pass_store, resolve
+from .context import locate, locate_branch, pass_store, resolve
+from .pager import paged
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (shape documented in docs/CLI.md).")
-branch_option = click.option("--branch", "-b", default="main", show_default=True, help="Branch of the run.")
+json_option = out.json_option
+branch_option = click.option("--branch", "-b", default=None,
+                             help="Branch of the run when RUN names none (default: main).")
+no_pager_option = click.option("--no-pager", is_flag=True, help="Do not pipe the output into a pager.")
 
 
 @click.command()
@@ -55,42 +59,103 @@ def runs(store: gitstate.Store, all_worktrees: bool, as_json: bool) -> None:
             click.echo(f"warning: run {s.id!r}: {s.error}", err=True)
 
 
+def _step(cp: gitstate.Checkpoint) -> int:
+    """The step people know a checkpoint by: LangGraph's own numbering (-1 for the input) for a
+    LangGraph checkpoint, the position on its branch otherwise."""
+    step = cp.metadata.get("langgraph_step") if cp.workflow == "langgraph" else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else cp.step
+
+
 def _checkpoint_rows(cps: list[gitstate.Checkpoint]) -> list[list[Any]]:
-    return [[out.style(cp.short_id, fg="yellow"), cp.step, cp.node, cp.trigger, out.status(cp.status or cp.node_status),
-             cp.created_at] for cp in cps]
+    return [[out.style(cp.short_id, fg="yellow"), _step(cp), cp.node, cp.trigger,
+             out.status(cp.status or cp.node_status), cp.created_at] for cp in cps]
 
 
 CHECKPOINT_HEADERS = ["id", "step", "node", "trigger", "status", "created"]
 
 
 @click.command()
-@click.argument("run_id", metavar="RUN")
+@click.argument("ref", metavar="REF")
 @branch_option
 @click.option("-n", "limit", type=click.IntRange(min=1), default=None, help="Show at most N checkpoints.")
+@no_pager_option
 @json_option
 @pass_store
-def log(store: gitstate.Store, run_id: str, branch: str, limit: int | None, as_json: bool) -> None:
+def log(store: gitstate.Store, ref: str, branch: str | None, limit: int | None, no_pager: bool,
+        as_json: bool) -> None:
     """List the checkpoints of a run's branch, newest first.
 
+    REF is RUN (its main branch, or --branch), RUN@BRANCH, or any checkpoint (RUN~N, an id, ...)
+    to list from there back. On a terminal the list goes through git's pager (GIT_PAGER,
+    core.pager, PAGER, else less -FRX); --no-pager or 'git agentos --no-pager log' prints it as
+    it is.
+
+    For a LangGraph thread, STEP is LangGraph's step (-1 for the input checkpoint) and NODE the
+    node(s) whose step produced the checkpoint.
+
     \b
-    Example:
-      git agentos log my-run --branch main -n 10
+    Examples:
+      git agentos log my-run -n 10
+      git agentos log my-run@restore-safety
 
     JSON: a list of checkpoints {"id", "run", "branch", "node", "step", "trigger", "status",
-    "node_status", "node_entry", "workflow", "metadata", "created_at", "parent_ids"}.
+    "node_status", "node_entry", "workflow", "metadata", "files_paths", "created_at",
+    "parent_ids"}.
     """
-    run = get_run(store, run_id)
-    if run.head(branch) is None:
-        raise gitstate.BranchNotFound(run.id, branch)
-    cps = list(run.history(branch, limit=limit))
+    loc = locate(store, ref, branch)
+    run = store.get_run(loc.run)
+    cps = list(run.history(loc.branch, limit=limit, start=loc.checkpoint))
     if as_json:
         out.emit_json([cp.to_dict() for cp in cps])
         return
-    out.table(CHECKPOINT_HEADERS, _checkpoint_rows(cps))
+    with paged(store.location.git_dir, store.location.workdir, no_pager):
+        out.table(CHECKPOINT_HEADERS, _checkpoint_rows(cps))
 
 
 def _show_value(state: Any) -> str:
-    return out.dumps(state)
+    return out.dumps(out.readable(state))
+
+
+def _one_line(value: Any, limit: int = 200) -> str:
+    """A value as one line of compact JSON, cut at ``limit`` characters, safe for a terminal."""
+    text = json.dumps(out.jsonable(out.readable(value)), ensure_ascii=False, sort_keys=True, default=str,
+                      separators=(", ", ": "))
+    if len(text) > limit:
+        text = text[:limit] + f"… ({len(text) - limit} more characters)"
+    return out.safe(text)
+
+
+MAX_DETAIL_LINES = 20
+
+
+def _detail_lines(kind: str, old: Any, new: Any) -> list[str]:
+    """What changed inside one state key, for people: the values added or removed; for lists the
+    items after their common beginning (an appended message is one ``+`` line), for maps the keys."""
+    if kind == "added":
+        lines = [f"+ {_one_line(new)}"]
+    elif kind == "removed":
+        lines = [f"- {_one_line(old)}"]
+    elif isinstance(old, list) and isinstance(new, list):
+        same = 0
+        while same < min(len(old), len(new)) and old[same] == new[same]:
+            same += 1
+        lines = [f"- [{i}] {_one_line(v)}" for i, v in enumerate(old[same:], same)]
+        lines += [f"+ [{i}] {_one_line(v)}" for i, v in enumerate(new[same:], same)]
+    elif isinstance(old, dict) and isinstance(new, dict):
+        lines = []
+        for key in sorted(set(old) | set(new), key=str):
+            if key not in new:
+                lines.append(f"- .{out.safe(str(key))}: {_one_line(old[key])}")
+            elif key not in old:
+                lines.append(f"+ .{out.safe(str(key))}: {_one_line(new[key])}")
+            elif old[key] != new[key]:
+                lines += [f"- .{out.safe(str(key))}: {_one_line(old[key])}",
+                          f"+ .{out.safe(str(key))}: {_one_line(new[key])}"]
+    else:
+        lines = [f"- {_one_line(old)}", f"+ {_one_line(new)}"]
+    if len(lines) > MAX_DETAIL_LINES:
+        lines = lines[:MAX_DETAIL_LINES] + [f"… {len(lines) - MAX_DETAIL_LINES} more lines (see --json)"]
+    return lines
 
 
 @click.command()
@@ -100,14 +165,20 @@ def _show_value(state: Any) -> str:
 def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
     """Show one checkpoint: metadata, decoded state, files.
 
-    REF is an id or unique prefix, RUN, RUN@BRANCH, RUN~N or RUN:node:NAME.
+    REF is an id or unique prefix, RUN, RUN@BRANCH, RUN~N or RUN:node:NAME ('git agentos help refs').
+
+    A LangGraph checkpoint shows its channel values decoded for display (messages as {type,
+    content, ...}, other objects as {"$type": "module.Name", fields}; nothing is imported or
+    built), LangGraph's step, checkpoint id, next nodes and pending writes.
 
     \b
     Example:
       git agentos show my-run~1
 
     JSON: the checkpoint fields of `log --json` plus "state" (the decoded state), "tools",
-    "audit" (lists) and "files" (the workspace snapshot: a list of {"path", "size", "id", "mode"}).
+    "audit" (lists) and "files" (the workspace snapshot: a list of {"path", "size", "id", "mode"});
+    a LangGraph checkpoint adds "langgraph": {"checkpoint_id", "checkpoint_ns", "source", "step",
+    "parents", "next", "metadata", "writes": [{"task", "path", "node", "channel", "idx", "value"}]}.
     """
     cp = resolve(store, ref)
     files = views.snapshot_files(cp)
@@ -116,21 +187,34 @@ def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
         data.update(tools=cp.tools, audit=cp.audit, files=[f.to_dict() for f in files])
         out.emit_json(data)
         return
+    lg = cp.langgraph
     label = out.style
     click.echo(label(f"checkpoint {cp.id}", fg="yellow"))
     fields = [("run", cp.run_id), ("branch", cp.branch), ("workflow", cp.workflow), ("node", cp.node),
-              ("step", cp.step), ("trigger", cp.trigger), ("status", cp.status),
+              ("step", _step(cp)), ("trigger", cp.trigger), ("status", cp.status),
               ("node status", cp.node_status), ("node entry", cp.node_entry),
               ("parent", cp.parent_id), ("created", cp.created_at.isoformat())]
+    if lg is not None:
+        fields[5:5] = [("langgraph id", lg["checkpoint_id"]), ("namespace", lg["checkpoint_ns"] or None),
+                       ("next", ", ".join(lg["next"]) or None)]
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
         if value is not None:
             click.echo(f"{key + ':':<{width + 1}} {out.safe(str(value))}")
-    if cp.metadata:
+    metadata = cp.metadata if lg is None else lg["metadata"]
+    if metadata:
         click.echo("metadata:")
-        click.echo(_indent(_show_value(cp.metadata)))
+        click.echo(_indent(_show_value(metadata)))
     click.echo("state:")
     click.echo(_indent(_show_value(cp.state)))
+    if lg is not None and lg["writes"]:
+        click.echo(f"pending writes ({len(lg['writes'])}):")
+        for write in lg["writes"]:
+            if not isinstance(write, dict) or "channel" not in write:
+                click.echo(f"  {_one_line(write)}")
+                continue
+            task = write["node"] or write["path"] or write["task"]
+            click.echo(f"  {out.safe(str(task))} -> {out.safe(str(write['channel']))}: {_one_line(write['value'], 400)}")
     for name, items in (("tools", cp.tools), ("audit", cp.audit)):
         if items:
             click.echo(f"{name}:")
@@ -153,6 +237,10 @@ def _indent(text: str) -> str:
 def diff(store: gitstate.Store, ref_a: str, ref_b: str, as_json: bool) -> None:
     """Show the state keys and files that changed between two checkpoints.
 
+    Under each changed key, the values that differ (one line each, cut at 200 characters): the
+    items after a list's common beginning (an appended message is one + line), the keys of a
+    map. A LangGraph checkpoint's keys are its channels, values decoded as `show` does.
+
     \b
     Example:
       git agentos diff my-run~3 my-run
@@ -173,10 +261,12 @@ def diff(store: gitstate.Store, ref_a: str, ref_b: str, as_json: bool) -> None:
         click.echo("no changes")
     for change in result.state:
         mark, colour = _MARKS[change.kind]
-        click.echo(out.style(f"{mark} state {change.key or '(whole state)'}", fg=colour))
+        click.echo(out.style(f"{mark} state {out.safe(change.key) or '(whole state)'}", fg=colour))
+        for line in _detail_lines(change.kind, change.old, change.new):
+            click.echo("    " + line)
     for f in result.files:
         mark, colour = _MARKS[f.status]
-        name = f"{f.old_path} -> {f.path}" if f.old_path else f.path
+        name = f"{out.safe(f.old_path)} -> {out.safe(f.path)}" if f.old_path else out.safe(f.path)
         click.echo(out.style(f"{mark} file  {name}", fg=colour))
 
 
@@ -189,22 +279,22 @@ _MARKS = {"added": ("+", "green"), "removed": ("-", "red"), "deleted": ("-", "re
 @branch_option
 @json_option
 @pass_store
-def nodes(store: gitstate.Store, run_id: str, branch: str, as_json: bool) -> None:
+def nodes(store: gitstate.Store, run_id: str, branch: str | None, as_json: bool) -> None:
     """List the node boundaries of a run's branch.
 
-    Boundaries are listed in execution order.
+    Boundaries are listed in execution order. RUN may be RUN@BRANCH.
 
     \b
     Example:
       git agentos nodes my-run
 
     JSON: a list of {"node", "entry", "exit", "status"}; entry and exit are checkpoint ids (exit
-    is null while the node is running); status is completed, failed or running.
+    is null while the node is running); status is completed, failed or running. A LangGraph
+    thread's nodes come from its checkpoints: entry and exit are the checkpoint a node step
+    produced (or where it failed or stopped; status failed or interrupted).
     """
-    run = get_run(store, run_id)
-    if run.head(branch) is None:
-        raise gitstate.BranchNotFound(run.id, branch)
-    boundaries = run.nodes(branch)
+    loc = locate_branch(store, run_id, branch)
+    boundaries = store.get_run(loc.run).nodes(loc.branch)
     if as_json:
         out.emit_json([{"node": b.node, "entry": b.entry, "exit": b.exit, "status": b.status} for b in boundaries])
         return

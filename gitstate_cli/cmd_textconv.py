@@ -1,5 +1,5 @@
 """``git agentos textconv FILE``: the converter ``git agentos setup`` registers (hidden command).
-Imports neither gitstate nor pygit2: git runs it once per blob."""
+Imports neither gitstate's store nor pygit2: git runs it once per blob."""
 
 from __future__ import annotations
 
@@ -7,13 +7,19 @@ import sys
 
 import click
 
+from . import output as out
+
 
 @click.command()
 @click.argument("path", type=click.Path(dir_okay=False))
-def textconv(path: str) -> None:
-    """Print a stored CBOR payload as readable text (used by git diff).
+@out.json_option
+def textconv(path: str, as_json: bool) -> None:
+    """Print a stored CBOR payload or LangGraph value as readable text (used by git diff).
 
-    Non-CBOR input is printed unchanged.
+    Other input is printed unchanged.
+
+    JSON: the payload as shown (one JSON document); input it does not convert as
+    {"$bytes": hex}.
     """
     from .textconv import convert
 
@@ -22,5 +28,9 @@ def textconv(path: str) -> None:
             data = fh.read()
     except OSError as exc:
         raise click.FileError(path, hint=exc.strerror or str(exc)) from None
-    sys.stdout.buffer.write(convert(data))
+    shown = convert(data, path)
+    if as_json and shown is data:  # not converted: the bytes as they are, as JSON
+        out.emit_json(data)
+        return
+    sys.stdout.buffer.write(shown)  # converted text is already one JSON document
     sys.stdout.flush()

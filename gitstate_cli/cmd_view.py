@@ -8,7 +8,8 @@ import click
 
 import gitstate
 
-from .context import pass_store
+from . import output as out
+from .context import get_run, pass_store
 
 
 @click.command()
@@ -20,9 +21,10 @@ from .context import pass_store
               help="Write the view of the runs (every run of the worktree when none is named) to this "
                    "self-contained HTML file instead of serving.")
 @click.option("--all", "all_worktrees", is_flag=True, help="With --html and no RUN: the runs of every worktree.")
+@out.json_option
 @pass_store
 def view(store: gitstate.Store, run_ids: tuple[str, ...], port: int, no_open: bool, html_path: str | None,
-         all_worktrees: bool) -> None:
+         all_worktrees: bool, as_json: bool) -> None:
     """Show runs, checkpoints and diffs in the browser (read-only).
 
     Serves the view on 127.0.0.1 until interrupted (Ctrl-C): the runs of this worktree, newest
@@ -40,19 +42,30 @@ def view(store: gitstate.Store, run_ids: tuple[str, ...], port: int, no_open: bo
       git agentos view
       git agentos view my-run --port 8765 --no-open
       git agentos view my-run --html my-run.html
+
+    JSON: with --html, {"path", "runs", "checkpoints", "size"}; when serving, {"url"} once the
+    server listens (it then serves until interrupted).
     """
     from gitstate.view import serve, write_html
 
+    if html_path is None and len(run_ids) > 1:
+        raise click.UsageError("name at most one RUN to serve (several only with --html)")
+    run_ids = tuple(get_run(store, r).id for r in run_ids)  # RUN@BRANCH names its run
     if html_path is not None:
         result = write_html(store, list(run_ids) or None, html_path, all_worktrees=all_worktrees)
+        if as_json:
+            out.emit_json({"path": result.path, "runs": list(result.runs), "checkpoints": result.checkpoints,
+                           "size": result.size})
+            return
         click.echo(f"wrote {result.path} ({len(result.runs)} run{'s' if len(result.runs) != 1 else ''}, "
                    f"{result.checkpoints} checkpoints, {result.size:,} bytes)")
         return
-    if len(run_ids) > 1:
-        raise click.UsageError("name at most one RUN to serve (several only with --html)")
 
     def ready(url: str) -> None:
-        click.echo(f"gitstate view: {url}  (Ctrl-C to stop)")
+        if as_json:
+            out.emit_json({"url": url})
+        else:
+            click.echo(f"gitstate view: {url}  (Ctrl-C to stop)")
         sys.stdout.flush()
 
     serve(store, run_ids[0] if run_ids else None, port=port, open_browser=not no_open, ready=ready)

@@ -17,13 +17,16 @@ from gitstate.git.refs import list_refs
 from gitstate.store import refspec
 
 from . import output as out
-from .context import get_run, parse_meta, pass_store, read_state
+from .context import get_run, locate, locate_branch, parse_meta, pass_store, read_state
 
-branch_option = click.option("--branch", "-b", default="main", show_default=True, help="Branch of the run.")
+branch_option = click.option("--branch", "-b", default=None,
+                             help="Branch of the run when RUN names none (default: main).")
+json_option = out.json_option
 
 
 def _describe(cp: gitstate.Checkpoint) -> str:
-    return f"{out.style(cp.short_id, fg='yellow')} (run {cp.run_id}, branch {cp.branch}, step {cp.step})"
+    return (f"{out.style(cp.short_id, fg='yellow')} (run {out.safe(cp.run_id)}, branch {out.safe(cp.branch)}, "
+            f"step {cp.step})")
 
 
 @click.command()
@@ -45,13 +48,15 @@ def _describe(cp: gitstate.Checkpoint) -> str:
 @branch_option
 @click.option("--expect", default=None, metavar="ID",
               help="Write only if the branch tip is this checkpoint (compare-and-swap); else fail.")
-@click.option("--json", "as_json", is_flag=True, help="Print the new checkpoint as JSON.")
+@json_option
 @pass_store
 def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workflow: str | None,
                state_file: str | None, node: str | None, trigger: str | None, status: str | None,
-               meta: tuple[str, ...], with_files: bool, branch: str, expect: str | None, as_json: bool) -> None:
+               meta: tuple[str, ...], with_files: bool, branch: str | None, expect: str | None,
+               as_json: bool) -> None:
     """Write a checkpoint (creates the run if it is new).
 
+    RUN may be RUN@BRANCH (an existing run's branch, created if new) or a new run id.
     Everything is checked before the first write: if the command fails, the store is unchanged
     (a run it created is removed again). PATHs are relative to the current directory and must
     exist (on disk or in git's index).
@@ -68,6 +73,10 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
         raise click.UsageError("PATHs are only accepted with --files")
     metadata = parse_meta(meta)
     names.check_name("run id", run_id)
+    if branch is not None:
+        names.check_name("branch name", branch)
+    loc = locate_branch(store, run_id, branch, create=True)
+    run_id, branch = loc.run, loc.branch
     names.check_name("branch name", branch)
     if state_file is not None:
         state: Any = read_state(state_file)
@@ -124,64 +133,127 @@ def _discard_new_run(store: gitstate.Store, run: gitstate.Run) -> None:
             pass  # someone else changed it: theirs now
 
 
+RESTORE_PHASES = {"reading": "reading changed files", "writing": "restoring files"}
+
+verbose_option = click.option("--verbose", "-v", is_flag=True,
+                              help="List every file written or removed (a dry run always lists them).")
+
+
 @click.command()
 @click.argument("run_id", metavar="RUN")
-@click.argument("target", metavar="TARGET")
+@click.argument("target", metavar="[TARGET]", required=False)
 @branch_option
 @click.option("--restore", "restore_files", is_flag=True,
               help="Also restore the workspace files of the target checkpoint.")
+@click.option("--force", is_flag=True,
+              help="With --restore: overwrite files whose changes are saved in no checkpoint.")
 @click.option("--dry-run", is_flag=True, help="Say what would happen; change nothing.")
+@verbose_option
+@json_option
 @pass_store
-def rollback(store: gitstate.Store, run_id: str, target: str, branch: str, restore_files: bool,
-             dry_run: bool) -> None:
+def rollback(store: gitstate.Store, run_id: str, target: str | None, branch: str | None, restore_files: bool,
+             force: bool, dry_run: bool, verbose: bool, as_json: bool) -> None:
     """Move a branch back to an earlier checkpoint (undoable).
 
     The old tip stays in the branch's reflog; `git agentos undo RUN` moves it back.
 
-    TARGET is relative to RUN: ~N (N back from the branch tip), node:NAME (the node's exit
-    checkpoint), @BRANCH[~N], an id or prefix, or any REF of the same run.
+    RUN may be RUN@BRANCH. TARGET is relative to that branch: ~N (N back from its tip),
+    node:NAME (the node's exit checkpoint), @OTHER[~N] (another branch), an id or prefix, or any
+    REF of the same run. Without TARGET, RUN itself names the checkpoint (RUN~N,
+    RUN@BRANCH:node:NAME) and the branch it is on moves.
+
+    With --restore, one summary line says how many files were written, deleted and left as they
+    were; -v lists them.
 
     \b
     Examples:
       git agentos rollback my-run ~2
+      git agentos rollback my-run@try-b~1
       git agentos rollback my-run node:plan --restore
+
+    JSON: {"run", "branch", "from" (the old tip id), "to" (the checkpoint, shaped as in
+    `log --json`), "moved" (false when it already was the tip), "dry_run", "restore" (as in
+    `restore --json`, or null)}.
     """
-    run = get_run(store, run_id)
-    cp = refspec.resolve_target(store, run, target, branch)
+    if force and not restore_files:
+        raise click.UsageError("--force only applies with --restore")
+    if target is None:
+        loc = locate(store, run_id, branch)
+        if loc.is_branch:
+            raise click.UsageError("name the checkpoint to move to: TARGET, or a REF such as RUN~1 or "
+                                   "RUN@BRANCH:node:NAME")
+        run = store.get_run(loc.run)
+        assert loc.checkpoint is not None
+        cp = loc.checkpoint
+    else:
+        loc = locate_branch(store, run_id, branch)
+        run = store.get_run(loc.run)
+        cp = refspec.resolve_target(store, run, target, loc.branch)
+    branch = loc.branch
     tip = run.head(branch)
     if tip is None:
         raise gitstate.BranchNotFound(run.id, branch)
+    where = f"branch {out.safe(branch)} of run {out.safe(run.id)}"
     if dry_run:
-        click.echo(f"would move branch {branch} of run {run.id} from {tip.short_id} to {cp.short_id}")
-        if restore_files:
-            print_restore(run.restore(cp, dry_run=True))
+        plan = run.restore(cp, dry_run=True, force=force) if restore_files else None
+        if as_json:
+            out.emit_json(_rollback_doc(run, branch, tip, cp, True, plan))
+            return
+        click.echo(f"would move {where} from {tip.short_id} to {cp.short_id}")
+        if plan is not None:
+            print_restore(plan)
         return
-    with out.progress("restoring files") as step:
-        new = run.rollback(cp.id, branch=branch, restore=restore_files, progress=step)
-    click.echo(f"rolled back branch {branch} of run {run.id}: {tip.short_id} -> {_describe(new)}")
-    if restore_files and run.last_restore is not None:
-        print_restore(run.last_restore)
-    click.echo(f"undo with: git agentos undo {_quote(run.id)}" + (f" --branch {_quote(branch)}" if branch != "main" else ""))
+    with out.phases(RESTORE_PHASES) as step:
+        new = run.rollback(cp.id, branch=branch, restore=restore_files, force=force, progress=step)
+    restored = run.last_restore if restore_files else None
+    if as_json:
+        out.emit_json(_rollback_doc(run, branch, tip, new, False, restored))
+        return
+    click.echo(f"rolled back {where}: {tip.short_id} -> {_describe(new)}")
+    if restored is not None:
+        print_restore(restored, verbose=verbose)
+    click.echo(f"undo with: git agentos undo {out.shell_arg(_branch_ref(run.id, branch))}")
 
 
-def _quote(text: str) -> str:
-    import shlex
+def _branch_ref(run_id: str, branch: str) -> str:
+    """How to name a branch on the command line (RUN for main, else RUN@BRANCH)."""
+    return run_id if branch == "main" else f"{run_id}@{branch}"
 
-    return shlex.quote(text)
+
+def _rollback_doc(run: gitstate.Run, branch: str, tip: gitstate.Checkpoint, cp: gitstate.Checkpoint,
+                  dry_run: bool, restore: gitstate.RestoreResult | None) -> dict[str, Any]:
+    return {"run": run.id, "branch": branch, "from": tip.id, "to": cp.to_dict(), "moved": tip.id != cp.id,
+            "dry_run": dry_run, "restore": restore.to_dict() if restore is not None else None}
 
 
-def print_restore(result: gitstate.RestoreResult) -> None:
-    """Print what a restore changed (or would change) and how to undo it."""
-    verb = "would" if result.dry_run else ""
-    rows = [("changed", result.changed), ("created", result.added), ("removed", result.removed),
-            ("skipped", result.skipped)]
-    total = 0
-    for label, paths in rows:
-        for path in paths:
-            click.echo(f"  {(verb + ' ' + label).strip()}: {path}")
-            total += 1
-    if total == 0:
-        click.echo("  nothing to change: the workspace already matches")
+def restore_summary(result: gitstate.RestoreResult) -> str:
+    """``47 written, 3 deleted, 12 unchanged`` (a dry run: ``47 to write, 3 to delete, …``)."""
+    written, deleted = result.written, len(result.removed)
+    if result.dry_run:
+        text = f"{written} to write, {deleted} to delete, {result.unchanged} unchanged"
+        if result.unsaved:
+            text += f", {len(result.unsaved)} unsaved (refused without --force)"
+    else:
+        text = f"{written} written, {deleted} deleted, {result.unchanged} unchanged"
+    if result.skipped:
+        text += f", {len(result.skipped)} nested repositor{'y' if len(result.skipped) == 1 else 'ies'} left alone"
+    return text
+
+
+def print_restore(result: gitstate.RestoreResult, verbose: bool = False, headline: str = "  files") -> None:
+    """Print what a restore changed (or would change): ``headline: summary``, the files when
+    ``verbose`` (always on a dry run), and how to undo it."""
+    click.echo(f"{headline}: {restore_summary(result)}")
+    if verbose or result.dry_run:
+        if result.dry_run:
+            rows = [("would change", result.changed), ("would create", result.added),
+                    ("would remove", result.removed), ("unsaved, refused without --force", result.unsaved)]
+        else:
+            rows = [("changed", result.changed), ("created", result.added), ("removed", result.removed)]
+        rows.append(("skipped (nested repository)", result.skipped))
+        for label, paths in rows:
+            for path in paths:
+                click.echo(f"  {label}: {out.safe(path)}")
     if result.safety:
         click.echo(f"  the workspace as it was is saved as {out.short(result.safety)} on branch "
                    f"{result.safety_branch}; restore it with: git agentos restore {result.safety[:12]}")
@@ -190,81 +262,124 @@ def print_restore(result: gitstate.RestoreResult) -> None:
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @branch_option
+@json_option
 @pass_store
-def undo(store: gitstate.Store, run_id: str, branch: str) -> None:
+def undo(store: gitstate.Store, run_id: str, branch: str | None, as_json: bool) -> None:
     """Revert the last move of a branch (checkpoint, rollback, fork, prune or undo).
 
-    The moves are read from the branch's reflog, so undoing twice redoes.
+    The moves are read from the branch's reflog, so undoing twice redoes. RUN may be RUN@BRANCH.
 
     \b
     Example:
       git agentos undo my-run
+      git agentos undo my-run@try-b
+
+    JSON: {"run", "branch", "tip" (the branch's checkpoint now, shaped as in `log --json`, or
+    null), "removed" (true when the undo removed a branch that was just created)}.
     """
-    run = get_run(store, run_id)
-    cp = run.undo(branch)
+    loc = locate_branch(store, run_id, branch)
+    run = store.get_run(loc.run)
+    cp = run.undo(loc.branch)
+    if as_json:
+        out.emit_json({"run": run.id, "branch": loc.branch, "tip": cp.to_dict() if cp is not None else None,
+                       "removed": cp is None})
+        return
+    where = f"branch {out.safe(loc.branch)} of run {out.safe(run.id)}"
     if cp is None:
-        click.echo(f"undone: branch {branch} of run {run.id} removed (it was just created)")
+        click.echo(f"undone: {where} removed (it was just created)")
     else:
-        click.echo(f"undone: branch {branch} of run {run.id} is at {_describe(cp)}")
+        click.echo(f"undone: {where} is at {_describe(cp)}")
 
 
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @click.argument("target", metavar="TARGET")
 @click.argument("new_branch", metavar="NEW_BRANCH")
+@json_option
 @pass_store
-def fork(store: gitstate.Store, run_id: str, target: str, new_branch: str) -> None:
+def fork(store: gitstate.Store, run_id: str, target: str, new_branch: str, as_json: bool) -> None:
     """Create a new branch of a run at a checkpoint.
 
-    TARGET is relative to the run's main branch (~N, node:NAME, @BRANCH[~N], an id, a REF).
+    RUN may be RUN@BRANCH; TARGET is relative to that branch (main by default): ~N, node:NAME,
+    @OTHER[~N], an id, a REF of the same run.
 
     \b
-    Example:
+    Examples:
       git agentos fork my-run node:plan try-other-tool
+      git agentos fork my-run @main@origin theirs
+
+    JSON: {"run", "branch" (the new one), "at" (the checkpoint, shaped as in `log --json`)}.
     """
-    run = get_run(store, run_id)
-    cp = refspec.resolve_target(store, run, target, "main")
+    loc = locate_branch(store, run_id)
+    run = store.get_run(loc.run)
+    cp = refspec.resolve_target(store, run, target, loc.branch)
+    names.check_name("branch name", new_branch)
     run.fork(cp.id, new_branch)
-    click.echo(f"forked branch {new_branch} of run {run.id} at {out.style(cp.short_id, fg='yellow')}")
+    if as_json:
+        out.emit_json({"run": run.id, "branch": new_branch, "at": cp.to_dict()})
+        return
+    click.echo(f"forked branch {out.safe(new_branch)} of run {out.safe(run.id)} at "
+               f"{out.style(cp.short_id, fg='yellow')}")
 
 
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@json_option
 @pass_store
-def delete(store: gitstate.Store, run_id: str, yes: bool) -> None:
+def delete(store: gitstate.Store, run_id: str, yes: bool, as_json: bool) -> None:
     """Delete a run and all its branches.
 
-    Its objects become unreachable and are left to `git gc`.
+    Its objects become unreachable and are left to `git gc`. RUN is a run id; to delete one
+    branch use `git agentos branch -d RUN@BRANCH`.
 
     \b
     Example:
       git agentos delete my-run --yes
+
+    JSON: {"run", "deleted": true, "branches": [names]}.
     """
-    run = get_run(store, run_id)
+    if not store.has_run(run_id):
+        loc = locate_branch(store, run_id)  # RunNotFound, or a RUN@BRANCH that names a branch
+        raise click.UsageError(f"delete removes a whole run; to delete branch {out.safe(loc.branch)!r} of run "
+                               f"{out.safe(loc.run)!r} use: git agentos branch -d {out.shell_arg(run_id)}")
+    run = store.get_run(run_id)
     if not yes:
         if not sys.stdin.isatty():
-            raise click.UsageError(f"deleting run {run.id!r} needs --yes when not on a terminal")
-        click.confirm(f"delete run {run.id!r} and all its branches?", abort=True)
+            raise click.UsageError(f"deleting run {out.safe(run.id)!r} needs --yes when not on a terminal")
+        click.confirm(f"delete run {out.safe(run.id)!r} and all its branches?", abort=True)
+    branches = sorted(run.branches())
     store.delete_run(run.id)
-    click.echo(f"deleted run {run.id}")
+    if as_json:
+        out.emit_json({"run": run.id, "deleted": True, "branches": branches})
+        return
+    click.echo(f"deleted run {out.safe(run.id)}")
 
 
 @click.command()
 @click.argument("run_id", metavar="RUN")
 @click.option("--keep", type=click.IntRange(min=1), required=True, help="How many newest checkpoints to keep.")
 @branch_option
+@json_option
 @pass_store
-def prune(store: gitstate.Store, run_id: str, keep: int, branch: str) -> None:
+def prune(store: gitstate.Store, run_id: str, keep: int, branch: str | None, as_json: bool) -> None:
     """Keep only the newest N checkpoints of a branch.
 
     The kept checkpoints are rewritten onto a new root, so their ids change; `undo` reverts a
-    prune while the reflog keeps the old line.
+    prune while the reflog keeps the old line. RUN may be RUN@BRANCH.
 
     \b
     Example:
       git agentos prune my-run --keep 20
+
+    JSON: {"run", "branch", "kept", "removed", "renamed": {old id: new id}}.
     """
-    run = get_run(store, run_id)
-    result = run.prune(keep_latest=keep, branch=branch)
-    click.echo(f"kept {result.kept}, removed {result.removed} checkpoint(s) from branch {branch} of run {run.id}")
+    loc = locate_branch(store, run_id, branch)
+    run = store.get_run(loc.run)
+    result = run.prune(keep_latest=keep, branch=loc.branch)
+    if as_json:
+        out.emit_json({"run": run.id, "branch": loc.branch, "kept": result.kept, "removed": result.removed,
+                       "renamed": result.renamed})
+        return
+    click.echo(f"kept {result.kept}, removed {result.removed} checkpoint(s) from branch {out.safe(loc.branch)} "
+               f"of run {out.safe(run.id)}")

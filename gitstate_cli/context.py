@@ -14,6 +14,7 @@ import click
 import gitstate
 from gitstate.store import refspec
 
+from . import output as out
 from .handle import StoreHandle
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -36,14 +37,42 @@ def pass_store(f: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def get_run(store: gitstate.Store, run_id: str) -> gitstate.Run:
-    """The run of that id in this worktree (``RunNotFound`` otherwise)."""
-    return store.get_run(run_id)
+def get_run(store: gitstate.Store, text: str) -> gitstate.Run:
+    """The run a RUN argument names: an exact run id of this worktree, else the run of a
+    ``RUN@BRANCH`` reference (``RunNotFound`` otherwise)."""
+    if store.has_run(text):
+        return store.get_run(text)
+    return store.get_run(refspec.locate_branch(store, text).run)
 
 
 def resolve(store: gitstate.Store, text: str) -> gitstate.Checkpoint:
-    """A REF argument (see ``git agentos --help``) as a checkpoint."""
+    """A REF argument (see ``git agentos help refs``) as a checkpoint."""
     return refspec.resolve(store, text)
+
+
+def _default_branch(option: str | None) -> str:
+    return option if option is not None else "main"
+
+
+def _check_branch(loc: refspec.Located, option: str | None) -> None:
+    if option is not None and loc.named_branch and option != loc.branch:
+        raise click.UsageError(f"the reference names branch {out.safe(loc.branch)!r} but --branch says "
+                               f"{out.safe(option)!r}; give one of them")
+
+
+def locate(store: gitstate.Store, text: str, branch: str | None = None) -> refspec.Located:
+    """A REF argument as run, branch and checkpoint (``--branch`` applies when REF names none)."""
+    loc = refspec.locate(store, text, _default_branch(branch))
+    _check_branch(loc, branch)
+    return loc
+
+
+def locate_branch(store: gitstate.Store, text: str, branch: str | None = None, *,
+                  create: bool = False) -> refspec.Located:
+    """A ``RUN`` or ``RUN@BRANCH`` argument (``--branch`` applies to a bare RUN)."""
+    loc = refspec.locate_branch(store, text, _default_branch(branch), create=create)
+    _check_branch(loc, branch)
+    return loc
 
 
 def read_state(source: str) -> Any:
@@ -68,6 +97,8 @@ def read_state(source: str) -> Any:
         return json.loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise click.BadParameter(f"{source} is not valid JSON: {exc}", param_hint="'--state'") from None
+    except RecursionError:  # json's decoder recurses per level: thousands of '[' exhaust the stack
+        raise click.BadParameter(f"{source}: JSON nested too deeply to read", param_hint="'--state'") from None
 
 
 def parse_meta(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -82,4 +113,7 @@ def parse_meta(pairs: tuple[str, ...]) -> dict[str, Any]:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
+        except RecursionError:
+            raise click.BadParameter(f"the value of {key!r} is JSON nested too deeply to read",
+                                     param_hint="'--meta'") from None
     return out

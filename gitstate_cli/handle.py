@@ -13,8 +13,10 @@ class StoreHandle:
     """Opens the store of the current repository on first use (``GIT_DIR`` and ``AGENTOS_REPO``
     honoured by :func:`gitstate.open_store`) and closes it when the command ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, no_pager: bool = False) -> None:
         self._store: gitstate.Store | None = None
+        #: ``git agentos --no-pager``: no command pipes its output into a pager.
+        self.no_pager = no_pager
 
     @property
     def store(self) -> gitstate.Store:

@@ -28,11 +28,14 @@ class Entry(NamedTuple):
 #: Every command, imported only when it runs or its help is shown. Registering a command is one
 #: line here; nothing else imports its module.
 COMMANDS: dict[str, Entry] = {
+    "help": Entry("cmd_help:help_", "Show help on a command or a topic (refs, json, exit-codes)."),
     "runs": Entry("cmd_read:runs", "List runs, most recently updated first."),
     "log": Entry("cmd_read:log", "List the checkpoints of a run's branch, newest first."),
     "show": Entry("cmd_read:show", "Show one checkpoint: metadata, decoded state, files."),
     "diff": Entry("cmd_read:diff", "Show the state keys and files that changed between two checkpoints."),
     "nodes": Entry("cmd_read:nodes", "List the node boundaries of a run's branch."),
+    "branches": Entry("cmd_branches:branches", "List a run's branches: tips and where each came from."),
+    "branch": Entry("cmd_branches:branch", "Delete a branch of a run (branch -d RUN@BRANCH)."),
     "checkpoint": Entry("cmd_write:checkpoint", "Write a checkpoint (creates the run if it is new)."),
     "rollback": Entry("cmd_write:rollback", "Move a branch back to an earlier checkpoint (undoable)."),
     "undo": Entry("cmd_write:undo", "Revert the last move of a branch (checkpoint, rollback, fork, prune or undo)."),
@@ -44,7 +47,7 @@ COMMANDS: dict[str, Entry] = {
     "view": Entry("cmd_view:view", "Show runs, checkpoints and diffs in the browser (read-only)."),
     "verify": Entry("cmd_verify:verify", "Check every ref, object and payload of the store."),
     "setup": Entry("cmd_setup:setup", "Configure plain git to print checkpoints as readable state."),
-    "textconv": Entry("cmd_textconv:textconv", "Print a stored CBOR payload as readable text (used by git diff).",
+    "textconv": Entry("cmd_textconv:textconv", "Print a stored CBOR payload or LangGraph value as readable text (used by git diff).",
                       hidden=True),
     "demo": Entry("cmd_demo:demo", "Run a small agent workflow in a fresh repository and show every feature."),
     "push": Entry("remote_commands:push", "Push runs to a git remote, fast-forward only."),
@@ -56,25 +59,45 @@ COMMANDS: dict[str, Entry] = {
 }
 
 
-def report_error(exc: BaseException) -> int | None:
+def report_error(exc: BaseException, as_json: bool = False) -> int | None:
     """Print ``error: …`` for a failure a user can cause and return its exit code; ``None`` for a
-    bug (the caller re-raises it so its traceback shows)."""
+    bug (the caller re-raises it so its traceback shows). With ``as_json`` (the command line had
+    ``--json``) stdout also gets one JSON object: ``{"error": message, "type": kind,
+    "exit_code": code}`` (an ambiguous id adds ``"candidates"``)."""
+    extra: dict[str, Any] = {}
     if isinstance(exc, click.exceptions.UsageError):
         hint = ""
         if exc.ctx is not None:
             hint = f" (see '{exc.ctx.command_path} --help')"
-        click.echo(f"error: {exc.format_message()}{hint}", err=True)
-        return exc.exit_code
-    if isinstance(exc, click.ClickException):
-        click.echo(f"error: {exc.format_message()}", err=True)
-        return exc.exit_code
-    if isinstance(exc, click.exceptions.Abort | KeyboardInterrupt):
-        click.echo("error: interrupted", err=True)
-        return 130
-    if _is_gitstate_error(exc):
-        click.echo(f"error: {exc}", err=True)
-        return 1
-    return None
+        message, code, kind = f"{exc.format_message()}{hint}", exc.exit_code, "UsageError"
+    elif isinstance(exc, click.ClickException):
+        message, code, kind = exc.format_message(), exc.exit_code, "UsageError"
+    elif isinstance(exc, click.exceptions.Abort | KeyboardInterrupt):
+        message, code, kind = "interrupted", 130, "Interrupted"
+    elif _is_gitstate_error(exc):
+        from .errors import describe
+
+        message, extra = describe(exc)  # type: ignore[arg-type]  # _is_gitstate_error checked it
+        code, kind = 1, type(exc).__name__
+    else:
+        return None
+    from .output import safe
+
+    click.echo(f"error: {safe(message)}", err=True)  # one line, whatever the store's names hold
+    if as_json:
+        import json
+
+        doc = {"error": message, "type": kind, "exit_code": code, **extra}
+        click.echo(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
+    return code
+
+
+def wants_json(args: Sequence[str] | None) -> bool:
+    """Whether a command line asks for JSON (``--json`` before any ``--``)."""
+    argv = list(sys.argv[1:] if args is None else args)
+    if "--" in argv:
+        argv = argv[: argv.index("--")]
+    return "--json" in argv
 
 
 def _is_gitstate_error(exc: BaseException) -> bool:
@@ -117,7 +140,7 @@ class LazyGroup(click.Group):
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except BaseException as exc:  # noqa: BLE001 - classified below, bugs re-raised
-            code = report_error(exc)
+            code = report_error(exc, wants_json(args))
             if code is None:
                 raise
             sys.exit(code)
@@ -127,18 +150,19 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(None, "--version", package_name="gitstate", prog_name="git agentos",
                       message="%(prog)s %(version)s")
+@click.option("--no-pager", "-P", "no_pager", is_flag=True, help="Do not pipe output into a pager.")
 @click.pass_context
-def cli(ctx: click.Context) -> None:
+def cli(ctx: click.Context, no_pager: bool) -> None:
     """gitstate: agent and workflow checkpoints stored as git objects under refs/agentos/.
 
     The store is the repository of the current directory; GIT_DIR (git --git-dir) and
-    AGENTOS_REPO (which wins) choose another one. REF names a checkpoint: an id or unique
-    prefix, RUN (the tip of its main branch), RUN@BRANCH, RUN~N (N checkpoints back) or
-    RUN:node:NAME (the exit checkpoint of a node).
+    AGENTOS_REPO (which wins) choose another one. Runs, branches and checkpoints are named with
+    one grammar everywhere: RUN, RUN@BRANCH, RUN~N, RUN:node:NAME, a checkpoint id or unique
+    prefix (see 'git agentos help refs'). Every command takes --json ('git agentos help json').
     """
     from .handle import StoreHandle
 
-    ctx.obj = StoreHandle()
+    ctx.obj = StoreHandle(no_pager=no_pager)
     ctx.call_on_close(ctx.obj.close)
 
 

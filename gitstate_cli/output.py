@@ -59,12 +59,30 @@ def emit_json(value: Any) -> None:
     click.echo(dumps(value))
 
 
+#: Set while output goes to a pager on a terminal (the pager shows colour: ``less -R``).
+_PAGED = False
+
+
+def set_paged(on: bool) -> None:
+    """Say that stdout is a pager on a terminal (styles stay on although stdout is a pipe)."""
+    global _PAGED
+    _PAGED = on
+
+
 def is_tty() -> bool:
-    """Whether stdout is a terminal (colour and progress bars only then)."""
+    """Whether stdout is a terminal, or a pager on one (colour and progress bars only then)."""
+    if _PAGED:
+        return True
     try:
         return sys.stdout.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+#: The ``--json`` option every command has (the flag's value is the ``as_json`` parameter). On a
+#: failure the entry point prints ``{"error": …}`` instead of the command's document.
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print JSON (shape above; on failure an {\"error\": …} object: git agentos help json).")
 
 
 class Styled(str):
@@ -103,6 +121,28 @@ def safe(text: str) -> str:
             code = ord(ch)
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
     return "".join(out)
+
+
+def shell_arg(text: str) -> str:
+    """``text`` quoted for a command line the user may copy (``undo with: git agentos undo ...``):
+    ``shlex.quote`` when every character is printable, else bash's ``$'...'`` form with control
+    characters as escapes, so a hostile id neither drives the terminal nor loses its meaning."""
+    import shlex
+
+    if text.isprintable():
+        return shlex.quote(text)
+    parts = []
+    for ch in text:
+        if ch in "\\'":
+            parts.append("\\" + ch)
+        elif ch.isprintable():
+            parts.append(ch)
+        else:
+            code = ord(ch)
+            parts.append({"\t": "\\t", "\n": "\\n", "\r": "\\r"}.get(ch)
+                         or (f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}" if code < 0x10000
+                             else f"\\U{code:08x}"))
+    return "$'" + "".join(parts) + "'"
 
 
 def width(text: str) -> int:
@@ -173,4 +213,68 @@ def _counter(label: str) -> Iterator[Callable[[int], None]]:
     finally:
         if shown:
             sys.stderr.write(f"\r{label}: {done}\n")
+            sys.stderr.flush()
+
+
+MAX_SHOWN_INT_BITS = 1 << 17  # ~40,000 digits: str() of larger ints is quadratic in Python < 3.12
+
+
+def readable(value: Any, depth: int = 0) -> Any:
+    """``value`` for people (text output, the textconv): an integer too large to print in bounded
+    time is shown as ``"<integer of N bits: 0x1234…>"``; everything else unchanged. (``--json``
+    keeps every integer exact.)"""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > MAX_SHOWN_INT_BITS:
+            head = format(abs(value) >> (value.bit_length() - 64), "x")
+            return f"<integer of {value.bit_length()} bits: {'-' if value < 0 else ''}0x{head}…>"
+        return value
+    if depth > 400 or not isinstance(value, dict | list | tuple):
+        return value
+    if isinstance(value, dict):
+        return {k: readable(v, depth + 1) for k, v in value.items()}
+    return [readable(v, depth + 1) for v in value]
+
+
+_BAR = 30  # columns of a progress bar
+
+
+@contextmanager
+def phases(labels: dict[str, str]) -> Iterator[Callable[[str, int, int], None]]:
+    """A ``progress(phase, done, total)`` callback (a restore's) drawing one line per phase on a
+    terminal's stderr: a bar with ``done/total`` when the total is known, a running count when it
+    is not (``total`` 0); redrawn at most ten times a second; nothing at all in pipes. ``labels``
+    names the phases."""
+    if not is_tty() or not sys.stderr.isatty():
+        yield lambda phase, done, total: None
+        return
+    state: dict[str, Any] = {"phase": None, "shown": 0.0, "line": ""}
+
+    def draw(phase: str, done: int, total: int) -> None:
+        label = labels.get(phase, phase)
+        if total > 0:
+            filled = min(_BAR, _BAR * done // total)
+            line = f"{label} [{'#' * filled}{'-' * (_BAR - filled)}] {done}/{total}"
+        else:
+            line = f"{label}: {done}"
+        sys.stderr.write("\r" + line + " " * max(0, len(state["line"]) - len(line)))
+        sys.stderr.flush()
+        state["line"] = line
+
+    def update(phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if phase != state["phase"]:
+            if state["line"]:
+                sys.stderr.write("\n")
+                state["line"] = ""
+            state["phase"] = phase
+        elif now - state["shown"] < 0.1 and done != total:
+            return
+        state["shown"] = now
+        draw(phase, done, total)
+
+    try:
+        yield update
+    finally:
+        if state["line"]:
+            sys.stderr.write("\n")
             sys.stderr.flush()

@@ -4,12 +4,14 @@ per-run results). Exit 1 when any ref did not reach the state asked for."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import click
 
 import gitstate
-from gitstate.sync.remote import SyncResult
+from gitstate.format import names
+from gitstate.sync.remote import RefResult, SyncResult
 
 from . import output as out
 from .context import pass_store
@@ -17,24 +19,88 @@ from .context import pass_store
 _ALL_HELP = "Every worktree's runs, not only the current worktree's."
 
 
+_CHANGED = frozenset({"pushed", "deleted", "created", "fast-forward", "diverged"})
+
+
+def _ref_label(refname: str) -> str:
+    """How a ref is named in the report: a branch by its name (``main~<id>``, ``main@origin``, not
+    the ``%XX``-escaped ref component), ``run`` for the run record, the node log and session files
+    said as such."""
+    parsed = names.parse_ref(refname)
+    if parsed is None:
+        return refname
+    if parsed.kind == "heads" and parsed.name is not None:
+        return parsed.name
+    if parsed.kind == "nodes" and parsed.name is not None:
+        return f"{parsed.name} (node log)"
+    if parsed.kind == "files" and parsed.name is not None:
+        try:
+            return f"file {names.decode_component(parsed.name)}"
+        except ValueError:
+            return f"file {parsed.name}"
+    return parsed.kind
+
+
+def _why(ref: RefResult, run_id: str | None, remote: str) -> str:
+    """The reason shown for one ref, phrased with the commands that act on it."""
+    parsed = names.parse_ref(ref.ref)
+    branch = parsed.name if parsed is not None and parsed.kind == "heads" else None
+    if ref.status == "local":
+        return ": the unsaved-work safety branch stays local (--include-safety sends it)"
+    if ref.status == "rejected" and "pull first" in ref.message and run_id is not None:
+        pull = f"git agentos pull {out.shell_arg(remote)} {out.shell_arg(run_id)}"
+        if "session file" in ref.message:
+            return f": {remote} has versions this repository lacks; pull first ({pull}), then share yours under another path"
+        if branch is not None:
+            return (f": {remote} has checkpoints this repository lacks; pull first ({pull}) — its line is kept as "
+                    f"{branch}@{remote} — then share yours under a name of its own "
+                    f"(git agentos fork {out.shell_arg(run_id)} @{out.shell_arg(branch)} NEW_BRANCH)")
+    if ref.message and not ref.message.startswith("["):
+        return f": {ref.message}"
+    return ""
+
+
+def _whole_runs(store: gitstate.Store, runs: Sequence[str]) -> list[str]:
+    """The run ids as given; a RUN@BRANCH is refused with the run to name instead (these commands
+    move whole runs). Ids that name nothing are left to the library (its error, or a pull of a
+    run only the remote has)."""
+    from gitstate.store import refspec
+
+    for text in runs:
+        if store.has_run(text):
+            continue
+        try:
+            loc = refspec.locate_branch(store, text)
+        except gitstate.GitStateError:
+            continue
+        raise click.UsageError(f"{out.safe(text)!r} names branch {out.safe(loc.branch)!r} of run "
+                               f"{out.safe(loc.run)!r}; whole runs move: name the run {out.safe(loc.run)!r}")
+    return list(runs)
+
+
 def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str) -> None:
+    """Print the per-run results; a summary line only when everything reached the state asked for,
+    else one ``error:`` line and exit 1 (also with ``--json``, after the results document)."""
+    failed = [r for r in results if not r.ok]
+    changed = sum(1 for r in results if any(ref.status in _CHANGED for ref in r.refs))
     if as_json:
         out.emit_json([r.to_dict() for r in results])
     else:
         for result in results:
-            name = result.run_id if result.run_id is not None else "(not a run)"
+            name = out.safe(result.run_id) if result.run_id is not None else "(not a run)"
             for ref in result.refs:
-                if ref.status in ("up-to-date",) and result.ok:
+                if ref.status == "up-to-date" and result.ok:
                     continue
-                tail = f" -> {ref.kept_as}" if ref.kept_as else ""
-                why = f": {ref.message}" if ref.message and not ref.message.startswith("[") else ""
+                label = _ref_label(ref.ref)
+                tail = f" -> {out.safe(ref.kept_as)}" if ref.kept_as else ""
+                why = _why(ref, result.run_id, where)
                 click.echo(f"{out.style(ref.status, fg='red' if not ref.ok else None)} {name} "
-                           f"{ref.ref.rsplit('/', 1)[-1]}{tail}{why}")
-        changed = sum(1 for r in results if r.status not in ("up-to-date", "ahead"))
-        click.echo(f"{verb} {where}: {len(results)} run(s), {changed} changed")
-    failed = [r for r in results if not r.ok]
+                           f"{out.safe(label)}{tail}{out.safe(why)}")
+        if not failed:
+            click.echo(f"{verb} {out.safe(where)}: {len(results)} run(s), {changed} changed")
     if failed:
-        click.echo(f"error: {len(failed)} run(s) not fully {verb}; see above", err=True)
+        click.echo(f"error: {len(failed)} of {len(results)} run(s) not fully {verb} ({out.safe(where)}); "
+                   "see the lines above", err=True)
         click.get_current_context().exit(1)
 
 
@@ -44,16 +110,25 @@ def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str)
 @click.option("--all", "all_worktrees", is_flag=True, help=_ALL_HELP)
 @click.option("--prune", is_flag=True,
               help="Delete remote runs (refs) in scope that do not exist here, each with a lease.")
-@click.option("--json", "as_json", is_flag=True, help="Print per-run results as JSON.")
+@click.option("--include-safety", is_flag=True,
+              help="Also push the restore-safety branches (unsaved work a restore set aside; local by default).")
+@out.json_option
 @pass_store
 def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktrees: bool, prune: bool,
-         as_json: bool) -> None:
+         include_safety: bool, as_json: bool) -> None:
     """Push runs to a git remote, fast-forward only.
 
     Uses the remote's own git configuration and credentials; only refs/agentos/... moves. A
     branch that advanced on the remote too is refused with a message while the others are pushed
     (pull first: the remote's line is kept as BRANCH@REMOTE). The remote must be allowed by
-    `git config agentos.pushRemotes` (names or URLs; "*" for any).
+    `git config agentos.pushRemotes` (names or URLs; "*" for any). RUN is a run id: whole runs
+    move.
+
+    Not pushed, and not failures: BRANCH@REMOTE copies a pull kept of this remote's own lines
+    while the remote still has them ("kept"), and each run's restore-safety branch, which holds
+    workspace files a restore set aside without checkpointing them ("local"; --include-safety
+    sends it). Exit 1 when any ref was refused or failed; the lines above the error say which
+    and why (no success summary is printed then).
 
     \b
     Example:
@@ -61,10 +136,12 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
       git agentos push origin                 # every run of this worktree
       git agentos push origin 20261121-2311-3f2a9c --prune
 
-    JSON: [{"run", "worktree", "status", "ok", "refs": [{"ref", "status", "old", "new",
-    "message", "kept_as"}]}].
+    JSON: [{"run", "worktree", "status", "ok", "refs": [{"ref", "status", "ok", "old", "new",
+    "message", "kept_as"}]}]; ref statuses: pushed, deleted, up-to-date, kept, local (ok),
+    rejected, error, skipped (failures). On failure the document is printed, then the error line.
     """
-    results = gitstate.push(store, remote, list(runs), all_worktrees=all_worktrees, prune=prune)
+    results = gitstate.push(store, remote, _whole_runs(store, runs), all_worktrees=all_worktrees, prune=prune,
+                            include_safety=include_safety)
     _report(results, as_json, "pushed", remote)
 
 
@@ -72,7 +149,7 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
 @click.argument("remote", default="origin", required=False)
 @click.argument("runs", nargs=-1)
 @click.option("--all", "all_worktrees", is_flag=True, help=_ALL_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Print per-run results as JSON.")
+@out.json_option
 @pass_store
 def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktrees: bool, as_json: bool) -> None:
     """Pull runs from a git remote without overwriting anything.
@@ -89,7 +166,7 @@ def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
 
     JSON: the same shape as `push --json`.
     """
-    results = gitstate.pull(store, remote, list(runs), all_worktrees=all_worktrees)
+    results = gitstate.pull(store, remote, _whole_runs(store, runs), all_worktrees=all_worktrees)
     _report(results, as_json, "pulled", remote)
 
 
@@ -97,23 +174,37 @@ def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
 @click.argument("runs", nargs=-1)
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, writable=True),
               help="The bundle file to write.")
+@click.option("--include-safety", is_flag=True,
+              help="Also export the restore-safety branches (unsaved work a restore set aside; left out by default).")
+@out.json_option
 @pass_store
-def export(store: gitstate.Store, runs: tuple[str, ...], output: str) -> None:
+def export(store: gitstate.Store, runs: tuple[str, ...], output: str, include_safety: bool, as_json: bool) -> None:
     """Write runs to a git bundle file (all runs of this worktree when none is named).
 
-    Any git can read it (`git bundle verify FILE`); `git agentos import FILE` brings it in.
+    Any git can read it (`git bundle verify FILE`); `git agentos import FILE` brings it in. RUN
+    is a run id. Each run's restore-safety branch (workspace files a restore set aside without
+    checkpointing them) stays out unless --include-safety; the output says what was left out.
 
     \b
     Example:
       git agentos export 20261121-2311-3f2a9c --output run.bundle
+
+    JSON: {"output" (the bundle's path), "refs" (the ref names written), "left_out" (refs kept
+    local)}.
     """
-    refs = gitstate.export_bundle(store, list(runs), output)
-    click.echo(f"wrote {output}: {len(refs)} ref(s)")
+    refs = gitstate.export_bundle(store, _whole_runs(store, runs), output, include_safety=include_safety)
+    if as_json:
+        out.emit_json({"output": os.path.abspath(output), "refs": list(refs), "left_out": refs.left_out})
+        return
+    click.echo(f"wrote {out.safe(output)}: {len(refs)} ref(s)")
+    if refs.left_out:
+        click.echo(f"left out {len(refs.left_out)} restore-safety ref(s) (unsaved work stays local; "
+                   "--include-safety exports them)")
 
 
 @click.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print per-run results as JSON.")
+@out.json_option
 @pass_store
 def import_(store: gitstate.Store, file: str, as_json: bool) -> None:
     """Import the runs of a git bundle file, with the same no-overwrite rules as pull.

@@ -11,11 +11,14 @@
   JSON text (``checkpoint_data``), metadata as JSON, WAL mode, an index on (session, id); history is
   a SELECT of a session's rows, read by id is a primary-key lookup, listing runs an aggregate query.
 
-gitstate does not fsync (libgit2's default), so the main comparison uses the alternatives without
-fsync too (``json`` skips the fsync, ``sqlite`` runs ``synchronous=NORMAL``, under which WAL commits do
-not fsync). The "durable writes" table then compares the fsyncing variants (``json``
-with fsync, ``sqlite`` with Python's default ``synchronous=FULL``) with gitstate with
-``fsync=True`` (every object fsynced) and libgit2's ``enable_fsync_gitdir`` (refs).
+The main comparison runs everything without flushing to disk (gitstate with ``fsync=False``, ``json``
+without its fsync, ``sqlite`` with ``synchronous=NORMAL``, under which WAL commits do not fsync). The
+write phase is then repeated ``--repeat`` times on fresh stores (all runs printed, medians, means
+and the spread of the ratios at steps 1..W and at the last W steps). The "durable writes" tables
+compare the flushing variants (``json`` with fsync, ``sqlite`` with Python's default
+``synchronous=FULL``) with gitstate under git's default ``core.fsync`` (each checkpoint's pack and
+index flushed, as git flushes packs) and under ``core.fsync=all`` (refs, reflogs and directories
+too).
 
 Workload: a state whose ``messages`` list grows by one ~400-byte item (varied generated text) per
 step, plus a few small changing keys. Writes are interleaved across stores step by step (machine
@@ -23,7 +26,7 @@ noise hits all alike); the write latency "at step 1" is taken over steps 1..W an
 the last W steps. Reads decode the state. Ratios are gitstate / alternative: below 1 means gitstate
 is faster (or smaller).
 
-Usage: ``python scripts/bench_core.py [--steps 1000] [--runs 10000] [--quick] [--profile]``.
+Usage: ``python scripts/bench_core.py [--steps 1000] [--runs 10000] [--repeat 3] [--quick] [--profile]``.
 """
 
 from __future__ import annotations
@@ -51,7 +54,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pygit2
-import pygit2.enums
 
 import gitstate
 
@@ -198,15 +200,17 @@ class GitstateBackend(Backend):
 
     name = "gitstate"
 
-    def __init__(self, root: str, fsync: bool = False) -> None:
+    def __init__(self, root: str, fsync: bool | None = False, core_fsync: str | None = None) -> None:
         os.makedirs(root)
         _git(root, "init", "-q", "-b", "main")
         with open(os.path.join(root, "README"), "w") as fh:
             fh.write("project\n")
         _git(root, "add", "README")
         _git(root, "commit", "-q", "-m", "initial")
+        if core_fsync is not None:
+            _git(root, "config", "core.fsync", core_fsync)
         self.root = root
-        self.store = gitstate.open_store(root, fsync=fsync)
+        self.store = gitstate.open_store(root, fsync=fsync)  # None: as the repository's core.fsync says
         self.git_dir = self.store.location.common_dir
 
     def create_run(self, run_id: str, workflow: str) -> Any:
@@ -509,6 +513,34 @@ def print_table(title: str, results: list[Result], alts: list[str], out: io.Text
         print(f"  {r.op}: {verdict(r, alts)}" + (f"  [{r.note}]" if r.note else ""), file=out)
 
 
+def print_repeats(title: str, runs: list[dict[str, list[float]]], cfg: Config, alts: list[str], out: Any) -> None:
+    """Write latencies of several runs: each run's median per window and ratio to each alternative,
+    then the median and mean over the runs and the spread (min-max) of the ratios."""
+    w = min(cfg.window, max(1, cfg.steps // 2))
+    windows = [(f"step 1..{w}", slice(0, w)), (f"step {cfg.steps - w + 1}..{cfg.steps}", slice(cfg.steps - w, cfg.steps))]
+    print(f"\n{title}", file=out)
+    for label, cut in windows:
+        ratios: dict[str, list[float]] = {a: [] for a in alts}
+        meds: dict[str, list[float]] = {}
+        for n, lat in enumerate(runs, 1):
+            m = {name: statistics.median(v[cut]) for name, v in lat.items()}
+            for name, value in m.items():
+                meds.setdefault(name, []).append(value)
+            cells = []
+            for a in alts:
+                if a in m and m[a]:
+                    ratios[a].append(m["gitstate"] / m[a])
+                    cells.append(f"÷{a} {m['gitstate'] / m[a]:.2f}×")
+            print(f"  write @ {label:<16} run {n}: gitstate {_fmt_time(m['gitstate'])}  " + "  ".join(cells), file=out)
+        summary = []
+        for a in alts:
+            if ratios[a]:
+                summary.append(f"÷{a} median {statistics.median(ratios[a]):.2f}× mean {statistics.fmean(ratios[a]):.2f}× "
+                               f"[{min(ratios[a]):.2f}–{max(ratios[a]):.2f}]")
+        print(f"  write @ {label:<16} over {len(runs)} runs: gitstate median {_fmt_time(statistics.median(meds['gitstate']))}"
+              f"; " + "; ".join(summary), file=out)
+
+
 def verdict(r: Result, alts: list[str]) -> str:
     """One line saying where gitstate wins and loses on this operation."""
     g = r.med("gitstate")
@@ -546,6 +578,7 @@ class Config:
     list_reps: int
     durable: bool
     profile: bool
+    repeat: int = 1
 
 
 def write_phase(backends: list[Backend], cfg: Config, bar: GitstateBackend | None = None,
@@ -697,7 +730,7 @@ def run(cfg: Config, workdir: str, out: Any = sys.stdout) -> dict[str, Any]:
     results.append(sizes)
     results.append(Result(f"bytes on disk, {cfg.runs} runs", _sizes(listing), unit="B"))
 
-    print_table("== gitstate vs the alternatives (no fsync anywhere: libgit2's default durability) ==",
+    print_table("== gitstate vs the alternatives (no fsync anywhere) ==",
                 results, alts, out)
     print("\nslowest single write over all steps: " + ", ".join(
         f"{k} {_fmt_time(t)} (step {i})" for k, (t, i) in worst.items())
@@ -705,23 +738,40 @@ def run(cfg: Config, workdir: str, out: Any = sys.stdout) -> dict[str, Any]:
     print(f"gitstate after {cfg.steps} checkpoints: {_fmt_bytes(packed_bytes)} after store.pack() "
           f"(as left: {_fmt_bytes(sizes.med('gitstate'))})", file=out)
 
+    runs_lat = [lat]
+    for k in range(2, cfg.repeat + 1):
+        again: list[Backend] = [GitstateBackend(os.path.join(workdir, f"gitstate-{k}")),
+                                JsonBackend(os.path.join(workdir, f"json-{k}"), fsync=False),
+                                SqliteBackend(os.path.join(workdir, f"sqlite-{k}"), "NORMAL")]
+        runs_lat.append(write_phase(again, cfg)[2])
+        for b in again:
+            b.close()
+    print_repeats(f"== writes, no fsync anywhere, {cfg.repeat} runs on fresh stores ==", runs_lat, cfg, alts, out)
+
     durable_results: list[Result] = []
     if cfg.durable:
-        pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, 1)
-        try:
-            gd = GitstateBackend(os.path.join(workdir, "gitstate-fsync"), fsync=True)
-            jd = JsonBackend(os.path.join(workdir, "json-fsync"), fsync=True)
-            sd = SqliteBackend(os.path.join(workdir, "sqlite-fsync"), "FULL")
-            t0 = time.perf_counter()
-            _, _, dlat, _ = write_phase([gd, jd, sd], cfg)
-            print(f"\ndurable write phase: {time.perf_counter() - t0:.1f}s", file=out)
-        finally:
-            pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, 0)
-        durable_results = write_results(dlat, cfg)
-        print_table("== durable writes: gitstate with enable_fsync_gitdir vs json with fsync ("
-                    "written) vs sqlite synchronous=FULL ==", durable_results, [jd.name, sd.name], out)
-        for durable in (gd, jd, sd):
-            durable.close()
+        durable_runs: list[dict[str, list[float]]] = []
+        all_runs: list[dict[str, list[float]]] = []
+        t0 = time.perf_counter()
+        for k in range(1, cfg.repeat + 1):
+            gd = GitstateBackend(os.path.join(workdir, f"gitstate-fsync-{k}"), fsync=None)  # git's default
+            ga = GitstateBackend(os.path.join(workdir, f"gitstate-all-{k}"), fsync=None, core_fsync="all")
+            ga.name = "gitstate+all"
+            jd = JsonBackend(os.path.join(workdir, f"json-fsync-{k}"), fsync=True)
+            sd = SqliteBackend(os.path.join(workdir, f"sqlite-fsync-{k}"), "FULL")
+            dlat = write_phase([gd, ga, jd, sd], cfg)[2]
+            durable_runs.append({k2: v for k2, v in dlat.items() if k2 != "gitstate+all"})
+            all_runs.append({("gitstate" if k2 == "gitstate+all" else k2): v for k2, v in dlat.items()
+                             if k2 != "gitstate"})
+            for durable in (gd, ga, jd, sd):
+                durable.close()
+        print(f"\ndurable write phases: {time.perf_counter() - t0:.1f}s", file=out)
+        durable_alts = ["json+fsync", "sqlite+fsync"]
+        durable_results = write_results(durable_runs[0], cfg)
+        print_repeats("== durable writes: gitstate at git's default core.fsync (pack + idx flushed) vs json with "
+                      "fsync vs sqlite synchronous=FULL ==", durable_runs, cfg, durable_alts, out)
+        print_repeats("== durable writes: gitstate with core.fsync=all vs json with fsync vs sqlite "
+                      "synchronous=FULL ==", all_runs, cfg, durable_alts, out)
 
     bar_ok = fsck.returncode == 0 and not fsck.stdout.strip() and objects_bytes <= 5 * 2**20 and max_loose < 6700
     print(f"\n== issue 2 bar after {cfg.steps} checkpoints of the ~400-byte append workload ==", file=out)
@@ -801,16 +851,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reads", type=int, default=200, help="repetitions of each read (200)")
     p.add_argument("--quick", action="store_true", help="smoke-size run (seconds, numbers not meaningful)")
     p.add_argument("--no-durable", action="store_true", help="skip the fsync comparison")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each write phase on fresh stores (3)")
     p.add_argument("--profile", action="store_true", help="cProfile gitstate where an alternative is faster")
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     p.add_argument("--keep", metavar="DIR", help="work in DIR (kept) instead of a temporary directory")
     args = p.parse_args(argv)
     if args.quick:
         cfg = Config(steps=min(args.steps, 40), runs=min(args.runs, 30), window=5, reads=5, history_reps=2,
-                     state_history_reps=1, list_reps=2, durable=not args.no_durable, profile=args.profile)
+                     state_history_reps=1, list_reps=2, durable=not args.no_durable, profile=args.profile,
+                     repeat=min(args.repeat, 2))
     else:
         cfg = Config(steps=args.steps, runs=args.runs, window=args.window, reads=args.reads, history_reps=20,
-                     state_history_reps=3, list_reps=6, durable=not args.no_durable, profile=args.profile)
+                     state_history_reps=3, list_reps=6, durable=not args.no_durable, profile=args.profile,
+                     repeat=max(1, args.repeat))
     if cfg.steps < 2:
         p.error("--steps must be at least 2")
     if args.keep:

@@ -8,14 +8,26 @@
    ``checkpoint(files=True)`` (its commit, meta blob and root tree only).
 3. Peak RSS (``ru_maxrss`` of a fresh child process, git children included) while snapshotting and
    while restoring a worktree holding one ``--big-mib`` file (bar: < 200 MB).
+4. Restore against git's own checkout of the same tree, side by side: identical worktrees, one per
+   contender (so each keeps its own stat cache, as it would in use), the same files changed in each
+   before every round, the contenders run in a rotating order, ``sync`` before each timed call.
+   Contenders: ``run.restore(cp, force=True)`` (the API), ``git agentos restore ID --force`` (the CLI,
+   a fresh process), ``git read-tree -u --reset HEAD`` and ``git checkout -f``. Scenarios:
+   ``--restore-files`` files with ``--restore-changed`` changed (the issue's bar: gitstate within
+   2x of git), and ``--full-files`` files all changed. Medians, means, spread and ratios (of the
+   medians, and the median of the per-round ratios) are printed.
 
-Small smoke run: ``python scripts/bench_files.py --files 200 --total-mb 2 --rounds 3 --big-mib 64``."""
+Small smoke run: ``python scripts/bench_files.py --files 200 --total-mb 2 --rounds 3 --big-mib 64
+--restore-files 300 --restore-changed 30 --full-files 200``. ``--only restore`` runs part 4 alone."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,7 +45,9 @@ ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@exam
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True, text=True).stdout
+    # no automatic gc: a background repack would race the copies and the timings
+    return subprocess.run(["git", "-c", "gc.auto=0", *args], cwd=cwd, env=ENV, check=True, capture_output=True,
+                          text=True).stdout
 
 
 def make_tree(root: Path, files: int, total_mb: float) -> list[Path]:
@@ -143,6 +157,99 @@ def bench_memory(args: argparse.Namespace) -> None:
                   f" ({elapsed:.1f}s)")
 
 
+CONTENDERS = ("gitstate API", "gitstate CLI", "git read-tree -u", "git checkout -f")
+
+
+def _restore_once(which: str, root: Path, run: gitstate.Run | None, cp: gitstate.Checkpoint | None) -> None:
+    if which == "gitstate API":
+        assert run is not None and cp is not None
+        run.restore(cp, force=True)
+    elif which == "gitstate CLI":
+        assert cp is not None
+        _cli(root, "restore", cp.id, "--force")
+    elif which == "git read-tree -u":
+        git(root, "read-tree", "-u", "--reset", "HEAD")
+    else:
+        git(root, "checkout", "-f", "-q")
+
+
+def _cli(root: Path, *args: str) -> None:
+    # bytecode caching on, as in an installed package (pip compiles it at install time)
+    env = {k: v for k, v in ENV.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    subprocess.run([sys.executable, "-m", "gitstate_cli", *args], cwd=root, env=env, check=True, capture_output=True)
+
+
+def _cpu_seconds() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _spread(values: list[float]) -> str:
+    ms = [1000 * v for v in values]
+    return (f"median {statistics.median(ms):8.1f} ms  mean {statistics.fmean(ms):8.1f} ms  "
+            f"min {min(ms):8.1f}  max {max(ms):8.1f}")
+
+
+def bench_restore(files: int, changed: int, rounds: int, contenders: list[str]) -> None:
+    """Part 4: one scenario of restore against git's checkout (see the module docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        base = Path(tmp) / "base"
+        base.mkdir()
+        paths = [p.relative_to(base) for p in make_tree(base, files, files * 1000 / 1024 / 1024)]
+        git(base, "repack", "-adq")  # a repository as it is used: history packed
+        roots = {}
+        for i, which in enumerate(contenders):
+            roots[which] = Path(tmp) / f"w{i}"
+            shutil.copytree(base, roots[which], symlinks=True)
+        shutil.rmtree(base)
+        runs: dict[str, tuple[gitstate.Run, gitstate.Checkpoint]] = {}
+        for which in contenders:
+            root = roots[which]
+            git(root, "read-tree", "-u", "--reset", "HEAD")  # the copy's index stat data is stale
+            if which.startswith("gitstate"):
+                run = gitstate.open_store(root).create_run(run_id="bench")
+                runs[which] = (run, run.checkpoint({"round": -1}, files=True))
+                if which == "gitstate CLI":
+                    _cli(root, "restore", runs[which][1].id, "--dry-run")  # compiles the CLI's modules once
+        print(f"\nrestore, {files} files ({changed} changed), {rounds} rounds "
+              f"(set up in {time.perf_counter() - t0:.1f}s)")
+        times: dict[str, list[float]] = {w: [] for w in contenders}
+        cpu: dict[str, list[float]] = {w: [] for w in contenders}
+        rng = random.Random(3)
+        for r in range(rounds):
+            edit = paths if changed >= files else rng.sample(paths, changed)
+            order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
+            for which in order:
+                root = roots[which]
+                for rel in edit:
+                    full = root / rel
+                    full.write_bytes(b"round %d\n" % r + full.read_bytes()[::-1])
+                os.sync()
+                run, cp = runs.get(which, (None, None))
+                c0, t0 = _cpu_seconds(), time.perf_counter()
+                _restore_once(which, root, run, cp)
+                times[which].append(time.perf_counter() - t0)
+                cpu[which].append(_cpu_seconds() - c0)
+                sample = root / edit[0]
+                assert not sample.read_bytes().startswith(b"round"), f"{which} did not restore {edit[0]}"
+        print("  wall time:")
+        for which in contenders:
+            print(f"  {which:18s} {_spread(times[which])}")
+        print("  CPU time (user + system, the process and its children; waiting for the disk excluded):")
+        for which in contenders:
+            print(f"  {which:18s} {_spread(cpu[which])}")
+        for ours, theirs in itertools.product([w for w in contenders if w.startswith("gitstate")],
+                                              [w for w in contenders if w.startswith("git ")]):
+            per_round = [a / b for a, b in zip(times[ours], times[theirs], strict=True)]
+            ratio = statistics.median(times[ours]) / statistics.median(times[theirs])
+            cpu_ratio = statistics.median(cpu[ours]) / max(statistics.median(cpu[theirs]), 1e-9)
+            print(f"  ratio {ours} / {theirs}: {ratio:.2f} (medians); per round: median "
+                  f"{statistics.median(per_round):.2f}, min {min(per_round):.2f}, max {max(per_round):.2f}; "
+                  f"CPU {cpu_ratio:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=10_000)
@@ -150,10 +257,23 @@ def main() -> None:
     parser.add_argument("--changed", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--big-mib", type=int, default=1024, help="0 skips the memory benchmark")
+    parser.add_argument("--restore-files", type=int, default=10_000)
+    parser.add_argument("--restore-changed", type=int, default=1_000)
+    parser.add_argument("--full-files", type=int, default=20_000, help="0 skips the full-restore scenario")
+    parser.add_argument("--restore-rounds", type=int, default=7)
+    parser.add_argument("--no-cli", action="store_true", help="leave the CLI out of the restore benchmark")
+    parser.add_argument("--only", choices=["snapshot", "memory", "restore"], default=None)
     args = parser.parse_args()
-    bench_speed(args)
-    if args.big_mib:
+    if args.only in (None, "snapshot"):
+        bench_speed(args)
+    if args.big_mib and args.only in (None, "memory"):
         bench_memory(args)
+    if args.only in (None, "restore"):
+        contenders = [w for w in CONTENDERS if not (args.no_cli and w == "gitstate CLI")]
+        if args.restore_files:
+            bench_restore(args.restore_files, args.restore_changed, args.restore_rounds, contenders)
+        if args.full_files:
+            bench_restore(args.full_files, args.full_files, args.restore_rounds, contenders)
 
 
 if __name__ == "__main__":

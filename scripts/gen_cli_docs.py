@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from gitstate_cli.main import COMMANDS, cli
+from gitstate_cli.topics import TOPICS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "CLI.md"
 MAN = DOC.with_name("git-agentos.1")
@@ -31,30 +32,12 @@ a repository or worktree. The store is that repository's; `git --git-dir=X agent
 `git help agentos`, which shows the installed man page (`git-agentos.1`); `git agentos -h` prints the
 same help without it.
 
-## References
+The sections "References", "JSON output" and "Exit codes" below are the help topics
+`git agentos help refs`, `git agentos help json` and `git agentos help exit-codes`.
 
-`REF` names a checkpoint:
-
-| form | meaning |
-| --- | --- |
-| `3f2a9c01` | a checkpoint id or unique prefix (4-40 hex digits) |
-| `RUN` | the tip of the run's `main` branch |
-| `RUN@BRANCH` | the tip of another branch |
-| `RUN~N`, `RUN@BRANCH~N` | N checkpoints back along first parents |
-| `RUN:node:NAME`, `RUN@BRANCH:node:NAME` | the latest exit checkpoint of node NAME |
-
-`TARGET` (rollback, fork) is read relative to the run and branch: `~N`, `node:NAME`, `@BRANCH[~N]`, an
-id, or any REF of the same run. Run ids may contain `@`, `~` and `:`: an exact run id always wins,
-and otherwise the split with the longest existing run id wins (see `gitstate/store/refspec.py`).
-
-## Output and errors
-
-- Human output: aligned tables and short lines; colour and progress bars only on a terminal.
-- `--json`: one JSON document on stdout, keys sorted, two-space indent; times are ISO 8601 with a
-  UTC offset; byte strings are `{"$bytes": "<hex>"}`. The shapes below are stable.
-- Errors: one line `error: <message>` on stderr. Exit 1 for store errors (unknown run or ref,
-  conflict, corrupt data, refused restore, verify problems), 2 for usage errors, 130 when
-  interrupted. A bad argument never changes the store.
+Human output: aligned tables and short lines; colour and progress bars only on a terminal; `log` goes
+through git's pager on a terminal (`--no-pager` or `git agentos --no-pager` to print it as it is).
+Anything read from the store (run ids, branch and node names, metadata) is escaped for the terminal.
 """
 
 
@@ -64,9 +47,17 @@ def _help(name: str, command: click.Command) -> str:
     return command.get_help(ctx).rstrip() + "\n"
 
 
+TOPIC_TITLES = {"refs": "References", "json": "JSON output", "exit-codes": "Exit codes"}
+
+
+def _topics() -> list[str]:
+    return [f"## {TOPIC_TITLES.get(name, name)} (`git agentos help {name}`)\n\n```text\n{text}```\n"
+            for name, (_summary, text) in TOPICS.items()]
+
+
 def render() -> str:
     """The full text of docs/CLI.md."""
-    parts = [INTRO, "## git agentos\n", "```text\n" + _help_group() + "```\n"]
+    parts = [INTRO, *_topics(), "## git agentos\n", "```text\n" + _help_group() + "```\n"]
     for name in sorted(COMMANDS):
         if COMMANDS[name].hidden:
             continue
@@ -99,6 +90,10 @@ def render_man() -> str:
         ".nf",
         _roff(_help_group()),
         ".fi",
+    ]
+    for name, (_summary, text) in TOPICS.items():
+        parts += [f".SH {TOPIC_TITLES.get(name, name).upper()}", ".nf", _roff(text.rstrip("\n")), ".fi"]
+    parts += [
         ".SH COMMANDS",
     ]
     for name in sorted(COMMANDS):

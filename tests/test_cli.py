@@ -156,6 +156,9 @@ def _error(result: Result) -> str:
     (["checkpoint", "r", "--expect", "OLD"], 1, "conflict"),
     (["checkpoint", "newrun", "--expect", "abcd1234"], 1, "no run 'newrun'"),
     (["checkpoint", "r", "--meta", "novalue"], 2, "KEY=VALUE"),
+    (["checkpoint", "r", "--state", "DEEP"], 2, "nested too deeply"),
+    (["checkpoint", "newrun", "--state", "DEEP"], 2, "nested too deeply"),
+    (["checkpoint", "r", "--meta", "DEEPMETA"], 2, "nested too deeply"),
     (["checkpoint", "r", "some/path"], 2, "--files"),
     (["rollback", "r", "~x"], 1, "~N"),
     (["fork", "r", "~0", "main"], 1, "already has a branch"),
@@ -170,7 +173,10 @@ def test_bad_input(at_repo: Path, tmp_path: Path, args: list[str], code: int, ne
     agentos("checkpoint", "r")  # OLD is no longer the tip: --expect OLD loses the compare-and-swap
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    args = [{"OLD": old, "BAD": str(bad)}.get(a, a) for a in args]
+    deep = tmp_path / "deep.json"  # beyond Python's recursion limit: json raises RecursionError
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    args = [{"OLD": old, "BAD": str(bad), "DEEP": str(deep),
+             "DEEPMETA": "k=" + "[" * 100_000 + "]" * 100_000}.get(a, a) for a in args]
     before, user = store_snapshot(at_repo), user_snapshot(at_repo)
     result = CliRunner().invoke(cli, args, prog_name="git agentos")
     assert result.exit_code == code, (result.stdout, result.stderr)
@@ -265,3 +271,34 @@ def test_files_commands(at_repo: Path) -> None:
     first = as_json("files", "r", "notes.md", "--version", "1")
     assert (first["version"], first["content"]) == (1, "v1\n")
     assert [v["version"] for v in as_json("files", "r", "notes.md", "--history")] in ([1, 2], [2, 1])
+
+
+@needs_files
+def test_restore_prints_a_summary_and_lists_files_on_request(at_repo: Path) -> None:
+    for i in range(40):
+        (at_repo / f"f{i}.txt").write_text(f"{i}\n")
+    agentos("checkpoint", "r", "--files")
+    for i in range(5):
+        (at_repo / f"f{i}.txt").write_text("edited\n")
+    (at_repo / "f39.txt").unlink()
+    (at_repo / "extra.txt").write_text("new\n")
+    dry = agentos("restore", "r", "--dry-run").stdout.splitlines()
+    assert dry[0].startswith("would restore the files of ")
+    assert dry[0].endswith(": 6 to write, 1 to delete, 35 unchanged, 6 unsaved (refused without --force)")
+    assert "  would change: f0.txt" in dry and "  would create: f39.txt" in dry and "  would remove: extra.txt" in dry
+    assert "  unsaved, refused without --force: extra.txt" in dry
+    out = agentos("restore", "r", "--force").stdout.splitlines()
+    assert out[0].endswith(": 6 written, 1 deleted, 35 unchanged")
+    assert len(out) == 2 and "restore-safety" in out[1]  # one summary line and how to undo it: no file list
+    for i in range(3):
+        (at_repo / f"f{i}.txt").write_text("again\n")
+    verbose = agentos("restore", "r", "--force", "-v").stdout.splitlines()
+    assert verbose[0].endswith(": 3 written, 0 deleted, 38 unchanged")
+    assert [line for line in verbose if line.startswith("  changed: ")] == [f"  changed: f{i}.txt" for i in range(3)]
+    (at_repo / "f7.txt").write_text("once more\n")
+    agentos("checkpoint", "r", "--files")
+    rolled = agentos("rollback", "r", "~1", "--restore").stdout
+    assert "  files: 1 written, 0 deleted, 40 unchanged" in rolled and "f7.txt" not in rolled
+    agentos("undo", "r")
+    rolled = agentos("rollback", "r", "~1", "--restore", "-v").stdout
+    assert "  files: 0 written, 0 deleted, 41 unchanged" in rolled

@@ -60,3 +60,40 @@ def test_store_text_cannot_drive_the_terminal(repo: Path, monkeypatch: pytest.Mo
     rows = [line for line in out.splitlines()[1:] if "running" in line]
     assert len(rows) == 2
     assert len({width(row[: row.index("running")]) for row in rows}) == 1  # columns line up (CJK ids too)
+
+
+def test_command_hints_quote_hostile_names_safely(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hint the user may copy (``undo with: git agentos undo ...``) never carries raw control
+    characters, and bash reads it back as the exact run and branch."""
+    import shutil
+    import subprocess
+
+    hostile_run, hostile_branch = "evil\x1b]0;pwned\x07'x", "br\tan\u0085ch"
+    run = gitstate.open_store(repo).create_run(run_id=hostile_run)
+    run.checkpoint({"a": 1})
+    run.checkpoint({"a": 2})
+    run.fork(run.head().id, hostile_branch)  # type: ignore[union-attr]
+    monkeypatch.chdir(repo)
+    done = CliRunner().invoke(cli, ["rollback", f"{hostile_run}@{hostile_branch}", "~1"], prog_name="git agentos")
+    assert done.exit_code == 0, done.output
+    assert not any(ch in done.stdout for ch in "\x1b\x07\t\u0085"), done.stdout
+    hint = done.stdout.split("undo with: git agentos undo ", 1)[1].strip()
+    bash = shutil.which("bash")
+    assert bash is not None
+    echoed = subprocess.run([bash, "-c", f"printf %s {hint}"], capture_output=True, check=True,
+                            env={"LC_ALL": "C.UTF-8"}).stdout.decode()
+    assert echoed == f"{hostile_run}@{hostile_branch}"
+
+
+def test_diff_file_names_cannot_drive_the_terminal(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshotted file name (possibly from a pulled run) is escaped in `diff` like any store text."""
+    run = gitstate.open_store(repo).create_run(run_id="files")
+    monkeypatch.chdir(repo)
+    run.checkpoint({"a": 1}, files=True)
+    (repo / "evil\x1b]0;pwned\x07name").write_text("x")
+    (repo / "tab\tname").write_text("y")
+    run.checkpoint({"a": 2}, files=True)
+    done = CliRunner().invoke(cli, ["diff", "files~1", "files"], prog_name="git agentos")
+    assert done.exit_code == 0, done.output
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout and "\t" not in done.stdout, done.stdout
+    assert "+ file  evil\\x1b]0;pwned\\x07name" in done.stdout and "+ file  tab\\tname" in done.stdout

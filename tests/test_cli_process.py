@@ -217,3 +217,12 @@ def test_progress_shows_on_a_terminal_only(tmp_path: Path) -> None:
     assert "snapshotting files: " in subprocess.run(
         ["script", "-qec", f"{exe} checkpoint r1 --files", "/dev/null"], cwd=repo, capture_output=True,
         text=True, check=False).stdout
+    for i in range(30):
+        (repo / f"f{i}.txt").write_text(f"again {i}\n")
+    shown = subprocess.run(["script", "-qec", f"{exe} restore r1~1 --force", "/dev/null"], cwd=repo,
+                           capture_output=True, text=True, check=False).stdout
+    assert "restoring files [" + "#" * 30 + "] 30/30" in shown  # a bar with its total
+    assert "reading changed files [" in shown and "30 written, 0 deleted, 0 unchanged" in shown
+    assert shown.count("\n") < 10  # a summary, not a line per file
+    piped = run(repo, exe, "restore", "r1", "--force")
+    assert piped.stderr == "" and piped.stdout.count("\n") == 2

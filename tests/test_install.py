@@ -59,3 +59,8 @@ def test_wheel_holds_every_package_and_a_regular_install_imports_them(tmp_path: 
     cli = subprocess.run(["git", "agentos", "runs", "--json"], cwd=repo, env=env, capture_output=True,
                          text=True, timeout=120)
     assert cli.returncode == 0 and cli.stdout.strip() == "[]", cli.stderr
+    # README's first command ends with the demo: it runs from this regular install, anywhere.
+    demo = subprocess.run(["git", "agentos", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "git agentos" in demo.stdout

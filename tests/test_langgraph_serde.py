@@ -1,7 +1,8 @@
 """Decoding LangGraph checkpoints never runs code named by the data: a value whose
 msgpack asks for ``os.system(...)``, stored as a channel value, a list item, metadata or a pending
-write (as a blob fetched from an untrusted remote would), is refused with an UnsafeValueError
-(a CorruptObjectError) and nothing runs; LangChain messages and opted-in types still round-trip."""
+write (as a blob fetched from an untrusted remote would), is refused with an UnsafeValueError (a
+policy refusal, not "corrupt") and nothing runs; LangChain messages and opted-in types still
+round-trip. Writing a value the reader would refuse is refused before anything is stored."""
 
 from __future__ import annotations
 
@@ -87,13 +88,14 @@ def test_stored_code_is_never_run(repo: Path, tmp_path: Path, place: str) -> Non
     with pytest.raises(gitstate.UnsafeValueError) as err:
         reader.get_tuple(config)
     assert err.value.type_name == "os.system" and len(err.value.oid) == 40
-    assert isinstance(err.value, gitstate.CorruptObjectError)
-    with pytest.raises(gitstate.CorruptObjectError):
+    assert not isinstance(err.value, gitstate.CorruptObjectError) and "corrupt" not in str(err.value)
+    assert "os.system" in str(err.value) and "allowed_types" in str(err.value)
+    with pytest.raises(gitstate.UnsafeValueError):
         list(reader.list(config))
     assert not pwned.exists()
 
 
-def test_unknown_and_pickle_payloads_are_corrupt_not_crashes(repo: Path) -> None:
+def test_unknown_and_pickle_payloads_are_refused_not_crashes(repo: Path) -> None:
     store = gitstate.open_store(repo)
 
     class Raw(JsonPlusSerializer):
@@ -105,10 +107,13 @@ def test_unknown_and_pickle_payloads_are_corrupt_not_crashes(repo: Path) -> None
             return super().dumps_typed(obj)
 
     reader = GitCheckpointSaver(store)
-    for thread, marker in (("p", "PICKLE"), ("b", "BAD")):
-        config = _put(GitCheckpointSaver(store, serde=Raw()), {"x": marker}, thread=thread)
-        with pytest.raises(gitstate.CorruptObjectError):
-            reader.get_tuple(config)
+    config = _put(GitCheckpointSaver(store, serde=Raw()), {"x": "PICKLE"}, thread="p")
+    with pytest.raises(gitstate.UnsafeValueError, match="never decodes pickle") as err:
+        reader.get_tuple(config)
+    assert err.value.type_name == "pickle"
+    config = _put(GitCheckpointSaver(store, serde=Raw()), {"x": "BAD"}, thread="b")
+    with pytest.raises(gitstate.CorruptObjectError, match="does not decode"):
+        reader.get_tuple(config)
 
 
 def test_messages_and_safe_types_round_trip(repo: Path) -> None:

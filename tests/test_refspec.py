@@ -93,10 +93,12 @@ def test_errors(store: gitstate.Store) -> None:
         refspec.resolve(store, "0000000000")
     with pytest.raises(gitstate.BranchNotFound):
         refspec.resolve(store, "r1@nobranch")
-    for malformed in ("r1@", "r1:node:", "r1@:node:x"):
+    for malformed in ("r1@", "r1:node:"):
         with pytest.raises(gitstate.InvalidReferenceError) as info:
             refspec.resolve(store, malformed)
         assert not isinstance(info.value, gitstate.CheckpointNotFound)
+    with pytest.raises(gitstate.BranchNotFound):  # branch names may hold ':node:' too
+        refspec.resolve(store, "r1@:node:x")
 
 
 def make_colliding_blob(store: gitstate.Store, oid: str, digits: int = 4) -> str:
@@ -133,3 +135,73 @@ def test_targets_relative_to_run(store: gitstate.Store) -> None:
         refspec.resolve_target(store, run, "s")
     with pytest.raises(gitstate.InvalidReferenceError):
         refspec.resolve_target(store, run, "~x")
+
+
+def test_branch_names_with_tilde_and_at(store: gitstate.Store) -> None:
+    cps = _run(store, "r", 3)
+    run = store.get_run("r")
+    fork = "main~1ef4f797-8335-6428-8001-8a1503f9b875"  # a LangGraph fork branch
+    run.fork(cps[0].id, fork)
+    lg = run.checkpoint({"lg": 1}, branch=fork)
+    kept = run.fork(cps[1].id, "main@origin")
+    assert refspec.resolve(store, f"r@{fork}").id == lg.id
+    assert refspec.resolve(store, f"r@{fork}~1").id == cps[0].id
+    assert refspec.resolve(store, "r@main@origin").id == kept.id
+    assert refspec.resolve(store, "r@main@origin~1").id == cps[0].id
+    assert refspec.resolve_target(store, run, f"@{fork}").id == lg.id
+    assert refspec.resolve_target(store, run, f"@{fork}~1").id == cps[0].id
+    assert refspec.resolve_target(store, run, "@main@origin").id == kept.id
+    # an existing branch named like BRANCH~N is read literally; ~0 reaches the other reading
+    run.fork(cps[0].id, "main~2")
+    assert refspec.resolve(store, "r@main~2").id == cps[0].id
+    assert refspec.resolve(store, "r@main~1").id == cps[1].id  # no branch 'main~1': one back from main
+    run.checkpoint({"x": 1}, branch="main~2")
+    tip2 = run.head("main~2")
+    assert tip2 is not None and refspec.resolve(store, "r@main~2").id == tip2.id
+    assert refspec.resolve(store, "r@main~2~0").id == tip2.id
+    assert refspec.resolve_target(store, run, "@main~2").id == tip2.id
+
+
+def test_id_with_steps_back(store: gitstate.Store) -> None:
+    cps = _run(store, "r", 3)
+    assert refspec.resolve(store, cps[2].id[:10] + "~2").id == cps[0].id
+    with pytest.raises(gitstate.InvalidReferenceError):
+        refspec.resolve(store, cps[2].id[:10] + "~3")
+
+
+def test_locate_and_locate_branch(store: gitstate.Store) -> None:
+    cps = _run(store, "r", 3)
+    run = store.get_run("r")
+    run.fork(cps[0].id, "alt@x")
+    loc = refspec.locate(store, "r@alt@x")
+    assert (loc.run, loc.branch, loc.named_branch, loc.is_branch) == ("r", "alt@x", True, True)
+    loc = refspec.locate(store, "r~1")
+    assert (loc.branch, loc.is_branch, loc.checkpoint.id) == ("main", False, cps[1].id)  # type: ignore[union-attr]
+    loc = refspec.locate(store, "r~0", branch="alt@x")
+    assert (loc.branch, loc.named_branch, loc.checkpoint.id) == ("alt@x", False, cps[0].id)  # type: ignore[union-attr]
+    loc = refspec.locate(store, cps[1].id[:8])
+    assert (loc.run, loc.branch, loc.is_branch) == ("r", "main", False)
+    assert refspec.locate_branch(store, "r@alt@x").branch == "alt@x"
+    assert refspec.locate_branch(store, "r", "alt@x").branch == "alt@x"
+    with pytest.raises(gitstate.InvalidReferenceError) as info:
+        refspec.locate_branch(store, "r~1")
+    assert "RUN@BRANCH" in str(info.value)
+    with pytest.raises(gitstate.RunNotFound):
+        refspec.locate_branch(store, "nope")
+    with pytest.raises(gitstate.BranchNotFound):
+        refspec.locate_branch(store, "r@nope")
+    new = refspec.locate_branch(store, "r@new", create=True)
+    assert (new.run, new.branch, new.checkpoint) == ("r", "new", None)
+    fresh = refspec.locate_branch(store, "fresh@run", create=True)
+    assert (fresh.run, fresh.branch) == ("fresh@run", "main")
+
+
+def test_ambiguous_prefix_lists_candidates(store: gitstate.Store) -> None:
+    cps = _run(store, "amb", 1)
+    blob = make_colliding_blob(store, cps[0].id)
+    with pytest.raises(gitstate.AmbiguousReferenceError) as info:
+        refspec.resolve(store, cps[0].id[:4])
+    found = dict(info.value.candidates)
+    assert set(found) == {cps[0].id, blob}
+    assert found[blob] == "blob" and "run 'amb'" in found[cps[0].id]
+    assert cps[0].id[:12] in str(info.value) and blob[:12] in str(info.value)

@@ -48,7 +48,7 @@ def test_diverged_session_file_is_kept_not_dropped(tmp_path: Path) -> None:
     # A's push: the copy is not pushed back, the other refs still go, notes.md says what to do
     run_a.files.write("mine.md", "A's own", author="a")
     pushed = _refs(gitstate.push(a))
-    assert pushed["r/files/notes%2Emd@origin"].status == "skipped"
+    assert pushed["r/files/notes%2Emd@origin"].status == "kept"  # origin has it; not pushed back
     assert pushed["r/files/mine%2Emd"].status == "pushed"
     assert pushed["r/files/notes%2Emd"].status == "rejected"
     assert "session file" in pushed["r/files/notes%2Emd"].message

@@ -279,3 +279,148 @@ def test_benign_names_that_look_alike_are_fine(work: Path) -> None:
     result = run.restore(cp, force=True)
     assert set(result.added) == {".gitx", "git~2", ".github", "..foo", "a.git"}
     assert (work / "..foo").read_text() == "fine\n"
+
+
+# -- speed-related paths: counts, the stat cache, writes through descriptors ------------------------
+
+def test_counts_and_stat_cache_after_restore(work: Path) -> None:
+    run = gitstate.open_store(work).create_run()
+    for i in range(30):
+        (work / "src" / f"m{i}.py").write_text(f"{i}\n")
+    c1 = run.checkpoint({}, files=True)
+    for i in range(10):
+        (work / "src" / f"m{i}.py").write_text(f"changed {i}\n")
+    (work / "src" / "m29.py").unlink()
+    (work / "src" / "extra.py").write_text("new\n")
+    result = run.restore(c1, force=True)
+    assert (len(result.changed), len(result.added), len(result.removed)) == (10, 1, 1)
+    files_in_c1 = len(git(work, "ls-tree", "-r", "--name-only", c1.files_tree_id).split())
+    assert result.written == 11 and result.unchanged == files_in_c1 - 11
+    assert result.to_dict()["written"] == 11 and result.to_dict()["deleted"] == 1
+    # the restore told the stat cache what it wrote: the next snapshot reads no file. (Files
+    # written in the same clock tick as the index are racily clean and read again, as git reads
+    # them; the index is dated later here so that only the recorded stat data counts.)
+    index = run.store.workspace.index_path
+    later = os.stat(index).st_mtime_ns + 10**10
+    os.utime(index, ns=(later, later))
+    ticks: list[int] = []
+    snap = run.store.workspace.snapshot(fast=True, progress=ticks.append)
+    assert ticks == [] and snap.tree == c1.files_tree_id
+    assert run.store.workspace.snapshot(progress=ticks.append).tree == c1.files_tree_id  # libgit2 agrees
+    assert ticks == []
+
+
+def test_progress_reports_phases_with_totals(work: Path) -> None:
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    for name in ("a.py", "b.py"):
+        (work / "src" / name).write_text("edited\n")
+    (work / "new.txt").write_text("new\n")
+    seen: list[tuple[str, int, int]] = []
+    run.restore(c1, force=True, progress=lambda phase, done, total: seen.append((phase, done, total)))
+    reading = [s for s in seen if s[0] == "reading"]
+    writing = [s for s in seen if s[0] == "writing"]
+    assert reading[-1] == ("reading", 3, 3)
+    assert [d for _, d, _ in writing] == [1, 2, 3] and {t for _, _, t in writing} == {3}
+    assert seen.index(reading[-1]) < seen.index(writing[0])
+
+
+def test_type_changes_both_ways(work: Path) -> None:
+    run = gitstate.open_store(work).create_run()
+    (work / "x").write_text("a file\n")
+    (work / "y").mkdir()
+    (work / "y" / "inner").write_text("in a directory\n")
+    c1 = run.checkpoint({}, files=True)
+    state1 = worktree_files(work)
+    (work / "x").unlink()
+    (work / "x").mkdir()
+    (work / "x" / "deep").write_text("now a directory\n")
+    (work / "y" / "inner").unlink()
+    (work / "y").rmdir()
+    (work / "y").write_text("now a file\n")
+    run.checkpoint({}, files=True)
+    run.restore(c1)
+    assert worktree_files(work) == state1
+
+
+def test_directory_swapped_for_a_link_during_the_restore_is_not_written_through(
+        work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan is checked, then (as an attacker racing the restore could) src/ becomes a link to a
+    directory outside: the writes, made relative to O_NOFOLLOW directory descriptors, refuse."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    (work / "src" / "a.py").write_text("edited\n")
+    run.checkpoint({}, files=True)
+    original = gitstate.Run._safety_checkpoint
+
+    def swap(self: gitstate.Run, files_tree: str, target: gitstate.Checkpoint) -> gitstate.Checkpoint:
+        cp = original(self, files_tree, target)
+        os.rename(work / "src", tmp_path / "src-aside")
+        os.symlink(outside, work / "src")
+        return cp
+
+    monkeypatch.setattr(gitstate.Run, "_safety_checkpoint", swap)
+    with pytest.raises(gitstate.UnsafeTreeError, match="symbolic link"):
+        run.restore(c1)
+    assert list(outside.iterdir()) == []
+
+
+def test_filters_still_apply_on_checkout(work: Path) -> None:
+    (work / ".gitattributes").write_text("*.txt text eol=crlf\n")
+    (work / "notes.txt").write_text("one\ntwo\n")
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    blob = git(work, "rev-parse", f"{c1.files_tree_id}:notes.txt").strip()
+    assert git(work, "cat-file", "blob", blob) == "one\ntwo\n"  # stored as git stores it
+    (work / "notes.txt").write_text("changed\n")
+    run.restore(c1, force=True)
+    assert (work / "notes.txt").read_bytes() == b"one\r\ntwo\r\n"
+
+
+def test_dry_run_lists_unsaved_and_changes_nothing(work: Path) -> None:
+    store = gitstate.open_store(work)
+    run = store.create_run()
+    c1 = run.checkpoint({}, files=True)
+    (work / "src" / "a.py").write_text("unsaved\n")
+    (work / "fresh.txt").write_text("also unsaved\n")
+    files = worktree_files(work)
+    refs = git(work, "for-each-ref")
+    result = run.restore(c1, dry_run=True)
+    assert result.dry_run and result.safety is None
+    assert result.unsaved == ("fresh.txt", "src/a.py")
+    assert result.changed == ("src/a.py",) and result.removed == ("fresh.txt",)
+    assert worktree_files(work) == files and git(work, "for-each-ref") == refs
+
+
+def test_validation_fast_path_agrees_with_check_name(work: Path) -> None:
+    """validate_tree skips check_name for plainly safe names; it must refuse exactly what
+    check_name refuses, whatever the name and mode."""
+    import random
+
+    from gitstate.workspace.pathsafety import check_name
+    from gitstate.workspace.restore import validate_tree
+
+    store = gitstate.open_store(work)
+    payload = _blob(store, b"x\n")
+    sub = _tree(store, [("f", payload, MODE_BLOB)])
+    rng = random.Random(7)
+    alphabet = "abgG.~1 :\\/-_\u200c\ufeffTI"
+    names = {"", ".", "..", ".git", "git~1", "GIT~1", ".gitmodules", "gi7eba~1", "a\\b", "a/b", "x.git",
+             "gitx", "Git", ".g\u200cit", "normal", "README.md"}
+    names |= {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6))) for _ in range(300)}
+    modes = [MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, MODE_COMMIT, 0o100664, 0o100600]
+    for name in sorted(names):
+        mode = rng.choice(modes)
+        oid = sub if mode == MODE_TREE else payload
+        tree = _tree(store, [(name, oid, mode)]) if name else None
+        if tree is None:
+            continue
+        refused = check_name(name, mode) is not None
+        try:
+            validate_tree(store.reader, tree)
+        except gitstate.UnsafeTreeError:
+            assert refused, (name, oct(mode))
+        else:
+            assert not refused, (name, oct(mode))

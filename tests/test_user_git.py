@@ -201,7 +201,7 @@ def test_merges_wait_for_a_running_git_gc_and_skip_kept_packs(repo: Path, monkey
     merged = housekeeping.merge_tx_packs(common)
     assert merged is not None
     assert kept.with_suffix(".idx").exists()  # a kept pack is neither merged nor deleted
-    listed = (Path(common) / "agentos" / housekeeping.TX_PACKS).read_text().split()
+    listed = (Path(common) / "agentos" / (housekeeping.TX_PACKS + ".kept")).read_text().split()
     assert kept.stem in listed and merged in listed  # and stays listed for a later merge
     assert [c.state["i"] for c in run.history()] == list(range(5, -1, -1))
     _fsck(repo)

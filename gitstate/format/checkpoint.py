@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gitstate.errors import CorruptObjectError, UnsupportedFormatError
-from gitstate.format import encoding
+from gitstate.format import encoding, lgtree
 from gitstate.format.statetree import StateReader, StateWriter
 from gitstate.git import handles
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
@@ -234,12 +234,18 @@ class Checkpoint:
 
     @property
     def state(self) -> Any:
-        """The stored state (a fresh copy on every access)."""
+        """The stored state (a fresh copy on every access). For a LangGraph checkpoint (written by
+        ``gitstate.langgraph``): its channel values as plain data for display (messages as
+        ``{type, content, ...}``, other objects as ``{"$type": ..., fields}``; see
+        :mod:`gitstate.format.lgserde`), decoded without importing or building anything."""
         reader = self._reader()
         root = reader.tree(self.tree_id)
         tree = _tree_entry(root, STATE_TREE)
         if tree is not None:
             return reader.mapping(tree[0])
+        values = lgtree.values_tree(root)
+        if values is not None:
+            return lgtree.show_values(reader.reader, values)
         leaf = _tree_entry(root, STATE_LEAF)
         if leaf is not None:
             return reader.blob_value(leaf[0])
@@ -247,9 +253,10 @@ class Checkpoint:
 
     @property
     def state_id(self) -> str | None:
-        """Id of the state tree (or leaf blob): equal ids mean equal states."""
+        """Id of the state tree (or leaf blob; a LangGraph checkpoint's values tree): equal ids
+        mean equal states."""
         root = self._root()
-        for name in (STATE_TREE, STATE_LEAF):
+        for name in (STATE_TREE, lgtree.LG_TREE, STATE_LEAF):
             entry = _tree_entry(root, name)
             if entry is not None:
                 return entry[0]
@@ -275,6 +282,17 @@ class Checkpoint:
         return self._optional_list(AUDIT)
 
     @property
+    def langgraph(self) -> dict[str, Any] | None:
+        """LangGraph's own view of a checkpoint written by ``gitstate.langgraph`` (``None`` for
+        others): ``checkpoint_id``, ``checkpoint_ns``, ``source``, ``step`` (-1 for the input),
+        ``parents``, ``next`` (nodes scheduled), ``metadata`` and pending ``writes``, as plain data
+        (see :func:`gitstate.format.lgtree.details`)."""
+        if self.workflow != lgtree.WORKFLOW:
+            return None
+        reader = self._reader().reader
+        return lgtree.details(reader, self.tree_id, read_meta(reader, reader.commit(self.id)))
+
+    @property
     def files_tree_id(self) -> str | None:
         """Id of the workspace snapshot tree, if the checkpoint captured files."""
         entry = _tree_entry(self._root(), FILES)
@@ -291,6 +309,9 @@ class Checkpoint:
         }
         if with_state:
             out["state"] = self.state
+            lg = self.langgraph
+            if lg is not None:
+                out["langgraph"] = lg
         return out
 
     def __repr__(self) -> str:

@@ -90,3 +90,21 @@ def check_git_version() -> None:
         raise GitVersionError(
             f"git {'.'.join(map(str, have))} is too old: gitstate needs git "
             f"{'.'.join(map(str, MIN_GIT_VERSION))} or newer (negative refspecs, fetch --no-write-fetch-head)")
+
+
+def configured_pager(git_dir: str | None, cwd: str | None = None) -> str:
+    """The pager git would use in this repository, by git's own rules (``git var GIT_PAGER``:
+    ``GIT_PAGER``, then ``core.pager``, then ``PAGER``, else ``less``); ``""`` when that is none
+    (an empty value or ``cat``). Falls back to the environment alone when git cannot say."""
+    try:
+        out = run_git(git_dir, ["var", "GIT_PAGER"], cwd=cwd)
+        pager = out.stdout.strip() if out.returncode == 0 else ""
+    except GitVersionError:
+        pager = ""
+    if not pager:
+        pager = os.environ.get("GIT_PAGER", os.environ.get("PAGER", "less"))
+    return "" if pager.strip() in ("", "cat") else pager
+
+
+#: What git puts in a pager's environment unless the user set it (git's PAGER_ENV).
+PAGER_ENV = {"LESS": "FRX", "LV": "-c"}

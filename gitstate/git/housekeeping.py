@@ -27,8 +27,10 @@ import pygit2
 
 from gitstate.errors import GitStateError
 from gitstate.git import lockfile, packs, refs
+from gitstate.git.command import run_git
 from gitstate.git.durability import fsync_dir
-from gitstate.git.objects import KEEP_PREFIX
+from gitstate.git.objects import KEEP_PREFIX, MODE_TREE
+from gitstate.git.reader import parse_commit, parse_tree
 
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
 MERGE_THRESHOLD = 12  # gitstate packs before they are merged (git's gc.autoPackLimit is 50)
@@ -36,10 +38,45 @@ REF_PACK_THRESHOLD = 500  # loose refs under refs/agentos/ before they are moved
 LOCK_STALE_SECONDS = 120.0  # age after which a lock whose owner cannot be checked is broken
 
 
+_MADE: set[str] = set()  # agentos directories known to exist (one makedirs per process, not per write)
+
+
 def _agentos_dir(common_dir: str) -> str:
     path = os.path.join(common_dir, "agentos")
-    os.makedirs(path, exist_ok=True)
+    if path not in _MADE:
+        os.makedirs(path, exist_ok=True)
+        _MADE.add(path)
     return path
+
+
+def _append(path: str, data: bytes) -> int:
+    """Append ``data`` to the list file ``path`` (created if missing, its directory too); return
+    the new size.
+
+    A packer or merger takes a list aside by renaming it and then reads it; a line appended
+    through a descriptor opened before that rename may land after the reading, and be lost with
+    the file. So after writing, the file is checked to still be the one at ``path``; if it was
+    taken aside meanwhile, the line is appended again to the new list (a name listed twice is
+    read once)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    for _attempt in range(8):
+        try:
+            fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:  # the directory was removed since we made it
+            _MADE.discard(os.path.dirname(path))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+        try:
+            os.write(fd, data)
+            written = os.fstat(fd)
+        finally:
+            os.close(fd)
+        try:
+            if os.stat(path).st_ino == written.st_ino:
+                return written.st_size
+        except FileNotFoundError:
+            pass
+    return written.st_size
 
 
 def _journal(common_dir: str) -> str:
@@ -51,14 +88,7 @@ def record(common_dir: str, oids: Iterable[str]) -> int:
     data = "".join(f"{oid}\n" for oid in oids).encode()
     if not data:
         return 0
-    path = _journal(common_dir)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-        size = os.fstat(fd).st_size
-    finally:
-        os.close(fd)
-    return size // 41
+    return _append(_journal(common_dir), data) // 41
 
 
 def _loose_path(common_dir: str, oid: str) -> str:
@@ -314,19 +344,14 @@ def maybe_pack(repo: pygit2.Repository, common_dir: str, journal_size: int) -> N
 # -- packs written by transactions ---------------------------------------------------------------
 
 TX_PACKS = "tx-packs"  # agentos/tx-packs: names of the packs transactions wrote, one per line
-TX_MERGE_AT = 16  # transaction packs before a geometric merge is worth a background pass
+TX_MERGE_AT = 16  # packs written since the last merge before a geometric merge is worth a background pass
 ORPHAN_AGE = 3600.0  # seconds before a dead writer's temporary pack files are removed
+_MAX_NAME_DEPTH = 64  # trees deeper than this are not walked for names
 
 
 def record_tx_pack(common_dir: str, name: str) -> int:
     """Note a pack a transaction wrote; return how many transaction packs are listed."""
-    path = os.path.join(_agentos_dir(common_dir), TX_PACKS)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{name}\n".encode("ascii"))
-        size = os.fstat(fd).st_size
-    finally:
-        os.close(fd)
+    size = _append(os.path.join(_agentos_dir(common_dir), TX_PACKS), f"{name}\n".encode("ascii"))
     return size // (len(name) + 1)
 
 
@@ -339,13 +364,17 @@ def _read_names(path: str) -> list[str]:
 
 
 def merge_tx_packs(common_dir: str) -> str | None:
-    """Merge transaction packs geometrically (as ``git repack --geometric=2``, by copying object
-    bytes) so their number stays logarithmic, and remove what killed writers left (temporary pack
-    files older than :data:`ORPHAN_AGE`). Runs under the housekeeping lock; returns the merged
-    pack's name, or ``None`` when nothing was merged (or another process is at it).
+    """Merge transaction packs geometrically (the packs ``git repack --geometric=2`` would choose,
+    merged with deltas by :func:`_merge_with_deltas`) so their number stays logarithmic, and remove
+    what killed writers left (temporary pack files older than :data:`ORPHAN_AGE`). Runs under the
+    housekeeping lock; returns the merged pack's name, or ``None`` when nothing was merged (or
+    another process is at it).
 
-    The list is taken aside by a rename first, so names writers append meanwhile land in a fresh
-    list and are never lost; a killed merge leaves its ``.merging`` file, read by the next one."""
+    Writers append the packs they write to ``tx-packs``; the packs a merge leaves (the geometric
+    series, and the merged one) are listed in ``tx-packs.kept``, so the length of ``tx-packs`` is
+    the number of packs written since the last merge. ``tx-packs`` is taken aside by a rename
+    first, so names writers append meanwhile land in a fresh list and are never lost; a killed
+    merge leaves its ``.merging`` file, read by the next one."""
     agentos = _agentos_dir(common_dir)
     lock = lockfile.acquire(os.path.join(agentos, "housekeeping.lock"), stale_after=LOCK_STALE_SECONDS)
     if lock is None:
@@ -385,6 +414,7 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
     pack_dir = os.path.join(common_dir, "objects", "pack")
     packs.remove_orphans(pack_dir, ORPHAN_AGE)
     remove_dead_keeps(common_dir)
+    _remove_leftover_dirs(common_dir)
     path = os.path.join(agentos, TX_PACKS)
     taken = f"{path}.{os.getpid()}.merging"
     try:
@@ -392,7 +422,8 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
     except FileNotFoundError:
         pass
     sources = sorted(glob.glob(glob.escape(path) + ".*.merging"))
-    names = list(dict.fromkeys(n for src in sources for n in _read_names(src)))
+    kept_path = path + ".kept"
+    names = list(dict.fromkeys(n for src in [kept_path, *sources] for n in _read_names(src)))
     weights = []
     kept = []  # packs of transactions still under way (or of killed ones, until their .keep goes)
     for name in names:
@@ -408,14 +439,94 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
         chosen = []  # deleting packs under a running `git gc` makes it fail: merge next time
     if chosen and not lock.refresh():
         chosen = []  # our lock was broken and retaken: deleting packs is no longer ours to do
-    merged = packs.merge_packs(pack_dir, chosen) if chosen else None
-    keep = kept + [n for n, _w in weights if n not in chosen] + ([merged.name] if merged else [])
-    if keep:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, "".join(n + "\n" for n in keep).encode("ascii"))
-        finally:
-            os.close(fd)
+    merged = _merge_with_deltas(common_dir, pack_dir, chosen, lock) if chosen else None
+    if merged is None:
+        chosen = []  # nothing merged: every pack stays listed
+    keep = kept + [n for n, _w in weights if n not in chosen] + ([merged] if merged else [])
+    tmp = f"{kept_path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write("".join(n + "\n" for n in keep))
+    os.replace(tmp, kept_path)  # before the sources go: a crash in between only lists names twice
     for src in sources:
         os.unlink(src)
-    return merged.name if merged else None
+    return merged
+
+
+def _object_names(common_dir: str, commits: list[str], wanted: set[str]) -> dict[str, str]:
+    """The path at which each object of ``wanted`` first appears in the trees of ``commits`` (only
+    trees in ``wanted`` are opened: an object older than the packs being merged holds nothing new):
+    ``pack-objects`` looks for deltas between objects of similar names, so the versions of one list
+    chunk end up as small deltas of each other. Best effort: what cannot be read stays unnamed."""
+    names: dict[str, str] = {}
+    if not commits:
+        return names
+    try:
+        odb = pygit2.Odb(os.path.join(common_dir, "objects"))
+        for commit in commits:
+            tree = parse_commit(commit, odb.read(commit)[1]).tree_id
+            todo = [(tree, "", 0)] if tree in wanted else []
+            while todo:
+                oid, prefix, depth = todo.pop()
+                if depth > _MAX_NAME_DEPTH:
+                    break
+                for item in parse_tree(oid, odb.read(oid)[1]):
+                    if item.id in wanted and item.id not in names:
+                        names[item.id] = prefix + item.name
+                        if item.filemode == MODE_TREE:
+                            todo.append((item.id, f"{prefix}{item.name}/", depth + 1))
+    except (KeyError, ValueError, OSError, pygit2.GitError, GitStateError):
+        pass  # a damaged or vanished object: the rest stays unnamed (only compression suffers)
+    return names
+
+
+def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: lockfile.OwnedLock) -> str | None:
+    """Write the objects of the packs ``chosen`` as one pack with deltas (``git pack-objects``,
+    run with ``LC_ALL=C``; pygit2's PackBuilder takes no names, so it finds far fewer deltas),
+    install it, then remove the merged-away packs; returns its name, or ``None`` when nothing was
+    merged (every pack left in place).
+
+    Only objects of gitstate's own transaction packs are given to git, and only those packs are
+    removed. ``pack-objects`` reuses the deltas already in the packs it reads and looks for new
+    ones among the objects the earlier merges have not seen, so each merge costs about the objects
+    it brings in (the hot path never compresses anything: this runs in the background merge).
+    The new pack is in place (written and flushed by git as ``core.fsync`` says, its directory
+    flushed) before any source is removed."""
+    oids: list[str] = []
+    commits: list[str] = []
+    for name in chosen:
+        try:
+            types = packs.entry_types(pack_dir, name)
+        except (OSError, GitStateError):
+            return None  # removed or damaged meanwhile: merge nothing now
+        oids.extend(types)
+        commits.extend(oid for oid, kind in types.items() if kind == packs.OBJ_COMMIT)
+    wanted = set(oids)
+    names = _object_names(common_dir, sorted(set(commits)), wanted)
+    private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
+    try:
+        lines = "".join(f"{oid} {names[oid]}\n" if oid in names else f"{oid}\n" for oid in dict.fromkeys(oids))
+        done = run_git(common_dir, ["pack-objects", "-q", "--threads=1", "--delta-base-offset", "--depth=20",
+                                    os.path.join(private, "pack")], stdin=lines)
+        name = "pack-" + done.stdout.strip()
+        if done.returncode != 0 or not packs.is_pack_name(name):
+            return None
+        written = sorted(os.listdir(private), key=lambda n: n.endswith(".idx"))  # the index last
+        if not lock.refresh():
+            return None  # our lock was broken meanwhile: leave everything as it is
+        for entry in written:
+            ext = entry[entry.rfind("."):]
+            target = os.path.join(pack_dir, name + ext)
+            if not os.path.exists(target):
+                os.rename(os.path.join(private, entry), target)
+        fsync_dir(pack_dir)  # the merged pack is durable before any source is removed
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    for source in chosen:
+        if source == name or os.path.exists(os.path.join(pack_dir, source + ".keep")):
+            continue
+        for ext in (".idx", ".rev", ".bitmap", ".pack"):  # the index first: readers find packs by it
+            try:
+                os.unlink(os.path.join(pack_dir, source + ext))
+            except OSError:
+                pass
+    return name

@@ -89,14 +89,16 @@ class ObjectWriter:
         """Whether ``oid`` is known to exist without asking the object database."""
         return oid in self._known
 
-    def write(self, kind: ObjectType, data: bytes) -> str:
-        """Write one object (unless it exists) and return its hex id."""
+    def write(self, kind: ObjectType, data: bytes, *, again: bool = False) -> str:
+        """Write one object (unless it exists) and return its hex id. ``again``: stage it in the
+        transaction's pack even if it is known to exist (to pack a loose copy, see
+        :meth:`drop_loose`)."""
         self._expire()
         header = b"%s %d\x00" % (_TYPE_NAMES[kind], len(data))
         digest = hashlib.sha1(header, usedforsecurity=False)
         digest.update(data)
         oid = digest.hexdigest()
-        if oid in self._known:
+        if oid in self._known and not (again and self._staged is not None):
             self._known.move_to_end(oid)
             return oid
         if self._staged is not None:
@@ -127,12 +129,16 @@ class ObjectWriter:
         dance), this about 0.1 ms, and objects are most of a checkpoint's cost. The format is
         git's; ``git fsck --strict`` checks it in the tests."""
         directory = os.path.dirname(path)
-        try:
-            os.mkdir(directory)
-        except FileExistsError:
-            pass
         tmp = os.path.join(directory, f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        try:
+            fd = os.open(tmp, flags, 0o444)
+        except FileNotFoundError:
+            try:
+                os.mkdir(directory)
+            except FileExistsError:
+                pass
+            fd = os.open(tmp, flags, 0o444)
         try:
             write_all(fd, zlib.compress(raw, 1))
             if self.fsync:
@@ -198,6 +204,41 @@ class ObjectWriter:
                 os.unlink(path)
             except OSError:
                 pass  # housekeeping removes a .keep whose owner is gone
+
+    def flush_loose(self) -> int:
+        """Write the staged objects as loose files (each flushed when the writer's ``fsync`` is set,
+        git's ``loose-object`` component), remember them, stop staging; returns how many were
+        written. For tiny transactions whose objects git's default would not flush: no pack, so no
+        ``fdatasync`` under git's default ``core.fsync``. An object whose loose file exists is only
+        freshened; no pack is searched (a loose copy beside a packed one is harmless). They are not
+        journaled for housekeeping: the caller packs them with a later transaction and then
+        removes the loose copies (:meth:`drop_loose`)."""
+        staged, self._staged = self._staged, None
+        if not staged:
+            return 0
+        written = 0
+        try:
+            for oid, (kind, data) in staged.items():
+                loose = os.path.join(self.objects, oid[:2], oid[2:])
+                if _freshen(loose):
+                    continue
+                self._write_loose(loose, b"%s %d\x00" % (_TYPE_NAMES[ObjectType(kind)], len(data)) + data)
+                written += 1
+        except OSError as exc:
+            raise StoreWriteError(self.repo.path, str(exc)) from exc
+        for oid in staged:
+            self.remember(oid)
+        self._unpublished.update(staged)
+        return written
+
+    def drop_loose(self, oids: Iterable[str]) -> None:
+        """Remove the loose copies of ``oids``, which a pack this writer published holds (as
+        ``git prune-packed`` does: an object in a pack loses nothing when its loose copy goes)."""
+        for oid in oids:
+            try:
+                os.unlink(os.path.join(self.objects, oid[:2], oid[2:]))
+            except OSError:
+                pass
 
     def discard(self) -> None:
         """Drop the staged objects (the transaction failed before publishing them): nothing that

@@ -82,6 +82,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError
+from gitstate.git.durability import start_writeback
 
 OBJ_COMMIT = 1
 OBJ_TREE = 2
@@ -178,21 +179,46 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
     index.sort()
     idx = _idx_bytes(index, checksum)
     name = "pack-" + checksum.hex()
+    body = b"".join((header, *chunks, checksum))
     try:
         try:
-            os.mkdir(pack_dir)  # not its parents: a deleted repository is not brought back as a shell
-        except FileExistsError:
-            pass
-        tmp_pack = _write_temp(pack_dir, "tmp_pack_", [b"".join((header, *chunks, checksum))], fsync)
+            tmp_pack, pack_fd = _open_temp(pack_dir, "tmp_pack_", body)
+        except FileNotFoundError:
+            try:
+                os.mkdir(pack_dir)  # not its parents: a deleted repository is not brought back as a shell
+            except FileExistsError:
+                pass
+            tmp_pack, pack_fd = _open_temp(pack_dir, "tmp_pack_", body)
         try:
-            tmp_idx = _write_temp(pack_dir, "tmp_idx_", [idx], fsync)
+            tmp_idx, idx_fd = _open_temp(pack_dir, "tmp_idx_", idx)
         except BaseException:
+            os.close(pack_fd)
             _unlink(tmp_pack)
             raise
+        try:
+            if fsync:
+                # both files' data go to the disk together, then each is flushed (one wait
+                # instead of two in a row; the flushes alone make them durable)
+                start_writeback(pack_fd)
+                start_writeback(idx_fd)
+                os.fdatasync(pack_fd)
+                os.fdatasync(idx_fd)
+        except BaseException:
+            _unlink(tmp_pack)
+            _unlink(tmp_idx)
+            raise
+        finally:
+            os.close(pack_fd)
+            os.close(idx_fd)
         existed, kept = _install(pack_dir, name, tmp_pack, tmp_idx, sync_dir, keep)
     except OSError as exc:
         raise StoreWriteError(pack_dir, str(exc)) from exc
     return PackWritten(name, len(index), tuple(raw.hex() for raw, _, _ in index), existed, kept)
+
+
+def is_pack_name(name: str) -> bool:
+    """Whether ``name`` is a pack's name (``pack-<40 hex>``)."""
+    return _NAME.match(name) is not None
 
 
 def _raw_oid(oid: str) -> bytes:
@@ -246,6 +272,19 @@ def _idx_bytes(index: Sequence[tuple[bytes, int, int]], pack_checksum: bytes) ->
         pack_checksum,
     ))
     return body + hashlib.sha1(body, usedforsecurity=False).digest()
+
+
+def _open_temp(pack_dir: str, prefix: str, data: bytes) -> tuple[str, int]:
+    """A new temporary file holding ``data``: its path and its (open) descriptor."""
+    path = os.path.join(pack_dir, prefix + secrets.token_hex(8))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+    try:
+        _write_all(fd, data)
+    except BaseException:
+        os.close(fd)
+        _unlink(path)
+        raise
+    return path, fd
 
 
 def _write_temp(pack_dir: str, prefix: str, parts: Sequence[bytes | memoryview], fsync: bool) -> str:
@@ -409,6 +448,23 @@ def _parse_index(idx_path: str) -> tuple[list[tuple[bytes, int, int]], bytes]:
             offset = large[slot]
         entries.append((data[names_at + 20 * i: names_at + 20 * i + 20], offset, crcs[i]))
     return entries, data[-40:-20]
+
+
+def entry_types(pack_dir: str, name: str) -> dict[str, int]:
+    """``{hex id: type}`` of every entry of a pack, read from each entry's header byte (1-4 for
+    whole objects, 6 and 7 for deltas, whose object type is their base's). Raises like
+    :func:`read_index` (and :class:`~gitstate.errors.CorruptObjectError` for an offset beyond the
+    pack)."""
+    base = os.path.join(pack_dir, name)
+    index, _checksum = _parse_index(base + ".idx")
+    with _map(base + ".pack") as mm:
+        size = len(mm)
+        out: dict[str, int] = {}
+        for raw, offset, _crc in index:
+            if not _PACK_HEADER.size <= offset < size - 20:
+                raise CorruptObjectError(base + ".pack", f"entry {raw.hex()} has a bad offset {offset}")
+            out[raw.hex()] = (mm[offset] >> 4) & 0x07
+    return out
 
 
 # -- merging ---------------------------------------------------------------------------------------

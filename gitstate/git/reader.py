@@ -24,8 +24,10 @@ from gitstate.errors import (
     AmbiguousReferenceError,
     CheckpointNotFound,
     CorruptObjectError,
+    GitStateError,
     InvalidReferenceError,
 )
+from gitstate.git import command
 from gitstate.git.location import check_present
 from gitstate.git.objects import MODE_TREE, objects_dir
 from gitstate.git.packs import reindex_orphans
@@ -353,6 +355,19 @@ def expand_id(repo: pygit2.Repository, ref: str) -> str:
         raise CheckpointNotFound(ref) from None
     except (ValueError, pygit2.GitError) as exc:
         if "ambiguous" in str(exc).lower():
-            raise AmbiguousReferenceError(ref) from None
+            raise AmbiguousReferenceError(ref, [(o, "") for o in ambiguous_ids(repo, ref)]) from None
         raise CheckpointNotFound(ref) from None
     return oid
+
+
+def ambiguous_ids(repo: pygit2.Repository, prefix: str, limit: int = 100) -> list[str]:
+    """Every object id starting with ``prefix`` (at most ``limit``, sorted), as git lists the
+    candidates of an ambiguous short id. libgit2 reports only that a prefix is ambiguous, so this
+    asks ``git rev-parse --disambiguate`` (called only once a prefix proved ambiguous); an empty
+    list when git cannot say."""
+    try:
+        out = command.run_git(repo.path, ["rev-parse", f"--disambiguate={prefix.lower()}"])
+    except GitStateError:  # no usable git: the error stands without its candidates
+        return []
+    ids = sorted(line.strip() for line in out.stdout.splitlines() if _is_hex(line.strip()))
+    return ids[:limit]

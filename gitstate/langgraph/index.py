@@ -9,6 +9,8 @@ index is built from commit messages alone, without decoding any tree."""
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pygit2
@@ -16,6 +18,7 @@ import pygit2
 from gitstate.format.names import decode_component, run_prefix
 from gitstate.git.reader import CommitData, ObjectReader
 from gitstate.git.refs import list_refs
+from gitstate.langgraph.writes import REF_KIND
 
 T_ID = "LangGraph-Checkpoint"
 T_NS = "LangGraph-Namespace"
@@ -81,18 +84,38 @@ def parse_entry(commit: CommitData) -> Entry | None:
                  commit.parent_ids)
 
 
+RACY_SECONDS = 0.025  # a listing taken this long after its directories last changed is reused
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 class RefReader:
     """Reads the branch refs of one run without iterating every ref of the repository: loose refs
     from their directory, packed ones from ``packed-refs`` (parsed once per change of the file).
-    Repositories with another ref backend fall back to libgit2's iteration."""
+    Repositories with another ref backend fall back to libgit2's iteration.
+
+    A run's listing is reused while its ``heads/`` and ``writes/`` directories and ``packed-refs``
+    keep their inode, modification time and size (three ``stat`` calls instead of reading every
+    ref): git and gitstate change a loose ref only by creating, renaming or deleting a file in its
+    directory, which sets the directory's modification time. As git does for its index ("racy
+    git"), a listing is reused only if it was taken at least :data:`RACY_SECONDS` after that time
+    (so a change in the same clock tick cannot hide), and never on a file system whose times have
+    whole-second resolution."""
 
     def __init__(self, common_dir: str, worktree: str) -> None:
         self.common_dir = common_dir
         self.worktree = worktree
-        self._packed_stamp: tuple[int, int] | None = None
+        self._packed_stamp: tuple[int, int, int] | None = None
         self._packed: dict[str, str] = {}
         self.files_backend = os.path.isdir(os.path.join(common_dir, "refs")) and not self._reftable()
         self._paths: dict[str, tuple[str, str]] = {}  # run id -> (ref prefix, loose folder)
+        self._listed: dict[str, tuple[tuple[object, ...], dict[str, str], dict[str, str]]] = {}
 
     def _reftable(self) -> bool:
         return os.path.isdir(os.path.join(self.common_dir, "reftable"))
@@ -104,7 +127,7 @@ class RefReader:
         except FileNotFoundError:
             self._packed_stamp, self._packed = None, {}
             return self._packed
-        stamp = (st.st_mtime_ns, st.st_size)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp != self._packed_stamp:
             table: dict[str, str] = {}
             with open(path, encoding="utf-8", errors="replace") as fh:
@@ -119,37 +142,99 @@ class RefReader:
 
     def branches(self, repo: pygit2.Repository, run_id: str) -> dict[str, str]:
         """``{branch: tip}`` of a run."""
+        return self.read(repo, run_id)[0]
+
+    def read(self, repo: pygit2.Repository, run_id: str) -> tuple[dict[str, str], dict[str, str]]:
+        """``({branch: tip}, {writes ref name: blob id})`` of a run (the second: its pending-writes
+        refs, ``.../writes/<name>``)."""
         paths = self._paths.get(run_id)
         if paths is None:
-            prefix = run_prefix(self.worktree, run_id) + "heads/"
-            paths = (prefix, os.path.join(self.common_dir, *prefix.rstrip("/").split("/")))
+            prefix = run_prefix(self.worktree, run_id)
+            folder = os.path.join(self.common_dir, *prefix.rstrip("/").split("/"))
+            paths = (prefix, folder)
             if len(self._paths) > 4096:
                 self._paths.clear()
             self._paths[run_id] = paths
         prefix, folder = paths
-        out: dict[str, str] = {}
+        heads: dict[str, str] = {}
+        writes: dict[str, str] = {}
+        heads_prefix, writes_prefix = prefix + "heads/", prefix + REF_KIND + "/"
         if not self.files_backend:
             for name, oid in list_refs(repo, prefix):
-                out[decode_component(name[len(prefix):])] = oid
-            return out
-        for name, oid in self._packed_refs().items():
-            if name.startswith(prefix):
-                out[decode_component(name[len(prefix):])] = oid
+                if name.startswith(heads_prefix):
+                    heads[decode_component(name[len(heads_prefix):])] = oid
+                elif name.startswith(writes_prefix):
+                    writes[name[len(writes_prefix):]] = oid
+            return heads, writes
+        heads_dir, writes_dir = os.path.join(folder, "heads"), os.path.join(folder, REF_KIND)
+        stamps = (_stamp(heads_dir), _stamp(writes_dir), _stamp(os.path.join(self.common_dir, "packed-refs")))
+        hit = self._listed.get(run_id)
+        if hit is not None and hit[0] == stamps:
+            return dict(hit[1]), dict(hit[2])
+        started = time.time()
+        packed = self._packed_refs()
+        if packed:
+            for name, oid in packed.items():
+                if name.startswith(heads_prefix):
+                    heads[decode_component(name[len(heads_prefix):])] = oid
+                elif name.startswith(writes_prefix):
+                    writes[name[len(writes_prefix):]] = oid
+        _read_loose(heads_dir, heads, decode_component)
+        _read_writes_names(writes_dir, writes)
+        if self._settled(stamps, started):
+            if len(self._listed) > 4096:
+                self._listed.clear()
+            self._listed[run_id] = (stamps, dict(heads), dict(writes))
+        else:
+            self._listed.pop(run_id, None)
+        return heads, writes
+
+    @staticmethod
+    def _settled(stamps: tuple[tuple[int, int, int] | None, ...], started: float) -> bool:
+        """Whether a listing started at ``started`` may be reused while ``stamps`` hold."""
+        for stamp in stamps:
+            if stamp is None:
+                continue
+            mtime_ns = stamp[1]
+            if mtime_ns % 1_000_000_000 == 0 or started - mtime_ns / 1e9 < RACY_SECONDS:
+                return False
+        return True
+
+
+def _read_writes_names(folder: str, out: dict[str, str]) -> None:
+    """Add the loose writes refs in ``folder`` to ``out``. A writes ref is named by the blob it
+    holds and never moves, so its name is its value: the files are listed, not opened (a ref whose
+    blob is missing or damaged is reported when the blob is read)."""
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        if len(name) == 40 and all(c in "0123456789abcdef" for c in name):
+            out[name] = name
+
+
+def _read_loose(folder: str, out: dict[str, str], decode: Callable[[str], str]) -> None:
+    """Add the loose refs directly in ``folder`` to ``out`` (``decode(file name)`` → key)."""
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for enc in names:
+        if enc.endswith(".lock") or enc.startswith("."):
+            continue
         try:
-            names = os.listdir(folder)
-        except (FileNotFoundError, NotADirectoryError):
-            return out
-        for enc in names:
-            if enc.endswith(".lock") or enc.startswith("."):
-                continue
-            try:
-                with open(os.path.join(folder, enc), encoding="ascii", errors="replace") as fh:
-                    text = fh.read().strip()
-            except (FileNotFoundError, IsADirectoryError):
-                continue
-            if len(text) == 40:
-                out[decode_component(enc)] = text
-        return out
+            fd = os.open(os.path.join(folder, enc), os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        try:
+            text = os.read(fd, 128).strip()
+        except IsADirectoryError:
+            continue
+        finally:
+            os.close(fd)
+        if len(text) == 40:
+            out[decode(enc)] = text.decode("ascii", "replace")
 
 
 @dataclass
@@ -161,6 +246,9 @@ class ThreadIndex:
     entries: dict[tuple[str, str], Entry] = field(default_factory=dict)
     tip_of: dict[str, str] = field(default_factory=dict)  # commit -> branch
     newest: dict[str, Entry] = field(default_factory=dict)  # namespace -> entry of greatest id
+    writes: dict[str, str] = field(default_factory=dict)  # writes ref name -> blob id, as last read
+    pending: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
+    # (namespace, checkpoint id) -> [(writes ref name, blob id)] in name order
 
     def rebuild(self, reader: ObjectReader, tips: dict[str, str]) -> None:
         """Walk every branch from its tip (each commit visited once)."""
@@ -200,6 +288,38 @@ class ThreadIndex:
             self.tip_of.pop(old_tip, None)
         self.tips[branch] = entry.oid
         self.tip_of[entry.oid] = branch
+
+    def replace(self, old: Entry, new: Entry) -> None:
+        """Record that the commit of a checkpoint that is not a tip was rewritten (its pending
+        writes folded in): same checkpoint, new commit."""
+        self.entries[(new.ns, new.checkpoint_id)] = new
+        if self.newest.get(new.ns) is old:
+            self.newest[new.ns] = new
+
+    def set_writes(self, writes: dict[str, str], keys: dict[str, tuple[str, str]]) -> None:
+        """Record the writes refs as read (``keys``: ref name → its checkpoint's key)."""
+        self.writes = dict(writes)
+        pending: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for name in sorted(writes):
+            pending.setdefault(keys[name], []).append((name, writes[name]))
+        self.pending = pending
+
+    def add_writes(self, key: tuple[str, str], name: str, oid: str) -> None:
+        """Record a writes ref this process just created."""
+        self.writes[name] = oid
+        found = self.pending.setdefault(key, [])
+        found.append((name, oid))
+        found.sort()
+
+    def drop_writes(self, key: tuple[str, str], names: set[str]) -> None:
+        """Forget writes refs this process just deleted."""
+        for name in names:
+            self.writes.pop(name, None)
+        left = [item for item in self.pending.get(key, []) if item[0] not in names]
+        if left:
+            self.pending[key] = left
+        else:
+            self.pending.pop(key, None)
 
     def namespace(self, ns: str) -> list[Entry]:
         """Entries of one namespace, newest checkpoint id first."""

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -33,6 +34,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
+from pygit2.enums import ObjectType
 
 from gitstate.errors import CorruptObjectError, RunNotFound, UsageError
 from gitstate.format import checkpoint as cpfmt
@@ -44,20 +46,22 @@ from gitstate.format.names import (
     decode_component,
     encode_component,
     parse_ref,
+    run_prefix,
     worktree_prefix,
 )
-from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
-from gitstate.git.reader import CommitData, ObjectReader, TreeData
+from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry, tree_bytes
+from gitstate.git.reader import CommitData, ObjectReader, Signature, TreeData, parse_tree
 from gitstate.git.refs import list_refs
+from gitstate.langgraph import writes as wr
 from gitstate.langgraph.index import Entry, RefReader, ThreadIndex, parse_entry, trailers
 from gitstate.langgraph.serde import StrictSerializer
-from gitstate.langgraph.values import ByteLRU, ValueCodec, decode
+from gitstate.langgraph.values import LRU, ByteLRU, ValueCodec, decode
 from gitstate.store.store import Store, open_store
 from gitstate.store.transaction import Transaction
 
 WORKFLOW = "langgraph"
 LG_TREE = "langgraph"  # the values tree: one entry per channel
-WRITES_BLOB = "langgraph-writes.cbor"  # pending writes of the checkpoint
+WRITES_BLOB = wr.WRITES_BLOB  # pending writes of the checkpoint
 LG_META = "langgraph"  # key in meta.cbor: serde-typed checkpoint (without values) and metadata
 MAX_INDEXES = 1024  # thread indexes kept in memory (others are rebuilt from git on use)
 _STATE = {"format": "langgraph", "values": "langgraph/ (serde typed bytes)", "meta": "meta.cbor 'langgraph'"}
@@ -85,10 +89,6 @@ def _typed(value: Any, oid: str) -> tuple[str, bytes]:
     if not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str) or not isinstance(value[1], bytes):
         raise CorruptObjectError(oid, "malformed serde-typed value")
     return value[0], value[1]
-
-
-def _encode_writes(records: dict[tuple[str, int], list[Any]]) -> bytes:
-    return encoding.dumps([records[k] for k in sorted(records)], "writes")
 
 
 def _serializer(serde: SerializerProtocol | None, allowed: Iterable[type | tuple[str, ...]]) -> SerializerProtocol:
@@ -138,6 +138,15 @@ def _status_of_writes(writes: Mapping[tuple[str, int], list[Any]]) -> str | None
     return None
 
 
+@dataclass(frozen=True)
+class _Fold:
+    """A parent checkpoint whose writes refs a put folds into its commit."""
+
+    entry: Entry  # the checkpoint as indexed (its current commit)
+    commit: CommitData  # its commit with the writes folded in
+    refs: tuple[tuple[str, str], ...]  # the writes refs folded: (name, blob id)
+
+
 def _node_of(ns: str) -> str | None:
     if not ns:
         return None
@@ -172,6 +181,13 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], list[Any]]] = {}
         self._state_entry: TreeEntry | None = None
         self._blobs = ByteLRU(16 << 20)  # small immutable blobs (meta, writes) by id, written or read here
+        # Parsed immutable objects by id, written or read here, so a put never reads back what this
+        # process just wrote: commits and trees (CommitData / TreeData), the serde-typed payload of
+        # meta blobs, the records of writes blobs and of writes-ref blobs.
+        self._objects = LRU(8192)
+        self._payloads = LRU(8192)
+        self._records = LRU(8192)
+        self._writes_prefixes: dict[str, str] = {}  # thread id -> refs/agentos/<wt>/runs/<thread>/writes/
 
     @classmethod
     def from_path(cls, path: str | os.PathLike[str], *, serde: SerializerProtocol | None = None,
@@ -197,8 +213,9 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             return lock
 
     def _index(self, thread_id: str) -> ThreadIndex:
-        """The thread's index, rebuilt if its refs changed behind our back (caller holds the lock)."""
-        tips = self._refs.branches(self.store.repo, thread_id)
+        """The thread's index, rebuilt if its branches changed behind our back, its pending writes
+        re-read if its writes refs did (caller holds the lock)."""
+        tips, writes = self._refs.read(self.store.repo, thread_id)
         idx = self._indexes.get(thread_id)
         if idx is None or idx.tips != tips:
             idx = ThreadIndex()
@@ -211,7 +228,33 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 self._indexes.move_to_end(thread_id)
             except KeyError:
                 pass
+        if idx.writes != writes:
+            idx.set_writes(writes, {name: self._pending_blob(oid)[:2] for name, oid in writes.items()})
         return idx
+
+    def _pending_blob(self, oid: str) -> tuple[str, str, dict[tuple[str, int], list[Any]]]:
+        """``(namespace, checkpoint id, records)`` of a writes-ref blob."""
+        hit = self._records.get("ref:" + oid)
+        if hit is None:
+            hit = wr.decode_pending(self._blob(oid), oid)
+            self._records.put("ref:" + oid, hit)
+        return cast(tuple[str, str, dict[tuple[str, int], list[Any]]], hit)
+
+    def _writes_ref(self, thread_id: str, name: str) -> str:
+        prefix = self._writes_prefixes.get(thread_id)
+        if prefix is None:
+            if len(self._writes_prefixes) > 4096:
+                self._writes_prefixes.clear()
+            prefix = self._writes_prefixes[thread_id] = run_prefix(self.store.worktree, thread_id) + wr.REF_KIND + "/"
+        return prefix + name
+
+    def _writes_of(self, idx: ThreadIndex, entry: Entry, commit: CommitData) -> dict[tuple[str, int], list[Any]]:
+        """A checkpoint's pending writes: those in its commit, then those of its writes refs."""
+        refs = idx.pending.get((entry.ns, entry.checkpoint_id))
+        own = self._read_writes(commit)
+        if not refs:
+            return dict(own)
+        return wr.union([own, *(self._pending_blob(oid)[2] for _name, oid in refs)])
 
     def _state(self, tx: Transaction) -> TreeEntry:
         if self._state_entry is None or not tx.writer.knows(self._state_entry[1]):
@@ -227,10 +270,36 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         return hit
 
     def _commit(self, oid: str) -> CommitData:
-        return self.store.reader.commit(oid)
+        hit = self._objects.get(oid)
+        if isinstance(hit, CommitData):
+            return hit
+        commit = self.store.reader.commit(oid)
+        self._objects.put(oid, commit)
+        return commit
 
     def _root(self, commit: CommitData) -> TreeData:
-        return self.store.reader.tree(commit.tree_id)
+        oid = commit.tree_id
+        hit = self._objects.get(oid)
+        if isinstance(hit, TreeData):
+            return hit
+        tree = self.store.reader.tree(oid)
+        self._objects.put(oid, tree)
+        return tree
+
+    def _tree(self, tx: Transaction, entries: list[TreeEntry]) -> str:
+        """Stage a tree and keep it parsed (a later put or read of it costs no object read)."""
+        data = tree_bytes(entries)
+        oid = tx.writer.write(ObjectType.TREE, data)
+        self._objects.put(oid, parse_tree(oid, data))
+        return oid
+
+    def _new_commit(self, tx: Transaction, tree: str, parents: list[str], message: str,
+                    author: Signature, committer: Signature) -> CommitData:
+        """Stage a commit and keep it parsed."""
+        oid = tx.commit(tree, parents, message, author=author, committer=committer)
+        commit = CommitData(oid, tree, tuple(parents), author, committer, message)
+        self._objects.put(oid, commit)
+        return commit
 
     def _payload(self, commit: CommitData, *, metadata: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
         """The checkpoint (without values) and, if asked, the metadata stored in ``meta.cbor``."""
@@ -238,12 +307,16 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         entry = self._root(commit).get(cpfmt.META)
         if entry is None:
             raise CorruptObjectError(oid, f"no {cpfmt.META}")
-        meta = encoding.loads(self._blob(entry.id), oid)
-        lg = meta.get(LG_META) if isinstance(meta, dict) else None
-        if not isinstance(lg, dict) or "checkpoint" not in lg:
-            raise CorruptObjectError(oid, "not a LangGraph checkpoint")
-        cp = decode(self.serde.loads_typed, _typed(lg["checkpoint"], oid), oid)
-        md = decode(self.serde.loads_typed, _typed(lg["metadata"], oid), oid) if metadata else {}
+        typed = self._payloads.get(entry.id)
+        if typed is None:
+            meta = encoding.loads(self._blob(entry.id), oid)
+            lg = meta.get(LG_META) if isinstance(meta, dict) else None
+            if not isinstance(lg, dict) or "checkpoint" not in lg:
+                raise CorruptObjectError(oid, "not a LangGraph checkpoint")
+            typed = (_typed(lg["checkpoint"], oid), lg.get("metadata"))
+            self._payloads.put(entry.id, typed)
+        cp = decode(self.serde.loads_typed, typed[0], oid)
+        md = decode(self.serde.loads_typed, _typed(typed[1], oid), oid) if metadata else {}
         if not isinstance(cp, dict) or not isinstance(md, dict):
             raise CorruptObjectError(oid, "LangGraph checkpoint or metadata is not a mapping")
         return cp, dict(md)
@@ -298,11 +371,14 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         lg_trailers = trailers(ns, cid, parent_id, str(run_md) if run_md is not None else None)
         versions = dict(checkpoint["channel_versions"])
         with self._lock(thread_id):
-            if not self._index(thread_id).tips:
+            first = self._index(thread_id)
+            if not first.tips:
                 self._ensure_run(thread_id)
+                first = self._index(thread_id)
+            fresh = [first]  # the first attempt uses the refs just read; a retry reads them again
 
             def build(tx: Transaction) -> str:
-                idx = self._index(thread_id)
+                idx = fresh.pop() if fresh else self._index(thread_id)
                 parent = idx.entries.get((ns, parent_id)) if parent_id else None
                 existing = idx.entries.get((ns, cid))
                 values_tree = self._values(tx.writer, thread_id, ns, c, values, new_versions, parent)
@@ -316,9 +392,11 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                                                lg_trailers)
                 status = _status(values, pending or {})
                 if pending:
-                    writes = (WRITES_BLOB, tx.blob(_encode_writes(pending)), MODE_BLOB)
+                    writes = (WRITES_BLOB, self._put_blob(tx, wr.encode_records(pending)), MODE_BLOB)
+                fold = (self._stage_fold(tx, thread_id, idx, parent)
+                        if parent is not None and parent.oid in idx.tip_of else None)
                 return self._stage_append(tx, thread_id, idx, ns, cid, parent, values_tree, payload, writes, md,
-                                          lg_trailers, parent_id, status)
+                                          lg_trailers, parent_id, status, fold)
 
             oid = self.store.write(build)
             self._orphan_writes.pop((thread_id, ns, cid), None)
@@ -371,18 +449,77 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             info["langgraph_step"] = lg_step
         return {
             "format": cpfmt.CHECKPOINT_KIND, "v": cpfmt.FORMAT_VERSION, "run": thread_id, "branch": branch,
-            "workflow": WORKFLOW, "worktree": self.store.worktree, "node": node or _node_of(ns), "step": step,
+            "workflow": WORKFLOW, "worktree": self.store.worktree,
+            "node": (node if source == "loop" else None) or _node_of(ns), "step": step,  # only a loop step ran nodes
             "base": base or None, "trigger": str(source) if isinstance(source, str) else None, "status": status,
             "metadata": info, "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             LG_META: payload,
         }
 
+    def _stage_fold(self, tx: Transaction, thread_id: str, idx: ThreadIndex, parent: Entry) -> _Fold | None:
+        """Stage the parent checkpoint's commit with the pending writes of its writes refs folded
+        into its tree (same parents, message and dates), so the step's one ref move carries them;
+        ``None`` when it has no writes refs."""
+        refs = idx.pending.get((parent.ns, parent.checkpoint_id))
+        self._stage_drop_writes(tx, thread_id, self._stale_writes(idx, skip=(parent.ns, parent.checkpoint_id)))
+        if not refs:
+            return None
+        commit = self._commit(parent.oid)
+        root, message = self._amended_tree(tx, commit, self._writes_of(idx, parent, commit))
+        folded = self._new_commit(tx, root, list(commit.parent_ids), message, commit.author, commit.committer)
+        return _Fold(parent, folded, tuple(refs))
+
+    def _stale_writes(self, idx: ThreadIndex, skip: tuple[str, str]) -> list[tuple[str, str]]:
+        """Writes refs whose records the commit of their checkpoint already holds (a writer died
+        between moving the branch and deleting them, or a concurrent ``pack-refs`` brought one
+        back): deleted with the next put. A writes ref of a checkpoint this index does not know is
+        kept (it may be newer than what the index read)."""
+        stale: list[tuple[str, str]] = []
+        for key, refs in idx.pending.items():
+            entry = idx.entries.get(key)
+            if key == skip or entry is None:
+                continue
+            own = self._read_writes(self._commit(entry.oid))
+            stale.extend((name, oid) for name, oid in refs
+                         if all(k in own for k in self._pending_blob(oid)[2]))
+        return stale
+
+    def _amended_tree(self, tx: Transaction, commit: CommitData,
+                      records: dict[tuple[str, int], list[Any]]) -> tuple[str, str]:
+        """The root tree and message of ``commit`` with ``records`` as its pending writes (and the
+        status they imply: an error write makes it ``failed``, an interrupt ``interrupted``)."""
+        keep = [(e.name, e.id, e.filemode) for e in self._root(commit) if e.name != WRITES_BLOB]
+        message = commit.message
+        if _status_of_writes(records) is not None:
+            meta, message = self._with_status(commit, records)
+            keep = [e for e in keep if e[0] != cpfmt.META]
+            keep.append((cpfmt.META, self._put_blob(tx, cpfmt.encode_meta(meta)), MODE_BLOB))
+        keep.append((WRITES_BLOB, self._put_blob(tx, wr.encode_records(records)), MODE_BLOB))
+        return self._tree(tx, keep), message
+
+    def _stage_drop_writes(self, tx: Transaction, thread_id: str, refs: Iterable[tuple[str, str]]) -> None:
+        """Stage the deletion of writes refs whose records are now in a commit (after the ref moves
+        that publish that commit; one already deleted by another writer is fine). Their blobs, loose
+        until now, go into this transaction's pack, and their loose copies are removed once it is
+        published (so pending writes never pile up as loose objects)."""
+        dropped = list(refs)
+        for name, oid in dropped:
+            tx.writer.write(ObjectType.BLOB, self._blob(oid), again=True)
+            tx.delete_ref(self._writes_ref(thread_id, name), oid, "gitstate: langgraph writes folded",
+                          missing_ok=True)
+        if dropped:
+            writer = tx.writer
+            tx.after(lambda: writer.drop_loose(oid for _name, oid in dropped))
+
     def _stage_append(self, tx: Transaction, thread_id: str, idx: ThreadIndex, ns: str, cid: str,
                       parent: Entry | None, values_tree: str, payload: dict[str, Any], writes: TreeEntry | None,
-                      md: dict[str, Any], lg_trailers: str, parent_id: str | None, status: str) -> str:
+                      md: dict[str, Any], lg_trailers: str, parent_id: str | None, status: str,
+                      fold: _Fold | None = None) -> str:
         """Stage a new checkpoint: on its parent's branch when the parent is a tip, else on a new
-        branch (a fork line). The index learns it once the ref moved; a lost race re-runs the
-        transaction, which re-reads the refs (and then forks instead of overwriting)."""
+        branch (a fork line). With ``fold``, the new commit's parent is the parent checkpoint's
+        commit with its pending writes folded in, and the folded writes refs are deleted after the
+        branch moved. The index learns it once the ref moved; a lost race re-runs the transaction,
+        which re-reads the refs (and then forks instead of overwriting)."""
         store = self.store
         if parent is not None and parent.oid in idx.tip_of:
             branch, expected = idx.tip_of[parent.oid], parent.oid
@@ -401,14 +538,20 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                    (LG_TREE, values_tree, MODE_TREE)]
         if writes is not None:
             entries.append(writes)
-        oid = tx.commit(tx.tree(entries), [parent.oid] if parent else [], cpfmt.message(meta) + lg_trailers,
-                        when=now)
+        parents = [fold.commit.id if fold is not None else parent.oid] if parent else []
+        me = Signature(*tx.identity, int(now), 0)
+        oid = self._new_commit(tx, self._tree(tx, entries), parents, cpfmt.message(meta) + lg_trailers, me, me).id
         tx.set_ref(self._ref(thread_id, branch), expected, oid, f"gitstate: langgraph put {cid}")
+        if fold is not None:
+            self._stage_drop_writes(tx, thread_id, fold.refs)
         entry = Entry(oid, ns, cid, parent_id, str(md["run_id"]) if md.get("run_id") is not None else None,
-                      (parent.oid,) if parent else ())
+                      tuple(parents))
 
         def learned() -> None:
             store.remember_position(oid, step, base)
+            if fold is not None:
+                self._learn_rewritten(idx, fold.entry, fold.commit.id)
+                idx.drop_writes((fold.entry.ns, fold.entry.checkpoint_id), {name for name, _ in fold.refs})
             idx.add(entry, branch, expected)
 
         tx.after(learned)
@@ -478,22 +621,32 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
-        """Store intermediate writes of a task, linked to the checkpoint ``config`` names (the
-        checkpoint's commit is amended: its tree gains the writes, its branch moves by CAS). A
-        concurrent writer that moved the branch makes the write run again on what is there now, so
-        no write is lost; only the store's lock timeout ends the retries (:class:`LockTimeoutError`)."""
+        """Store intermediate writes of a task, linked to the checkpoint ``config`` names.
+
+        Regular writes go into a new *writes ref* (a blob of the records this call adds, loose,
+        under ``.../writes/<blob id>``): a ref created, never moved, so no branch moves and the
+        checkpoint's commit is untouched; the next ``put`` on this checkpoint folds them into its
+        commit, with the step's one ref move, and deletes the writes ref. Writes to the special
+        channels (error, interrupt, scheduled, resume: they replace earlier writes and set the
+        status) amend the checkpoint's commit at once, its branch moving by compare-and-swap. A
+        concurrent writer that moved the branch or took the name makes the write run again on what
+        is there now, so no write is lost; only the store's lock timeout ends the retries
+        (:class:`LockTimeoutError`)."""
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns", "") or "")
         cid = str(conf["checkpoint_id"])
+        key = (ns, cid)
         encoded = [(channel, self.serde.dumps_typed(value)) for channel, value in writes]
+        special = any(channel in WRITES_IDX_MAP for channel, _ in writes)
         with self._lock(thread_id):
+            fresh = [self._index(thread_id)]
 
             def build(tx: Transaction) -> None:
-                idx = self._index(thread_id)
-                entry = idx.entries.get((ns, cid))
+                idx = fresh.pop() if fresh else self._index(thread_id)
+                entry = idx.entries.get(key)
                 commit = self._commit(entry.oid) if entry is not None else None
-                current = (self._read_writes(commit) if commit is not None
+                current = (self._writes_of(idx, entry, commit) if entry is not None and commit is not None
                            else self._orphan_writes.setdefault((thread_id, ns, cid), {}))
                 added: dict[tuple[str, int], list[Any]] = {}
                 for i, (channel, (kind, data)) in enumerate(encoded):
@@ -506,31 +659,46 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 if entry is None or commit is None:
                     current.update(added)  # the checkpoint is not stored yet: its put carries them
                     return
-                merged = {**current, **added}
-                blob = self._put_blob(tx, _encode_writes(merged))
-                keep = [(e.name, e.id, e.filemode) for e in self._root(commit) if e.name not in (WRITES_BLOB, cpfmt.META)]
-                meta, message = self._with_status(commit, merged)
-                root = tx.tree([*keep, (cpfmt.META, self._put_blob(tx, cpfmt.encode_meta(meta)), MODE_BLOB),
-                                (WRITES_BLOB, blob, MODE_BLOB)])
+                if not special:
+                    self._stage_writes_ref(tx, thread_id, idx, key, added, task_id)
+                    return
+                refs = tuple(idx.pending.get(key, ()))
+                root, message = self._amended_tree(tx, commit, {**current, **added})
                 branch = idx.tip_of.get(entry.oid)
                 if branch is None:
                     self._stage_rewrite(tx, thread_id, idx, {entry.oid: (root, message)})
+                    self._stage_drop_writes(tx, thread_id, refs)
                     return
-                new = tx.commit(root, list(commit.parent_ids), message, author=commit.author,
-                                committer=commit.committer)
+                new = self._new_commit(tx, root, list(commit.parent_ids), message, commit.author,
+                                       commit.committer).id
                 tx.set_ref(self._ref(thread_id, branch), entry.oid, new, f"gitstate: langgraph writes {task_id}")
+                self._stage_drop_writes(tx, thread_id, refs)
 
                 def learned() -> None:
-                    self.store.remember_position(new, *self.store.position(entry.oid))
-                    versions = self._versions.get(entry.oid)
-                    if versions is not None:
-                        self._remember_versions(new, versions)
-                    idx.add(Entry(new, entry.ns, entry.checkpoint_id, entry.parent_id, entry.run_id,
-                                  entry.parents), branch, entry.oid)
+                    self._learn_rewritten(idx, entry, new)
+                    idx.add(idx.entries[key], branch, entry.oid)
+                    idx.drop_writes(key, {name for name, _ in refs})
 
                 tx.after(learned)
 
-            self.store.write(build)
+            self.store.write(build, loose=not special)
+
+    def _stage_writes_ref(self, tx: Transaction, thread_id: str, idx: ThreadIndex, key: tuple[str, str],
+                          added: dict[tuple[str, int], list[Any]], task_id: str) -> None:
+        """Stage a writes ref for ``added`` (created: a name taken meanwhile re-runs the write)."""
+        blob = self._put_blob(tx, wr.encode_pending(key[0], key[1], added))
+        self._records.put("ref:" + blob, (key[0], key[1], added))
+        tx.set_ref(self._writes_ref(thread_id, blob), None, blob, f"gitstate: langgraph writes {task_id}",
+                   log=False)
+        tx.after(lambda: idx.add_writes(key, blob, blob))
+
+    def _learn_rewritten(self, idx: ThreadIndex, entry: Entry, new: str) -> None:
+        """The index and caches learn that ``entry``'s checkpoint now has the commit ``new``."""
+        self.store.remember_position(new, *self.store.position(entry.oid))
+        versions = self._versions.get(entry.oid)
+        if versions is not None:
+            self._remember_versions(new, versions)
+        idx.replace(entry, Entry(new, entry.ns, entry.checkpoint_id, entry.parent_id, entry.run_id, entry.parents))
 
     def _with_status(self, commit: CommitData, writes: dict[tuple[str, int], list[Any]]) -> tuple[dict[str, Any], str]:
         """The checkpoint's ``meta.cbor`` and message with the status its pending writes imply
@@ -545,16 +713,16 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         return meta, cpfmt.message(meta) + lg_trailers
 
     def _read_writes(self, commit: CommitData) -> dict[tuple[str, int], list[Any]]:
+        """The pending writes stored in a checkpoint's commit (shared: do not modify)."""
         found = self._root(commit).get(WRITES_BLOB)
         if found is None:
             return {}
         oid = found.id
-        records = encoding.loads(self._blob(oid), oid)
-        if not isinstance(records, list) or not all(
-                isinstance(r, list) and len(r) == 6 and isinstance(r[2], str) and isinstance(r[3], bytes)
-                for r in records):
-            raise CorruptObjectError(oid, "writes are not a list of write records")
-        return {(r[0], r[5]): r for r in records}
+        hit = self._records.get(oid)
+        if hit is None:
+            hit = wr.decode_records(self._blob(oid), oid)
+            self._records.put(oid, hit)
+        return cast(dict[tuple[str, int], list[Any]], hit)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -567,11 +735,14 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         with self._lock(thread_id):
             idx = self._index(thread_id)
             entry = idx.entries.get((ns, cid)) if cid else idx.latest(ns)
-        if entry is None:
-            return None
-        return self._tuple(thread_id, entry)
+            if entry is None:
+                return None
+            refs = tuple(idx.pending.get((entry.ns, entry.checkpoint_id), ()))
+        return self._tuple(thread_id, entry, refs)
 
-    def _tuple(self, thread_id: str, entry: Entry, decoded: dict[str, list[Any]] | None = None) -> CheckpointTuple:
+    def _tuple(self, thread_id: str, entry: Entry, refs: tuple[tuple[str, str], ...],
+               decoded: dict[str, list[Any]] | None = None) -> CheckpointTuple:
+        """The checkpoint tuple of ``entry``; ``refs``: its writes refs (as the index listed them)."""
         reader = self.store.reader
         commit = self._commit(entry.oid)
         cp, metadata = self._payload(commit, metadata=True)
@@ -580,9 +751,18 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             channel, value = self.value_codec.read(reader, name, sub, mode, decoded)
             channel_values[channel] = value
         cp["channel_values"] = channel_values
-        records = sorted(self._read_writes(commit).values(), key=lambda r: writes_sort_key(r[4], r[0], r[5]))
-        wid = self._root(commit)[WRITES_BLOB].id if records else ""
-        pending = [(r[0], r[1], decode(self.serde.loads_typed, (r[2], r[3]), wid)) for r in records]
+        own = self._read_writes(commit)
+        found = self._root(commit).get(WRITES_BLOB) if own else None
+        sources: dict[tuple[str, int], str] = {k: found.id for k in own} if found is not None else {}
+        records_by_key = dict(own)
+        for _name, oid in refs:
+            for k, r in self._pending_blob(oid)[2].items():
+                if k not in records_by_key:
+                    records_by_key[k] = r
+                    sources[k] = oid
+        records = sorted(records_by_key.values(), key=lambda r: writes_sort_key(r[4], r[0], r[5]))
+        pending = [(r[0], r[1], decode(self.serde.loads_typed, (r[2], r[3]), sources[(r[0], r[5])]))
+                   for r in records]
         conf = {"thread_id": thread_id, "checkpoint_ns": entry.ns, "checkpoint_id": entry.checkpoint_id}
         parent_config: RunnableConfig | None = None
         if entry.parent_id:
@@ -616,6 +796,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 idx = self._index(thread_id)
                 namespaces = idx.namespaces() if ns_filter is None else [str(ns_filter)]
                 selected = [e for ns in namespaces for e in idx.namespace(ns)]
+                pending = dict(idx.pending)
             for entry in selected:
                 if want_id and entry.checkpoint_id != want_id:
                     continue
@@ -629,7 +810,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                     if remaining <= 0:
                         return
                     remaining -= 1
-                yield self._tuple(thread_id, entry, decoded)
+                yield self._tuple(thread_id, entry, tuple(pending.get((entry.ns, entry.checkpoint_id), ())),
+                                  decoded)
 
     # -- deleting, copying, pruning -----------------------------------------------------------
 
@@ -657,10 +839,11 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
                 def build(tx: Transaction, thread_id: str = thread_id) -> None:
                     idx = self._index(thread_id)
-                    drop: dict[str, tuple[str, str] | None] = {
-                        e.oid: None for e in idx.entries.values() if e.run_id in wanted}
-                    if drop:
-                        self._stage_rewrite(tx, thread_id, idx, drop)
+                    dropped = [e for e in idx.entries.values() if e.run_id in wanted]
+                    if dropped:
+                        self._stage_rewrite(tx, thread_id, idx, {e.oid: None for e in dropped})
+                        for e in dropped:
+                            self._stage_drop_writes(tx, thread_id, idx.pending.get((e.ns, e.checkpoint_id), ()))
 
                 self.store.write(build)
                 self.store.forget_objects()
@@ -678,15 +861,24 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
             def build(tx: Transaction) -> None:
                 copied: dict[str, str] = {}
+                source = self._index(src)
 
                 def copy(oid: str) -> str:
                     for old, commit in _unvisited_line(reader, oid, copied):
                         meta = read_meta(reader, commit)
                         meta["run"] = dst
-                        entries = [(e.name, e.id, e.filemode) for e in reader.tree(commit.tree_id)
-                                   if e.name != cpfmt.META]
-                        root = tx.tree([*entries, (cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB)])
                         entry = parse_entry(commit)
+                        skip = {cpfmt.META}
+                        extra_entries: list[TreeEntry] = []
+                        if entry is not None and source.pending.get((entry.ns, entry.checkpoint_id)):
+                            # pending writes of the source's writes refs land in the copy's commit
+                            skip.add(WRITES_BLOB)
+                            merged = self._writes_of(source, entry, commit)
+                            extra_entries.append((WRITES_BLOB, tx.blob(wr.encode_records(merged)), MODE_BLOB))
+                        entries = [(e.name, e.id, e.filemode) for e in reader.tree(commit.tree_id)
+                                   if e.name not in skip]
+                        root = tx.tree([*entries, *extra_entries,
+                                        (cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB)])
                         extra = ""
                         if entry is not None:
                             extra = trailers(entry.ns, entry.checkpoint_id, entry.parent_id, entry.run_id)
@@ -724,10 +916,13 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                     for ns in idx.namespaces():
                         latest = idx.namespace(ns)[0]
                         commit = reader.commit(latest.oid)
-                        if not commit.parent_ids:
+                        tree, message = commit.tree_id, commit.message
+                        if idx.pending.get((latest.ns, latest.checkpoint_id)):
+                            tree, message = self._amended_tree(tx, commit, self._writes_of(idx, latest, commit))
+                        if not commit.parent_ids and tree == commit.tree_id:
                             keep[line_name(ns)] = latest.oid
                             continue
-                        keep[line_name(ns)] = tx.commit(commit.tree_id, [], commit.message,
+                        keep[line_name(ns)] = tx.commit(tree, [], message,
                                                         author=commit.author, committer=commit.committer)
                     for branch, oid in keep.items():
                         current = idx.tips.get(branch)
@@ -738,6 +933,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                         if branch not in keep:
                             tx.delete_ref(self._ref(thread_id, branch), tip, "gitstate: langgraph prune",
                                           strict=True)
+                    self._stage_drop_writes(tx, thread_id, sorted(idx.writes.items()))
 
                 self.store.write(build)
                 self.store.forget_objects()

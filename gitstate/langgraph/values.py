@@ -8,6 +8,8 @@ the start of the list, each chunk a blob holding the msgpack array of its items,
 ``FANOUT`` entries, recursively. Appending to a list rewrites only its last chunk and the trees above
 it, so a growing message history costs about the appended message per checkpoint. Reading joins the
 chunks back into one msgpack array (msgpack arrays concatenate item by item) and decodes it once.
+The layout's names and byte helpers live in :mod:`gitstate.format.lgtree` and
+:mod:`gitstate.format.lgserde`, which also read it for display.
 
 Nothing is ever unpickled here: decoding goes through the saver's serde, whose policy applies."""
 
@@ -21,25 +23,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitstate.errors import CorruptObjectError, GitStateError, UnsafeValueError
+from gitstate.format.lgserde import MSGPACK, array_header, parse_typed, split_array, typed_blob
+from gitstate.format.lgtree import CHUNK, FANOUT, LIST, VALUE
 from gitstate.format.names import decode_component, encode_component
 from gitstate.format.statetree import MAX_TREE_DEPTH
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
 from gitstate.git.reader import ObjectReader
 
-CHUNK = 32
-FANOUT = 64
-VALUE = ".v"
-LIST = ".l"
-MSGPACK = "msgpack"
 MEMO_LISTS = 256  # lists remembered for appending (one per thread, namespace and channel)
 
 Typed = tuple[str, bytes]
 
 
 def decode(loads: Callable[[Typed], Any], typed: Typed, oid: str) -> Any:
-    """``loads(typed)``, with every failure reported as a :class:`CorruptObjectError` (subclass)
-    naming the object ``oid`` the value came from: a stored value that does not decode, or that the
-    serializer refuses (:class:`~gitstate.errors.UnsafeValueError`), is damage, never a crash."""
+    """``loads(typed)``, with every failure naming the object ``oid`` the value came from: a stored
+    value that does not decode is damage (:class:`CorruptObjectError`); one naming a type the
+    serializer refuses to build is a policy refusal (:class:`~gitstate.errors.UnsafeValueError`).
+    Never a crash."""
     try:
         return loads(typed)
     except UnsafeValueError as exc:
@@ -48,43 +48,6 @@ def decode(loads: Callable[[Typed], Any], typed: Typed, oid: str) -> Any:
         raise
     except Exception as exc:  # the serde's own errors (unknown type, bad msgpack, a failing constructor)
         raise CorruptObjectError(oid, f"value does not decode ({type(exc).__name__}: {exc})") from exc
-
-
-def typed_blob(typed: Typed) -> bytes:
-    """The blob bytes of a serde-typed value: ``type NUL payload``."""
-    kind, data = typed
-    return kind.encode("utf-8") + b"\x00" + bytes(data)
-
-
-def parse_typed(data: bytes, oid: str) -> Typed:
-    """Invert :func:`typed_blob`."""
-    kind, sep, payload = data.partition(b"\x00")
-    if not sep:
-        raise CorruptObjectError(oid, "typed value blob has no type")
-    return kind.decode("utf-8", "replace"), payload
-
-
-def array_header(count: int) -> bytes:
-    """The msgpack array header for ``count`` items."""
-    if count < 16:
-        return bytes([0x90 | count])
-    if count < 0x10000:
-        return b"\xdc" + count.to_bytes(2, "big")
-    return b"\xdd" + count.to_bytes(4, "big")
-
-
-def split_array(data: bytes, oid: str) -> tuple[int, bytes]:
-    """Item count and item bytes of a msgpack array blob."""
-    if not data:
-        raise CorruptObjectError(oid, "empty list chunk")
-    first = data[0]
-    if 0x90 <= first <= 0x9F:
-        return first & 0x0F, data[1:]
-    if first == 0xDC:
-        return int.from_bytes(data[1:3], "big"), data[3:]
-    if first == 0xDD:
-        return int.from_bytes(data[1:5], "big"), data[5:]
-    raise CorruptObjectError(oid, "list chunk is not a msgpack array")
 
 
 @dataclass
@@ -123,6 +86,32 @@ class ByteLRU:
             while self.size > self.max_bytes and self.data:
                 _k, (_, old) = self.data.popitem(last=False)
                 self.size -= len(old)
+
+
+class LRU:
+    """A small thread-safe LRU of immutable values (parsed objects) keyed by object id, bounded by
+    count."""
+
+    def __init__(self, max_items: int) -> None:
+        self.max_items = max_items
+        self.data: OrderedDict[str, Any] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> Any:
+        """The value of ``key``, or ``None``."""
+        with self.lock:
+            hit = self.data.get(key)
+            if hit is not None:
+                self.data.move_to_end(key)
+            return hit
+
+    def put(self, key: str, value: Any) -> None:
+        """Remember ``value`` under ``key``."""
+        with self.lock:
+            self.data[key] = value
+            self.data.move_to_end(key)
+            while len(self.data) > self.max_items:
+                self.data.popitem(last=False)
 
 
 class ValueCodec:

@@ -17,6 +17,7 @@ import pygit2
 from pygit2.enums import ObjectType
 
 from gitstate.errors import (
+    AmbiguousReferenceError,
     CheckpointNotFound,
     ConflictError,
     GitStateError,
@@ -136,8 +137,19 @@ class StoreCore:
     def workspace(self) -> Workspace:
         """Snapshots of this store's worktree through its private index (see :mod:`gitstate.workspace`)."""
         if self._workspace is None:
-            self._workspace = Workspace(self.location, on_new_objects=self._journal_when_published)
+            self._workspace = Workspace(self.location, on_new_objects=self._journal_when_published,
+                                        store_objects=self.store_objects)
         return self._workspace
+
+    def store_objects(self, objects: list[tuple[int, bytes]]) -> None:
+        """Store ``(type, body)`` objects as one pack through :meth:`write` (no ref moves: like any
+        object no ref names yet, they are ``git gc``'s to prune until one does)."""
+
+        def build(tx: Transaction) -> None:
+            for kind, body in objects:
+                tx.writer.write(ObjectType(kind), body)
+
+        self.write(build)
 
     def object_writer(self) -> ObjectWriter:
         """This thread's object writer (objects it writes are journaled for housekeeping once a
@@ -150,13 +162,18 @@ class StoreCore:
             self._local.pending = pending
         return writer
 
-    def write(self, build: Callable[[Transaction], T]) -> T:
+    def write(self, build: Callable[[Transaction], T], *, loose: bool = False) -> T:
         """Run one write: ``build`` stages objects and ref moves on a :class:`Transaction`, then the
         refs move by compare-and-swap. The one retry policy: ``build`` runs again while refs move
         underneath it (non-strict updates); held locks are waited for (objects already written);
         both with jittered backoff, until ``lock_timeout``; then :class:`LockTimeoutError` (a lock stayed held) or
         :class:`ConflictError` (the ref kept moving). Transient races with a concurrent
-        ``git pack-refs``/``gc`` are retried the same way (see :mod:`gitstate.store.transaction`)."""
+        ``git pack-refs``/``gc`` are retried the same way (see :mod:`gitstate.store.transaction`).
+
+        The staged objects become one pack (flushed as ``core.fsync`` flushes packs); ``loose``:
+        loose files instead (flushed as it flushes loose objects, which git's default does not),
+        for a write of one or two small objects that a later write folds into a pack anyway
+        (the LangGraph saver's pending writes)."""
         backoff = Backoff(self.lock_timeout)
         common = self.location.common_dir
         check_present(self.location.git_dir)  # a deleted repository is an error, not recreated
@@ -181,7 +198,10 @@ class StoreCore:
                     writer.discard()
                     backoff.pause()
                     continue
-                self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
+                if loose:
+                    writer.flush_loose()
+                else:
+                    self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
                 if self._move_refs(tx, backoff):
                     writer.published()
                     self.written()
@@ -241,9 +261,15 @@ class StoreCore:
             return  # an unlisted pack is only merged later by a user's git gc
         if count >= housekeeping.TX_MERGE_AT:
             if self.pack_in_background:
-                if self._merger is None or not self._merger.is_alive():
-                    self._merger = threading.Thread(target=self._merge_quietly, name="gitstate-merge")
-                    self._merger.start()
+                merger = self._merger
+                if merger is not None and merger.is_alive():
+                    # TX_MERGE_AT packs were written while a merge runs: wait for it before a next
+                    # one, so a writer faster than the merges cannot pile up packs (this bounds the
+                    # pack count at the geometric series plus 2 * TX_MERGE_AT: the packs being
+                    # merged and those written meanwhile)
+                    merger.join()
+                self._merger = threading.Thread(target=self._merge_quietly, name="gitstate-merge")
+                self._merger.start()
             else:
                 self._merge_quietly()
 
@@ -398,8 +424,27 @@ class StoreCore:
         self.remember_position(cp.id, cp.step, cp.base)
 
     def expand(self, ref: str) -> str:
-        """A full commit id from a full id or a unique prefix of 4+ hex digits."""
-        return expand_id(self.repo, ref)
+        """A full commit id from a full id or a unique prefix of 4+ hex digits; an ambiguous prefix
+        is an :class:`AmbiguousReferenceError` that lists its candidates (checkpoints with their
+        run, branch and step, other objects by type)."""
+        try:
+            return expand_id(self.repo, ref)
+        except AmbiguousReferenceError as exc:
+            raise AmbiguousReferenceError(ref, [(oid, self.describe_object(oid)) for oid, _ in exc.candidates]) from None
+
+    def describe_object(self, oid: str) -> str:
+        """A few words on what an object is: ``checkpoint (run 'r', branch 'main', step 3)`` for a
+        checkpoint, else its type (``commit``, ``tree``, ``blob``, ``tag``)."""
+        reader = self.reader
+        try:
+            kind, _size = reader.header(oid)
+            if kind == ObjectType.COMMIT and cpfmt.META in reader.tree(reader.commit(oid).tree_id):
+                cp = self.read_checkpoint(oid)
+                return f"checkpoint (run {cp.run_id!r}, branch {cp.branch!r}, step {cp.step})"
+        except GitStateError:
+            return "unreadable object"
+        return {ObjectType.COMMIT: "commit", ObjectType.TREE: "tree", ObjectType.BLOB: "blob",
+                ObjectType.TAG: "tag"}.get(kind, "object")
 
     def checkpoint(self, ref: str) -> Checkpoint:
         """Any checkpoint of the store by full id or unique prefix (:class:`CheckpointNotFound` when

@@ -28,7 +28,8 @@ from gitstate.store.transaction import Transaction
 class NodeBoundary:
     """Where a node was entered and left: the first and the last checkpoint written inside it
     (entry and exit; both the branch tip as it was when the node wrote none) and the node's status
-    (``completed``, ``failed``, or ``running`` while it is open)."""
+    (``completed``, ``failed``, or ``running`` while it is open; a LangGraph node stopped at an
+    ``interrupt`` is ``interrupted``)."""
 
     node: str
     entry: str | None

@@ -1,24 +1,28 @@
-"""Checkpoint references as people type them (the CLI's REF and TARGET arguments).
+"""Checkpoint references as people type them: the one grammar every ``git agentos`` command reads
+for a run, a branch or a checkpoint.
 
 Grammar::
 
-    REF    := ID | RUN [ '@' BRANCH ] [ '~' N | ':node:' NAME ]
-    TARGET := REF of the same run | ID | '~' N | '@' BRANCH [ '~' N ] | 'node:' NAME
+    REF    := ID [ '~' N ] | RUN [ '@' BRANCH ] [ '~' N | ':node:' NAME ]
+    TARGET := REF of the same run | ID | '~' N | '@' BRANCH [ '~' N | ':node:' NAME ] | 'node:' NAME
 
-``ID`` is a full checkpoint id or a unique prefix of 4+ hex digits; ``RUN`` alone is the tip of its
-``main`` branch; ``~N`` goes N checkpoints back along first parents; ``:node:NAME`` is the latest
-exit checkpoint of node NAME on that branch. A TARGET is read relative to a run and a branch:
-``~2`` is two back from that branch's tip, ``@fix`` the tip of branch ``fix`` of the same run.
+``ID`` is a full checkpoint id or a unique prefix of 4+ hex digits (an ambiguous prefix is an error
+that lists the candidates); ``RUN`` alone is the tip of its ``main`` branch; ``~N`` goes N
+checkpoints back along first parents; ``:node:NAME`` is the latest exit checkpoint of node NAME on
+that branch. A TARGET is read relative to a run and a branch: ``~2`` is two back from that branch's
+tip, ``@fix`` the tip of branch ``fix`` of the same run.
 
-Run ids may contain any character, including ``@``, ``~`` and ``:``, so the text is read in this
-order, the first match winning:
+Run ids and branch names may contain any character, including ``@``, ``~`` and ``:`` (LangGraph's
+fork branches are ``main~<checkpoint id>``, a pull keeps a diverged line as ``main@origin``), so
+the text is read in this order, the first match winning:
 
 1. the whole text is an existing run id of this worktree → its main tip (an exact run id wins);
-2. the text ends in ``~N`` or contains ``:node:``, and what precedes it is a run id or a
-   ``RUN@BRANCH`` whose run exists → that; among several splits the one with the longest existing
-   run id wins (``a@b@c`` is branch ``c`` of run ``a@b`` when that run exists, else branch ``b@c``
-   of run ``a``);
-3. the text is 4–40 hex digits → a checkpoint id or unique prefix (ambiguous prefixes are an error);
+2. every way of reading the text as ``RUN@BRANCH``, ``…~N`` or ``…:node:NAME`` with an existing
+   run is a candidate; the winner is the one whose branch exists, then the one with the longest
+   run id (``a@b@c`` is branch ``c`` of run ``a@b`` when that run exists, else branch ``b@c`` of run
+   ``a``), then the literal branch name (``r@b~3`` is branch ``b~3`` when it exists, else three
+   back from ``b``);
+3. the text is 4–40 hex digits (optionally followed by ``~N``) → a checkpoint id or unique prefix;
 4. otherwise :class:`RunNotFound` (when the text has the shape of a run reference) or
    :class:`InvalidReferenceError`.
 
@@ -27,22 +31,25 @@ Resolution only reads; it never changes the store."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gitstate.errors import (
     BranchNotFound,
     CheckpointNotFound,
+    InvalidNameError,
     InvalidReferenceError,
     RunNotFound,
 )
 
 if TYPE_CHECKING:
     from gitstate.format.checkpoint import Checkpoint
+    from gitstate.store.base import StoreCore
     from gitstate.store.run import Run
     from gitstate.store.store import Store
 
-__all__ = ["Parsed", "parse", "resolve", "resolve_target"]
+__all__ = ["Located", "Parsed", "locate", "locate_branch", "parse", "resolve", "resolve_target"]
 
 _STEPS = re.compile(r"~(\d+)$")
 _NODE = ":node:"
@@ -51,55 +58,90 @@ _HEX = re.compile(r"[0-9a-fA-F]{4,40}")
 
 @dataclass(frozen=True)
 class Parsed:
-    """A reference split into its parts (``run`` is ``None`` for a bare checkpoint id)."""
+    """A reference split into its parts (``run`` is ``None`` for a checkpoint id); ``named`` is
+    whether the text named the branch (``RUN@BRANCH``) rather than defaulting to ``main``."""
 
     run: str | None
     branch: str = "main"
     back: int = 0
     node: str | None = None
     oid: str | None = None
+    named: bool = False
+
+    @property
+    def is_branch(self) -> bool:
+        """Whether the reference names a branch tip itself (``RUN`` or ``RUN@BRANCH``)."""
+        return self.run is not None and self.back == 0 and self.node is None
 
 
-def _split_base(store: Store, base: str) -> tuple[str, str] | None:
-    """``RUN`` or ``RUN@BRANCH`` with an existing run, preferring the longest run id."""
+@dataclass(frozen=True)
+class Located:
+    """What a reference names, for commands that act on a run or a branch: the run, the branch
+    (``main`` unless named), whether the text named that branch, whether it names the branch tip
+    itself (``RUN`` or ``RUN@BRANCH``, not ``~N``, ``:node:`` or an id), and the checkpoint
+    (``None`` for a branch or run that does not exist yet, see :func:`locate_branch`)."""
+
+    run: str
+    branch: str
+    named_branch: bool
+    is_branch: bool
+    checkpoint: Checkpoint | None
+
+
+def _branch_exists(store: Store, run: str, branch: str) -> bool:
+    from gitstate.format.names import branch_ref
+
+    try:
+        return store.read_ref(branch_ref(store.worktree, run, branch)) is not None
+    except (InvalidNameError, ValueError):
+        return False
+
+
+def _splits(store: Store, base: str, default: str = "main") -> Iterator[Parsed]:
+    """``base`` read as ``RUN`` (branch ``default``) or ``RUN@BRANCH`` with an existing run (an
+    exact run id alone)."""
     if store.has_run(base):
-        return base, "main"
-    positions = [i for i, ch in enumerate(base) if ch == "@"]
-    for i in reversed(positions):  # rightmost '@' first = longest run id
-        run, branch = base[:i], base[i + 1:]
-        if branch and store.has_run(run):
-            return run, branch
-    return None
+        yield Parsed(base, default)
+        return
+    for i, ch in enumerate(base):
+        if ch == "@" and i + 1 < len(base) and store.has_run(base[:i]):
+            yield Parsed(base[:i], base[i + 1:], named=True)
 
 
-def parse(store: Store, text: str) -> Parsed:
-    """Split ``text`` into run, branch, steps back and node, by the rules of the module docstring
-    (runs are looked up in ``store`` to settle how separators inside run ids are read)."""
-    if not isinstance(text, str) or not text:
-        raise InvalidReferenceError(str(text), "empty reference")
-    if store.has_run(text):
-        return Parsed(text)
-    candidates: list[Parsed] = []
+def _candidates(store: Store, text: str, default: str) -> list[Parsed]:
+    out = list(_splits(store, text, default))
     m = _STEPS.search(text)
     if m:
-        split = _split_base(store, text[: m.start()])
-        if split:
-            candidates.append(Parsed(split[0], split[1], back=int(m.group(1))))
+        out += [replace(p, back=int(m.group(1))) for p in _splits(store, text[: m.start()], default)]
     start = 0
     while (i := text.find(_NODE, start)) >= 0:
         name = text[i + len(_NODE):]
-        split = _split_base(store, text[:i])
-        if split and name:
-            candidates.append(Parsed(split[0], split[1], node=name))
+        if name:
+            out += [replace(p, node=name) for p in _splits(store, text[:i], default)]
         start = i + 1
-    if not m and _NODE not in text:
-        split = _split_base(store, text)
-        if split:
-            candidates.append(Parsed(split[0], split[1]))
+    return out
+
+
+def parse(store: Store, text: str, branch: str = "main") -> Parsed:
+    """Split ``text`` into run, branch, steps back and node, by the rules of the module docstring
+    (runs and branches are looked up in ``store`` to settle how separators inside names are read).
+    ``branch`` is the branch of a reference that names none (``RUN``, ``RUN~N``)."""
+    if not isinstance(text, str) or not text:
+        raise InvalidReferenceError(str(text), "empty reference")
+    if store.has_run(text):
+        return Parsed(text, branch)
+    candidates = _candidates(store, text, branch)
     if candidates:
-        return max(candidates, key=lambda p: len(p.run or ""))
+        exists: dict[tuple[str, str], bool] = {}
+        for p in candidates:
+            assert p.run is not None
+            exists.setdefault((p.run, p.branch), _branch_exists(store, p.run, p.branch))
+        return max(candidates, key=lambda p: (exists[(p.run or "", p.branch)], len(p.run or ""), p.is_branch))
+    m = _STEPS.search(text)
     if _HEX.fullmatch(text):
         return Parsed(None, oid=text)
+    if m and _HEX.fullmatch(text[: m.start()]):
+        return Parsed(None, oid=text[: m.start()], back=int(m.group(1)))
     if m or _NODE in text or "@" in text:
         base = (text[: m.start()] if m else text).split(_NODE, 1)[0].split("@", 1)[0]
         if base and store.has_run(base):  # the run is there; the rest is malformed ("r@", "r:node:")
@@ -109,22 +151,27 @@ def parse(store: Store, text: str) -> Parsed:
         text, "no run of that id in this worktree, and not a checkpoint id (4-40 hex digits)")
 
 
+def _back_from(store: StoreCore, start: Checkpoint, back: int, text: str, what: str) -> Checkpoint:
+    cp = start
+    for taken in range(back):
+        if cp.parent_id is None:
+            raise InvalidReferenceError(text, f"{what} has only {taken + 1} checkpoint(s)")
+        cp = store.read_checkpoint(cp.parent_id)
+    return cp
+
+
 def _walk_back(run: Run, branch: str, back: int, text: str) -> Checkpoint:
     tip = run.head(branch)
     if tip is None:
         raise BranchNotFound(run.id, branch)
-    cp = tip
-    for taken in range(back):
-        if cp.parent_id is None:
-            raise InvalidReferenceError(text, f"branch {branch!r} has only {taken + 1} checkpoint(s)")
-        cp = run.store.read_checkpoint(cp.parent_id)
-    return cp
+    return _back_from(run.store, tip, back, text, f"branch {branch!r}")
 
 
 def _resolve_parsed(store: Store, p: Parsed, text: str) -> Checkpoint:
     if p.run is None:
         assert p.oid is not None
-        return store.checkpoint(p.oid)
+        cp = store.checkpoint(p.oid)
+        return _back_from(store, cp, p.back, text, f"the line of {cp.short_id}") if p.back else cp
     run = store.get_run(p.run)
     if p.node is not None:
         return run.load("node:" + p.node, branch=p.branch)
@@ -136,9 +183,53 @@ def resolve(store: Store, text: str) -> Checkpoint:
     return _resolve_parsed(store, parse(store, text), text)
 
 
+def locate(store: Store, text: str, branch: str = "main") -> Located:
+    """The run, branch and checkpoint a REF names (``branch`` when it names none). For a checkpoint
+    id, the run and branch are the ones the checkpoint recorded when it was written. A plain word
+    that names nothing is an unknown run (:class:`RunNotFound`)."""
+    if isinstance(text, str) and text and not _HEX.fullmatch(text) and not any(c in text for c in "@~:") \
+            and not store.has_run(text):
+        raise RunNotFound(text, store.worktree)
+    p = parse(store, text, branch)
+    cp = _resolve_parsed(store, p, text)
+    if p.run is None:
+        return Located(cp.run_id, cp.branch, False, False, cp)
+    return Located(p.run, p.branch, p.named, p.is_branch, cp)
+
+
+def locate_branch(store: Store, text: str, branch: str = "main", *, create: bool = False) -> Located:
+    """The run and branch ``RUN`` or ``RUN@BRANCH`` names, for commands that act on a branch
+    (undo, prune, rollback, checkpoint, nodes, branch deletion). Other forms (``~N``,
+    ``:node:``, ids) are an :class:`InvalidReferenceError`. With ``create`` (checkpoint) the run
+    or branch need not exist yet: a text that names no existing run is a new run id, and
+    ``RUN@BRANCH`` of an existing run may name a new branch. ``checkpoint`` is the branch tip, or
+    ``None`` when the branch has none. ``branch`` is the branch of a bare ``RUN``."""
+    if not isinstance(text, str) or not text:
+        raise InvalidReferenceError(str(text), "empty reference")
+    splits = list(_splits(store, text, branch))
+    if not splits:
+        if create:
+            return Located(text, branch, False, True, None)
+        candidates = _candidates(store, text, branch)
+        if not candidates:
+            raise RunNotFound(text, store.worktree)
+        p = max(candidates, key=lambda c: len(c.run or ""))
+        at = f"@{p.branch}" if p.named else ""
+        raise InvalidReferenceError(
+            text, f"expected RUN or RUN@BRANCH (here: {p.run}{at}), not a checkpoint reference")
+    found = max(splits, key=lambda p: (_branch_exists(store, p.run or "", p.branch), len(p.run or "")))
+    assert found.run is not None
+    run = store.get_run(found.run)
+    tip = run.head(found.branch)
+    if tip is None and not create:
+        raise BranchNotFound(run.id, found.branch)
+    return Located(run.id, found.branch, found.named, True, tip)
+
+
 def resolve_target(store: Store, run: Run, text: str, branch: str = "main") -> Checkpoint:
-    """The checkpoint a TARGET names, relative to ``run`` (of ``store``) and its ``branch``: ``~N``, ``@B[~N]``,
-    ``node:NAME``, an id of this run, or any REF that names a checkpoint of this run."""
+    """The checkpoint a TARGET names, relative to ``run`` (of ``store``) and its ``branch``: ``~N``,
+    ``@B[~N|:node:NAME]`` (an existing branch name is read literally first), ``node:NAME``, an id
+    of this run, or any REF that names a checkpoint of this run."""
     if not isinstance(text, str) or not text:
         raise InvalidReferenceError(str(text), "empty reference")
     if text.startswith("~"):
@@ -146,13 +237,7 @@ def resolve_target(store: Store, run: Run, text: str, branch: str = "main") -> C
             raise InvalidReferenceError(text, "expected ~N with N a number")
         return _walk_back(run, branch, int(text[1:]), text)
     if text.startswith("@"):
-        other, back = text[1:], 0
-        m = _STEPS.search(other)
-        if m:
-            other, back = other[: m.start()], int(m.group(1))
-        if not other:
-            raise InvalidReferenceError(text, "branch name missing after '@'")
-        return _walk_back(run, other, back, text)
+        return _other_branch(run, text)
     if text.startswith("node:"):
         return run.load(text, branch=branch)
     if _HEX.fullmatch(text) and not store.has_run(text):
@@ -161,3 +246,23 @@ def resolve_target(store: Store, run: Run, text: str, branch: str = "main") -> C
     if cp.run_id != run.id:
         raise CheckpointNotFound(text, run.id)
     return cp
+
+
+def _other_branch(run: Run, text: str) -> Checkpoint:
+    """``@BRANCH``, ``@BRANCH~N`` or ``@BRANCH:node:NAME`` of ``run`` (a literal branch first)."""
+    rest = text[1:]
+    if not rest:
+        raise InvalidReferenceError(text, "branch name missing after '@'")
+    if run.tip(rest) is not None:
+        return _walk_back(run, rest, 0, text)
+    m = _STEPS.search(rest)
+    if m and m.start() > 0 and run.tip(rest[: m.start()]) is not None:
+        return _walk_back(run, rest[: m.start()], int(m.group(1)), text)
+    start = 0
+    while (i := rest.find(_NODE, start)) >= 0:
+        if i > 0 and rest[i + len(_NODE):] and run.tip(rest[:i]) is not None:
+            return run.load("node:" + rest[i + len(_NODE):], branch=rest[:i])
+        start = i + 1
+    if m and m.start() > 0:
+        raise BranchNotFound(run.id, rest[: m.start()])
+    raise BranchNotFound(run.id, rest.split(_NODE, 1)[0] or rest)

@@ -27,12 +27,14 @@ from gitstate.errors import (
     UsageError,
 )
 from gitstate.format import checkpoint as cpfmt
+from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint, read_meta
 from gitstate.format.names import branch_ref, check_name, decode_component, run_prefix
 from gitstate.format.nodes import NodeRecord
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
 from gitstate.git.reader import CommitData
 from gitstate.store.base import StoreCore
+from gitstate.store.branches import BranchInfo, check_deletable, list_branches
 from gitstate.store.nodes import NodeBoundary, NodeLog, legacy_boundaries, new_record, now_iso, written_since
 from gitstate.store.sessionfiles import SessionFiles
 from gitstate.store.transaction import Transaction
@@ -112,15 +114,25 @@ class Run:
         tip = self.tip(branch)
         return None if tip is None else self.store.read_checkpoint(tip)
 
-    def history(self, branch: str = "main", limit: int | None = None) -> Iterator[Checkpoint]:
-        """Checkpoints of a branch, newest first, following first parents."""
-        oid = self.tip(branch)
+    def history(self, branch: str = "main", limit: int | None = None, *,
+                start: str | Checkpoint | None = None) -> Iterator[Checkpoint]:
+        """Checkpoints of a branch, newest first, following first parents; from ``start`` (a
+        checkpoint, id or prefix of this run) instead of the branch tip when given."""
+        if start is None:
+            oid = self.tip(branch)
+        else:
+            oid = start.id if isinstance(start, Checkpoint) else self.load(start).id
         count = 0
         while oid is not None and (limit is None or count < limit):
             cp = self.store.read_checkpoint(oid)
             yield cp
             count += 1
             oid = cp.parent_id
+
+    def branch_list(self) -> list[BranchInfo]:
+        """Every branch of the run (``main`` first) with its tip, where it came from (a fork, a pull
+        that kept a diverged remote line, a restore's safety copy) and its fork point."""
+        return list_branches(self.store, self.worktree, self.id)
 
     def branches(self) -> dict[str, Checkpoint]:
         """Every branch of the run with its tip checkpoint."""
@@ -391,7 +403,7 @@ class Run:
 
     def rollback(self, target: str, branch: str = "main", *, expect: str | None = None,
                  restore: bool = False, force: bool = False,
-                 progress: Callable[[int], None] | None = None) -> Checkpoint:
+                 progress: restoring.Progress | None = None) -> Checkpoint:
         """Move ``branch`` back (or to any checkpoint of the run) and return the new tip. The old tip
         stays reachable through the branch's reflog, and :meth:`undo` moves it back.
 
@@ -430,18 +442,19 @@ class Run:
         self._move(branch, current, last.old, f"gitstate: undo ({last.message})")
         return self.store.read_checkpoint(last.old)
 
-    def delete_branch(self, branch: str) -> None:
-        """Remove a branch ref (its checkpoints stay in other branches and the object store)."""
-        tip = self.tip(branch)
-        if tip is None:
-            raise BranchNotFound(self.id, branch)
+    def delete_branch(self, branch: str, *, force: bool = False) -> str:
+        """Remove a branch ref and return the tip it had. Refused (:class:`BranchDeleteRefused`)
+        for ``main`` and for a branch whose checkpoints no other branch of the run reaches, unless
+        ``force``; the checkpoints other branches share stay. The branch's reflog goes with it."""
+        tip = check_deletable(self.store, self.worktree, self.id, branch, force)
         self._move(branch, tip, None, "gitstate: delete branch")
+        return tip
 
     # -- workspace ----------------------------------------------------------------------------
 
     def restore(self, checkpoint: str | Checkpoint, paths: Sequence[str | os.PathLike[str]] | None = None,
                 dry_run: bool = False, force: bool = False,
-                progress: Callable[[int], None] | None = None) -> RestoreResult:
+                progress: restoring.Progress | None = None) -> RestoreResult:
         """Make the worktree match a checkpoint's workspace snapshot (only ``paths`` if given).
 
         Modified files are rewritten, deleted ones brought back, files created since removed —
@@ -453,7 +466,8 @@ class Run:
         Before writing, the current worktree is saved as a checkpoint on branch
         ``restore-safety`` (:attr:`RestoreResult.safety`), so ``run.restore(result.safety)`` undoes
         it. ``dry_run`` changes nothing and returns the plan: what would be written and removed, and
-        in :attr:`RestoreResult.unsaved` the files a real restore would refuse to overwrite."""
+        in :attr:`RestoreResult.unsaved` the files a real restore would refuse to overwrite.
+        ``progress(phase, done, total)`` follows the work (see :data:`restoring.Progress`)."""
         cp = checkpoint if isinstance(checkpoint, Checkpoint) else self.load(checkpoint)
         if cp.run_id != self.id:
             raise CheckpointNotFound(cp.id, self.id)
@@ -467,25 +481,30 @@ class Run:
         workdir = workspace.workdir
         prefixes = restoring.restore_scope(
             cp, None if paths is None else [normalize_path(p, workdir) for p in paths])
-        snap = workspace.snapshot(progress=progress)  # the whole worktree: the safety checkpoint covers any scope
+        reading = _Counter("reading", progress)
+        # the whole worktree: the safety checkpoint covers any scope
+        snap = workspace.snapshot(progress=reading.tick, fast=True, announce=reading.announce)
         plan = restoring.make_plan(store.repo, snap.tree, target, prefixes)
-        restoring.check_blobs(reader, plan)
+        sizes = restoring.check_blobs(reader, plan)
         nested = [p for p in (*plan.writes, *plan.deletes) if any(restoring.matches(p, [s]) for s in snap.skipped)]
         blocked = sorted(set(restoring.find_obstacles(workdir, plan)) | set(nested))
         if blocked:
             raise RestoreConflictError(blocked, "ignored files, nested repositories or directories are in the way")
         lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
         if lost and not dry_run:
-            raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint (use force=True)")
+            raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True)
+        unchanged = restoring.count_files(store.repo, target, prefixes) - len(plan.writes)
         result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
                                removed=tuple(plan.deletes), dry_run=dry_run, skipped=snap.skipped,
-                               unsaved=tuple(lost))
+                               unsaved=tuple(lost), unchanged=unchanged)
         if dry_run or not (plan.writes or plan.deletes):
             return result
         safety = self._safety_checkpoint(snap.tree, cp)
-        restoring.apply(store.repo, store.location.common_dir, workdir, plan, progress)
-        return RestoreResult(checkpoint=cp.id, changed=result.changed, added=result.added, removed=result.removed,
-                             safety=safety.id, safety_branch=SAFETY_BRANCH, dry_run=False, skipped=snap.skipped)
+        filters = not snap.scanned or restoring.filters_possible(store.repo, store.location.common_dir, plan)
+        written = restoring.apply(store.repo, store.location.common_dir, workdir, plan, progress,
+                                  filters=filters, sizes=sizes)
+        workspace.record(written, plan.deletes)
+        return dataclasses.replace(result, safety=safety.id, safety_branch=SAFETY_BRANCH, unsaved=())
 
     def _saved_trees(self, user_head_tree: str | None) -> Iterator[str]:
         """Files trees of every checkpoint of the run (each distinct tree once), then HEAD's tree."""
@@ -559,11 +578,18 @@ class Run:
 
     def nodes(self, branch: str = "main") -> list[NodeBoundary]:
         """Node boundaries of a branch whose checkpoints are on its current line, in the order the
-        nodes were entered (boundaries of the earlier checkpoint-pair format first)."""
+        nodes were entered (boundaries of the earlier checkpoint-pair format first). A LangGraph
+        thread's are derived from its checkpoints: each node step is a boundary whose entry and
+        exit are the checkpoint it produced, or the checkpoint where it failed or was interrupted
+        (status ``failed``/``interrupted`` until it completes; see
+        :func:`gitstate.format.lgtree.boundaries`)."""
         history = list(self.history(branch))
         line = {cp.id for cp in history}
         legacy = legacy_boundaries(history) if any(cp.trigger in (cpfmt.NODE_START, cpfmt.NODE_END)
                                                   for cp in history) else []
+        if any(cp.workflow == lgtree.WORKFLOW for cp in history):  # LangGraph: one boundary per node step
+            legacy += [NodeBoundary(b.node, b.entry, b.exit, b.status)
+                       for b in lgtree.boundaries(self.store.reader, history[::-1])]
         return legacy + [b for _record, b in self.node_log(branch).boundaries(line)]
 
     # -- pruning ------------------------------------------------------------------------------
@@ -709,3 +735,23 @@ def _optional_list(kind: str, value: Sequence[Any] | None) -> list[Any] | None:
         raise UsageError(f"{kind} must be a list, not {type(value).__name__}")
     return list(value)
 
+
+
+class _Counter:
+    """Adapts a snapshot's per-file ticks to a restore's ``progress(phase, done, total)``."""
+
+    def __init__(self, phase: str, progress: restoring.Progress | None) -> None:
+        self.phase = phase
+        self.progress = progress
+        self.done = 0
+        self.total = 0
+
+    def announce(self, total: int) -> None:
+        self.total = total
+        if self.progress is not None and total:
+            self.progress(self.phase, 0, total)
+
+    def tick(self, n: int) -> None:
+        self.done += n
+        if self.progress is not None:
+            self.progress(self.phase, self.done, max(self.total, self.done) if self.total else 0)

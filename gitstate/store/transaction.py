@@ -43,6 +43,8 @@ class RefUpdate:
     new: str | None
     message: str
     strict: bool
+    log: bool = True  # append a reflog line (False: short-lived refs, see set_ref)
+    missing_ok: bool = False  # a deletion of a ref already gone succeeds
 
 
 class Transaction:
@@ -80,14 +82,19 @@ class Transaction:
 
     # -- refs ---------------------------------------------------------------------------------
 
-    def set_ref(self, ref: str, old: str | None, new: str, message: str, *, strict: bool = False) -> None:
+    def set_ref(self, ref: str, old: str | None, new: str, message: str, *, strict: bool = False,
+                log: bool = True) -> None:
         """Stage a compare-and-swap of ``ref`` from ``old`` (``None``: must not exist) to ``new``.
-        ``strict``: a ref that holds something else fails the write (no rebuild and retry)."""
-        self.updates.append(RefUpdate(ref, old, new, message, strict))
+        ``strict``: a ref that holds something else fails the write (no rebuild and retry).
+        ``log=False``: no reflog line (only for short-lived refs that are created, never moved)."""
+        self.updates.append(RefUpdate(ref, old, new, message, strict, log))
 
-    def delete_ref(self, ref: str, old: str, message: str, *, strict: bool = False) -> None:
-        """Stage the deletion of ``ref`` if it holds ``old``."""
-        self.updates.append(RefUpdate(ref, old, None, message, strict))
+    def delete_ref(self, ref: str, old: str, message: str, *, strict: bool = False,
+                   missing_ok: bool = False) -> None:
+        """Stage the deletion of ``ref`` if it holds ``old``; ``missing_ok``: a short-lived ref that
+        several writers may clean up (one already gone counts as deleted; see
+        :func:`gitstate.git.refs.remove_transient_ref`)."""
+        self.updates.append(RefUpdate(ref, old, None, message, strict, missing_ok=missing_ok))
 
     def after(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once the refs have moved (e.g. to update an in-memory index)."""
@@ -123,10 +130,13 @@ def apply_updates(common_dir: str, tx: Transaction, *, fsync: bool) -> None:
     for update in tx.updates[tx.moved:]:
         if update.new is None:
             assert update.old is not None
-            refs.remove_if_equals(common_dir, update.ref, update.old, update.message)
+            if update.missing_ok:
+                refs.remove_transient_ref(common_dir, update.ref, update.old, update.message)
+            else:
+                refs.remove_if_equals(common_dir, update.ref, update.old, update.message)
         else:
             refs.set_if_equals(common_dir, update.ref, update.old, update.new, update.message,
-                               committer=tx.identity, fsync=fsync)
+                               committer=tx.identity, fsync=fsync, log=update.log)
         tx.moved += 1
 
 

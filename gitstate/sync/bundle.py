@@ -12,14 +12,27 @@ from gitstate.errors import RemoteError, RunNotFound, UsageError
 from gitstate.format.names import NAMESPACE, run_prefix, worktree_prefix
 from gitstate.git.refs import list_refs
 from gitstate.store.store import Store
-from gitstate.sync.remote import PullResult, fetch_and_merge, run_git
+from gitstate.sync.remote import PullResult, fetch_and_merge, is_safety_ref, run_git
 
 BUNDLE_LABEL = "bundle"
 
 
-def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.PathLike[str]) -> list[str]:
+class BundleExport(list[str]):
+    """The ref names :func:`export_bundle` wrote (a list, sorted), with ``left_out``: the refs it
+    did not write because they stay local (the unsaved-work safety branch ``restore-safety``)."""
+
+    def __init__(self, refs: Iterable[str], left_out: Iterable[str] = ()) -> None:
+        super().__init__(refs)
+        self.left_out: list[str] = list(left_out)
+
+
+def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.PathLike[str], *,
+                  include_safety: bool = False) -> BundleExport:
     """Write a git bundle of the runs' refs (all runs of the worktree when ``runs`` is empty) to
-    ``output`` and return the ref names it holds. Raises :class:`RunNotFound` for an unknown run."""
+    ``output`` and return the ref names it holds. Raises :class:`RunNotFound` for an unknown run.
+    The unsaved-work safety branch a restore writes (``restore-safety``, its node log too) holds
+    files never checkpointed on purpose: it stays out (listed in :attr:`BundleExport.left_out`)
+    unless ``include_safety``."""
     run_list = list(runs or [])
     refs: list[str] = []
     if run_list:
@@ -32,10 +45,14 @@ def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.Pat
         refs = [name for name, _ in list_refs(store.repo, worktree_prefix(store.worktree))]
         if not refs:
             raise UsageError(f"worktree {store.worktree!r} has no runs to export")
+    left_out = [] if include_safety else sorted({name for name in refs if is_safety_ref(name)})
+    chosen = sorted(set(refs) - set(left_out))
+    if not chosen:
+        raise UsageError("nothing to export: the runs hold only the local safety branch (include_safety)")
     path = os.path.abspath(os.fspath(output))
     run_git(store, ["bundle", "create", "--quiet", path, "--stdin"], action="write bundle", remote=path,
-            stdin="".join(f"{name}\n" for name in sorted(set(refs))))
-    return sorted(set(refs))
+            stdin="".join(f"{name}\n" for name in chosen))
+    return BundleExport(chosen, left_out)
 
 
 def import_bundle(store: Store, file: str | os.PathLike[str]) -> list[PullResult]:

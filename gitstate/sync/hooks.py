@@ -231,6 +231,38 @@ def hooks_dir(store: Store) -> str:
     return os.path.join(git_cwd(store), os.path.expanduser(out.stdout.strip()))
 
 
+@dataclass(frozen=True)
+class HookStatus:
+    """The pre-push leak guard as it is now: ``state`` is ``installed`` (current and executable),
+    ``outdated`` (an older guard: ``setup --hooks`` updates it), ``not-executable``, ``foreign``
+    (a pre-push hook that is not the guard) or ``missing``; ``chained`` is the previous hook the
+    guard runs first, if any."""
+
+    path: str
+    state: str
+    chained: str | None = None
+
+
+def hook_status(store: Store) -> HookStatus:
+    """Where the pre-push guard stands (reads only)."""
+    directory = hooks_dir(store)
+    path = os.path.join(directory, HOOK_NAME)
+    chained = os.path.join(directory, CHAINED_NAME)
+    kept = chained if os.path.lexists(chained) else None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            current = fh.read()
+    except FileNotFoundError:
+        return HookStatus(path, "missing", kept)
+    except OSError:
+        return HookStatus(path, "foreign", kept)
+    if MARKER not in current:
+        return HookStatus(path, "foreign", kept)
+    if not os.access(path, os.X_OK):
+        return HookStatus(path, "not-executable", kept)
+    return HookStatus(path, "installed" if current == HOOK_SCRIPT else "outdated", kept)
+
+
 def install_hooks(store: Store) -> HookInstall:
     """Install the ``pre-push`` leak guard (idempotent; an existing hook is chained, never lost).
 

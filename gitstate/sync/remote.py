@@ -51,6 +51,7 @@ from gitstate.git.refs import list_refs
 from gitstate.store.sessionfiles import copy_ref, is_copy_of
 from gitstate.store.store import Store
 from gitstate.sync.hooks import check_push_allowed, git_cwd
+from gitstate.workspace.restore import SAFETY_BRANCH
 
 _MAX_ARGV = 200_000  # bytes of refspecs per git push (Linux allows ~2 MB; stay far below)
 
@@ -61,7 +62,11 @@ _FAILED = frozenset({"rejected", "error", "skipped", "conflict"})
 @dataclass(frozen=True)
 class RefResult:
     """What happened to one ref. Push statuses: ``pushed``, ``deleted``, ``up-to-date``,
-    ``rejected`` (the remote has checkpoints we lack), ``error``, ``skipped``. Pull statuses:
+    ``rejected`` (the remote has checkpoints we lack), ``error``, ``skipped`` (not pushed, a
+    failure: a ref name gitstate cannot read, or a kept copy of the remote's line that the remote
+    no longer has), ``kept`` (a copy of the remote's own line kept by pull that the remote still
+    has: not pushed back, not a failure), ``local`` (the unsaved-work safety branch, which stays
+    local unless asked for). Pull statuses:
     ``created``, ``fast-forward``, ``up-to-date``, ``ahead`` (ours is newer), ``diverged`` (the
     remote's line was kept as branch ``kept_as``; for a session file, as the session file
     ``kept_as``), ``conflict`` (kept ours), ``skipped``, ``error``."""
@@ -80,7 +85,7 @@ class RefResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly form."""
-        return {"ref": self.ref, "status": self.status, "old": self.old, "new": self.new,
+        return {"ref": self.ref, "status": self.status, "ok": self.ok, "old": self.old, "new": self.new,
                 "message": self.message, "kept_as": self.kept_as}
 
 
@@ -101,7 +106,7 @@ class SyncResult:
     def status(self) -> str:
         """The most notable status of the run's refs (a failure before a change before a no-op)."""
         order = ["error", "rejected", "conflict", "skipped", "diverged", "deleted", "created",
-                 "pushed", "fast-forward", "ahead", "up-to-date"]
+                 "pushed", "fast-forward", "ahead", "up-to-date", "kept", "local"]
         found = {r.status for r in self.refs}
         return next((s for s in order if s in found), "up-to-date")
 
@@ -167,14 +172,14 @@ def _group(results: Iterable[RefResult], cls: type[SyncResult]) -> list[Any]:
 
 _REJECT_HINT = ("the remote has checkpoints this repository lacks (the branch advanced on both sides?): "
                 "pull first — the remote's line is kept as a separate branch — then share yours under "
-                "its own name (Run.fork)")
+                "its own name (fork it to a new branch)")
 _REJECT_FILE_HINT = ("the remote has versions of this session file that this repository lacks (written on "
                      "both sides?): pull first — the remote's versions are kept as the session file "
                      "'<path>@<remote>' — then share yours under another path")
 
 
 def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None, *,
-         all_worktrees: bool = False, prune: bool = False) -> list[PushResult]:
+         all_worktrees: bool = False, prune: bool = False, include_safety: bool = False) -> list[PushResult]:
     """Push runs to ``remote`` (fast-forward only) and return one result per run.
 
     ``runs``: run ids of this worktree (default: all its runs; ``all_worktrees``: every worktree).
@@ -182,7 +187,10 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
     ``prune`` deletes remote refs in scope that do not exist here, each with a lease on the value
     just seen on the remote (a ref someone moved meanwhile is not deleted). Branches named
     ``<branch>@<remote>`` are that remote's own lines kept by pull, so they are not pushed back to
-    it. Raises :class:`PushNotAllowedError` unless ``agentos.pushRemotes`` allows ``remote``."""
+    it (``kept`` while the remote still has their checkpoints, ``skipped`` otherwise). The
+    unsaved-work safety branch a restore writes (``restore-safety``) holds files that were never
+    checkpointed on purpose, so it stays local (``local``) unless ``include_safety``. Raises
+    :class:`PushNotAllowedError` unless ``agentos.pushRemotes`` allows ``remote``."""
     check_push_allowed(store, remote)
     run_list = list(runs or [])
     prefixes = scope_prefixes(store, run_list, all_worktrees)
@@ -196,17 +204,22 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
     results: dict[str, RefResult] = {}
     expected: dict[str, str | None] = {}  # remote ref -> local oid (None: a deletion)
     excluded: list[str] = []
+    kept: dict[str, str] = {}
     for name, oid in sorted(local.items()):
         parsed = parse_ref(name)
         if parsed is None:
             results[name] = RefResult(name, "skipped", None, oid, "not a gitstate ref name")
             excluded.append(name)
         elif _is_kept_copy(name, parsed.kind, parsed.name, label):
-            results[name] = RefResult(name, "skipped", None, oid,
-                                      f"a copy of {remote}'s own line kept by pull; not pushed back")
+            kept[name] = oid
+            excluded.append(name)
+        elif not include_safety and is_safety_ref(name):
+            results[name] = RefResult(name, "local", None, oid, SAFETY_MESSAGE)
             excluded.append(name)
         else:
             expected[name] = oid
+    if kept:
+        results.update(_kept_copies(store, remote, kept))
     # One glob refspec per prefix plus negative refspecs for the exclusions: git matches explicit
     # refspecs against every ref (quadratic; 1000 explicit refspecs take seconds), globs once.
     specs = [f"{p}*:{p}*" for p in prefixes] + [f"^{name}" for name in excluded] if expected else []
@@ -228,6 +241,53 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
         results.update(_push_run(store, remote, args, covered))
         specs, pushes = [], {}  # the globs go with the first batch only
     return _group(results.values(), PushResult)
+
+
+SAFETY_MESSAGE = ("the unsaved-work safety branch a restore wrote; it stays local unless asked for "
+                  "(include_safety)")
+
+
+def is_safety_ref(name: str) -> bool:
+    """Whether ``name`` is the unsaved-work safety branch of a run (or its node log): the refs that
+    push and export leave out unless asked."""
+    parsed = parse_ref(name)
+    return parsed is not None and parsed.kind in ("heads", "nodes") and parsed.name == SAFETY_BRANCH
+
+
+def _kept_copies(store: Store, remote: str, kept: dict[str, str]) -> dict[str, RefResult]:
+    """Results for copies of ``remote``'s own lines kept by pull: ``kept`` (not a failure) when
+    the remote still has the copy's checkpoints (some remote ref of the same run is that
+    checkpoint or descends from it, or is a checkpoint not fetched yet), else ``skipped`` — the remote dropped that line, so the copy
+    holds the only one, and it should be shared under a name of its own. One ``ls-remote``."""
+    runs = {run_prefix(p.worktree, p.run_id) for p in map(parse_ref, kept) if p is not None}
+    remote_refs = _ls_remote(store, remote, sorted(runs))
+    reader = store.reader
+    out: dict[str, RefResult] = {}
+    for name, oid in kept.items():
+        parsed = parse_ref(name)
+        prefix = run_prefix(parsed.worktree, parsed.run_id) if parsed is not None else name
+        on_remote = moved_on = False
+        for other, their in remote_refs.items():
+            if not other.startswith(prefix):
+                continue
+            if not reader.exists(their):
+                moved_on = True  # a line we have not fetched yet: most likely it grew from the copy
+                continue
+            try:
+                if their == oid or reader.is_ancestor(oid, their):
+                    on_remote = True
+                    break
+            except CorruptObjectError:
+                continue
+        if on_remote or moved_on:
+            out[name] = RefResult(name, "kept", None, oid,
+                                  f"a copy of {remote}'s own line kept by pull; {remote} has it, so it is not "
+                                  "pushed back")
+        else:
+            out[name] = RefResult(name, "skipped", None, oid,
+                                  f"a copy of {remote}'s own line kept by pull, which {remote} no longer has; "
+                                  "not pushed back under that name (fork it to a branch of its own to share it)")
+    return out
 
 
 def _is_kept_copy(ref: str, kind: str, name: str | None, label: str) -> bool:

@@ -35,6 +35,7 @@ from gitstate.errors import (
     UsageError,
 )
 from gitstate.format import checkpoint as cpfmt
+from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint, parse_time
 from gitstate.format.names import NAMESPACE, decode_component, parse_ref, run_prefix, worktree_prefix
 from gitstate.format.statetree import StateReader
@@ -634,7 +635,8 @@ class ViewData:
             out["files_tree"], out["files"], out["files_total"] = None, [], 0
             errors["files"] = str(exc)
         out["errors"] = errors
-        out["git"] = checkpoint_commands(cp.id[:12], [f["path"] for f in out["files"][:1]])
+        out["git"] = checkpoint_commands(cp.id[:12], [f["path"] for f in out["files"][:1]],
+                                         langgraph=cp.workflow == lgtree.WORKFLOW)
         return out
 
     def value(self, ref: str, path: list[Any], offset: int = 0, limit: int | None = None) -> dict[str, Any]:
@@ -858,14 +860,16 @@ def unified(old: str, new: str, old_path: str, new_path: str, added: bool = Fals
     return "".join(out)
 
 
-def checkpoint_commands(short: str, sample_files: Iterable[str] = ()) -> list[dict[str, str]]:
-    """Plain-git commands that show what the page shows of a checkpoint (``short``: its id)."""
+def checkpoint_commands(short: str, sample_files: Iterable[str] = (), langgraph: bool = False) -> list[dict[str, str]]:
+    """Plain-git commands that show what the page shows of a checkpoint (``short``: its id;
+    ``langgraph``: a LangGraph checkpoint, whose channels are under ``langgraph/``)."""
     decode = "python3 -c 'import cbor2,sys; print(cbor2.loads(sys.stdin.buffer.read()))'"
     out = [
         {"label": "message and trailers", "command": f"git log -1 --format=%B {short}"},
         {"label": "what it holds", "command": f"git ls-tree -r --name-only {short}"},
         {"label": "metadata", "command": f"git cat-file blob {short}:meta.cbor | {decode}"},
-        {"label": "state (one entry per key)", "command": f"git ls-tree {short} state/"},
+        {"label": "LangGraph channels (one entry per channel)", "command": f"git ls-tree {short} langgraph/"}
+        if langgraph else {"label": "state (one entry per key)", "command": f"git ls-tree {short} state/"},
         {"label": "with git agentos setup", "command": f"git show {short}"},
     ]
     for path in sample_files:

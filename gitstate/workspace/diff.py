@@ -16,6 +16,7 @@ import pygit2
 
 from gitstate.errors import CorruptObjectError
 from gitstate.format import checkpoint as cpfmt
+from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.statetree import StateReader
 from gitstate.git.reader import ObjectReader
@@ -89,19 +90,41 @@ class Diff:
 
 def _state_root(reader: ObjectReader, tree_id: str) -> tuple[str, str] | None:
     root = reader.tree(tree_id)
-    for kind, name in (("tree", cpfmt.STATE_TREE), ("leaf", cpfmt.STATE_LEAF)):
+    for kind, name in (("tree", cpfmt.STATE_TREE), ("langgraph", lgtree.LG_TREE), ("leaf", cpfmt.STATE_LEAF)):
         entry = root.get(name)
-        if entry is not None:
+        if entry is not None and (kind != "langgraph" or entry.type_str == "tree"):
             return (kind, entry.id)
     return None
 
 
+def _diff_channels(reader: ObjectReader, a: str, b: str) -> list[KeyChange]:
+    """Channels that differ between two LangGraph values trees (values as shown for display); an
+    entry that keeps its id is unchanged and not read."""
+    ea, eb = lgtree.channel_entries(reader, a), lgtree.channel_entries(reader, b)
+    out: list[KeyChange] = []
+    for key in sorted(set(ea) | set(eb)):
+        va, vb = ea.get(key), eb.get(key)
+        if va == vb:
+            continue
+        old = None if va is None else lgtree.show_entry(reader, *va)
+        new = None if vb is None else lgtree.show_entry(reader, *vb)
+        if va is None:
+            out.append(KeyChange(key, "added", None, new))
+        elif vb is None:
+            out.append(KeyChange(key, "removed", old, None))
+        elif old != new or type(old) is not type(new):
+            out.append(KeyChange(key, "changed", old, new))
+    return out
+
+
 def diff_state(objects: ObjectReader, a: Checkpoint, b: Checkpoint) -> list[KeyChange]:
-    """Top-level state keys that differ between two checkpoints."""
+    """Top-level state keys (a LangGraph checkpoint's channels) that differ between two checkpoints."""
     reader = StateReader(objects)
     ra, rb = _state_root(objects, a.tree_id), _state_root(objects, b.tree_id)
     if ra == rb:
         return []
+    if ra is not None and rb is not None and ra[0] == rb[0] == "langgraph":
+        return _diff_channels(objects, ra[1], rb[1])
     if ra is None or rb is None or ra[0] != "tree" or rb[0] != "tree":
         old = None if ra is None else a.state
         new = None if rb is None else b.state

@@ -21,6 +21,9 @@ WRITABLE_MODES = frozenset({MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE, 0o100664
 
 
 def hfs_fold(name: str) -> str:
+    """``name`` as HFS+ compares it: ignorable code points dropped, case folded."""
+    if name.isascii():  # none of the ignorable code points is ASCII
+        return name.lower()
     return "".join(c for c in name if ord(c) not in _HFS_IGNORABLE).lower()
 
 

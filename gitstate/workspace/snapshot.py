@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pygit2
+from pygit2.enums import ObjectType
 from pygit2.errors import check_error
 from pygit2.ffi import C, ffi
 from pygit2.utils import StrArray
@@ -44,9 +45,12 @@ from gitstate.git import privateindex
 from gitstate.git.location import Location
 from gitstate.git.objects import MODE_COMMIT, MODE_TREE, gc_epoch, objects_dir
 from gitstate.git.reader import ObjectReader
+from gitstate.workspace import scan
 
 BIG_BLOB = 32 * 1024 * 1024  # bytes; larger blobs are not packed by gitstate
+PACK_BATCH = 64 * 1024 * 1024  # bytes of new objects a fast snapshot holds in memory per pack
 _ADD_LITERAL = 2  # GIT_INDEX_ADD_DISABLE_PATHSPEC_MATCH
+_ENTRY_UPTODATE = 1 << 2  # GIT_INDEX_ENTRY_UPTODATE: in memory only; libgit2 skips its racy check
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class Snapshot:
     tree: str
     skipped: tuple[str, ...] = ()
     paths: tuple[str, ...] | None = None
+    scanned: bool = False  # captured by gitstate's own scan (the worktree then holds no .gitattributes)
 
 
 def normalize_path(path: str | os.PathLike[str], workdir: str) -> str:
@@ -82,10 +87,14 @@ def matches(path: str, prefixes: Sequence[str]) -> bool:
 class Workspace:
     """Snapshots of one store's worktree through the store's private index."""
 
-    def __init__(self, location: Location, on_new_objects: Callable[[list[str]], None] | None = None) -> None:
-        """``on_new_objects`` is told the ids of loose objects a snapshot wrote (for housekeeping)."""
+    def __init__(self, location: Location, on_new_objects: Callable[[list[str]], None] | None = None,
+                 store_objects: Callable[[list[tuple[int, bytes]]], None] | None = None) -> None:
+        """``on_new_objects`` is told the ids of loose objects a snapshot wrote (for housekeeping);
+        ``store_objects`` stores ``(type, body)`` objects as one pack through the store's write path
+        (needed by ``snapshot(fast=True)``)."""
         self.location = location
         self._on_new_objects = on_new_objects
+        self._store_objects = store_objects
         loc = location
         if loc.workdir is None:
             raise UsageError("a bare repository has no worktree to snapshot")
@@ -138,15 +147,24 @@ class Workspace:
         return prefixes
 
     def snapshot(self, paths: Iterable[str | os.PathLike[str]] | None = None,
-                 progress: Callable[[int], None] | None = None) -> Snapshot:
+                 progress: Callable[[int], None] | None = None, *, fast: bool = False,
+                 announce: Callable[[int], None] | None = None) -> Snapshot:
         """Capture the worktree (or only ``paths``: files or directories, see
         :meth:`resolve_paths`) and return its tree. ``progress`` is called with ``1`` per file
-        libgit2 has to hash (new or changed since the last snapshot), for a progress display.
+        that has to be hashed (new or changed since the last snapshot), for a progress display.
+
+        ``fast`` (a whole-worktree snapshot only): capture with :func:`gitstate.workspace.scan.capture`
+        where it applies (one ``lstat`` per file, new objects stored as one pack through the store),
+        else as usual; ``announce`` is then told first how many files will be hashed.
 
         Nothing of the user's is written: not ``.git/index``, not HEAD, not a file of the worktree."""
         prefixes = self.resolve_paths(paths)
         repo = self._repo()
         index = repo.index
+        if fast and prefixes is None and self._store_objects is not None:
+            snap = self._fast_snapshot(repo, index, announce, progress)
+            if snap is not None:
+                return snap
         try:
             index.read(False)  # pick up a newer private index written by another process
         except pygit2.GitError:
@@ -158,13 +176,10 @@ class Workspace:
             index.clear()
         self._forget_changed_big(index)
         skipped, ignore_changed = self._add_all_retrying(index, prefixes or [], progress)
-        if self._add_tracked(repo, index) or ignore_changed:
+        exclude_changed, _added = self._add_tracked(repo, index)
+        if exclude_changed or ignore_changed:
             self._drop_ignored(repo, index)
-        try:
-            index.write()
-            self._save_epoch(epoch)
-        except (pygit2.GitError, OSError):
-            pass  # another process holds index.lock: the tree is right, only the stat cache is not saved
+        self._write_index(index, epoch)
         big: list[str] = []
         if prefixes is None:
             tree = str(index.write_tree())
@@ -236,33 +251,204 @@ class Workspace:
     def _user_paths(self) -> set[str]:
         return read_index_paths(os.path.join(self.location.git_dir, "index"))
 
-    def _add_tracked(self, repo: pygit2.Repository, index: pygit2.Index) -> bool:
+    def _add_tracked(self, repo: pygit2.Repository, index: pygit2.Index,
+                     captured: Callable[[], set[str]] | None = None) -> tuple[bool, list[str]]:
         """Tracked-but-ignored files are captured as git captures them: paths that appeared in the
         user's index since the last look are added to the private index (libgit2 then keeps them
         even though they match an ignore rule). Returns whether ``info/exclude`` changed since the
-        last call (ignore rules must be re-applied)."""
+        last call (ignore rules must be re-applied), and the paths added. ``captured`` gives the
+        paths already in the private index (cheaper than asking it one by one).
+
+        The last look survives the process (``index-<wt>.user``): a fresh process whose user index
+        and ``info/exclude`` did not change since does not read the user's index again."""
         sig = self._signature()
         old = self._tracked_sig
+        if old is None and len(index):
+            old = self._saved_signature()
         self._tracked_sig = sig
         if old is not None and sig[0] == old[0] and len(index):
-            return sig[1] != old[1]
+            return sig[1] != old[1], []
         users = self._user_paths()
-        known = self._user_known if old is not None and len(index) else set()
+        known = self._user_known if self._user_known and len(index) else set()
         self._user_known = users
-        for path in users - known:
+        added: list[str] = []
+        todo = users - known
+        if todo and captured is not None:
+            todo -= captured()
+        for path in todo:
             if path not in index and os.path.lexists(os.path.join(self.workdir, path)):
                 try:
                     index.add(path)  # add by path: ignore rules do not apply
                 except (pygit2.GitError, OSError):
-                    pass  # a directory now, or unreadable: left out as git would
-        return old is not None and sig[1] != old[1]
+                    continue  # a directory now, or unreadable: left out as git would
+                added.append(path)
+        return old is not None and sig[1] != old[1], added
 
-    def _drop_ignored(self, repo: pygit2.Repository, index: pygit2.Index) -> None:
-        """After ignore rules changed: forget files that became ignored and are not user-tracked."""
+    def _saved_signature(self) -> tuple[Any, ...] | None:
+        try:
+            with open(self.index_path + ".user", encoding="ascii") as fh:
+                parts = fh.read().split()
+        except OSError:
+            return None
+        try:
+            values = [None if p == "-" else tuple(int(x) for x in p.split(",")) for p in parts]
+        except ValueError:
+            return None
+        return tuple(values) if len(values) == 2 else None
+
+    def _save_signature(self) -> None:
+        sig = self._tracked_sig
+        if sig is None or sig == self._saved_signature():
+            return
+        text = " ".join("-" if v is None else ",".join(str(x) for x in v) for v in sig) + "\n"
+        tmp = f"{self.index_path}.user.{os.getpid()}.{threading.get_ident()}"
+        try:
+            with open(tmp, "w", encoding="ascii") as fh:
+                fh.write(text)
+            os.replace(tmp, self.index_path + ".user")
+        except OSError:
+            pass
+
+    def _drop_ignored(self, repo: pygit2.Repository, index: pygit2.Index) -> list[str]:
+        """After ignore rules changed: forget files that became ignored and are not user-tracked
+        (returns their paths)."""
         tracked = self._user_paths()
+        dropped = []
         for entry in list(index):
             if entry.path not in tracked and repo.path_is_ignored(entry.path):
                 index.remove(entry.path)
+                dropped.append(entry.path)
+        return dropped
+
+    def _write_index(self, index: pygit2.Index, epoch: str | None = None) -> None:
+        """Save the private index (and ``epoch``, the :func:`gc_epoch` its ids were checked against)."""
+        try:
+            index.write()
+        except (pygit2.GitError, OSError):
+            # another process holds index.lock: the tree is right, only the stat cache is not
+            # saved; the next look at the user's index starts afresh (what was added is not on disk)
+            self._local.unsaved = True
+            self._tracked_sig = None
+            self._user_known = set()
+            try:
+                os.unlink(self.index_path + ".user")
+            except OSError:
+                pass
+        else:
+            self._save_signature()
+            if epoch is not None:
+                self._save_epoch(epoch)
+
+    # -- the fast path -------------------------------------------------------------------------
+
+    def _fast_snapshot(self, repo: pygit2.Repository, index: pygit2.Index,
+                       announce: Callable[[int], None] | None,
+                       progress: Callable[[int], None] | None) -> Snapshot | None:
+        """:func:`scan.capture` and what ``snapshot`` does around ``add_all``, with the new blobs
+        and trees stored as one pack; ``None`` where the scan does not apply (nothing written)."""
+        assert self._store_objects is not None
+        epoch = gc_epoch(objects_dir(repo))
+        if epoch != self._saved_epoch():
+            return None  # a `git gc` may have pruned ids the stat cache trusts: the full path rehashes
+        try:
+            # the scan reads the file: memory must hold exactly that (it holds more only after a
+            # write failed; otherwise re-reading is needed only if another process wrote the file)
+            index.read(bool(getattr(self._local, "unsaved", False)))
+        except pygit2.GitError:
+            return None
+        self._local.unsaved = False
+        cap = scan.capture(repo, self.index_path, self.workdir, self.location.common_dir, BIG_BLOB,
+                           announce=announce, progress=progress, store=self._store_objects, batch=PACK_BATCH)
+        if cap is None:
+            return None
+        entries = cap.entries
+        odb = repo.odb
+        # libgit2 adds an index entry only for a stored object: blobs first, with the trees when
+        # nothing else can change them (no big file for libgit2 to add)
+        pending: list[tuple[int, bytes]] = list(cap.objects)
+        tree = None
+        if not cap.big:
+            tree = self._new_trees(entries, odb, pending)
+        self._store_in_batches(pending)
+        for raw in cap.removed:
+            index.remove(os.fsdecode(raw))
+        for raw, st in cap.stats.items():
+            mode, oid = entries[raw]
+            add_entry(index, raw, oid, mode, st)
+        changed = bool(cap.big)
+        for raw in cap.big:  # streamed into loose objects by libgit2, never read whole here
+            name = os.fsdecode(raw)
+            if name in index:
+                index.remove(name)
+            index.add(name)
+            entry = index[name]
+            entries[raw] = (int(entry.mode), entry.id.raw)
+        exclude_changed, added = self._add_tracked(
+            repo, index, lambda: {os.fsdecode(p) for p in entries})
+        for name in added:
+            entry = index[name]
+            entries[os.fsencode(name)] = (int(entry.mode), entry.id.raw)
+            changed = True
+        if exclude_changed or cap.ignore_changed:
+            for name in self._drop_ignored(repo, index):
+                entries.pop(os.fsencode(name), None)
+                changed = True
+        if tree is None or changed:
+            pending = []
+            tree = self._new_trees(entries, odb, pending)
+            self._store_in_batches(pending)
+        self._write_index(index, epoch)
+        loose = [str(index[p].id) for p in added if p in index]
+        new_loose = [oid for oid in loose if _loose_size(self.location.common_dir, oid) is not None
+                     and _blob_size(repo, oid) <= BIG_BLOB]
+        if new_loose and self._on_new_objects is not None:
+            self._on_new_objects(new_loose)
+        self._save_last_tree(tree)
+        big = [os.fsdecode(p) for p in cap.big]
+        if big or self._big_stats():
+            self._save_big(index, big)
+        return Snapshot(tree, tuple(cap.skipped), None, scanned=True)
+
+    @staticmethod
+    def _new_trees(entries: dict[bytes, tuple[int, bytes]], odb: pygit2.Odb, out: list[tuple[int, bytes]]) -> str:
+        """The root tree of ``entries`` (hex id); the trees not stored yet are appended to ``out``."""
+        root, trees = scan.build_trees(entries)
+        if root.hex() not in odb:  # else every tree below it is stored too (git's write-tree trusts the same)
+            out.extend((int(ObjectType.TREE), body) for oid, body in trees.items() if oid.hex() not in odb)
+        return root.hex()
+
+    def _store_in_batches(self, objects: list[tuple[int, bytes]]) -> None:
+        """Hand the objects to the store, at most :data:`PACK_BATCH` bytes of bodies per pack."""
+        assert self._store_objects is not None
+        batch: list[tuple[int, bytes]] = []
+        size = 0
+        for kind, body in objects:
+            batch.append((kind, body))
+            size += len(body)
+            if size >= PACK_BATCH:
+                self._store_objects(batch)
+                batch, size = [], 0
+        if batch:
+            self._store_objects(batch)
+
+    def record(self, written: dict[str, tuple[str, int, os.stat_result]], removed: Iterable[str]) -> None:
+        """Tell the stat cache what a restore just wrote (path → (blob id, mode, ``lstat`` after the
+        write)) and removed, as git's checkout updates its index: the next snapshot then costs one
+        ``lstat`` for those files instead of hashing them again. Best effort (another process may
+        hold the index lock: the next snapshot hashes them then)."""
+        repo = self._repo()
+        index = repo.index
+        try:
+            index.read(False)
+            for path in removed:
+                if path in index:
+                    index.remove(path)
+            for path, (oid, mode, st) in written.items():
+                add_entry(index, os.fsencode(path), bytes.fromhex(oid), mode, st)
+            index.write()
+        except (pygit2.GitError, OSError):
+            self._local.unsaved = True
+            self._tracked_sig = None
 
     # -- housekeeping --------------------------------------------------------------------------
 
@@ -409,6 +595,33 @@ def head_tree(repo: pygit2.Repository) -> str | None:
         return str(repo.head.peel(pygit2.Tree).id)
     except (pygit2.GitError, KeyError, ValueError):
         return None
+
+
+def _int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def add_entry(index: pygit2.Index, path: bytes, oid: bytes, mode: int, st: os.stat_result) -> None:
+    """Put ``path`` into ``index`` with its blob id, mode and the stat data libgit2 records
+    (``git_index_entry__init_from_stat``), marked up to date: the content was just read or
+    written, so libgit2 need not hash it again when it writes the index."""
+    centry = ffi.new("git_index_entry *")
+    centry.ctime.seconds = _int32(st.st_ctime_ns // 1_000_000_000)
+    centry.ctime.nanoseconds = st.st_ctime_ns % 1_000_000_000
+    centry.mtime.seconds = _int32(st.st_mtime_ns // 1_000_000_000)
+    centry.mtime.nanoseconds = st.st_mtime_ns % 1_000_000_000
+    centry.dev = st.st_rdev & 0xFFFFFFFF
+    centry.ino = st.st_ino & 0xFFFFFFFF
+    centry.mode = mode
+    centry.uid = st.st_uid & 0xFFFFFFFF
+    centry.gid = st.st_gid & 0xFFFFFFFF
+    centry.file_size = st.st_size & 0xFFFFFFFF
+    centry.flags_extended = _ENTRY_UPTODATE
+    ffi.buffer(ffi.addressof(centry, "id"))[:20] = oid
+    cpath = ffi.new("char[]", path)
+    centry.path = cpath
+    check_error(C.git_index_add(index._index, centry))
 
 
 def _stat_key(path: str) -> tuple[int, ...] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +296,14 @@ def test_commit_messages_and_trailers_as_git_shows_them(varied: tuple[Path, Vari
 def test_for_each_ref_lists_documented_ref_names(varied: tuple[Path, VariedStore], tmp_path: Path) -> None:
     repo, w = varied
     refs = git(repo, "for-each-ref", "--format=%(refname) %(objecttype)", "refs/agentos/").splitlines()
+    # the pending writes of the thread's checkpoint (put_writes with no put after it) are a writes
+    # ref named by its blob's id (the checkpoint id in the blob varies from run to run)
+    writes_ref = re.compile(r"refs/agentos/main/runs/lg%20thread/writes/([0-9a-f]{40}) blob")
+    found = [m for m in map(writes_ref.fullmatch, refs) if m]
+    assert len(found) == 1
+    lg_writes = found[0].group(1)
+    assert blob_id(repo, git_bytes(repo, "cat-file", "blob", lg_writes)) == lg_writes
+    assert loads(git_bytes(repo, "cat-file", "blob", lg_writes))["format"] == "langgraph-writes"
     assert refs == [f"{r} commit" for r in [
         "refs/agentos/main/runs/golden%20run%2F1/files/data%2Ebin",
         "refs/agentos/main/runs/golden%20run%2F1/files/notes%2Fplan%2Emd",
@@ -307,6 +316,10 @@ def test_for_each_ref_lists_documented_ref_names(varied: tuple[Path, VariedStore
         "refs/agentos/main/runs/golden%20run%2F1/run",
         "refs/agentos/main/runs/lg%20thread/heads/main",
         "refs/agentos/main/runs/lg%20thread/run",
+    ]] + [
+        # the pending writes of the thread's checkpoint (put_writes with no put after it): a blob
+        f"refs/agentos/main/runs/lg%20thread/writes/{lg_writes} blob",
+    ] + [f"{r} commit" for r in [
         "refs/agentos/main/runs/plain/heads/main",
         "refs/agentos/main/runs/plain/run",
     ]]

@@ -109,14 +109,17 @@ def test_golden_layout_of_chunked_list(golden_repo: Path, monkeypatch: pytest.Mo
 LG_THREAD = "golden-thread"
 CID_1 = "1f000000-0000-6000-8000-000000000001"
 CID_2 = "1f000000-0000-6000-8000-000000000002"
+CID_3 = "1f000000-0000-6000-8000-000000000003"
 V = "00000000000000000000000000000001.0000000000000000"
 V2 = "00000000000000000000000000000002.0000000000000000"
+V3 = "00000000000000000000000000000003.0000000000000000"
 
 LG_GOLDEN: dict[str, str] = {
     "cp1": "6a07021a1a0ee83ee2a3762ca603c09cb10e2a95",
     "cp1.tree": "7e42d8025096e254976aea1de21ada52f0c062d4",
     "cp2": "f3fe5f0651188f665329953f09038f7f833d876c",
     "cp2.tree": "057586bfd86d03a7aaed07f50d02aab90cbd6df8",
+    "cp2.pending": "da375565ad0206cd943d2570ab81609daff5cc43",
     "cp2.writes": "962ede0c94a59802568b1b53467bf7dd19880d4c",
     "cp2.writes.tree": "9364142a153ed539d582153b5ba8798349e0dffa",
     "serde.checkpoint1": "7350162b90913363fd33d6eb35db35ea341e0d6b",
@@ -161,8 +164,21 @@ def test_golden_ids_of_langgraph_checkpoints(golden_repo: Path, monkeypatch: pyt
         ids["cp2.tree"] = rev(golden_repo, ref + "^{tree}")
         clock.at(102)
         saver.put_writes(conf2, [("topic", "next topic"), ("messages", ["pending"])], "task-1", "path-1")
-        ids["cp2.writes"] = rev(golden_repo, ref)
-        ids["cp2.writes.tree"] = rev(golden_repo, ref + "^{tree}")
+        assert rev(golden_repo, ref) == ids["cp2"]  # pending writes do not move the branch ...
+        pending = git(golden_repo, "for-each-ref", "--format=%(refname:lstrip=-1)",
+                      f"refs/agentos/main/runs/{LG_THREAD}/writes/").split()
+        assert len(pending) == 1  # ... they are a writes ref named by its blob's id
+        ids["cp2.pending"] = pending[0]
+        clock.at(103)
+        cp3 = _lg_checkpoint(CID_3, "2026-01-01T00:00:02+00:00",
+                             {"messages": [*messages, "message 40", "pending"], "topic": "next topic"},
+                             {"messages": V3, "topic": V3}, {"agent": {"messages": V2}})
+        saver.put(conf2, cp3, {"source": "loop", "step": 1, "parents": {}, "run_id": "lg-run-1"},
+                  {"messages": V3, "topic": V3})
+        # the next put folds the writes into cp2's commit (same bytes as amending it at once did)
+        ids["cp2.writes"] = rev(golden_repo, ref + "^")
+        ids["cp2.writes.tree"] = rev(golden_repo, ref + "^^{tree}")
+        assert git(golden_repo, "for-each-ref", f"refs/agentos/main/runs/{LG_THREAD}/writes/") == ""
     serde_ids = {k: v for k, v in ids.items() if k.startswith("serde.")}
     assert serde_ids == {k: v for k, v in LG_GOLDEN.items() if k.startswith("serde.")}, (
         "LangGraph's serde encodes differently: the ids below change for that reason, not gitstate's")
@@ -173,5 +189,6 @@ def test_golden_ids_of_langgraph_checkpoints(golden_repo: Path, monkeypatch: pyt
     chunks = ls_tree(golden_repo, ids["cp2"] + ":langgraph/messages.l")
     assert [n for *_x, n in chunks] == ["0000000000", "0000000032"]
     assert git(golden_repo, "log", "--format=%s", ref) == (
-        "checkpoint · step 1 · loop · completed\ncheckpoint · step 0 · input · completed\n")
+        "checkpoint · step 2 · loop · completed\ncheckpoint · step 1 · loop · completed\n"
+        "checkpoint · step 0 · input · completed\n")
     assert T0 + 101 == float(git(golden_repo, "log", "-1", "--format=%ct", ids["cp2"]).strip()) + 0.25

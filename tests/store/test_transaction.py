@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import bounded, git
@@ -273,7 +274,11 @@ def test_a_ref_file_at_a_parent_name_fails_at_once(quick: gitstate.Store, repo: 
 # -- the LangGraph saver under a held lock ------------------------------------------------------
 
 
-def test_saver_put_writes_under_a_held_lock_ends_in_lock_timeout(repo: Path) -> None:
+def test_saver_under_a_held_branch_lock_ends_in_lock_timeout(repo: Path) -> None:
+    """Regular pending writes move no branch (a writes ref is created), so they land while the
+    branch's lock is held; what must move the branch -- an error write amending the checkpoint, the
+    next put -- ends in LockTimeoutError, and lands once the lock is gone (the put folding the
+    pending writes into the checkpoint's commit)."""
     pytest.importorskip("langgraph.checkpoint.base")
     from langgraph.checkpoint.base import empty_checkpoint
 
@@ -281,21 +286,36 @@ def test_saver_put_writes_under_a_held_lock_ends_in_lock_timeout(repo: Path) -> 
 
     store = gitstate.open_store(repo, lock_timeout=TIMEOUT)
     saver = GitCheckpointSaver(store=store)
-    cp = empty_checkpoint()
-    cp["channel_values"] = {"n": 1}
-    cp["channel_versions"] = {"n": "1"}
-    cfg = saver.put({"configurable": {"thread_id": "held", "checkpoint_ns": ""}}, cp, {"source": "loop", "step": 0},
-                    {"n": "1"})
+
+    def checkpoint(n: int) -> Any:
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"n": n}
+        cp["channel_versions"] = {"n": str(n)}
+        return cp
+
+    cfg = saver.put({"configurable": {"thread_id": "held", "checkpoint_ns": ""}}, checkpoint(1),
+                    {"source": "loop", "step": 0}, {"n": "1"})
     ref = store.get_run("held").ref("main")
     tip = store.read_ref(ref)
     assert tip is not None
     with held_lock(Path(store.location.common_dir, ref + ".lock")):
+        saver.put_writes(cfg, [("n", 2)], "task-1")  # a new writes ref: no branch lock needed
         start = time.monotonic()
         with pytest.raises(LockTimeoutError):
-            bounded(lambda: saver.put_writes(cfg, [("n", 2)], "task-1"), TIMEOUT + 30)
+            bounded(lambda: saver.put_writes(cfg, [("__error__", ValueError("boom"))], "task-2"), TIMEOUT + 30)
+        with pytest.raises(LockTimeoutError):
+            bounded(lambda: saver.put(cfg, checkpoint(2), {"source": "loop", "step": 1}, {"n": "2"}),
+                    TIMEOUT + 30)
         elapsed = time.monotonic() - start
-    assert elapsed < TIMEOUT + 5, elapsed
+    assert elapsed < 2 * TIMEOUT + 5, elapsed
     assert store.read_ref(ref) == tip
-    saver.put_writes(cfg, [("n", 2)], "task-1")  # once the lock is gone the same call lands
     got = saver.get_tuple(cfg)
     assert got is not None and got.pending_writes == [("task-1", "n", 2)]
+    nxt = saver.put(cfg, checkpoint(2), {"source": "loop", "step": 1}, {"n": "2"})  # lands now
+    assert store.read_ref(ref) != tip and store.list_refs(store.get_run("held").ref("main")[:-len("heads/main")]
+                                                           + "writes/") == []
+    got = saver.get_tuple(cfg)
+    assert got is not None and got.pending_writes == [("task-1", "n", 2)]
+    assert got.config["configurable"]["checkpoint_id"] == cfg["configurable"]["checkpoint_id"]
+    latest = saver.get_tuple({"configurable": {"thread_id": "held", "checkpoint_ns": ""}})
+    assert latest is not None and latest.config == nxt

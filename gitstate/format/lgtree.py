@@ -1,0 +1,229 @@
+"""A LangGraph checkpoint as the saver (``gitstate.langgraph``) lays it out in git, read for display.
+
+The checkpoint commit's tree holds ``meta.cbor`` (with key :data:`LG_META`: the LangGraph
+checkpoint and metadata as serde-typed pairs), ``langgraph/`` (:data:`LG_TREE`, one entry per channel:
+``<channel>.v`` a typed blob, ``<channel>.l/`` a list in msgpack chunks of :data:`CHUNK` items,
+grouped :data:`FANOUT` to a subtree) and, when tasks wrote something, ``langgraph-writes.cbor``
+(:data:`WRITES_BLOB`). docs/FORMAT.md ("LangGraph checkpoints") is the contract.
+
+Everything here reads through the guarded reader and shows values with
+:mod:`gitstate.format.lgserde`: plain data, nothing the data names is imported or built. A value
+whose bytes do not decode is shown as an ``{"$error": ...}`` stub in its place; a damaged or missing
+git object is a :class:`~gitstate.errors.CorruptObjectError`, as everywhere else."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gitstate.errors import CorruptObjectError
+from gitstate.format import encoding, lgserde
+from gitstate.format.names import decode_component
+from gitstate.git.objects import MODE_TREE
+from gitstate.git.reader import ObjectReader, TreeData
+
+__all__ = [
+    "CHUNK", "FANOUT", "LG_META", "LG_TREE", "LIST", "VALUE", "WORKFLOW", "WRITES_BLOB", "Boundary",
+    "LineCheckpoint", "boundaries", "channel_entries", "details", "next_nodes", "read_writes", "show_chunk",
+    "show_entry", "show_values", "values_tree",
+]
+
+WORKFLOW = "langgraph"
+LG_TREE = "langgraph"
+LG_META = "langgraph"
+WRITES_BLOB = "langgraph-writes.cbor"
+VALUE = ".v"
+LIST = ".l"
+CHUNK = 32
+FANOUT = 64
+MAX_CHUNK_DEPTH = 64  # chunk subtrees a reader follows (64**64 chunks is far beyond any list)
+TRIGGER_PREFIX = "branch:to:"  # LangGraph's per-node trigger channels (a value: the node runs next)
+START = "__start__"  # the input channel (and the node that reads it)
+TASKS = "__pregel_tasks"  # pending Send packets
+
+
+def values_tree(root: TreeData) -> str | None:
+    """The id of a checkpoint tree's ``langgraph/`` values tree, or ``None`` (not a LangGraph
+    checkpoint)."""
+    entry = root.get(LG_TREE)
+    return entry.id if entry is not None and entry.filemode == MODE_TREE else None
+
+
+def channel_entries(reader: ObjectReader, tree_id: str) -> dict[str, tuple[str, str, int]]:
+    """The channels of a values tree: channel name → ``(entry name, id, mode)``. Entries that are
+    neither ``.v`` blobs nor ``.l/`` trees are kept under their entry name (shown as errors)."""
+    out: dict[str, tuple[str, str, int]] = {}
+    for item in reader.tree(tree_id):
+        name = item.name
+        if name.endswith(VALUE) and item.filemode != MODE_TREE:
+            channel = decode_component(name[: -len(VALUE)])
+        elif name.endswith(LIST) and item.filemode == MODE_TREE:
+            channel = decode_component(name[: -len(LIST)])
+        else:
+            channel = name
+        out[channel] = (name, item.id, item.filemode)
+    return out
+
+
+def show_entry(reader: ObjectReader, name: str, oid: str, mode: int) -> Any:
+    """One channel's value for display (see :mod:`gitstate.format.lgserde`)."""
+    if name.endswith(LIST) and mode == MODE_TREE:
+        return _show_list(reader, oid)
+    if name.endswith(VALUE) and mode != MODE_TREE:
+        data = reader.blob(oid)
+        try:
+            kind, payload = lgserde.parse_typed(data, oid)
+        except CorruptObjectError as exc:
+            return {"$error": exc.reason, "size": len(data)}
+        return lgserde.show_typed(kind, payload)
+    return {"$error": f"unexpected entry {name!r} in a values tree"}
+
+
+def _show_list(reader: ObjectReader, oid: str) -> list[Any]:
+    chunks = sorted((path, item.id) for path, item in reader.walk_tree(oid, MAX_CHUNK_DEPTH)
+                    if item.filemode != MODE_TREE)
+    items: list[Any] = []
+    for _path, cid in chunks:
+        shown = show_chunk(reader.blob(cid))
+        if isinstance(shown, list):
+            items.extend(shown)
+        else:
+            items.append(shown)
+    return items
+
+
+def show_chunk(data: bytes) -> Any:
+    """A list chunk (a msgpack array of items) for display: its items, or an ``$error`` stub."""
+    if not data or not (0x90 <= data[0] <= 0x9F or data[0] in (0xDC, 0xDD)):
+        return {"$error": "list chunk is not a msgpack array", "size": len(data)}
+    return lgserde.show_msgpack(data)
+
+
+def show_values(reader: ObjectReader, tree_id: str) -> dict[str, Any]:
+    """Every channel of a values tree, for display: channel name → shown value."""
+    return {channel: show_entry(reader, *entry) for channel, entry in sorted(channel_entries(reader, tree_id).items())}
+
+
+def read_writes(reader: ObjectReader, root: TreeData) -> list[Any]:
+    """The raw write records of a checkpoint (``[]`` when it has none)."""
+    entry = root.get(WRITES_BLOB)
+    if entry is None:
+        return []
+    records = encoding.loads(reader.blob(entry.id), entry.id)
+    if not isinstance(records, list):
+        raise CorruptObjectError(entry.id, "writes are not a list of write records")
+    return records
+
+
+def next_nodes(reader: ObjectReader, values: str) -> list[str]:
+    """The nodes a checkpoint schedules next, as LangGraph's ``StateSnapshot.next`` names them: those
+    its trigger channels (``branch:to:<node>``) name, ``__start__`` while the input is pending, and
+    the targets of pending ``Send`` packets (``__pregel_tasks``)."""
+    entries = channel_entries(reader, values)
+    names = {ch[len(TRIGGER_PREFIX):] for ch in entries if ch.startswith(TRIGGER_PREFIX)}
+    if START in entries:
+        names.add(START)
+    if TASKS in entries:
+        packets = show_entry(reader, *entries[TASKS])
+        for packet in packets if isinstance(packets, list) else []:
+            args = packet.get("args") if isinstance(packet, dict) else None
+            if isinstance(args, list) and args and isinstance(args[0], str):
+                names.add(args[0])
+    return sorted(names)
+
+
+def _mapping(value: Any) -> dict[Any, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def details(reader: ObjectReader, tree_id: str, meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """LangGraph's own view of a checkpoint (``None`` if it is not one): ``checkpoint_id``,
+    ``checkpoint_ns``, ``source``, ``step`` (LangGraph's numbering: -1 for the input), ``parents``,
+    ``next`` (nodes scheduled), ``metadata`` (the rest of LangGraph's metadata) and ``writes``
+    (pending writes, values shown), all plain data."""
+    root = reader.tree(tree_id)
+    values = values_tree(root)
+    if values is None:
+        return None
+    payload = meta.get(LG_META)
+    shown = _mapping(lgserde.show_payload(payload))
+    md = _mapping(shown.get("metadata"))
+    info = _mapping(meta.get("metadata"))
+    rest = {k: v for k, v in md.items() if k not in ("source", "step", "parents", "writes")}
+    out: dict[str, Any] = {
+        "checkpoint_id": info.get("checkpoint_id"), "checkpoint_ns": info.get("checkpoint_ns", ""),
+        "source": md.get("source"), "step": md.get("step", info.get("langgraph_step")),
+        "parents": md.get("parents") or {}, "next": next_nodes(reader, values),
+        "metadata": rest, "writes": lgserde.show_writes(read_writes(reader, root)),
+    }
+    if isinstance(md.get("writes"), dict):  # LangGraph before 0.4 recorded the writes of the step
+        out["step_writes"] = md["writes"]
+    return out
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A node of a LangGraph line: ``entry`` and ``exit`` are the checkpoint the node produced (a
+    LangGraph node writes one per step), or the checkpoint it stopped at when it failed or was
+    interrupted; ``status`` is ``completed``, ``failed`` (it wrote an error) or ``interrupted``
+    (it stopped at an ``interrupt`` and has not been resumed)."""
+
+    node: str
+    entry: str
+    exit: str
+    status: str
+
+
+class LineCheckpoint(Protocol):
+    """What :func:`boundaries` needs of one checkpoint (a :class:`~gitstate.format.checkpoint.
+    Checkpoint` has it): its id, the nodes that produced it (the core ``node`` field,
+    comma-separated), its status and its tree."""
+
+    @property
+    def id(self) -> str: ...  # noqa: D102
+
+    @property
+    def node(self) -> str | None: ...  # noqa: D102
+
+    @property
+    def status(self) -> str | None: ...  # noqa: D102
+
+    @property
+    def tree_id(self) -> str: ...  # noqa: D102
+
+
+def _stopped(reader: ObjectReader, cp: LineCheckpoint) -> list[tuple[str, str]]:
+    """``(node, failed|interrupted)`` for the tasks of ``cp`` that wrote an error or an interrupt."""
+    out: list[tuple[str, str]] = []
+    for record in read_writes(reader, reader.tree(cp.tree_id)):
+        if not isinstance(record, list) or len(record) != 6:
+            continue
+        kind = {"__error__": "failed", "__interrupt__": "interrupted"}.get(record[1])
+        node = lgserde.task_node(record[4])
+        if kind is not None and node is not None and (node, kind) not in out:
+            out.append((node, kind))
+    return out
+
+
+def boundaries(reader: ObjectReader, line: Sequence[LineCheckpoint]) -> list[Boundary]:
+    """The node boundaries of a LangGraph line (``line`` oldest first), in execution order: each
+    node that produced a checkpoint, and each node that stopped at a checkpoint with an error or an
+    interrupt (a node that completes later, resumed, replaces its stopped boundary)."""
+    out: list[Boundary] = []
+    open_: dict[str, int] = {}  # node -> index in out of its failed/interrupted boundary
+    for cp in line:
+        for name in [n for n in (cp.node or "").split(",") if n]:
+            at = open_.pop(name, None)
+            if at is not None:
+                out[at] = Boundary(name, cp.id, cp.id, "completed")
+            else:
+                out.append(Boundary(name, cp.id, cp.id, "completed"))
+        if cp.status in ("failed", "interrupted"):
+            for name, kind in _stopped(reader, cp):
+                if name in open_:
+                    continue
+                open_[name] = len(out)
+                out.append(Boundary(name, cp.id, cp.id, kind))
+    return out
+

@@ -1,0 +1,364 @@
+"""Capturing the worktree from the private index's stat cache, without libgit2's ``add_all``.
+
+``git_index_add_all`` costs about half a millisecond per changed file on top of reading it (its
+index-to-worktree diff hashes each changed file, with several attribute lookups and ``realpath``
+walks per path, then adds it with the same lookups again and writes a loose object: three file
+operations each). A restore must save every changed file before it overwrites it, so that cost
+alone made a restore of 1,000 changed files several times slower than ``git checkout``.
+
+:func:`capture` does the same job for the common case with one ``lstat`` per file and one read per
+changed file: it compares the worktree with the stat data of the private index (as git's index
+refresh does), hashes only files whose stat data changed (or that are racily clean: modified in
+the same instant the index was written), and returns the new blobs and trees for the caller to store
+as one pack. It gives up (returns ``None``, and the caller runs ``add_all``) wherever libgit2 would
+do something it does not: any attributes file (filters: ``.gitattributes``, ``info/attributes``,
+``core.attributesFile``, the global and system files), ``core.autocrlf``, ``core.filemode`` or
+``core.symlinks`` off, ``core.ignorecase`` or ``core.precomposeUnicode`` on, an index with
+conflicts, extended flags or a version other than 2, a directory that is tracked and holds a
+``.git``, a file it cannot read, a platform other than POSIX, an empty private index (the first
+snapshot hashes everything anyway). What it captures is what ``add_all`` captures: tracked and
+untracked files, ignore rules through libgit2's own matcher (an ignored directory is not entered,
+an untracked directory holding ``.git`` is skipped and reported), exec bits and symbolic links as
+git records them; ``tests/test_scan.py`` compares the two on the same worktrees. Files larger than
+``big`` bytes are left to libgit2 (streamed, never read whole): they are returned in
+:attr:`Capture.big`, still to be added."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pygit2
+from pygit2.enums import ConfigLevel, ObjectType, Option
+
+from gitstate.git.objects import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE
+
+# One index entry of version 2: ctime s, ns, mtime s, ns, dev, ino, mode, uid, gid, size, id, flags.
+# The stat data is compared as bytes: everything but ``dev`` (libgit2 stores ``st_rdev`` there).
+_STAT = struct.Struct(">9I")  # ctime s, ns, mtime s, ns, ino, mode, uid, gid, size
+_HEADER = struct.Struct(">II")
+_FLAGS = struct.Struct(">H")
+_MODE = struct.Struct(">I")
+_STAGE_AND_EXTENDED = 0x3000 | 0x4000
+_ATTRIBUTES = b".gitattributes"
+_M32 = 0xFFFFFFFF
+
+
+@dataclass
+class Capture:
+    """The worktree as :func:`capture` found it.
+
+    ``entries``: every captured path (bytes, ``/``-separated) with its mode and 20-byte id;
+    ``stats``: the ``lstat``/``fstat`` of each path that was hashed (to record in the index);
+    ``removed``: index paths no longer in the worktree; ``objects``: new blobs as
+    ``(type, body)``; ``big``: changed or new files above the size limit, for libgit2 to add;
+    ``skipped``: untracked directories holding their own repository; ``ignore_changed``: a
+    ``.gitignore`` was added, changed or removed."""
+
+    entries: dict[bytes, tuple[int, bytes]]
+    stats: dict[bytes, os.stat_result] = field(default_factory=dict)
+    removed: list[bytes] = field(default_factory=list)
+    objects: list[tuple[int, bytes]] = field(default_factory=list)
+    big: list[bytes] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    ignore_changed: bool = False
+
+
+class _GiveUp(Exception):
+    """A case :func:`capture` leaves to libgit2."""
+
+
+def read_stat_cache(index_path: str) -> dict[bytes, tuple[bytes, bytes]] | None:
+    """The entries of a version-2 index file: path → (stat key, 20-byte id), the stat key being
+    the entry's stat data without ``dev`` as :func:`stat_key` packs it (the git mode included).
+    ``None`` when the file is missing, not version 2, or holds conflicts or extended flags."""
+    try:
+        with open(index_path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    if len(data) < 12 or data[:4] != b"DIRC":
+        return None
+    version, count = _HEADER.unpack_from(data, 4)
+    if version != 2:
+        return None
+    out: dict[bytes, tuple[bytes, bytes]] = {}
+    pos = 12
+    flags_at = _FLAGS.unpack_from
+    find = data.index
+    try:
+        for _ in range(count):
+            flags = flags_at(data, pos + 60)[0]
+            if flags & _STAGE_AND_EXTENDED:
+                return None
+            start = pos + 62
+            length = flags & 0xFFF
+            end = start + length if length < 0xFFF else find(b"\0", start)  # git stores short lengths
+            out[data[start:end]] = (data[pos:pos + 16] + data[pos + 20:pos + 40], data[pos + 40:pos + 60])
+            pos += (62 + end - start + 8) & ~7
+    except (struct.error, ValueError):
+        return None
+    return out
+
+
+def stat_key(st: os.stat_result) -> bytes:
+    """An ``lstat`` result as :func:`read_stat_cache` keys it (git's 32-bit fields, git's mode)."""
+    ctime, mtime = st.st_ctime_ns, st.st_mtime_ns
+    return _STAT.pack((ctime // 1_000_000_000) & _M32, ctime % 1_000_000_000,
+                      (mtime // 1_000_000_000) & _M32, mtime % 1_000_000_000,
+                      st.st_ino & _M32, git_mode(st.st_mode), st.st_uid & _M32, st.st_gid & _M32,
+                      st.st_size & _M32)
+
+
+def git_mode(st_mode: int) -> int:
+    """The mode git records for a file, link or directory with this ``st_mode``."""
+    if stat.S_ISLNK(st_mode):
+        return MODE_LINK
+    if stat.S_ISDIR(st_mode):
+        return MODE_TREE
+    return MODE_EXEC if st_mode & 0o100 else MODE_BLOB
+
+
+def _config_allows(repo: pygit2.Repository) -> bool:
+    """Whether the configuration asks for nothing :func:`capture` leaves out (filters, a file
+    system that cannot be trusted with modes, links or case)."""
+    try:
+        config = repo.config
+
+        def flag(name: str, default: bool) -> bool:
+            return config.get_bool(name) if name in config else default
+
+        if not flag("core.filemode", True) or not flag("core.symlinks", True):
+            return False
+        if flag("core.ignorecase", False) or flag("core.precomposeunicode", False):
+            return False
+        if "core.autocrlf" in config and str(config["core.autocrlf"]).lower() not in ("false", "0", "no", "off"):
+            return False
+        if "core.attributesfile" in config:
+            return False
+    except (pygit2.GitError, KeyError, ValueError):
+        return False
+    return True
+
+
+def attribute_files(common_dir: str) -> list[str]:
+    """The attribute files outside the worktree that libgit2 reads: ``info/attributes``, the
+    global (XDG) file and the system file; only those that exist."""
+    places = [os.path.join(common_dir, "info", "attributes")]
+    for level, name in ((ConfigLevel.XDG, "attributes"), (ConfigLevel.SYSTEM, "gitattributes")):
+        try:
+            folders = str(pygit2.option(Option.GET_SEARCH_PATH, level) or "")
+        except (pygit2.GitError, ValueError):
+            folders = "/etc" if level == ConfigLevel.SYSTEM else ""
+        places.extend(os.path.join(folder, name) for folder in folders.split(os.pathsep) if folder)
+    return [p for p in places if os.path.lexists(p)]
+
+
+def filters_possible(repo: pygit2.Repository, common_dir: str) -> bool:
+    """Whether a filter (``core.autocrlf``, or any attribute outside the worktree) could apply to
+    some file of this repository; ``.gitattributes`` files inside the worktree are not looked at."""
+    return not _config_allows(repo) or bool(attribute_files(common_dir))
+
+
+def capture(repo: pygit2.Repository, index_path: str, workdir: str, common_dir: str, big: int,
+            announce: Callable[[int], None] | None = None,
+            progress: Callable[[int], None] | None = None,
+            store: Callable[[list[tuple[int, bytes]]], None] | None = None,
+            batch: int = 64 << 20) -> Capture | None:
+    """Scan the worktree against the private index at ``index_path`` (as ``repo`` sees it: its
+    workdir is the worktree, its index that file). ``announce`` is told how many files will be
+    hashed, ``progress`` gets ``1`` per file hashed. ``None``: a case left to ``add_all`` (see the
+    module docstring). Nothing is written but objects: when the new blobs held in memory reach
+    ``batch`` bytes they are handed to ``store`` (and the rest are returned in
+    :attr:`Capture.objects`), so memory stays bounded however much changed."""
+    if os.name != "posix" or not _config_allows(repo) or attribute_files(common_dir):
+        return None
+    cache = read_stat_cache(index_path)
+    if not cache:
+        return None
+    try:
+        index_mtime = os.stat(index_path).st_mtime_ns
+        scanner = _Scanner(repo, os.fsencode(workdir), cache, index_mtime, big)
+        scanner.store, scanner.batch = store, batch
+        return scanner.run(announce, progress)
+    except (_GiveUp, OSError):
+        return None
+
+
+class _Scanner:
+    def __init__(self, repo: pygit2.Repository, root: bytes, cache: dict[bytes, tuple[bytes, bytes]],
+                 index_mtime: int, big: int) -> None:
+        self.repo = repo
+        self.root = root
+        self.cache = cache
+        self.index_mtime = index_mtime
+        self.big = big
+        folders = {path.rpartition(b"/")[0] for path in cache}
+        if _ATTRIBUTES in cache or any((f + b"/" + _ATTRIBUTES) in cache for f in folders if f):
+            raise _GiveUp
+        self.tracked_dirs: set[bytes] = set()
+        for folder in folders:
+            while folder and folder not in self.tracked_dirs:
+                self.tracked_dirs.add(folder)
+                folder = folder.rpartition(b"/")[0]
+        self.seen: set[bytes] = set()
+        self.todo: list[tuple[bytes, os.stat_result]] = []
+        self.skipped: list[str] = []
+        self.store: Callable[[list[tuple[int, bytes]]], None] | None = None
+        self.batch = 64 << 20
+        self.held = 0  # bytes of new blobs not handed to ``store`` yet
+
+    def ignored(self, rel: bytes) -> bool:
+        return bool(self.repo.path_is_ignored(os.fsdecode(rel)))
+
+    def walk(self) -> None:
+        cache, seen, todo = self.cache, self.seen, self.todo
+        racy = self.index_mtime
+        join = os.path.join
+        stack: list[bytes] = [b""]
+        while stack:
+            folder = stack.pop()
+            with os.scandir(join(self.root, folder) if folder else self.root) as it:
+                for entry in it:
+                    name = entry.name
+                    rel = folder + b"/" + name if folder else name
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            if folder or name != b".git":
+                                self.directory(rel, stack)
+                            continue
+                        st = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # gone meanwhile: as if it had never been there
+                    mode = st.st_mode
+                    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+                        continue  # sockets, fifos, devices: git records none of them
+                    known = cache.get(rel)
+                    if known is None:
+                        if self.ignored(rel):
+                            continue
+                        if name == _ATTRIBUTES:
+                            raise _GiveUp
+                        todo.append((rel, st))
+                        continue
+                    seen.add(rel)
+                    if known[0] != stat_key(st) or st.st_mtime_ns >= racy:  # racily clean: look at the bytes
+                        todo.append((rel, st))
+
+    def directory(self, rel: bytes, stack: list[bytes]) -> None:
+        full = os.path.join(self.root, rel)
+        if rel in self.tracked_dirs:
+            if os.path.lexists(os.path.join(full, b".git")):
+                raise _GiveUp  # a tracked directory turned into a repository
+            stack.append(rel)
+        elif not self.ignored(rel + b"/"):
+            if os.path.lexists(os.path.join(full, b".git")):
+                self.skipped.append(os.fsdecode(rel))
+            else:
+                stack.append(rel)
+
+    def run(self, announce: Callable[[int], None] | None,
+            progress: Callable[[int], None] | None) -> Capture:
+        self.walk()
+        if announce is not None:
+            announce(len(self.todo))
+        entries = {path: (_MODE.unpack_from(key, 20)[0], oid) for path, (key, oid) in self.cache.items()
+                   if path in self.seen}
+        result = Capture(entries=entries, skipped=sorted(self.skipped))
+        result.removed = sorted(p for p in self.cache if p not in self.seen)
+        for path in (*result.removed, *(p for p, _ in self.todo)):
+            if path.rsplit(b"/", 1)[-1] == b".gitignore":
+                result.ignore_changed = True
+        for path, st in self.todo:
+            self.hash_one(path, st, result)
+            if progress is not None:
+                progress(1)
+        return result
+
+    def hash_one(self, path: bytes, st: os.stat_result, result: Capture) -> None:
+        full = os.path.join(self.root, path)
+        if stat.S_ISLNK(st.st_mode):
+            data = os.readlink(full)
+            mode = MODE_LINK
+        else:
+            fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise _GiveUp
+                if st.st_size > self.big:
+                    result.big.append(path)
+                    result.entries.pop(path, None)
+                    return
+                data = _read_all(fd, st.st_size)
+            finally:
+                os.close(fd)
+            mode = git_mode(st.st_mode)
+        oid = hashlib.sha1(b"blob %d\0" % len(data), usedforsecurity=False)
+        oid.update(data)
+        raw = oid.digest()
+        known = self.cache.get(path)
+        if known is None or known[1] != raw:
+            result.objects.append((int(ObjectType.BLOB), data))
+            self.held += len(data)
+            if self.store is not None and self.held >= self.batch:
+                self.store(result.objects)
+                result.objects = []
+                self.held = 0
+        result.entries[path] = (mode, raw)
+        result.stats[path] = st
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    """The rest of an open file (``size`` is what ``fstat`` said; a file growing meanwhile is read
+    to its end)."""
+    chunks: list[bytes] = []
+    want = size + 1
+    while True:
+        chunk = os.read(fd, max(want, 1 << 16))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        want = 1 << 16
+
+
+def build_trees(entries: dict[bytes, tuple[int, bytes]]) -> tuple[bytes, dict[bytes, bytes]]:
+    """The trees of a flat listing (path → (mode, 20-byte id)): the root tree's id and every tree's
+    body by id, entries ordered as git orders them (a directory sorts as ``name/``)."""
+    children: dict[bytes, list[tuple[bytes, int, bytes]]] = {b"": []}
+    for path, (mode, oid) in entries.items():
+        folder, _, name = path.rpartition(b"/")
+        kids = children.get(folder)
+        if kids is None:
+            kids = children[folder] = []
+            # register the folder with each missing ancestor (its id is filled in below)
+            child = folder
+            while True:
+                parent = child.rpartition(b"/")[0]
+                known = parent in children
+                if not known:
+                    children[parent] = []
+                children[parent].append((child.rpartition(b"/")[2], MODE_TREE, b""))
+                if known:
+                    break
+                child = parent
+        kids.append((name, mode, oid))
+    trees: dict[bytes, bytes] = {}
+    ids: dict[bytes, bytes] = {}
+    for folder in sorted(children, key=lambda f: -f.count(b"/") - (1 if f else 0)):
+        parts = []
+        items = [(n, m, ids[(folder + b"/" + n) if folder else n] if m == MODE_TREE else o)
+                 for n, m, o in children[folder]]
+        items.sort(key=lambda item: item[0] + b"/" if item[1] == MODE_TREE else item[0])
+        for name, mode, oid in items:
+            parts.append(b"%o %s\0%s" % (mode, name, oid))
+        body = b"".join(parts)
+        digest = hashlib.sha1(b"tree %d\0" % len(body), usedforsecurity=False)
+        digest.update(body)
+        ids[folder] = digest.digest()
+        trees[ids[folder]] = body
+    return ids[b""], trees

@@ -1,0 +1,91 @@
+"""Help topics (``git agentos help TOPIC``): the reference grammar, JSON output and exit codes.
+One text each, shown by the ``help`` command and copied into docs/CLI.md by
+``scripts/gen_cli_docs.py``. Plain text, no imports: ``help`` must stay as cheap as ``--help``."""
+
+from __future__ import annotations
+
+REFS = """\
+Naming runs, branches and checkpoints (one grammar for every command)
+
+  RUN                   a run id: the tip of the run's main branch
+  RUN@BRANCH            the tip of another branch; BRANCH may hold '@' and '~' (main@origin,
+                        a LangGraph fork main~1ef4f797-8335-6428-8001-8a1503f9b875)
+  RUN~N, RUN@BRANCH~N   N checkpoints back along first parents
+  RUN:node:NAME, RUN@BRANCH:node:NAME
+                        the exit (last) checkpoint of the latest boundary of node NAME
+  ID, ID~N              a checkpoint id or a unique prefix of 4+ hex digits, as in git; an
+                        ambiguous prefix is refused with the list of candidates
+
+Relative forms (TARGET of rollback and fork, read against RUN's branch):
+
+  ~N                    N back from the branch tip
+  node:NAME             the node's exit checkpoint on the branch
+  @OTHER, @OTHER~N, @OTHER:node:NAME
+                        another branch of the same run
+  any REF above that names a checkpoint of the same run
+
+What each command takes:
+
+  show, diff, restore, log        any REF (log lists from there back)
+  checkpoint, nodes, undo, prune, fork, rollback, branch -d
+                                  RUN or RUN@BRANCH (checkpoint: a new run or branch too;
+                                  rollback: or a single REF such as RUN~2)
+  branches, files, view           RUN (RUN@BRANCH names its run)
+  delete                          a run id (branch -d RUN@BRANCH deletes one branch)
+  push, pull, export              run ids (whole runs move)
+
+--branch B, where a command has it, is the branch of a bare RUN; a RUN@BRANCH and a --branch
+that name different branches are a usage error.
+
+Run ids and branch names may contain any character, '@', '~' and ':' included, so a reference
+is read in this order, the first match winning:
+
+  1. the whole text is a run id of this worktree (an exact run id always wins);
+  2. readings as RUN@BRANCH, ...~N or ...:node:NAME with an existing run: the one whose branch
+     exists wins, then the one with the longest run id, then the literal branch name (r@b~3 is
+     branch 'b~3' when it exists, else three back from branch 'b');
+  3. 4-40 hex digits, optionally with ~N: a checkpoint id or prefix.
+
+Quote references that hold characters your shell treats specially.
+"""
+
+JSON = """\
+JSON output (--json, on every command)
+
+On success a command prints one JSON document on stdout: keys sorted, two-space indent, strict
+JSON (non-finite floats are the strings "NaN", "Infinity" and "-Infinity"; byte strings are
+{"$bytes": "<hex>"}; map keys are strings; times are ISO 8601 with a UTC offset). Each
+command's help gives its shape; the shapes are stable.
+
+On failure the error line goes to stderr as always, and stdout gets one object:
+
+  {"error": "<message>", "type": "<kind>", "exit_code": <code>}
+
+"type" is the gitstate error class (RunNotFound, BranchNotFound, ConflictError, ...),
+"UsageError" for a bad command line (exit 2) or "Interrupted" (exit 130). An ambiguous id adds
+"candidates": [{"id", "what"}]; a refused restore adds "paths".
+
+Commands that report several outcomes (push, pull, import, verify, setup --check) print their
+whole report even when a part failed (its "ok" fields say which), then the error line, and exit 1.
+"""
+
+EXIT_CODES = """\
+Exit codes
+
+  0    success
+  1    a store error: unknown run, branch or checkpoint, a lost compare-and-swap, corrupt data,
+       a refused restore or branch deletion, a push, pull or import that did not fully succeed,
+       problems found by verify, a setup --check that fails
+  2    a usage error: unknown command or option, missing argument, an unreadable --state file
+  130  interrupted (Ctrl-C)
+
+Errors are one line, 'error: <message>', on stderr (plus the JSON object with --json). A bad
+argument never changes the store; push, pull and import say which refs moved before a failure.
+"""
+
+#: Topic name → (one-line summary, text).
+TOPICS: dict[str, tuple[str, str]] = {
+    "refs": ("how to name runs, branches and checkpoints", REFS),
+    "json": ("what --json prints, on success and on failure", JSON),
+    "exit-codes": ("what the exit codes mean", EXIT_CODES),
+}

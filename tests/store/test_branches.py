@@ -1,0 +1,74 @@
+"""A run's branches as a list (tips, where each came from, fork points) and deleting one safely."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import git
+from remote_helpers import bare, machine
+
+import gitstate
+from gitstate.workspace.restore import SAFETY_BRANCH
+
+
+def test_branch_list_says_where_each_came_from(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="r")
+    cps = [run.checkpoint({"i": i}) for i in range(3)]
+    run.fork(cps[1].id, "try-b")
+    run.checkpoint({"b": 1}, branch="try-b")
+    run.checkpoint({"fresh": 1}, branch="fresh")  # a branch begun by a checkpoint, unrelated to main
+    infos = {b.name: b for b in run.branch_list()}
+    assert [b.name for b in run.branch_list()][0] == "main"
+    assert (infos["main"].kind, infos["main"].fork_point, infos["main"].checkpoints) == ("main", None, 3)
+    assert infos["try-b"].kind == "fork" and infos["try-b"].fork_point == cps[1].id
+    assert cps[1].short_id in infos["try-b"].origin and infos["try-b"].checkpoints == 3
+    assert infos["fresh"].kind == "created" and infos["fresh"].fork_point is None
+    assert not any(b.local_only for b in infos.values())
+    doc = infos["try-b"].to_dict()
+    assert doc["branch"] == "try-b" and doc["tip"] == infos["try-b"].tip.id and doc["created_at"]
+
+
+def test_safety_and_kept_copies_are_named(tmp_path: Path) -> None:
+    url = bare(tmp_path / "server.git").as_uri()
+    a = gitstate.open_store(machine(tmp_path / "A", url))
+    b = gitstate.open_store(machine(tmp_path / "B", url))
+    run_a = a.create_run(run_id="r")
+    run_a.checkpoint({"x": 0})
+    gitstate.push(a)
+    gitstate.pull(b)
+    run_a.checkpoint({"x": "a"})
+    b.get_run("r").checkpoint({"x": "b"})
+    gitstate.push(a)
+    gitstate.pull(b)
+    infos = {i.name: i for i in b.get_run("r").branch_list()}
+    assert infos["main@origin"].kind == "kept-copy" and "origin" in infos["main@origin"].origin
+
+    repo = tmp_path / "A"
+    (repo / "f.txt").write_text("one\n")
+    snap = run_a.checkpoint({"x": 1}, files=True)
+    (repo / "f.txt").write_text("unsaved\n")
+    run_a.restore(snap, force=True)
+    safety = {i.name: i for i in run_a.branch_list()}[SAFETY_BRANCH]
+    assert safety.kind == "safety" and safety.local_only
+
+
+def test_delete_branch_is_as_careful_as_git_branch_d(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="r")
+    cps = [run.checkpoint({"i": i}) for i in range(3)]
+    run.fork(cps[1].id, "merged")  # every checkpoint is on main too
+    run.fork(cps[1].id, "own")
+    own_tip = run.checkpoint({"own": 1}, branch="own")
+    with pytest.raises(gitstate.BranchDeleteRefused) as info:
+        run.delete_branch("main")
+    assert "force=True" in str(info.value) and info.value.branch == "main"
+    with pytest.raises(gitstate.BranchDeleteRefused):
+        run.delete_branch("own")  # its newest checkpoint is on no other branch
+    with pytest.raises(gitstate.BranchNotFound):
+        run.delete_branch("nope")
+    assert sorted(run.branches()) == ["main", "merged", "own"]
+    assert run.delete_branch("merged") == cps[1].id
+    assert run.delete_branch("own", force=True) == own_tip.id
+    assert sorted(run.branches()) == ["main"]
+    assert store.checkpoint(own_tip.id).id == own_tip.id  # still readable by id until git gc
+    assert "refs/agentos/main/runs/r/heads/own" not in git(store.path, "for-each-ref")

@@ -1,0 +1,91 @@
+"""`git agentos setup` survives the virtual environment that ran it (the textconv finds its
+converter when git runs it), and `setup --check` says whether the textconv, attributes and hook
+work, changing nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import git, user_snapshot
+
+BIN = Path(sys.executable).parent
+PLAIN = "/usr/bin:/bin"
+
+
+def run(cwd: Path, *args: str, path: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PATH=path)
+    return subprocess.run(list(args), cwd=cwd, input=input, capture_output=True, text=True, env=env, check=False)
+
+
+def _store_files(repo: Path) -> dict[str, int]:
+    """Every file under .git with its mtime (but the index, which `git status` refreshes)."""
+    return {p.relative_to(repo / ".git").as_posix(): p.stat().st_mtime_ns for p in (repo / ".git").rglob("*")
+            if p.is_file() and p.name != "index"}
+
+
+def test_textconv_survives_deleting_the_venv_that_ran_setup(repo: Path, tmp_path: Path) -> None:
+    exe = str(BIN / "git-agentos")
+    full = f"{BIN}{os.pathsep}{PLAIN}"
+    assert run(repo, exe, "checkpoint", "r", "--state", "-", path=full, input='{"answer": 41}').returncode == 0
+    assert run(repo, exe, "checkpoint", "r", "--state", "-", path=full, input='{"answer": 42}').returncode == 0
+    venv = tmp_path / "doomed-venv" / "bin"  # stands for the venv that runs setup, deleted later
+    venv.mkdir(parents=True)
+    (venv / "git-agentos").symlink_to(exe)
+    done = run(repo, "git-agentos", "setup", path=f"{venv}{os.pathsep}{PLAIN}")
+    assert done.returncode == 0, done.stderr
+    config = git(repo, "config", "--get", "diff.agentos.textconv")
+    assert str(venv) in config  # a fallback only: PATH is searched first, at run time
+    shown = run(repo, "git", "show", "refs/agentos/main/runs/r/heads/main", "--", "state", path=PLAIN)
+    assert shown.returncode == 0 and "\n+42\n" in shown.stdout, shown.stderr  # via the absolute path
+    import shutil
+
+    shutil.rmtree(tmp_path / "doomed-venv")
+    # the venv is gone: git show still works (raw bytes: nothing on PATH can decode) ...
+    shown = run(repo, "git", "show", "refs/agentos/main/runs/r/heads/main", "--", "state", path=PLAIN)
+    assert shown.returncode == 0 and "answer.cbor" in shown.stdout, shown.stderr
+    # ... and decodes again as soon as any git-agentos is on PATH, without running setup again
+    shown = run(repo, "git", "show", "refs/agentos/main/runs/r/heads/main", "--", "state", path=full)
+    assert shown.returncode == 0 and "\n+42\n" in shown.stdout, shown.stderr
+    check = run(repo, exe, "setup", "--check", "--json", path=PLAIN)
+    assert check.returncode == 1 and json.loads(check.stdout)["textconv"]["state"] == "raw"
+    check = run(repo, exe, "setup", "--check", "--json", path=full)
+    assert check.returncode == 0 and json.loads(check.stdout)["textconv"]["state"] == "ok"
+
+
+def test_setup_check_reports_and_changes_nothing(repo: Path) -> None:
+    exe = str(BIN / "git-agentos")
+    full = f"{BIN}{os.pathsep}{PLAIN}"
+    before, files = user_snapshot(repo), _store_files(repo)
+    done = run(repo, exe, "setup", "--check", path=full)
+    assert done.returncode == 1 and "missing" in done.stdout and done.stderr.startswith("error: ")
+    assert (user_snapshot(repo), _store_files(repo)) == (before, files)
+    report = json.loads(run(repo, exe, "setup", "--check", "--json", path=full).stdout)
+    assert report["ok"] is False and report["textconv"]["state"] == "missing"
+    assert report["attributes"]["state"] == "missing" and report["hook"]["state"] == "missing"
+
+    assert run(repo, exe, "setup", "--hooks", path=full).returncode == 0
+    git(repo, "config", "--add", "agentos.pushRemotes", "origin")
+    files = _store_files(repo)
+    report = json.loads(run(repo, exe, "setup", "--check", "--json", path=full).stdout)
+    assert report["ok"] is True and report["textconv"]["state"] == "ok" and report["attributes"]["state"] == "ok"
+    assert report["hook"]["state"] == "installed" and report["push_remotes"] == ["origin"]
+    human = run(repo, exe, "setup", "--check", path=full)
+    assert human.returncode == 0 and "textconv:   ok" in human.stdout and "origin" in human.stdout
+    assert _store_files(repo) == files  # --check wrote nothing
+
+    hook = repo / ".git" / "hooks" / "pre-push"
+    hook.chmod(0o644)
+    report = json.loads(run(repo, exe, "setup", "--check", "--json", path=full).stdout)
+    assert report["ok"] is False and report["hook"]["state"] == "not-executable"
+    hook.chmod(0o755)
+
+    # an older setup wrote an absolute path that no longer exists: git show fails; --check says so
+    git(repo, "config", "diff.agentos.textconv", "/nonexistent/venv/bin/git-agentos textconv")
+    report = json.loads(run(repo, exe, "setup", "--check", "--json", path=full).stdout)
+    assert report["ok"] is False and report["textconv"]["state"] == "broken"
+    assert run(repo, exe, "setup", path=full).returncode == 0  # setup repairs it
+    assert json.loads(run(repo, exe, "setup", "--check", "--json", path=full).stdout)["ok"] is True

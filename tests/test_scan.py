@@ -1,0 +1,229 @@
+"""The fast capture (gitstate.workspace.scan) against libgit2's add_all: same trees on the same
+worktrees, a stat cache libgit2 agrees with, and a fall back wherever it does not apply."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import gitstate
+from gitstate.workspace import scan
+from gitstate.workspace import snapshot as snapshot_module
+from tests.conftest import git
+
+
+def loose_objects(repo: Path) -> set[str]:
+    objdir = repo / ".git" / "objects"
+    return {d.name + f.name for d in objdir.iterdir() if len(d.name) == 2 for f in d.iterdir()}
+
+
+def reference_tree(repo: Path) -> gitstate.Snapshot:
+    """The worktree captured by libgit2 alone, from nothing: a fresh private index, add_all."""
+    common = repo / ".git" / "agentos"
+    saved = repo.parent / "saved-agentos"
+    shutil.copytree(common, saved)
+    for name in os.listdir(common):
+        if name.startswith("index-"):
+            os.unlink(common / name)
+    try:
+        store = gitstate.open_store(repo)
+        snap = store.workspace.snapshot()
+        store.close()
+    finally:
+        shutil.rmtree(common)
+        shutil.move(saved, common)
+    assert not snap.scanned
+    return snap
+
+
+def fast(store: gitstate.Store) -> gitstate.Snapshot:
+    snap = store.workspace.snapshot(fast=True)
+    assert snap.scanned, "the fast capture fell back to add_all"
+    return snap
+
+
+@pytest.fixture
+def work(repo: Path) -> Path:
+    (repo / ".gitignore").write_text("*.log\nbuild/\n")
+    (repo / "src" / "pkg").mkdir(parents=True)
+    (repo / "src" / "pkg" / "a.py").write_text("a\n")
+    (repo / "src" / "b.py").write_text("b\n")
+    (repo / "run.sh").write_text("#!/bin/sh\n")
+    (repo / "run.sh").chmod(0o755)
+    os.symlink("src/b.py", repo / "link")
+    os.symlink("src", repo / "dirlink")
+    (repo / "debug.log").write_text("ignored\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "out.o").write_text("ignored\n")
+    (repo / "spaced name ü.txt").write_text("unicode\n")
+    return repo
+
+
+def edit_everything(repo: Path) -> None:
+    (repo / "src" / "pkg" / "a.py").write_text("a, edited\n")
+    (repo / "src" / "b.py").unlink()
+    (repo / "run.sh").chmod(0o644)
+    (repo / "link").unlink()
+    os.symlink("run.sh", repo / "link")
+    (repo / "new" / "deep").mkdir(parents=True)
+    (repo / "new" / "deep" / "c.txt").write_text("c\n")
+    (repo / "new" / "skip.log").write_text("ignored in a new directory\n")
+    (repo / "emptydir").mkdir()
+    (repo / "dirlink").unlink()
+    (repo / "dirlink").mkdir()  # a link became a directory
+    (repo / "dirlink" / "inside").write_text("x\n")
+    shutil.rmtree(repo / "src" / "pkg")
+    (repo / "src" / "pkg").write_text("a directory became a file\n")
+    nested = repo / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    git(nested, "init", "-q")
+    (nested / "x").write_text("x\n")
+    (repo / "vendor" / "other.txt").write_text("o\n")
+
+
+def test_fast_capture_matches_add_all(work: Path) -> None:
+    store = gitstate.open_store(work)
+    first = store.workspace.snapshot()  # the first capture is libgit2's: it hashes everything
+    assert not first.scanned
+    assert fast(store).tree == first.tree == reference_tree(work).tree
+    edit_everything(work)
+    changed = fast(store)
+    reference = reference_tree(work)
+    assert changed.tree == reference.tree
+    assert changed.skipped == reference.skipped == ("vendor/lib",)
+    listing = git(work, "ls-tree", "-r", "--name-only", changed.tree).split()
+    assert "new/deep/c.txt" in listing and "new/skip.log" not in listing and "debug.log" not in listing
+    assert git(work, "fsck", "--strict", "--no-dangling") == ""
+
+
+def test_stat_cache_written_by_the_fast_capture_satisfies_libgit2(work: Path) -> None:
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    edit_everything(work)
+    snap = fast(store)
+    hashed: list[int] = []
+    again = store.workspace.snapshot(progress=hashed.append)  # libgit2's add_all over the same index
+    assert again.tree == snap.tree
+    assert hashed == []  # nothing looked changed to libgit2: every recorded stat matches
+    ticks: list[int] = []
+    assert store.workspace.snapshot(fast=True, progress=ticks.append).tree == snap.tree
+    assert ticks == []
+
+
+def test_new_objects_go_into_one_pack(work: Path) -> None:
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    loose = loose_objects(work)
+    packs = set(os.listdir(work / ".git" / "objects" / "pack"))
+    for i in range(20):
+        (work / "src" / f"new{i}.py").write_text(f"{i}\n")
+    snap = fast(store)
+    assert loose_objects(work) == loose
+    new_packs = set(os.listdir(work / ".git" / "objects" / "pack")) - packs
+    assert len([p for p in new_packs if p.endswith(".pack")]) == 1
+    assert len(git(work, "ls-tree", "-r", snap.tree).splitlines()) > 20
+    assert git(work, "fsck", "--strict", "--no-dangling") == ""
+    # an unchanged worktree writes nothing at all
+    packs = set(os.listdir(work / ".git" / "objects" / "pack"))
+    assert fast(store).tree == snap.tree
+    assert set(os.listdir(work / ".git" / "objects" / "pack")) == packs and loose_objects(work) == loose
+
+
+def test_same_size_edit_with_the_old_mtime_is_seen(work: Path) -> None:
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    target = work / "src" / "b.py"
+    st = target.stat()
+    target.write_text("B\n")  # same size
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the old mtime: ctime still moved
+    snap = fast(store)
+    blob = git(work, "rev-parse", f"{snap.tree}:src/b.py").strip()
+    assert git(work, "cat-file", "blob", blob) == "B\n"
+
+
+def test_tracked_but_ignored_and_new_ignore_rules(work: Path) -> None:
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    (work / "keep.log").write_text("tracked although ignored\n")
+    git(work, "add", "-f", "keep.log")
+    (work / "notes.txt").write_text("soon ignored\n")
+    snap = fast(store)
+    assert {"keep.log", "notes.txt"} <= set(git(work, "ls-tree", "--name-only", snap.tree).split())
+    (work / ".gitignore").write_text("*.log\nbuild/\nnotes.txt\n")
+    snap = fast(store)
+    names = set(git(work, "ls-tree", "--name-only", snap.tree).split())
+    assert "keep.log" in names and "notes.txt" not in names
+    assert snap.tree == reference_tree(work).tree
+
+
+def test_big_files_are_left_to_libgit2(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snapshot_module, "BIG_BLOB", 1000)
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    data = os.urandom(50_000)
+    (work / "big.bin").write_bytes(data)
+    snap = fast(store)
+    blob = git(work, "rev-parse", f"{snap.tree}:big.bin").strip()
+    assert blob in loose_objects(work)  # streamed by libgit2, never packed whole
+    assert snap.tree == reference_tree(work).tree
+
+
+@pytest.mark.parametrize("setup", ["gitattributes", "info-attributes", "autocrlf", "nested-gitattributes"])
+def test_cases_left_to_add_all(work: Path, setup: str) -> None:
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    if setup == "gitattributes":
+        (work / ".gitattributes").write_text("*.py text eol=crlf\n")
+    elif setup == "nested-gitattributes":
+        (work / "src" / ".gitattributes").write_text("*.py text eol=crlf\n")
+    elif setup == "info-attributes":
+        (work / ".git" / "info").mkdir(exist_ok=True)
+        (work / ".git" / "info" / "attributes").write_text("*.py -text\n")
+    else:
+        git(work, "config", "core.autocrlf", "true")
+    (work / "src" / "b.py").write_text("b\nb\n")
+    snap = store.workspace.snapshot(fast=True)
+    assert not snap.scanned
+    assert snap.tree == reference_tree(work).tree
+
+
+def test_read_stat_cache_refuses_what_it_cannot_read(tmp_path: Path) -> None:
+    assert scan.read_stat_cache(str(tmp_path / "missing")) is None
+    (tmp_path / "junk").write_bytes(b"DIRC\x00\x00\x00\x04\x00\x00\x00\x00")  # version 4
+    assert scan.read_stat_cache(str(tmp_path / "junk")) is None
+    (tmp_path / "short").write_bytes(b"DIRC\x00\x00\x00\x02\x00\x00\x00\x05" + b"\x00" * 30)
+    assert scan.read_stat_cache(str(tmp_path / "short")) is None
+
+
+def test_build_trees_matches_git(work: Path) -> None:
+    store = gitstate.open_store(work)
+    snap = store.workspace.snapshot()
+    entries: dict[bytes, tuple[int, bytes]] = {}
+    for line in git(work, "ls-tree", "-r", "-z", snap.tree).split("\0"):
+        if line:
+            meta, path = line.split("\t", 1)
+            mode, _kind, oid = meta.split()
+            entries[os.fsencode(path)] = (int(mode, 8), bytes.fromhex(oid))
+    root, trees = scan.build_trees(entries)
+    assert root.hex() == snap.tree
+    assert all(git(work, "cat-file", "-t", oid.hex()).strip() == "tree" for oid in trees)
+
+
+def test_memory_stays_bounded_by_the_batch(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """New blobs are handed to the store whenever a batch fills up, not all held to the end."""
+    monkeypatch.setattr(snapshot_module, "PACK_BATCH", 3000)
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    batches: list[int] = []
+    original = store.store_objects
+    monkeypatch.setattr(store.workspace, "_store_objects", lambda objects: (batches.append(
+        sum(len(body) for _, body in objects)), original(objects)))
+    for i in range(10):
+        (work / "src" / f"chunk{i}.bin").write_bytes(os.urandom(1000))
+    snap = fast(store)
+    assert len(batches) >= 3 and max(batches) <= 3000 + 1000
+    assert snap.tree == reference_tree(work).tree
+    assert git(work, "fsck", "--strict", "--no-dangling") == ""
