@@ -289,7 +289,7 @@ def create_held(path: str, mode: int = 0o644) -> int:
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, mode)
     try:
         if _flock_within(fd, _FLOCK_PATIENCE):
-            _write_all(fd, Owner.current(flock=True).to_bytes())
+            _write_all(fd, _held_record())
     except BaseException:
         try:
             os.unlink(path)
@@ -298,6 +298,20 @@ def create_held(path: str, mode: int = 0o644) -> int:
         raise
     _HELD.add(fd)
     return fd
+
+
+_HELD_RECORD: tuple[int, bytes] | None = None
+
+
+def _held_record() -> bytes:
+    """The owner record of the locks this process holds by flock: one per process (made when it
+    first takes one), since the flock, not the record, tells whether the owner lives, and the
+    lock's mtime tells its age; so a ref move pays for no JSON encoding."""
+    global _HELD_RECORD
+    found = _HELD_RECORD
+    if found is None or found[0] != os.getpid():
+        found = _HELD_RECORD = (os.getpid(), Owner.current(flock=True).to_bytes())
+    return found[1]
 
 
 def _flock_within(fd: int, seconds: float) -> bool:
