@@ -46,6 +46,7 @@ _MODE = struct.Struct(">I")
 _STAGE_AND_EXTENDED = 0x3000 | 0x4000
 _ATTRIBUTES = b".gitattributes"
 _M32 = 0xFFFFFFFF
+_IFMT, _IFREG, _IFLNK = 0o170000, stat.S_IFREG, stat.S_IFLNK  # stat.S_IFMT(mode) == mode & _IFMT
 
 
 @dataclass
@@ -218,14 +219,16 @@ class _Scanner:
     def walk(self) -> None:
         cache, seen, todo = self.cache, self.seen, self.todo
         racy = self.index_mtime
-        join = os.path.join
+        pack = _STAT.pack
+        add = seen.add
         stack: list[bytes] = [b""]
         while stack:
             folder = stack.pop()
-            with os.scandir(join(self.root, folder) if folder else self.root) as it:
+            prefix = folder + b"/" if folder else b""
+            with os.scandir(self.root + b"/" + folder if folder else self.root) as it:
                 for entry in it:
                     name = entry.name
-                    rel = folder + b"/" + name if folder else name
+                    rel = prefix + name
                     try:
                         if entry.is_dir(follow_symlinks=False):
                             if folder or name != b".git":
@@ -235,7 +238,12 @@ class _Scanner:
                     except FileNotFoundError:
                         continue  # gone meanwhile: as if it had never been there
                     mode = st.st_mode
-                    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+                    kind = mode & _IFMT
+                    if kind == _IFREG:
+                        gmode = MODE_EXEC if mode & 0o100 else MODE_BLOB
+                    elif kind == _IFLNK:
+                        gmode = MODE_LINK
+                    else:
                         continue  # sockets, fifos, devices: git records none of them
                     known = cache.get(rel)
                     if known is None:
@@ -245,8 +253,17 @@ class _Scanner:
                             raise _GiveUp
                         todo.append((rel, st))
                         continue
-                    seen.add(rel)
-                    if known[0] != stat_key(st) or st.st_mtime_ns >= racy:  # racily clean: look at the bytes
+                    add(rel)
+                    mtime = st.st_mtime_ns
+                    if mtime >= racy:  # racily clean: look at the bytes
+                        todo.append((rel, st))
+                        continue
+                    ctime = st.st_ctime_ns
+                    # stat_key(st), inline: this runs once per file of the worktree
+                    if known[0] != pack((ctime // 1_000_000_000) & _M32, ctime % 1_000_000_000,
+                                        (mtime // 1_000_000_000) & _M32, mtime % 1_000_000_000,
+                                        st.st_ino & _M32, gmode, st.st_uid & _M32, st.st_gid & _M32,
+                                        st.st_size & _M32):
                         todo.append((rel, st))
 
     def directory(self, rel: bytes, stack: list[bytes]) -> None:
@@ -280,7 +297,7 @@ class _Scanner:
         return result
 
     def hash_one(self, path: bytes, st: os.stat_result, result: Capture) -> None:
-        full = os.path.join(self.root, path)
+        full = self.root + b"/" + path
         if stat.S_ISLNK(st.st_mode):
             data = os.readlink(full)
             mode = MODE_LINK
@@ -315,15 +332,17 @@ class _Scanner:
 
 def _read_all(fd: int, size: int) -> bytes:
     """The rest of an open file (``size`` is what ``fstat`` said; a file growing meanwhile is read
-    to its end)."""
-    chunks: list[bytes] = []
-    want = size + 1
+    to its end). A first read that returns exactly ``size`` bytes when asked for more was at the
+    end: no second read to find it (a thousand changed files, a thousand system calls fewer)."""
+    chunk = os.read(fd, max(size + 1, 1 << 16))
+    if len(chunk) == size or not chunk:
+        return chunk
+    chunks = [chunk]
     while True:
-        chunk = os.read(fd, max(want, 1 << 16))
+        chunk = os.read(fd, 1 << 16)
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
-        want = 1 << 16
 
 
 def build_trees(entries: dict[bytes, tuple[int, bytes]]) -> tuple[bytes, dict[bytes, bytes]]:
