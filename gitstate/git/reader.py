@@ -35,6 +35,7 @@ from gitstate.git.packs import reindex_orphans
 _CHUNK = 1 << 16
 _READ = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 _ATTEMPTS = 8  # reads of one object while the pack directory keeps changing under a repack
+_KINDS = {int(kind): kind for kind in ObjectType}  # a dict lookup: ObjectType(n) costs a few µs per object
 _KIND_NAMES = {ObjectType.COMMIT: "commit", ObjectType.TREE: "tree", ObjectType.BLOB: "blob",
                ObjectType.TAG: "tag"}
 
@@ -262,7 +263,7 @@ class ObjectReader:
         """The type and raw body of an object, checked: present, undamaged, of type ``expect``."""
         key = str(oid)
         kind, data = self._odb(key, self.repo.odb.read)
-        kind = ObjectType(kind)
+        kind = _KINDS.get(kind) or ObjectType(kind)
         if expect is not None and kind != expect:
             raise CorruptObjectError(key, f"expected a {_KIND_NAMES[expect]}, found {_KIND_NAMES.get(kind, kind)}")
         return kind, data
@@ -270,7 +271,7 @@ class ObjectReader:
     def header(self, oid: str | pygit2.Oid) -> tuple[ObjectType, int]:
         """The type and size of an object without reading its body."""
         kind, size = self._odb(str(oid), self.repo.odb.read_header)
-        return ObjectType(kind), int(size)
+        return _KINDS.get(kind) or ObjectType(kind), int(size)
 
     def exists(self, oid: str) -> bool:
         """Whether the object database has ``oid`` (not checked for damage). A miss is looked up

@@ -42,7 +42,6 @@ from gitstate.git.objects import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE
 _STAT = struct.Struct(">9I")  # ctime s, ns, mtime s, ns, ino, mode, uid, gid, size
 _HEADER = struct.Struct(">II")
 _FLAGS = struct.Struct(">H")
-_MODE = struct.Struct(">I")
 _STAGE_AND_EXTENDED = 0x3000 | 0x4000
 _ATTRIBUTES = b".gitattributes"
 _M32 = 0xFFFFFFFF
@@ -207,6 +206,7 @@ class _Scanner:
                 self.tracked_dirs.add(folder)
                 folder = folder.rpartition(b"/")[0]
         self.seen: set[bytes] = set()
+        self.entries: dict[bytes, tuple[int, bytes]] = {}  # unchanged files: (mode, id) as cached
         self.todo: list[tuple[bytes, os.stat_result]] = []
         self.skipped: list[str] = []
         self.store: Callable[[list[tuple[int, bytes]]], None] | None = None
@@ -217,7 +217,7 @@ class _Scanner:
         return bool(self.repo.path_is_ignored(os.fsdecode(rel)))
 
     def walk(self) -> None:
-        cache, seen, todo = self.cache, self.seen, self.todo
+        cache, seen, todo, entries = self.cache, self.seen, self.todo, self.entries
         racy = self.index_mtime
         pack = _STAT.pack
         add = seen.add
@@ -255,7 +255,7 @@ class _Scanner:
                         continue
                     add(rel)
                     mtime = st.st_mtime_ns
-                    if mtime >= racy:  # racily clean: look at the bytes
+                    if mtime >= racy:  # racily clean: look at the bytes (hash_one records it)
                         todo.append((rel, st))
                         continue
                     ctime = st.st_ctime_ns
@@ -264,7 +264,9 @@ class _Scanner:
                                         (mtime // 1_000_000_000) & _M32, mtime % 1_000_000_000,
                                         st.st_ino & _M32, gmode, st.st_uid & _M32, st.st_gid & _M32,
                                         st.st_size & _M32):
-                        todo.append((rel, st))
+                        todo.append((rel, st))  # hash_one records it
+                    else:
+                        entries[rel] = (gmode, known[1])  # the key holds the mode: it is gmode
 
     def directory(self, rel: bytes, stack: list[bytes]) -> None:
         full = os.path.join(self.root, rel)
@@ -283,9 +285,7 @@ class _Scanner:
         self.walk()
         if announce is not None:
             announce(len(self.todo))
-        entries = {path: (_MODE.unpack_from(key, 20)[0], oid) for path, (key, oid) in self.cache.items()
-                   if path in self.seen}
-        result = Capture(entries=entries, skipped=sorted(self.skipped))
+        result = Capture(entries=self.entries, skipped=sorted(self.skipped))
         result.removed = sorted(p for p in self.cache if p not in self.seen)
         for path in (*result.removed, *(p for p, _ in self.todo)):
             if path.rsplit(b"/", 1)[-1] == b".gitignore":
