@@ -11,7 +11,7 @@ import click
 
 import gitstate
 from gitstate.format import names
-from gitstate.sync.remote import RefResult, SyncResult
+from gitstate.sync.remote import RefResult, SyncResult, is_safety_ref
 
 from . import output as out
 from .context import pass_store
@@ -45,8 +45,6 @@ def _why(ref: RefResult, run_id: str | None, remote: str) -> str:
     """The reason shown for one ref, phrased with the commands that act on it."""
     parsed = names.parse_ref(ref.ref)
     branch = parsed.name if parsed is not None and parsed.kind == "heads" else None
-    if ref.status == "local":
-        return ": the unsaved-work safety branch stays local (--include-safety sends it)"
     if ref.status == "rejected" and "pull first" in ref.message and run_id is not None:
         pull = f"git agentos pull {out.shell_arg(remote)} {out.shell_arg(run_id)}"
         if "session file" in ref.message:
@@ -89,7 +87,7 @@ def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str)
         for result in results:
             name = out.safe(result.run_id) if result.run_id is not None else "(not a run)"
             for ref in result.refs:
-                if ref.status == "up-to-date" and result.ok:
+                if ref.status == "up-to-date" and result.ok and not is_safety_ref(ref.ref):
                     continue
                 label = _ref_label(ref.ref)
                 tail = f" -> {out.safe(ref.kept_as)}" if ref.kept_as else ""
@@ -127,7 +125,8 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     Not pushed, and not failures: BRANCH@REMOTE copies a pull kept of this remote's own lines
     while the remote still has them ("kept"), and each run's restore-safety branch, which holds
     workspace files a restore set aside without checkpointing them ("local"; --include-safety
-    sends it). Exit 1 when any ref was refused or failed; the lines above the error say which
+    sends it; "up-to-date" when an earlier --include-safety push sent the remote this very
+    branch). Exit 1 when any ref was refused or failed; the lines above the error say which
     and why (no success summary is printed then).
 
     \b

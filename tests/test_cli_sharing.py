@@ -94,7 +94,9 @@ def test_safety_branch_stays_local_on_push_and_export(tmp_path: Path) -> None:
     (a / "notes.txt").write_text("a password I never checkpointed\n")
     agentos(a, "restore", "r", "--force")
     pushed = agentos(a, "push", "origin")
-    assert "local r restore-safety: the unsaved-work safety branch stays local (--include-safety" in pushed.stdout
+    assert "local r restore-safety: not pushed: the restore-safety branch holds workspace files a restore set " \
+           "aside without checkpointing them; it stays in this repository unless you push with --include-safety" \
+        in pushed.stdout, pushed.stdout
     assert "restore-safety" not in git(server, "for-each-ref")
     bundle = tmp_path / "r.bundle"
     exported = agentos(a, "export", "r", "-o", str(bundle))
@@ -106,6 +108,40 @@ def test_safety_branch_stays_local_on_push_and_export(tmp_path: Path) -> None:
     assert "restore-safety" in git(tmp_path, "bundle", "list-heads", str(bundle))
     agentos(a, "push", "origin", "--include-safety")
     assert "restore-safety" in git(server, "for-each-ref")
+
+
+def _safety_row(cwd: Path) -> dict[str, object]:
+    doc = json.loads(agentos(cwd, "push", "origin", "--json").stdout)
+    text = json.dumps(doc)
+    assert "include_safety" not in text and "(include" not in text  # no Python parameter names
+    return next(ref for run in doc for ref in run["refs"] if ref["ref"].endswith("/heads/restore-safety"))
+
+
+def test_push_says_truthfully_where_the_safety_branch_is(tmp_path: Path) -> None:
+    """``push --json`` and its text speak CLI, and once an ``--include-safety`` push sent the
+    safety branch, later pushes no longer call it local: the remote has it (or an older one)."""
+    a, _b, server = machines(tmp_path)
+    (a / "notes.txt").write_text("checkpointed\n")
+    agentos(a, "checkpoint", "r", "--files", "--state", "-", input="{}")
+    (a / "notes.txt").write_text("unsaved one\n")
+    agentos(a, "restore", "r", "--force")
+    row = _safety_row(a)
+    assert row["status"] == "local" and row["old"] is None and "--include-safety" in str(row["message"])
+    agentos(a, "push", "origin", "--include-safety")
+    sent = git(server, "rev-parse", "refs/agentos/main/runs/r/heads/restore-safety").strip()
+    row = _safety_row(a)
+    assert row["status"] == "up-to-date" and row["ok"] is True and row["old"] == sent == row["new"]
+    assert "origin already has this restore-safety branch" in str(row["message"])
+    text = agentos(a, "push", "origin").stdout
+    assert "up-to-date r restore-safety: not pushed again: origin already has" in text, text
+    assert "local r restore-safety" not in text
+    # a newer restore moves the branch here: not sent, and the remote's older copy is named
+    (a / "notes.txt").write_text("unsaved two\n")
+    agentos(a, "restore", "r", "--force")
+    row = _safety_row(a)
+    assert row["status"] == "local" and row["old"] == sent and row["new"] != sent
+    assert "origin still has an older restore-safety branch" in str(row["message"])
+    assert git(server, "rev-parse", "refs/agentos/main/runs/r/heads/restore-safety").strip() == sent
 
 
 def test_push_report_names_branches_as_users_name_them(tmp_path: Path) -> None:
