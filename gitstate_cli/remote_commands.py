@@ -95,7 +95,8 @@ def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str)
                 click.echo(f"{out.style(ref.status, fg='red' if not ref.ok else None)} {name} "
                            f"{out.safe(label)}{tail}{out.safe(why)}")
         if not failed:
-            click.echo(f"{verb} {out.safe(where)}: {len(results)} run(s), {changed} changed")
+            click.echo(f"{verb} {out.safe(where)}: {len(results)} run(s), "
+                       + (f"{changed} changed" if changed else "nothing changed"))
     if failed:
         click.echo(f"error: {len(failed)} of {len(results)} run(s) not fully {verb} ({out.safe(where)}); "
                    "see the lines above", err=True)
@@ -155,15 +156,18 @@ def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
 
     New runs and branches are created, branches the remote advanced are fast-forwarded, and a
     branch that advanced on both sides keeps the remote's line as a separate branch
-    BRANCH@REMOTE (reported as "diverged"). Refs that are not readable gitstate refs are skipped
-    and reported; nothing fetched is executed.
+    BRANCH@REMOTE (reported once as "diverged"; a later pull reports "kept" while that copy
+    already holds the remote's line, and "diverged" again only when it moves the copy forward).
+    Refs that are not readable gitstate refs are skipped and reported; nothing fetched is
+    executed. The last line counts the runs that changed ("nothing changed" when none did).
 
     \b
     Example:
       git agentos pull origin
       git agentos pull origin 20261121-2311-3f2a9c --json
 
-    JSON: the same shape as `push --json`.
+    JSON: the same shape as `push --json`; ref statuses: created, fast-forward, diverged,
+    kept, up-to-date, ahead (ok), conflict, skipped, error (failures).
     """
     results = gitstate.pull(store, remote, _whole_runs(store, runs), all_worktrees=all_worktrees)
     _report(results, as_json, "pulled", remote)

@@ -164,3 +164,28 @@ def test_push_report_names_branches_as_users_name_them(tmp_path: Path) -> None:
     assert "rejected r main~1ef4f797-8335:" in refused, refused
     assert "git agentos fork r @'main~1ef4f797-8335' NEW_BRANCH" in refused, refused
     agentos(b, "log", "r@main~1ef4f797-8335")  # the name the hint gives resolves
+
+
+def test_a_kept_divergence_is_reported_once(tmp_path: Path) -> None:
+    """The pull that keeps the remote's line reports it as ``diverged``; pulling again changes
+    nothing and says so (the copy listed as ``kept``, exit 0), until the remote's line moves on."""
+    a, b, _server = machines(tmp_path)
+    diverge(a, b)  # B's first pull after both sides advanced: "diverged r main -> main@origin"
+    for _ in range(2):
+        again = agentos(b, "pull", "origin")
+        assert "diverged" not in again.stdout, again.stdout
+        assert "kept r main -> main@origin: already kept" in again.stdout, again.stdout
+        assert again.stdout.rstrip().endswith("pulled origin: 1 run(s), nothing changed"), again.stdout
+        doc = json.loads(agentos(b, "pull", "origin", "--json").stdout)
+        refs = {ref["ref"].rsplit("/", 1)[1]: ref for ref in doc[0]["refs"]}
+        assert refs["main"]["status"] == "kept" and refs["main"]["kept_as"] == "main@origin"
+        assert refs["main"]["ok"] is True and doc[0]["ok"] is True
+    # origin's line advances: the copy moves forward with it, reported (once) as a change
+    agentos(a, "checkpoint", "r", "--state", "-", input='{"a": 2}')
+    agentos(a, "push", "origin")
+    moved = agentos(b, "pull", "origin")
+    assert "diverged r main -> main@origin: origin's line advanced" in moved.stdout, moved.stdout
+    assert "1 changed" in moved.stdout
+    tip_a = json.loads(agentos(a, "log", "r", "-n", "1", "--json").stdout)[0]["id"]
+    assert json.loads(agentos(b, "log", "r@main@origin", "-n", "1", "--json").stdout)[0]["id"] == tip_a
+    assert "nothing changed" in agentos(b, "pull", "origin").stdout

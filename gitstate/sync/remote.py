@@ -69,8 +69,10 @@ class RefResult:
     local unless asked for; ``old`` is what the remote holds of it, when an earlier push sent one;
     a safety branch the remote already has as it is here is ``up-to-date``). Pull statuses:
     ``created``, ``fast-forward``, ``up-to-date``, ``ahead`` (ours is newer), ``diverged`` (the
-    remote's line was kept as branch ``kept_as``; for a session file, as the session file
-    ``kept_as``), ``conflict`` (kept ours), ``skipped``, ``error``."""
+    remote's line was kept as branch ``kept_as``, created or moved forward by this pull; for a
+    session file, as the session file ``kept_as``), ``kept`` (the remote's line still differs from
+    ours and ``kept_as``, kept by an earlier pull, already holds it: nothing changed), ``conflict``
+    (kept ours), ``skipped``, ``error``."""
 
     ref: str
     status: str
@@ -546,17 +548,21 @@ def _keep_diverged(store: Store, local: str, ours: str, theirs: str, label: str,
         except (InvalidNameError, ValueError) as exc:
             return RefResult(local, "skipped", ours, theirs, f"no {what} name to keep the remote's line: {exc}")
         kept = _read(store, ref)
-        msg = f"diverged: kept {label}'s line as {what} {name!r}; ours is unchanged"
+        msg = f"both sides advanced: kept {label}'s line as {what} {name!r}; ours is unchanged"
         try:
             if kept is None:
                 store.move_ref(ref, None, theirs, f"gitstate: pull from {label} (diverged {subject})")
                 return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
             relation = _relation(store.reader, kept, theirs)
-            if relation in ("same", "ahead"):
-                return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
+            if relation in ("same", "ahead"):  # an earlier pull kept it: nothing new
+                return RefResult(local, "kept", ours, theirs,
+                                 f"already kept: {label}'s line has been kept as {what} {name!r} since an "
+                                 "earlier pull; nothing new, ours is unchanged", kept_as=name)
             if relation == "behind":
                 store.move_ref(ref, kept, theirs, f"gitstate: pull from {label} (fast-forward {name})")
-                return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
+                return RefResult(local, "diverged", ours, theirs,
+                                 f"{label}'s line advanced: its copy, {what} {name!r}, moved forward with it; "
+                                 "ours is unchanged", kept_as=name)
         except ConflictError as exc:
             return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")
     return RefResult(local, "conflict", ours, theirs, f"too many diverged copies of this {what}; kept ours")
