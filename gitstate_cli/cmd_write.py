@@ -26,7 +26,7 @@ json_option = out.json_option
 
 def _describe(cp: gitstate.Checkpoint) -> str:
     return (f"{out.style(cp.short_id, fg='yellow')} (run {out.safe(cp.run_id)}, branch {out.safe(cp.branch)}, "
-            f"step {cp.step})")
+            f"step {cp.display_step})")
 
 
 @click.command()
