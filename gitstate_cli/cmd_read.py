@@ -69,6 +69,14 @@ def shown_status(cp: gitstate.Checkpoint, tip: str | None) -> str | None:
     return (cp.tip_status if cp.id == tip else cp.status) or cp.node_status
 
 
+def _tip_of(store: gitstate.Store, cp: gitstate.Checkpoint) -> str | None:
+    """The tip of the branch ``cp`` was written on, in this worktree (``None`` if there is none)."""
+    try:
+        return store.get_run(cp.run_id).tip(cp.branch)
+    except gitstate.GitStateError:
+        return None
+
+
 def _checkpoint_rows(cps: list[gitstate.Checkpoint], tip: str | None) -> list[list[Any]]:
     return [[out.style(cp.short_id, fg="yellow"), cp.display_step, cp.node, cp.trigger,
              out.status(shown_status(cp, tip)), cp.created_at] for cp in cps]
@@ -198,7 +206,7 @@ def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
     click.echo(label(f"checkpoint {cp.id}", fg="yellow"))
     fields = [("run", cp.run_id), ("branch", cp.branch), ("workflow", cp.workflow), ("node", cp.node),
               ("step", cp.display_step), ("trigger", cp.trigger),
-              ("status", shown_status(cp, store.get_run(cp.run_id).tip(cp.branch))),
+              ("status", shown_status(cp, _tip_of(store, cp))),
               ("node status", cp.node_status), ("node entry", cp.node_entry),
               ("parent", cp.parent_id), ("created", cp.created_at.isoformat())]
     if lg is not None:
