@@ -21,6 +21,14 @@ class NotARepositoryError(GitStateError):
         )
 
 
+class RepositoryGoneError(NotARepositoryError):
+    """The store's repository was deleted or moved after the store was opened."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        GitStateError.__init__(self, f"the repository at {path} was deleted or moved while the store was open")
+
+
 class UnsupportedRepositoryError(GitStateError):
     """The repository exists but uses a format libgit2 cannot open (SHA-256 objects, reftable refs)."""
 

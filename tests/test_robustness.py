@@ -226,3 +226,67 @@ def test_listing_many_runs_uses_the_cache_and_stays_right(store: gitstate.Store)
     assert again[runs[5].id] == first[runs[5].id]
     cache.write_bytes(b"garbage")  # a damaged cache is rebuilt, never trusted
     assert {s.id: s for s in gitstate.open_store(store.path).list_runs()} == again
+
+
+def test_a_deleted_repository_is_an_error_never_an_empty_store(repo: Path) -> None:
+    store = gitstate.open_store(repo)
+    run = store.create_run(run_id="gone", workflow="w")
+    run.checkpoint({"x": 1})
+    shutil.rmtree(repo / ".git")
+    calls = {
+        "list_runs": store.list_runs, "head": run.head, "get_run": lambda: store.get_run("gone"),
+        "has_run": lambda: store.has_run("gone"), "history": lambda: list(run.history()),
+        "checkpoint": lambda: run.checkpoint({"x": 2}), "create_run": lambda: store.create_run(run_id="new"),
+        "pack": store.pack, "latest_run": store.latest_run,
+    }
+    for name, call in calls.items():
+        with pytest.raises(gitstate.RepositoryGoneError) as info:
+            call()
+        assert "deleted or moved" in str(info.value) and "\n" not in str(info.value), name
+        assert isinstance(info.value, gitstate.NotARepositoryError)
+    assert not (repo / ".git").exists()  # nothing brought back as an empty shell
+
+
+@pytest.mark.skipif(not shutil.which("setpriv") and os.geteuid() == 0, reason="needs setpriv to drop root")
+def test_every_call_on_a_read_only_repository_is_a_gitstate_error() -> None:
+    base = Path(tempfile.mkdtemp(prefix="gitstate-ro-"))
+    try:
+        repo = base / "repo"
+        git(base, "init", "-q", str(repo))
+        (repo / "f").write_text("x")
+        store = gitstate.open_store(repo)
+        run = store.create_run(run_id="existing", workflow="w")
+        run.checkpoint({"a": 1}, files=True)
+        (repo / "g").write_text("y")
+        run.checkpoint({"a": 2}, files=True)  # loose objects journaled for packing
+        script = r"""
+import sys, gitstate
+from gitstate.verify import verify
+s = gitstate.open_store(sys.argv[1])
+r = s.get_run("existing")
+calls = {"pack": s.pack, "checkpoint": lambda: r.checkpoint({"a": 3}), "create": lambda: s.create_run(run_id="b"),
+         "delete": lambda: s.delete_run("existing"), "fork": lambda: r.fork(r.head().id, "x"),
+         "prune": lambda: r.prune(keep_latest=1), "files": lambda: r.checkpoint({"a": 4}, files=True),
+         "list": lambda: len(s.list_runs()), "verify": lambda: verify(s, repair=True).ok}
+for name, call in calls.items():
+    try:
+        print(name, "ok", call())
+    except gitstate.GitStateError as exc:
+        print(name, "error", type(exc).__name__, str(exc).count("\n"))
+"""
+        cmd = [sys.executable, "-c", script, str(repo)]
+        env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(base))
+        if os.geteuid() == 0:
+            os.chmod(base, 0o755)
+            subprocess.run(["chown", "-R", "nobody", str(repo)], check=True)
+            cmd = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *cmd]
+        subprocess.run(["chmod", "-R", "a-w", str(repo / ".git")], check=True)
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
+        for name in ("pack", "checkpoint", "create", "delete", "fork", "prune", "files"):
+            assert lines[name] == "error StoreWriteError 0", (name, lines[name])
+        assert lines["list"] == "ok 1" and lines["verify"] == "ok True"
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)

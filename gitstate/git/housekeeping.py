@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import socket
 import struct
 import tempfile
 import time
@@ -28,7 +29,7 @@ from gitstate.errors import GitStateError
 from gitstate.git import lockfile, packs, refs
 from gitstate.git.command import run_git
 from gitstate.git.durability import fsync_dir
-from gitstate.git.objects import MODE_TREE
+from gitstate.git.objects import KEEP_PREFIX, MODE_TREE
 from gitstate.git.reader import parse_commit, parse_tree
 
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
@@ -192,6 +193,9 @@ def pack_loose(repo: pygit2.Repository, common_dir: str) -> int:
         return _pack_locked(repo, common_dir, lock)
 
 
+PACK_STEP = 5000  # loose objects one pack step packs at most; a larger backlog takes more steps
+
+
 def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedLock) -> int:
     journal = _journal(common_dir)
     taken = f"{journal}.{os.getpid()}.packing"
@@ -200,16 +204,26 @@ def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedL
     except FileNotFoundError:
         pass
     # With the lock held no other packer runs, so every other ".packing" file was left by a
-    # packer that was killed: its objects are packed now.
+    # packer that was killed: its objects are packed now (at most PACK_STEP of them per step).
     batches = sorted(glob.glob(glob.escape(journal) + ".*.packing"))
     if not batches:
         return 0
     _remove_leftover_dirs(common_dir)
+    remove_orphan_temps(common_dir)
     wanted: set[str] = set()
     for batch in batches:
         with open(batch, encoding="ascii", errors="replace") as fh:
             wanted.update(line.strip() for line in fh if len(line.strip()) == 40)
     loose = sorted(o for o in wanted if os.path.exists(_loose_path(common_dir, o)))
+    later = loose[PACK_STEP:]
+    loose = loose[:PACK_STEP]
+    if later:  # the rest is written back for the next step before the batches go
+        rest = f"{journal}.{os.getpid()}-rest.packing"
+        tmp = f"{journal}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="ascii") as fh:
+            fh.write("".join(o + "\n" for o in later))
+        os.replace(tmp, rest)
+        batches = [b for b in batches if b != rest]
     pack_dir = os.path.join(common_dir, "objects", "pack")
     os.makedirs(pack_dir, exist_ok=True)
     name = _write_pack(repo, pack_dir, loose)
@@ -228,8 +242,9 @@ def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedL
             os.unlink(batch)
         except FileNotFoundError:
             pass
-    # Merging deletes packs: only while the lock is provably still ours (renewed for the merge).
-    if len(packs) >= MERGE_THRESHOLD and lock.refresh():
+    # Merging deletes packs: only while the lock is provably still ours (renewed for the merge),
+    # and not while the user's `git gc` runs (it fails when a pack it listed goes away).
+    if len(packs) >= MERGE_THRESHOLD and not git_gc_running(common_dir) and lock.refresh():
         _merge_packs(repo, common_dir, packs)
     if refs.count_loose_refs(common_dir) >= REF_PACK_THRESHOLD:
         refs.pack_refs(common_dir)
@@ -239,13 +254,18 @@ def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedL
 def _merge_packs(repo: pygit2.Repository, common_dir: str, packs: list[str]) -> None:
     pack_dir = os.path.join(common_dir, "objects", "pack")
     oids: set[str] = set()
+    present = []
     for name in packs:
-        oids.update(read_pack_index(os.path.join(pack_dir, name + ".idx")))
+        try:
+            oids.update(read_pack_index(os.path.join(pack_dir, name + ".idx")))
+        except FileNotFoundError:
+            continue  # removed meanwhile by the user's git repack: its objects are in their pack
+        present.append(name)
     merged = _write_pack(repo, pack_dir, sorted(oids))
     if merged is None:
         return
     _save_packs(common_dir, [merged])
-    for name in packs:
+    for name in present:
         if name == merged or os.path.exists(os.path.join(pack_dir, name + ".keep")):
             continue
         # the index first, so no new reader picks the pack up while it is being removed
@@ -254,6 +274,65 @@ def _merge_packs(repo: pygit2.Repository, common_dir: str, packs: list[str]) -> 
                 os.unlink(os.path.join(pack_dir, name + ext))
             except OSError:
                 pass
+
+
+_TEMP_PREFIXES = ("tmp_obj_", "tmp_object_git2_")  # ours (ObjectWriter) and libgit2's loose temps
+
+
+def remove_orphan_temps(common_dir: str, max_age: float | None = None) -> int:
+    """Remove temporary loose-object files that killed writers left in ``objects/??/`` (gitstate's
+    ``tmp_obj_*`` and libgit2's ``tmp_object_git2_*``) when older than ``max_age`` seconds
+    (default :data:`ORPHAN_AGE`; a live writer renames its temp within milliseconds). Returns how
+    many were removed. Lists the 256 fan-out directories, so it runs with the pack step only."""
+    limit = ORPHAN_AGE if max_age is None else max_age
+    objects = os.path.join(common_dir, "objects")
+    now = time.time()
+    removed = 0
+    try:
+        fanout = [d for d in os.listdir(objects) if len(d) == 2]
+    except OSError:
+        return 0
+    for directory in fanout:
+        try:
+            names = os.listdir(os.path.join(objects, directory))
+        except OSError:
+            continue
+        for name in names:
+            if not name.startswith(_TEMP_PREFIXES):
+                continue
+            path = os.path.join(objects, directory, name)
+            try:
+                if now - os.lstat(path).st_mtime > limit:
+                    os.unlink(path)
+                    removed += 1
+            except OSError:
+                continue
+    return removed
+
+
+def git_gc_running(common_dir: str) -> bool:
+    """Whether a ``git gc`` runs on this repository now: its ``gc.pid`` names a live process of
+    this host (git's own test, with its 12-hour limit). gitstate then defers deleting packs, which
+    makes a running ``git gc`` fail ("unable to add recent objects")."""
+    path = os.path.join(common_dir, "gc.pid")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(512)
+        age = time.time() - os.stat(path).st_mtime
+    except OSError:
+        return False
+    parts = text.split()
+    if len(parts) < 2 or not parts[0].isdigit() or age > 12 * 3600:
+        return False
+    if parts[1] != socket.gethostname():
+        return True  # another machine's gc (a shared file system): assume it runs
+    try:
+        os.kill(int(parts[0]), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def maybe_pack(repo: pygit2.Repository, common_dir: str, journal_size: int) -> None:
@@ -304,9 +383,37 @@ def merge_tx_packs(common_dir: str) -> str | None:
         return _merge_tx_locked(common_dir, agentos, lock)
 
 
+def remove_dead_keeps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]:
+    """Remove the ``.keep`` files of transactions whose writer is gone: provably dead (its owner
+    record names a process on this machine that no longer runs), or unknown and older than
+    ``max_age`` seconds. A ``.keep`` gitstate did not write is never touched. Returns the packs
+    whose ``.keep`` was removed."""
+    pack_dir = os.path.join(common_dir, "objects", "pack")
+    removed = []
+    for path in glob.glob(os.path.join(glob.escape(pack_dir), "pack-*.keep")):
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(4096)
+                age = time.time() - os.fstat(fh.fileno()).st_mtime
+        except OSError:
+            continue
+        if not data.startswith(KEEP_PREFIX):
+            continue
+        owner = lockfile.Owner.parse(data[len(KEEP_PREFIX):])
+        alive = owner.alive() if owner is not None else None
+        if alive is False or (alive is None and age > max_age):
+            try:
+                os.unlink(path)
+                removed.append(os.path.basename(path)[: -len(".keep")])
+            except OSError:
+                pass
+    return removed
+
+
 def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) -> str | None:
     pack_dir = os.path.join(common_dir, "objects", "pack")
     packs.remove_orphans(pack_dir, ORPHAN_AGE)
+    remove_dead_keeps(common_dir)
     _remove_leftover_dirs(common_dir)
     path = os.path.join(agentos, TX_PACKS)
     taken = f"{path}.{os.getpid()}.merging"
@@ -318,18 +425,24 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
     kept_path = path + ".kept"
     names = list(dict.fromkeys(n for src in [kept_path, *sources] for n in _read_names(src)))
     weights = []
+    kept = []  # packs of transactions still under way (or of killed ones, until their .keep goes)
     for name in names:
+        if os.path.exists(os.path.join(pack_dir, name + ".keep")):
+            kept.append(name)
+            continue
         try:
             weights.append((name, packs.object_count(os.path.join(pack_dir, name + ".idx"))))
         except (OSError, GitStateError):
             continue  # removed meanwhile (a user's repack) or damaged: not ours to merge now
     chosen = packs.geometric_plan(weights)
+    if chosen and git_gc_running(common_dir):
+        chosen = []  # deleting packs under a running `git gc` makes it fail: merge next time
     if chosen and not lock.refresh():
         chosen = []  # our lock was broken and retaken: deleting packs is no longer ours to do
     merged = _merge_with_deltas(common_dir, pack_dir, chosen, lock) if chosen else None
     if merged is None:
         chosen = []  # nothing merged: every pack stays listed
-    keep = [n for n, _w in weights if n not in chosen] + ([merged] if merged else [])
+    keep = kept + [n for n, _w in weights if n not in chosen] + ([merged] if merged else [])
     tmp = f"{kept_path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="ascii") as fh:
         fh.write("".join(n + "\n" for n in keep))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pygit2
 
-from gitstate.errors import NotARepositoryError, UnsupportedRepositoryError
+from gitstate.errors import NotARepositoryError, RepositoryGoneError, UnsupportedRepositoryError
 from gitstate.git.refnames import encode_component
 
 MAIN_WORKTREE = "main"
@@ -108,3 +108,12 @@ def locate(repo: pygit2.Repository) -> Location:
         worktree = MAIN_WORKTREE
     workdir = None if repo.is_bare or repo.workdir is None else os.path.realpath(repo.workdir)
     return Location(git_dir=git_dir, common_dir=common, workdir=workdir, worktree=worktree)
+
+
+def check_present(git_dir: str) -> None:
+    """Raise :class:`RepositoryGoneError` when the repository at ``git_dir`` no longer exists (its
+    ``HEAD``, which every repository has and gitstate never writes, is gone): asked where a read
+    found nothing, so that a deleted repository is reported as such, never as an empty store or
+    missing objects."""
+    if not os.path.isfile(os.path.join(git_dir, "HEAD")):
+        raise RepositoryGoneError(git_dir.rstrip(os.sep))

@@ -13,11 +13,20 @@ lock (owner on another machine, start time unknown, unreadable content) only whe
 ``stale_after`` seconds (by its mtime, which :meth:`OwnedLock.refresh` renews). :meth:`release`
 removes the file only while it is still the one we wrote.
 
+:func:`create_held` makes the lock files of git's own protocol (``<ref>.lock``, ``packed-refs.lock``)
+that gitstate takes: created exclusively as git creates them, then held with ``flock`` for as long
+as gitstate owns them, and only then given an owner record (with ``"flock": true``). git writes no
+such record and takes no flock, and the kernel drops a flock when its holder dies, so a contender
+can tell the three cases apart: a record and a flock held, a live gitstate owner (never broken); a
+record and no flock, a dead one (broken at once); no record (git's lock, or ours in the two system
+calls before its record is written), judged by age alone.
+
 Only the standard library: this module sits at the bottom of the git layer."""
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import secrets
@@ -27,7 +36,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import TracebackType
 
-__all__ = ["Owner", "OwnedLock", "acquire", "break_stale", "is_stale", "read_owner"]
+__all__ = ["Owner", "OwnedLock", "acquire", "break_stale", "create_held", "is_stale", "read_owner",
+           "release_held"]
 
 
 def break_stale(path: str, is_stale: Callable[[str], bool]) -> bool:
@@ -129,6 +139,20 @@ def _pid_exists(pid: int) -> bool:
     return True
 
 
+_PROCESS: tuple[int, int | None, str, str | None, str | None] | None = None
+
+
+def _this_process() -> tuple[int, int | None, str, str | None, str | None]:
+    """``(pid, start time, host, boot id, pid namespace)`` of this process, read once per process
+    (the pid changes in a forked child, and so does the rest then)."""
+    global _PROCESS
+    found = _PROCESS
+    pid = os.getpid()
+    if found is None or found[0] != pid:
+        found = _PROCESS = (pid, process_start_time(pid), socket.gethostname(), _boot_id(), _pid_namespace())
+    return found
+
+
 @dataclass(frozen=True)
 class Owner:
     """Who holds a lock. ``token`` is random per acquisition, so two records never compare equal."""
@@ -140,13 +164,14 @@ class Owner:
     boot: str | None = None  # kernel boot id (Linux)
     pidns: str | None = None  # pid namespace (Linux)
     token: str = ""
+    flock: bool = False  # the owner holds a flock on the lock file while it lives (create_held)
 
     @classmethod
-    def current(cls) -> Owner:
+    def current(cls, *, flock: bool = False) -> Owner:
         """A record for this process, now."""
-        pid = os.getpid()
-        return cls(pid=pid, start=process_start_time(pid), host=socket.gethostname(), time=time.time(),
-                   boot=_boot_id(), pidns=_pid_namespace(), token=secrets.token_hex(8))
+        pid, start, host, boot, pidns = _this_process()
+        return cls(pid=pid, start=start, host=host, time=time.time(), boot=boot, pidns=pidns,
+                   token=secrets.token_hex(8), flock=flock)
 
     def to_bytes(self) -> bytes:
         return (json.dumps(asdict(self), sort_keys=True) + "\n").encode()
@@ -163,13 +188,22 @@ class Owner:
             return None
         pid, start, host, when = raw.get("pid"), raw.get("start"), raw.get("host"), raw.get("time")
         boot, pidns, token = raw.get("boot"), raw.get("pidns"), raw.get("token", "")
+        flock = raw.get("flock", False)
         if (type(pid) is not int or pid <= 0 or not isinstance(host, str)
                 or not (start is None or type(start) is int)
                 or not isinstance(when, int | float) or isinstance(when, bool)
                 or not all(v is None or isinstance(v, str) for v in (boot, pidns))
-                or not isinstance(token, str)):
+                or not isinstance(token, str) or type(flock) is not bool):
             return None
-        return cls(pid=pid, start=start, host=host, time=float(when), boot=boot, pidns=pidns, token=token)
+        return cls(pid=pid, start=start, host=host, time=float(when), boot=boot, pidns=pidns, token=token,
+                   flock=flock)
+
+    def same_kernel(self) -> bool:
+        """Whether the owner ran under this kernel (same boot id; where there is none, the same
+        host name), so that its flocks and this process's are the same kernel's."""
+        if self.boot is not None:
+            return self.boot == _boot_id()
+        return self.host == socket.gethostname()
 
     def alive(self) -> bool | None:
         """True when the owner provably runs, False when it provably does not, None when this
@@ -197,23 +231,136 @@ def read_owner(path: str) -> Owner | None:
 
 def is_stale(path: str, stale_after: float) -> bool:
     """Whether the lock file at ``path`` may be broken: its owner is provably dead, or it cannot
-    be proven alive and the file is older than ``stale_after`` seconds. A missing file is not stale."""
+    be proven alive and the file is older than ``stale_after`` seconds. A missing file is not stale.
+
+    A record written by :func:`create_held` under this kernel is judged by its flock: held, the
+    owner lives (or a process it forked does); free, the owner is gone. Any other record by the
+    owner's pid and start time; no record (git's own locks) by age."""
     try:
         with open(path, "rb") as fh:
             data = fh.read(4096)
             mtime = os.fstat(fh.fileno()).st_mtime
+            owner = Owner.parse(data)
+            alive = _flock_alive(fh.fileno()) if owner is not None and owner.flock and owner.same_kernel() else None
     except FileNotFoundError:
         return False
     except OSError:
         try:
-            mtime, data = os.stat(path).st_mtime, b""  # unreadable: judged by age alone
+            mtime, owner, alive = os.stat(path).st_mtime, None, None  # unreadable: judged by age alone
         except OSError:
             return False
-    owner = Owner.parse(data)
-    alive = owner.alive() if owner is not None else None
+    if alive is None and owner is not None:
+        alive = owner.alive()
     if alive is not None:
         return not alive
     return time.time() - mtime >= stale_after
+
+
+def _flock_alive(fd: int) -> bool | None:
+    """Whether another open file holds a flock on ``fd``'s file (None: flock unsupported here)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# git's lock files, held by gitstate
+
+_HELD: set[int] = set()  # descriptors of lock files this process holds (create_held); no mutex, so
+# that a fork while another thread holds one cannot leave the child's copy locked (set ops are atomic)
+_FLOCK_PATIENCE = 0.2  # seconds to wait for a flock that a contender's judge holds for a moment
+
+
+def create_held(path: str, mode: int = 0o644) -> int:
+    """Create the lock file ``path`` as git does (exclusively: :class:`FileExistsError` when it is
+    held) and hold it: a flock on it, then an owner record with ``"flock": true`` (see the module
+    documentation). Returns the descriptor; the caller keeps it until :func:`release_held`.
+
+    The record is written only once the flock is held, so a record without a flock always means a
+    dead (or finished) owner. Where no flock can be had (a file system without flock; a judge
+    that holds it longer than :data:`_FLOCK_PATIENCE`) the lock stays empty, as git's are, and is
+    judged by its age. Whatever is written into the lock, gitstate never renames it over the ref:
+    the new value goes through a file of its own (so the record survives until the lock is gone)."""
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, mode)
+    try:
+        if _flock_within(fd, _FLOCK_PATIENCE):
+            _write_all(fd, _held_record())
+    except BaseException:
+        try:
+            os.unlink(path)
+        finally:
+            os.close(fd)
+        raise
+    _HELD.add(fd)
+    return fd
+
+
+_HELD_RECORD: tuple[int, bytes] | None = None
+
+
+def _held_record() -> bytes:
+    """The owner record of the locks this process holds by flock: one per process (made when it
+    first takes one), since the flock, not the record, tells whether the owner lives, and the
+    lock's mtime tells its age; so a ref move pays for no JSON encoding."""
+    global _HELD_RECORD
+    found = _HELD_RECORD
+    if found is None or found[0] != os.getpid():
+        found = _HELD_RECORD = (os.getpid(), Owner.current(flock=True).to_bytes())
+    return found[1]
+
+
+def _flock_within(fd: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
+        except OSError:
+            return False
+
+
+def release_held(path: str | None, fd: int) -> None:
+    """Give up a lock taken by :func:`create_held`: remove the file (unless ``path`` is None: the
+    caller renamed or removed it) and only then close the descriptor, which drops the flock."""
+    try:
+        if path is not None:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+    finally:
+        _HELD.discard(fd)
+        os.close(fd)
+
+
+def _close_inherited() -> None:
+    """In a forked child: close the lock descriptors inherited from the parent, so a child that
+    outlives a killed parent does not keep its locks looking alive (closing a copy does not drop
+    the parent's flock)."""
+    for fd in list(_HELD):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import pygit2
 from pygit2.enums import ObjectType
 
 from gitstate.errors import StoreWriteError
+from gitstate.git.lockfile import Owner
 from gitstate.git.packs import write_pack
 
 MODE_BLOB = 0o100644
@@ -57,6 +58,12 @@ class ObjectWriter:
         self.value_cache: OrderedDict[bytes, str] = OrderedDict()
         self._staged: dict[str, tuple[int, bytes]] | None = None  # set while a transaction stages
         self.pack_dir = os.path.join(self.objects, "pack")
+        # Packs flushed by a write whose refs have not moved yet: their objects are unreachable, so
+        # each pack is kept (a .keep file) from a concurrent `git repack -a -d` until the write is
+        # over, and what they hold is trusted only once it is published (see published/abandoned).
+        self._unpublished: set[str] = set()
+        self._keeps: list[str] = []
+        self._epoch = gc_epoch(self.objects)
 
     def _expire(self) -> None:
         if time.monotonic() - self._born > _TRUST_SECONDS:
@@ -147,6 +154,10 @@ class ObjectWriter:
         """Start staging new objects in memory (a transaction)."""
         if self._staged is not None:
             raise RuntimeError("a transaction is already staging objects in this thread")
+        epoch = gc_epoch(self.objects)
+        if epoch != self._epoch:  # a `git gc`/`repack` ran: what it dropped may be in the caches
+            self.forget()
+            self._epoch = epoch
         self._staged = {}
 
     def staged_count(self) -> int:
@@ -161,10 +172,38 @@ class ObjectWriter:
         if not staged:
             return None
         written = write_pack(self.pack_dir, [(oid, kind, data) for oid, (kind, data) in staged.items()],
-                             fsync=fsync, sync_dir=sync_dir)
+                             fsync=fsync, sync_dir=sync_dir, keep=_keep_record())
+        if written.keep is not None:
+            self._keeps.append(written.keep)
         for oid in staged:
             self.remember(oid)
+        self._unpublished.update(staged)
         return written.name
+
+    def published(self) -> None:
+        """The write's refs moved: what its packs hold is reachable now; drop their ``.keep``."""
+        self._unpublished.clear()
+        self._drop_keeps()
+
+    def abandoned(self) -> None:
+        """The write failed: forget the objects its packs hold (nothing names them, so a
+        ``git repack -a -d`` may drop them once their ``.keep`` is gone) and drop the ``.keep``."""
+        gone, self._unpublished = self._unpublished, set()
+        self._staged = None
+        if gone:
+            for oid in gone:
+                self._known.pop(oid, None)
+            for key in [k for k, oid in self.value_cache.items() if oid in gone]:
+                del self.value_cache[key]
+        self._drop_keeps()
+
+    def _drop_keeps(self) -> None:
+        keeps, self._keeps = self._keeps, []
+        for path in keeps:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass  # housekeeping removes a .keep whose owner is gone
 
     def flush_loose(self) -> int:
         """Write the staged objects as loose files (each flushed when the writer's ``fsync`` is set,
@@ -189,6 +228,7 @@ class ObjectWriter:
             raise StoreWriteError(self.repo.path, str(exc)) from exc
         for oid in staged:
             self.remember(oid)
+        self._unpublished.update(staged)
         return written
 
     def drop_loose(self, oids: Iterable[str]) -> None:
@@ -230,6 +270,33 @@ class ObjectWriter:
         cache[key] = oid
         if len(cache) > self._cache_size:
             cache.popitem(last=False)
+
+
+def gc_epoch(objects: str) -> str:
+    """Changes whenever ``git repack`` (alone or run by ``git gc``) has run: the identity of
+    ``objects/info/packs``, which it rewrites each time (``update-server-info``) and which neither
+    gitstate nor libgit2 writes. Caches of "objects that exist" (:class:`ObjectWriter`'s, the
+    workspace's private index) are dropped when it changes, since the repack and the prune after it
+    may have removed objects that no ref reaches any more."""
+    try:
+        st = os.stat(os.path.join(objects, "info", "packs"))
+    except OSError:
+        return "none"
+    return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
+
+
+KEEP_PREFIX = b"gitstate transaction "  # how a transaction's .keep starts; its owner record follows
+_KEEP: tuple[int, bytes] | None = None
+
+
+def _keep_record() -> bytes:
+    """What a transaction's ``.keep`` holds: this process's owner record (pid, start time, host),
+    so housekeeping can remove the ``.keep`` of a writer that was killed (see lockfile.Owner)."""
+    global _KEEP
+    pid = os.getpid()
+    if _KEEP is None or _KEEP[0] != pid:
+        _KEEP = (pid, KEEP_PREFIX + Owner.current().to_bytes())
+    return _KEEP[1]
 
 
 _TYPE_NAMES = {ObjectType.BLOB: b"blob", ObjectType.TREE: b"tree", ObjectType.COMMIT: b"commit",

@@ -128,13 +128,14 @@ class PackWritten:
     count: int
     oids: tuple[str, ...]
     existed: bool = False
+    keep: str | None = None  # the .keep file written with the pack (write_pack's ``keep``)
 
 
 # -- writing ---------------------------------------------------------------------------------------
 
 
 def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsync: bool = False,
-               compression: int = 1, sync_dir: bool = False) -> PackWritten:
+               compression: int = 1, sync_dir: bool = False, keep: bytes | None = None) -> PackWritten:
     """Write ``objects`` as one version-2 pack with its version-2 index in ``pack_dir``.
 
     Each object is ``(hex id, type, body)``: type 1 commit, 2 tree, 3 blob, 4 tag, and the body
@@ -143,7 +144,13 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
     zlib level (1, git's ``core.looseCompression`` default, is fast and small enough for small
     objects). With ``fsync`` both files' contents are flushed (``fdatasync``, as git flushes the
     packs it writes) before they are renamed into place; with ``sync_dir`` the directory is flushed
-    after the renames too, so the names survive a power loss as well (``core.fsync=all``)."""
+    after the renames too, so the names survive a power loss as well (``core.fsync=all``).
+
+    With ``keep`` a ``<name>.keep`` file holding those bytes is created before the ``.pack`` is
+    put in place (as ``git receive-pack`` keeps the pack it received until its refs are updated):
+    ``git repack -a -d`` and ``git gc`` neither delete a kept pack nor drop its objects, which are
+    unreachable until the caller's refs name them. The caller removes the file afterwards
+    (:attr:`PackWritten.keep`; ``None`` when a ``.keep`` of that name existed already)."""
     if not -1 <= compression <= 9:
         raise UsageError(f"compression must be a zlib level from -1 to 9, not {compression}")
     seen: set[str] = set()
@@ -177,7 +184,10 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
         try:
             tmp_pack, pack_fd = _open_temp(pack_dir, "tmp_pack_", body)
         except FileNotFoundError:
-            os.makedirs(pack_dir, exist_ok=True)
+            try:
+                os.mkdir(pack_dir)  # not its parents: a deleted repository is not brought back as a shell
+            except FileExistsError:
+                pass
             tmp_pack, pack_fd = _open_temp(pack_dir, "tmp_pack_", body)
         try:
             tmp_idx, idx_fd = _open_temp(pack_dir, "tmp_idx_", idx)
@@ -200,10 +210,10 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
         finally:
             os.close(pack_fd)
             os.close(idx_fd)
-        existed = _install(pack_dir, name, tmp_pack, tmp_idx, sync_dir)
+        existed, kept = _install(pack_dir, name, tmp_pack, tmp_idx, sync_dir, keep)
     except OSError as exc:
         raise StoreWriteError(pack_dir, str(exc)) from exc
-    return PackWritten(name, len(index), tuple(raw.hex() for raw, _, _ in index), existed)
+    return PackWritten(name, len(index), tuple(raw.hex() for raw, _, _ in index), existed, kept)
 
 
 def is_pack_name(name: str) -> bool:
@@ -299,28 +309,49 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view):]
 
 
-def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool) -> bool:
+def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool,
+             keep: bytes | None = None) -> tuple[bool, str | None]:
     """Rename the temp files into place, ``.pack`` first and ``.idx`` last; return whether the pack
-    was installed already (then the temps are removed and the pack's mtime is refreshed).
+    was installed already (then the temps are removed and the pack's mtime is refreshed), and the
+    ``.keep`` file created (``keep``: before the pack appears, so no ``git repack`` ever lists it
+    unkept).
 
     A ``.pack`` without its ``.idx`` (another writer between its renames, or one that died) is
     replaced by ours: the bytes are the same, and the fresh file cannot be taken for an orphan.
     So is an ``.idx`` whose ``.pack`` is gone."""
     base = os.path.join(pack_dir, name)
-    if os.path.exists(base + ".idx") and _freshen(base + ".pack"):
-        _unlink(tmp_pack)
-        _unlink(tmp_idx)
-        return True
+    kept = None
     try:
+        if keep is not None:
+            kept = _create_keep(base + ".keep", keep)
+        if os.path.exists(base + ".idx") and _freshen(base + ".pack"):
+            _unlink(tmp_pack)
+            _unlink(tmp_idx)
+            return True, kept
         os.replace(tmp_pack, base + ".pack")
         os.replace(tmp_idx, base + ".idx")
     except BaseException:
         _unlink(tmp_pack)
         _unlink(tmp_idx)
+        if kept is not None:
+            _unlink(kept)
         raise
     if fsync:
         _fsync_dir(pack_dir)
-    return False
+    return False, kept
+
+
+def _create_keep(path: str, content: bytes) -> str | None:
+    """Create a ``.keep`` file; ``None`` when one exists already (another writer's: not ours)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        return None
+    try:
+        _write_all(fd, content)
+    finally:
+        os.close(fd)
+    return path
 
 
 def _freshen(path: str) -> bool:
@@ -558,7 +589,7 @@ def _write_merged(pack_dir: str, sources: Sequence[_Source], fsync: bool) -> Pac
         _unlink(path)
         raise
     name = "pack-" + checksum.hex()
-    existed = _install(pack_dir, name, path, tmp_idx, fsync)
+    existed, _kept = _install(pack_dir, name, path, tmp_idx, fsync)
     return PackWritten(name, len(index), tuple(raw.hex() for raw, _, _ in index), existed)
 
 
@@ -618,19 +649,121 @@ def geometric_plan(packs: Sequence[tuple[str, int]], factor: int = 2) -> list[st
     return [name for name, _weight in ordered[:split]]
 
 
+# -- orphan packs: a .pack whose .idx is gone ------------------------------------------------------
+
+_TYPE_NAMES = {OBJ_COMMIT: b"commit", OBJ_TREE: b"tree", OBJ_BLOB: b"blob", OBJ_TAG: b"tag"}
+
+
+def index_bytes(pack_path: str) -> bytes:
+    """The version-2 ``.idx`` of a pack of whole objects (as :func:`write_pack` writes them),
+    computed from the pack alone: each entry is inflated (in chunks) and hashed, its CRC-32 and
+    offset noted. The result is byte for byte the index :func:`write_pack` wrote for it.
+    :class:`DeltaPackError` for a pack holding deltas, :class:`~gitstate.errors.CorruptObjectError`
+    for a damaged one."""
+    name = os.path.basename(pack_path)[: -len(".pack")]
+    with _map(pack_path) as mm:
+        size = len(mm)
+        signature, version, count = _PACK_HEADER.unpack_from(mm, 0)
+        if signature != b"PACK" or version not in (2, 3):
+            raise CorruptObjectError(pack_path, "not a version 2 pack")
+        if hashlib.sha1(memoryview(mm)[: size - 20], usedforsecurity=False).digest() != mm[size - 20:]:
+            raise CorruptObjectError(pack_path, "pack checksum does not match its content")
+        end = size - 20
+        pos = _PACK_HEADER.size
+        index: list[tuple[bytes, int, int]] = []
+        for _ in range(count):
+            start = pos
+            if pos >= end:
+                raise CorruptObjectError(pack_path, "pack is shorter than its object count")
+            byte = mm[pos]
+            kind, length, shift = (byte >> 4) & 0x07, byte & 0x0F, 4
+            pos += 1
+            while byte & 0x80:
+                if pos >= end:
+                    raise CorruptObjectError(pack_path, "truncated entry header")
+                byte = mm[pos]
+                pos += 1
+                length |= (byte & 0x7F) << shift
+                shift += 7
+            if kind not in _WHOLE_TYPES:
+                if kind in (OBJ_OFS_DELTA, OBJ_REF_DELTA):
+                    raise DeltaPackError(name, f"at offset {start}", kind)
+                raise CorruptObjectError(pack_path, f"entry at offset {start} has invalid type {kind}")
+            digest = hashlib.sha1(b"%s %d\x00" % (_TYPE_NAMES[kind], length), usedforsecurity=False)
+            inflater = zlib.decompressobj()
+            inflated = 0
+            while not inflater.eof:
+                if pos >= end:
+                    raise CorruptObjectError(pack_path, f"entry at offset {start} is truncated")
+                chunk = mm[pos:min(pos + _CHUNK, end)]
+                try:
+                    out = inflater.decompress(chunk)
+                except zlib.error as exc:
+                    raise CorruptObjectError(pack_path, f"entry at offset {start} does not inflate") from exc
+                digest.update(out)
+                inflated += len(out)
+                pos += len(chunk) - len(inflater.unused_data)
+            if inflated != length:
+                raise CorruptObjectError(pack_path, f"entry at offset {start} has the wrong size")
+            index.append((digest.digest(), start, zlib.crc32(mm[start:pos])))
+        if pos != end:
+            raise CorruptObjectError(pack_path, "pack has bytes after its last object")
+        checksum = mm[end:]
+    index.sort()
+    return _idx_bytes(index, checksum)
+
+
+_CHUNK = 1 << 16
+
+
+def reindex_orphans(pack_dir: str) -> list[str]:
+    """Give every ``pack-*.pack`` of whole objects that has no ``.idx`` its index again; returns the
+    names indexed. Such a pack is complete (a ``.pack`` is renamed into place only once written),
+    so only its index is missing: ``git gc`` removes an ``.idx`` whose ``.pack`` its directory scan
+    missed (its final scan can run while a pack's two files are renamed into place), which leaves
+    every object of the pack unreadable although a ref names them. Safe at any time and from any
+    process: the index written is the one the pack's writer writes (identical bytes, renamed into
+    place). Packs holding deltas (not gitstate's) and damaged ones are left alone."""
+    try:
+        listing = os.listdir(pack_dir)
+    except FileNotFoundError:
+        return []
+    present = set(listing)
+    done = []
+    for entry in listing:
+        if not (entry.startswith("pack-") and entry.endswith(".pack")):
+            continue
+        stem = entry[: -len(".pack")]
+        if stem + ".idx" in present or not _NAME.match(stem):
+            continue
+        path = os.path.join(pack_dir, entry)
+        try:
+            idx = index_bytes(path)
+            if os.path.exists(os.path.join(pack_dir, stem + ".idx")):
+                continue  # its writer finished meanwhile
+            tmp = _write_temp(pack_dir, "tmp_idx_", [idx], False)
+            os.replace(tmp, os.path.join(pack_dir, stem + ".idx"))
+        except (OSError, CorruptObjectError, UsageError):
+            continue  # gone meanwhile, damaged, or deltas (another program's pack)
+        done.append(stem)
+    return done
+
+
 # -- cleaning up -----------------------------------------------------------------------------------
 
 
 def remove_orphans(pack_dir: str, max_age_seconds: float) -> int:
     """Remove what dead writers left in ``pack_dir``: ``tmp_pack_*`` and ``tmp_idx_*`` files, and
-    ``.pack`` files without their ``.idx`` (and without a ``.keep``), when last modified more than
-    ``max_age_seconds`` ago. Nothing else is touched. Returns how many files were removed.
+    ``.pack`` files without their ``.idx`` (and without a ``.keep``) that :func:`reindex_orphans`
+    cannot index, when last modified more than ``max_age_seconds`` ago. Nothing else is touched.
+    Returns how many files were removed.
 
     A live writer's files are younger than that as long as ``max_age_seconds`` is far above the
     time between its writes and its last rename (use minutes at least; git prunes its temporary
     files after two weeks)."""
     if max_age_seconds < 0:
         raise UsageError(f"max_age_seconds cannot be negative, not {max_age_seconds}")
+    reindex_orphans(pack_dir)  # a complete pack that lost its index is repaired, never removed
     try:
         listing = os.listdir(pack_dir)
     except FileNotFoundError:

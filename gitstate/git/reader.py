@@ -11,6 +11,7 @@ object, in bounded time."""
 from __future__ import annotations
 
 import os
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,9 +28,12 @@ from gitstate.errors import (
     InvalidReferenceError,
 )
 from gitstate.git import command
+from gitstate.git.location import check_present
 from gitstate.git.objects import MODE_TREE, objects_dir
+from gitstate.git.packs import reindex_orphans
 
 _CHUNK = 1 << 16
+_ATTEMPTS = 8  # reads of one object while the pack directory keeps changing under a repack
 _KIND_NAMES = {ObjectType.COMMIT: "commit", ObjectType.TREE: "tree", ObjectType.BLOB: "blob",
                ObjectType.TAG: "tag"}
 
@@ -208,21 +212,39 @@ class ObjectReader:
             raise CorruptObjectError(oid, damage)
 
     def _odb(self, key: str, call: Callable[[str], tuple[Any, Any]]) -> tuple[Any, Any]:
-        """``call(key)`` on the object database, after the loose-object guard; a miss or a read
-        error is retried once after the pack list is refreshed (another process may have merged
-        packs away meanwhile), then reported as :class:`CorruptObjectError`."""
+        """``call(key)`` on the object database, after the loose-object guard. A miss or a read
+        error is retried after the pack list is refreshed (another process may have merged or
+        repacked packs away meanwhile), after packs that lost their index (to a concurrent ``git
+        gc``) are indexed again, and while the pack directory keeps changing between attempts (a
+        repack under way; at most :data:`_ATTEMPTS` attempts, a few ms apart); then reported as
+        :class:`CorruptObjectError`. Nothing moving in the pack directory ends it after two."""
         self._guard(key)
-        for attempt in (0, 1):
+        pack_dir = os.path.join(objects_dir(self.repo), "pack")
+        seen = _stamp(pack_dir)
+        for attempt in range(_ATTEMPTS):
             try:
                 return call(key)
             except KeyError as exc:
-                if attempt:
-                    raise CorruptObjectError(key, "missing from the object database") from exc
+                error: Exception = exc
+                reason = "missing from the object database"
             except (pygit2.GitError, ValueError, OSError) as exc:
-                if attempt:
-                    raise CorruptObjectError(key, f"unreadable: {exc}") from exc
+                error = exc
+                reason = f"unreadable: {exc}"
+            if attempt:
+                repaired = self._repair()
+                now = _stamp(pack_dir)
+                if attempt == _ATTEMPTS - 1 or (not repaired and now == seen):
+                    check_present(self.repo.path)
+                    raise CorruptObjectError(key, reason) from error
+                seen = now
+                time.sleep(0.001 * attempt)
             refresh_packs(self.repo)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _repair(self) -> bool:
+        """After a miss: give packs that lost their ``.idx`` (to a ``git gc``) their index again
+        (:func:`packs.reindex_orphans`); whether one was."""
+        return bool(reindex_orphans(os.path.join(objects_dir(self.repo), "pack")))
 
     def read(self, oid: str | pygit2.Oid, expect: ObjectType | None = None) -> tuple[ObjectType, bytes]:
         """The type and raw body of an object, checked: present, undamaged, of type ``expect``."""
@@ -239,11 +261,19 @@ class ObjectReader:
         return ObjectType(kind), int(size)
 
     def exists(self, oid: str) -> bool:
-        """Whether the object database has ``oid`` (not checked for damage)."""
+        """Whether the object database has ``oid`` (not checked for damage). A miss is looked up
+        again as :meth:`header` retries one (a pack merged or repacked away meanwhile must not make
+        a live object look absent)."""
         try:
-            return oid in self.repo.odb
+            if oid in self.repo.odb:
+                return True
         except (pygit2.GitError, ValueError, OSError):
+            pass
+        try:
+            self.header(oid)
+        except CorruptObjectError:
             return False
+        return True
 
     def blob(self, oid: str | pygit2.Oid) -> bytes:
         """The bytes of a blob."""
@@ -286,6 +316,15 @@ class ObjectReader:
                 yield path, item
                 if item.filemode == MODE_TREE:
                     todo.append((path + "/", item.id, depth + 1))
+
+
+def _stamp(directory: str) -> tuple[int, int] | None:
+    """Changes whenever a file is added to, renamed in or removed from ``directory``."""
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_ino
 
 
 def refresh_packs(repo: pygit2.Repository) -> None:

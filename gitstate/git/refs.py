@@ -4,22 +4,31 @@
 unconditionally. Each write is one attempt under git's own ``<ref>.lock`` protocol, logged in the
 ref's reflog (written directly, since git only logs ``refs/agentos/*`` when the log exists); the
 store's transaction owns the one retry loop. Also: recovery of stale ``.lock`` files left by killed
-writers, and packing gitstate's loose refs into ``packed-refs`` without touching anyone else's."""
+writers (a gitstate writer's at once, since its locks carry an owner record under a flock; git's own
+by age), and packing gitstate's loose refs into ``packed-refs`` without touching anyone else's."""
 
 from __future__ import annotations
 
 import functools
 import os
 import re
+import secrets
 import time
 from dataclasses import dataclass
 
 import pygit2
 
-from gitstate.errors import ConflictError, CorruptObjectError, GitStateError, StoreWriteError
+from gitstate.errors import (
+    ConflictError,
+    CorruptObjectError,
+    GitStateError,
+    NotARepositoryError,
+    StoreWriteError,
+)
 from gitstate.git import lockfile
 from gitstate.git.command import last_line, run_git
 from gitstate.git.durability import fsync_dir
+from gitstate.git.location import check_present
 from gitstate.git.objects import write_all
 
 DEFAULT_STALE_LOCK_AGE = 5.0  # a .lock older than this is taken as left by a killed writer
@@ -43,12 +52,15 @@ def _hex_or_none(oid: pygit2.Oid | None) -> str | None:
 
 
 def read_ref(repo: pygit2.Repository, name: str) -> str | None:
-    """The object id a ref points at, or ``None`` when it does not exist."""
+    """The object id a ref points at, or ``None`` when it does not exist
+    (:class:`NotARepositoryError` when the repository itself is gone)."""
     try:
         ref = repo.references.get(name)
-    except (pygit2.GitError, ValueError) as exc:
+    except (pygit2.GitError, ValueError, KeyError, OSError) as exc:
+        check_present(repo.path)
         raise CorruptObjectError(name, f"unreadable ref: {exc}") from exc
     if ref is None:
+        check_present(repo.path)
         return None
     target = ref.target
     if not isinstance(target, pygit2.Oid):
@@ -57,27 +69,40 @@ def read_ref(repo: pygit2.Repository, name: str) -> str | None:
 
 
 def list_refs(repo: pygit2.Repository, prefix: str) -> list[tuple[str, str]]:
-    """All direct refs whose name starts with ``prefix``, with their targets (symbolic ones skipped)."""
+    """All direct refs whose name starts with ``prefix``, with their targets (symbolic ones skipped).
+    :class:`NotARepositoryError` when the repository is gone, :class:`CorruptObjectError` when the
+    refs cannot be listed."""
     out: list[tuple[str, str]] = []
-    for ref in repo.references.iterator():
-        name = ref.name
-        if not name.startswith(prefix):
-            continue
-        target = ref.target
-        if isinstance(target, pygit2.Oid):
-            out.append((name, str(target)))
+    try:
+        for ref in repo.references.iterator():
+            name = ref.name
+            if not name.startswith(prefix):
+                continue
+            target = ref.target
+            if isinstance(target, pygit2.Oid):
+                out.append((name, str(target)))
+    except (pygit2.GitError, ValueError, KeyError, OSError) as exc:
+        check_present(repo.path)
+        raise CorruptObjectError(prefix, f"refs cannot be listed: {exc}") from exc
+    if not out:
+        check_present(repo.path)
     return out
 
 
 def reflog(repo: pygit2.Repository, name: str) -> list[ReflogEntry]:
     """The ref's reflog, newest entry first (empty when the ref or its log does not exist)."""
-    ref = repo.references.get(name)
-    if ref is None:
-        return []
-    return [
-        ReflogEntry(_hex_or_none(e.oid_old), _hex_or_none(e.oid_new), e.message or "", e.committer.time)
-        for e in ref.log()
-    ]
+    try:
+        ref = repo.references.get(name)
+        if ref is None:
+            check_present(repo.path)
+            return []
+        return [
+            ReflogEntry(_hex_or_none(e.oid_old), _hex_or_none(e.oid_new), e.message or "", e.committer.time)
+            for e in ref.log()
+        ]
+    except (pygit2.GitError, ValueError, KeyError, OSError) as exc:
+        check_present(repo.path)
+        raise CorruptObjectError(name, f"unreadable reflog: {exc}") from exc
 
 
 def _ensure_reflog(common_dir: str, name: str) -> None:
@@ -97,44 +122,76 @@ def _lock_paths(common_dir: str, name: str, max_age: float) -> list[tuple[str, f
 
 
 def break_stale_locks(common_dir: str, name: str, max_age: float) -> bool:
-    """Remove ``.lock`` files of this ref older than ``max_age`` seconds (``packed-refs.lock``:
-    older than :data:`PACKED_LOCK_STALE_AGE`, since git holds it through whole batches).
+    """Remove the ``.lock`` files of this ref (and ``packed-refs.lock``) that are stale: left by a
+    gitstate writer that is gone (at once, see :func:`lockfile.is_stale`), or holding no owner
+    record (git's own locks) and older than ``max_age`` seconds (``packed-refs.lock``: older than
+    :data:`PACKED_LOCK_STALE_AGE`, since git holds it through whole batches).
 
     Through :func:`lockfile.break_stale`: a lock is taken aside by an atomic rename before it is
     deleted, so a lock that a live writer created in the meantime is never removed: if the file we
     took aside turns out to be fresh, it is put back."""
     broke = False
     for path, limit in _lock_paths(common_dir, name, max_age):
-        if lockfile.break_stale(path, functools.partial(_older_than, limit=limit)):
+        if _break_lock(path, limit):
             broke = True
     return broke
 
 
-def _older_than(path: str, *, limit: float) -> bool:
+_NEW_VALUE = re.compile(r"\.[0-9a-f]{12}\.lock\Z")  # "<lock>" + this: a holder's new value (set_if_equals)
+
+
+def _new_value_name(lock: str) -> str:
+    return f"{lock}.{secrets.token_hex(6)}.lock"
+
+
+def _break_lock(path: str, limit: float) -> bool:
+    """Break one stale lock, and remove the new-value file its dead holder left beside it. Those
+    files are listed before the lock is broken: only a holder of the lock creates one, so none
+    listed then can belong to a writer that takes the lock after it was broken."""
+    directory, base = os.path.split(path)
     try:
-        return time.time() - os.stat(path).st_mtime >= limit
-    except FileNotFoundError:
+        leftovers = [n for n in os.listdir(directory)
+                     if n.startswith(base) and _NEW_VALUE.fullmatch(n[len(base):])]
+    except OSError:
+        leftovers = []
+    if not lockfile.break_stale(path, functools.partial(lockfile.is_stale, stale_after=limit)):
         return False
+    for name in leftovers:
+        try:
+            os.unlink(os.path.join(directory, name))
+        except OSError:
+            pass
+    return True
 
 
-def stale_locks(common_dir: str, max_age: float, prefix: str = "refs/agentos/") -> list[str]:
-    """``.lock`` files under ``prefix`` (and ``packed-refs.lock``) older than ``max_age`` seconds:
-    left by killed writers, they block git's own ``gc``/``pack-refs`` on refs nobody writes again."""
+def _lock_age_limit(path: str, max_age: float) -> float:
+    return max(max_age, PACKED_LOCK_STALE_AGE) if os.path.basename(path) == "packed-refs.lock" else max_age
+
+
+def _lock_files(common_dir: str, prefix: str) -> list[str]:
     root = os.path.join(common_dir, *prefix.rstrip("/").split("/"))
     found = [os.path.join(d, f) for d, _s, files in os.walk(root) for f in files if f.endswith(".lock")]
     packed = os.path.join(common_dir, "packed-refs.lock")
     if os.path.exists(packed):
         found.append(packed)
-    now = time.time()
+    return sorted(found)
+
+
+def stale_locks(common_dir: str, max_age: float, prefix: str = "refs/agentos/") -> list[str]:
+    """``.lock`` files under ``prefix`` (and ``packed-refs.lock``) that are stale (see
+    :func:`break_stale_locks`): left by killed writers, they block git's own ``gc``/``pack-refs``
+    on refs nobody writes again."""
     out = []
-    for path in found:
-        limit = max(max_age, PACKED_LOCK_STALE_AGE) if path == packed else max_age
+    for path in _lock_files(common_dir, prefix):
+        held_by = _NEW_VALUE.search(path)
+        if held_by is not None and os.path.exists(path[:held_by.start()]):
+            continue  # a new value of the lock's holder: judged (and removed) with that lock
         try:
-            if now - os.stat(path).st_mtime >= limit:
+            if lockfile.is_stale(path, _lock_age_limit(path, max_age)):
                 out.append(path)
-        except FileNotFoundError:
+        except OSError:
             continue
-    return sorted(out)
+    return out
 
 
 def remove_stale_locks(common_dir: str, max_age: float, prefix: str = "refs/agentos/") -> list[str]:
@@ -142,8 +199,7 @@ def remove_stale_locks(common_dir: str, max_age: float, prefix: str = "refs/agen
     took meanwhile is put back); returns the ones removed."""
     removed = []
     for path in stale_locks(common_dir, max_age, prefix):
-        limit = max(max_age, PACKED_LOCK_STALE_AGE) if path.endswith("packed-refs.lock") else max_age
-        if lockfile.break_stale(path, functools.partial(_older_than, limit=limit)):
+        if _break_lock(path, _lock_age_limit(path, max_age)):
             removed.append(path)
     return removed
 
@@ -171,6 +227,9 @@ def _zero(oid: str | None) -> str:
     return oid if oid is not None else "0" * 40
 
 
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+
+
 def _read_loose_or_packed(common_dir: str, name: str, path: str) -> str | None:
     """The ref's value read from disk under its lock (loose file first, then ``packed-refs``)."""
     try:
@@ -191,7 +250,14 @@ def _read_loose_or_packed(common_dir: str, name: str, path: str) -> str | None:
     return text
 
 
-_HEX40 = re.compile(r"[0-9a-f]{40}")
+def peek(common_dir: str, name: str) -> str | None | bool:
+    """The ref's value read without its lock (loose file, else ``packed-refs``): a hint only, for
+    a writer to see that a compare-and-swap is bound to fail before it writes anything. ``False``
+    when the ref cannot be read this way (the compare-and-swap will tell)."""
+    try:
+        return _read_loose_or_packed(common_dir, name, os.path.join(common_dir, *name.split("/")))
+    except (OSError, GitStateError):
+        return False
 
 
 _PACKED_CACHE: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}
@@ -216,8 +282,10 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
                   committer: tuple[str, str], fsync: bool = False, log: bool = True) -> None:
     """Compare-and-swap: move ``name`` from ``old`` (``None``: must not exist) to ``new``, with a
     reflog entry, by git's own file protocol: create ``<ref>.lock`` exclusively, read the value
-    under the lock (loose file, else ``packed-refs``), compare, write the new value into the lock,
-    append the reflog line, rename the lock over the ref. Compatible with git and libgit2 writers,
+    under the lock (loose file, else ``packed-refs``), compare, write the new value (into a file
+    beside the lock, since the lock keeps gitstate's owner record: see :func:`lockfile.create_held`),
+    append the reflog line, rename the new value over the ref, remove the lock. Compatible with git
+    and libgit2 writers,
     which take the same lock. One attempt: raises :class:`ConflictError` (value differs),
     :class:`LockBusy` (lock held), :class:`TransientRefError` (a concurrent pack-refs moved things)
     or :class:`StoreWriteError` (not writable). On any error the ref is unchanged.
@@ -229,7 +297,7 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
     path = os.path.join(common_dir, *name.split("/"))
     lock = path + ".lock"
     try:
-        fd = _create_lock(path, lock)
+        fd = _create_lock(common_dir, path, lock)
     except FileExistsError as exc:
         if os.path.isdir(lock):
             raise StoreWriteError(path, f"{name} cannot be written: refs exist below {name}.lock") from exc
@@ -240,39 +308,64 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
         if any(os.path.isfile(p) for p in _parents(common_dir, name)):
             raise StoreWriteError(path, f"{name} cannot be written: a ref of a parent name exists") from exc
         raise TransientRefError(name, str(exc)) from exc
-    except PermissionError as exc:
-        raise StoreWriteError(path, str(exc)) from exc
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
+    # The lock holds gitstate's owner record under a flock (so a contender breaks it at once if we
+    # die); the new value goes into a file of its own, renamed over the ref while we hold the lock,
+    # which is git's protocol seen from any other process. Its name ends in ".lock", so git and
+    # libgit2 never list it as a ref.
+    value = _new_value_name(lock)
     renamed = False
     try:
-        try:
-            actual = _read_loose_or_packed(common_dir, name, path)
-            if actual != old:
-                raise ConflictError(name, old, actual)
-            write_all(fd, f"{new}\n".encode("ascii"))
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        actual = _read_loose_or_packed(common_dir, name, path)
+        if actual != old:
+            raise ConflictError(name, old, actual)
+        _write_file(value, f"{new}\n".encode("ascii"), fsync)
         if log:
             _append_reflog(common_dir, name, old, new, message, committer, fsync)
-        os.rename(lock, path)
+        os.rename(value, path)
         renamed = True
         if fsync:
             fsync_dir(os.path.dirname(path))
     except FileNotFoundError as exc:
         raise TransientRefError(name, str(exc)) from exc
-    except PermissionError as exc:
-        raise StoreWriteError(path, str(exc)) from exc
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
     finally:
         if not renamed:
             try:
-                os.unlink(lock)
+                os.unlink(value)
             except OSError:
                 pass
+        try:
+            lockfile.release_held(lock, fd)
+        except OSError:
+            pass
+
+
+def _make_ref_dirs(common_dir: str, directory: str) -> None:
+    """Create a ref's directory below ``refs/`` (never ``refs/`` itself or above: a repository
+    deleted under an open store is not brought back as an empty shell)."""
+    if os.path.isdir(directory):
+        return
+    if not os.path.isdir(os.path.join(common_dir, "refs")):
+        check_present(common_dir)
+        raise NotARepositoryError(common_dir, "it has no refs directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except FileExistsError as exc:
+        # the parent name is a file: a ref (refs a/b and a/b/c cannot both exist), not a lock
+        raise NotADirectoryError(str(exc)) from exc
+
+
+def _write_file(path: str, data: bytes, fsync: bool) -> None:
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, data)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def add_if_new(common_dir: str, name: str, new: str, message: str, *, committer: tuple[str, str],
@@ -281,20 +374,15 @@ def add_if_new(common_dir: str, name: str, new: str, message: str, *, committer:
     set_if_equals(common_dir, name, None, new, message, committer=committer, fsync=fsync)
 
 
-def _create_lock(path: str, lock: str) -> int:
-    """Create ``lock`` exclusively (its directory first when missing: the common case, an existing
-    directory, costs one system call instead of a ``makedirs`` walk)."""
-    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC
+def _create_lock(common_dir: str, path: str, lock: str) -> int:
+    """Create and hold ``lock`` (:func:`lockfile.create_held`), its directory first when missing:
+    the common case, an existing directory, costs no ``makedirs`` walk."""
     try:
-        return os.open(lock, flags, 0o644)
+        return lockfile.create_held(lock)
     except FileNotFoundError:
         pass
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    except FileExistsError as exc:
-        # the parent name is a file: a ref (refs a/b and a/b/c cannot both exist), not a lock
-        raise NotADirectoryError(str(exc)) from exc
-    return os.open(lock, flags, 0o644)
+    _make_ref_dirs(common_dir, os.path.dirname(path))
+    return lockfile.create_held(lock)
 
 
 def _parents(common_dir: str, name: str) -> list[str]:
@@ -344,7 +432,9 @@ def remove_if_equals(common_dir: str, name: str, old: str, message: str) -> None
         raise LockBusy(name)
     if not os.access(os.path.dirname(path) if os.path.exists(os.path.dirname(path)) else common_dir, os.W_OK):
         raise StoreWriteError(common_dir, f"cannot delete {name}: the repository is not writable")
-    raise StoreWriteError(common_dir, last_line(done.stderr) or f"git update-ref -d {name} failed")
+    # Still the old value, nothing locked, writable: a race (a concurrent pack-refs removed the
+    # directory git was creating its lock in); the store retries it under its deadline.
+    raise TransientRefError(name, last_line(done.stderr) or f"git update-ref -d {name} failed")
 
 
 def remove_transient_ref(common_dir: str, name: str, old: str, message: str) -> None:
@@ -454,67 +544,69 @@ def _pack_batch(common_dir: str, root: str, paths: list[str]) -> int:
     packed_path = os.path.join(common_dir, "packed-refs")
     lock_path = packed_path + ".lock"
     try:
-        fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        lock_fd = lockfile.create_held(lock_path)
     except FileExistsError:
         return -1
+    # As in set_if_equals: the lock keeps gitstate's owner record; the new file is written beside
+    # it and renamed over packed-refs while the lock is held.
+    new_path = _new_value_name(lock_path)
     renamed = False
-    held: list[str] = []  # loose refs locked by us
+    held: dict[str, int] = {}  # loose refs locked by us -> descriptor of their lock
     try:
         header, entries = _read_packed(packed_path)  # read under the lock, as git does
         for path in paths:
             try:
-                ref_lock = os.open(path + ".lock", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                ref_fd = lockfile.create_held(path + ".lock")
             except OSError:
                 continue  # being updated right now: leave it loose
-            os.close(ref_lock)
-            held.append(path)
+            held[path] = ref_fd
             try:
                 with open(path, encoding="ascii", errors="replace") as fh:
                     value = fh.read().strip()
             except OSError:
                 value = ""  # deleted meanwhile: nothing to pack
             if len(value) != 40 or any(c not in "0123456789abcdef" for c in value):
-                held.pop()
-                os.unlink(path + ".lock")  # gone, symbolic or odd: not ours to pack
+                lockfile.release_held(path + ".lock", held.pop(path))  # gone, symbolic or odd: not ours
                 continue
             name = os.path.relpath(path, common_dir).replace(os.sep, "/")
             entries[name] = [f"{value} {name}\n"]
         if not held:
             return 0
+        fd = os.open(new_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
-            fd = -1
             fh.write(header)
             for name in sorted(entries, key=lambda n: n.encode("utf-8", "surrogateescape")):
                 fh.writelines(entries[name])
-            fh.flush()
-            ours = os.fstat(fh.fileno()).st_ino
-        if os.stat(lock_path).st_ino != ours:
+        if os.fstat(lock_fd).st_ino != os.stat(lock_path).st_ino:
             return -1  # our lock was broken and retaken by someone else: leave everything loose
-        os.replace(lock_path, packed_path)
+        os.replace(new_path, packed_path)
         renamed = True
         done = list(held)
         for path in done:
-            for victim in (path, path + ".lock"):  # the loose ref, then our lock on it
-                try:
-                    os.unlink(victim)
-                except OSError:
-                    pass
-        held.clear()
+            try:
+                os.unlink(path)  # the loose ref, then our lock on it
+            except OSError:
+                pass
+            lockfile.release_held(path + ".lock", held.pop(path))
         _remove_empty_dirs(root, {os.path.dirname(p) for p in done})  # only empty once the locks are gone
         return len(done)
     finally:
-        if fd >= 0:
-            os.close(fd)
-        for path in held:
+        for path, ref_fd in held.items():
             try:
-                os.unlink(path + ".lock")
+                lockfile.release_held(path + ".lock", ref_fd)
             except OSError:
                 pass
         if not renamed:
             try:
-                os.unlink(lock_path)  # only a lock we still own: after the rename it may be another's
+                os.unlink(new_path)
             except OSError:
                 pass
+        try:
+            # only a lock we still own: one broken and retaken by another is left alone
+            ours = os.fstat(lock_fd).st_ino == os.stat(lock_path).st_ino
+        except OSError:
+            ours = False
+        lockfile.release_held(lock_path if ours else None, lock_fd)
 
 
 def _remove_empty_dirs(root: str, dirs: set[str]) -> None:

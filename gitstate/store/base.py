@@ -26,14 +26,14 @@ from gitstate.errors import (
 )
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint
-from gitstate.git import durability, handles, housekeeping, refs
+from gitstate.git import durability, handles, housekeeping, packs, refs
 from gitstate.git.command import check_git_version
 from gitstate.git.durability import Durability
-from gitstate.git.location import Location, locate
+from gitstate.git.location import Location, check_present, locate
 from gitstate.git.objects import ObjectWriter, objects_dir
 from gitstate.git.reader import ObjectReader, expand_id
 from gitstate.git.refs import DEFAULT_STALE_LOCK_AGE, ReflogEntry, list_refs, read_ref, reflog
-from gitstate.store.transaction import Backoff, Transaction, apply_updates, failed_update
+from gitstate.store.transaction import Backoff, RefUpdate, Transaction, apply_updates, failed_update
 from gitstate.workspace.diff import Diff, diff_checkpoints
 from gitstate.workspace.snapshot import Workspace
 
@@ -60,12 +60,15 @@ class StoreCore:
         self.fsync = self.durability.loose_objects
         self.fsync_refs = self.durability.refs
         self._merger: threading.Thread | None = None
+        self._gc_seen = False  # whether a `git gc` ran when this store last wrote
         self._merged_stamp = os.path.join(self.location.common_dir, "agentos", "merged")
         self._main_seen = _stamp(self._merged_stamp)
         # A killed writer's ref lock blocks git's own gc on a ref nobody writes again: every store
         # that opens recovers those older than a minute (a live writer holds one for milliseconds).
         try:
             refs.remove_stale_locks(self.location.common_dir, STALE_LOCK_SWEEP_AGE)
+            housekeeping.remove_dead_keeps(self.location.common_dir)
+            packs.reindex_orphans(os.path.join(self.location.common_dir, "objects", "pack"))
         except OSError:
             pass  # a read-only repository: verify reports them
         self.lock_timeout = lock_timeout
@@ -134,7 +137,8 @@ class StoreCore:
     def workspace(self) -> Workspace:
         """Snapshots of this store's worktree through its private index (see :mod:`gitstate.workspace`)."""
         if self._workspace is None:
-            self._workspace = Workspace(self.location, on_new_objects=self._journal, store_objects=self.store_objects)
+            self._workspace = Workspace(self.location, on_new_objects=self._journal_when_published,
+                                        store_objects=self.store_objects)
         return self._workspace
 
     def store_objects(self, objects: list[tuple[int, bytes]]) -> None:
@@ -161,8 +165,8 @@ class StoreCore:
     def write(self, build: Callable[[Transaction], T], *, loose: bool = False) -> T:
         """Run one write: ``build`` stages objects and ref moves on a :class:`Transaction`, then the
         refs move by compare-and-swap. The one retry policy: ``build`` runs again while refs move
-        underneath it (non-strict updates) or other writers hold locks, with jittered backoff, until
-        ``lock_timeout``; then :class:`LockTimeoutError` (a lock stayed held) or
+        underneath it (non-strict updates); held locks are waited for (objects already written);
+        both with jittered backoff, until ``lock_timeout``; then :class:`LockTimeoutError` (a lock stayed held) or
         :class:`ConflictError` (the ref kept moving). Transient races with a concurrent
         ``git pack-refs``/``gc`` are retried the same way (see :mod:`gitstate.store.transaction`).
 
@@ -172,26 +176,71 @@ class StoreCore:
         (the LangGraph saver's pending writes)."""
         backoff = Backoff(self.lock_timeout)
         common = self.location.common_dir
+        check_present(self.location.git_dir)  # a deleted repository is an error, not recreated
+        self._after_git_gc()
         self._refresh_after_merges()
-        while True:
-            writer = self.object_writer()
-            tx = Transaction(writer, self._identity)
-            writer.begin()
+        writer = self.object_writer()
+        try:
+            while True:
+                tx = Transaction(writer, self._identity)
+                writer.begin()
+                try:
+                    result = build(tx)
+                    stale = _moved_already(common, tx)
+                    if stale is not None and (stale.strict or backoff.expired()):
+                        raise ConflictError(stale.ref, stale.old, _hint(refs.peek(common, stale.ref)))
+                except BaseException:
+                    writer.discard()
+                    raise
+                if stale is not None:
+                    # a ref moved while build ran: rebuild now rather than write a pack that the
+                    # compare-and-swap would leave unreachable (garbage a `git gc` makes loose)
+                    writer.discard()
+                    backoff.pause()
+                    continue
+                if loose:
+                    writer.flush_loose()
+                else:
+                    self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
+                if self._move_refs(tx, backoff):
+                    writer.published()
+                    self.written()
+                    tx.finished()
+                    return result
+                backoff.pause()
+        except BaseException:
+            # Objects of the failed attempts were flushed into packs kept (.keep) from a concurrent
+            # `git repack -a -d` until now; a retry may have relied on them. Nothing names them.
+            # (Loose objects waiting to be journaled wait for this thread's next published write.)
+            writer.abandoned()
+            raise
+
+    def _after_git_gc(self) -> None:
+        """When a ``git gc`` has ended since the last write (its ``gc.pid`` is gone; one stat), give
+        back their index to packs whose ``.idx`` it removed: its last directory scan can miss a
+        ``.pack`` renamed into place while it runs and then takes the new ``.idx`` for garbage."""
+        running = os.path.exists(os.path.join(self.location.common_dir, "gc.pid"))
+        if self._gc_seen and not running:
             try:
-                result = build(tx)
-            except BaseException:
-                writer.discard()
-                raise
-            if loose:
-                writer.flush_loose()
-            else:
-                self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
+                packs.reindex_orphans(os.path.join(self.location.common_dir, "objects", "pack"))
+            except OSError:
+                pass
+        self._gc_seen = running
+
+    def _move_refs(self, tx: Transaction, backoff: Backoff) -> bool:
+        """Move the transaction's refs (those not moved yet); True when all moved, False when one
+        had moved underneath (a non-strict update: ``build`` runs again). A held lock or a transient
+        race is waited out here, the objects already written: only a moved ref needs a rebuild."""
+        common = self.location.common_dir
+        while True:
             try:
                 apply_updates(common, tx, fsync=self.fsync_refs)
+                return True
             except ConflictError as exc:
                 update = failed_update(tx, exc.ref)
                 if update is None or update.strict or backoff.expired():
                     raise
+                return False
             except refs.LockBusy as exc:
                 if refs.break_stale_locks(common, exc.ref, self.stale_lock_age):
                     continue
@@ -200,10 +249,6 @@ class StoreCore:
             except refs.TransientRefError as exc:
                 if backoff.expired():
                     raise StoreWriteError(common, str(exc)) from exc
-            else:
-                self.written()
-                tx.finished()
-                return result
             backoff.pause()
 
     def _published(self, pack: str | None) -> None:
@@ -245,6 +290,15 @@ class StoreCore:
             self._journal(pending)
             pending.clear()
 
+    def _journal_when_published(self, oids: list[str]) -> None:
+        """A snapshot's new loose objects are journaled (and so packed) only once a write of this
+        thread has moved its refs (normally the one that names them): packed while unreachable,
+        they would be dropped by a concurrent ``git repack -a -d``, whereas loose they are kept
+        (for ``gc.pruneExpire``). Those of a write that failed follow with the next one: packed
+        as garbage then, which a repack may drop (the private index is checked against that)."""
+        self.object_writer()  # this thread's pending list
+        self._local.pending.extend(oids)
+
     def _journal(self, oids: list[str]) -> None:
         size = housekeeping.record(self.location.common_dir, oids)
         if self.pack_in_background and size >= housekeeping.PACK_THRESHOLD:
@@ -280,9 +334,10 @@ class StoreCore:
 
     def pack(self) -> int:
         """Pack gitstate's loose objects now; returns how many were packed."""
+        check_present(self.location.git_dir)
         try:
             return housekeeping.pack_loose(self.repo, self.location.common_dir)
-        except OSError as exc:
+        except (OSError, pygit2.GitError) as exc:
             raise StoreWriteError(self.location.common_dir, f"cannot pack: {exc}") from exc
 
     def _read_identity(self, repo: pygit2.Repository) -> tuple[str, str]:
@@ -423,6 +478,20 @@ class StoreCore:
 
     def __repr__(self) -> str:
         return f"<Store {self.path!r} worktree={self.worktree!r}>"
+
+
+def _moved_already(common_dir: str, tx: Transaction) -> RefUpdate | None:
+    """The first staged update whose ref no longer holds the value it expects (read without the
+    lock: a hint; the compare-and-swap under the lock decides)."""
+    for update in tx.updates:
+        current = refs.peek(common_dir, update.ref)
+        if current is not False and current != update.old:
+            return update
+    return None
+
+
+def _hint(value: str | None | bool) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _stamp(path: str) -> int | None:

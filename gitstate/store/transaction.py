@@ -13,8 +13,9 @@ merges, adapters) writes through :meth:`gitstate.Store.write`, which owns the on
     oid = store.write(build)
 
 ``build`` runs again whenever a ref moved underneath it (a lost compare-and-swap that is not
-``strict``) or another writer held a lock, with jittered exponential backoff, until the store's
-``lock_timeout`` passes; then the caller gets :class:`LockTimeoutError` (a lock stayed held) or
+``strict``; seen before anything is written when the ref moved while ``build`` ran); a lock held by
+another writer is waited for without rebuilding; both with jittered exponential backoff, until the
+store's ``lock_timeout`` passes; then the caller gets :class:`LockTimeoutError` (a lock stayed held) or
 :class:`ConflictError` (the ref kept moving). A ``strict`` update (the caller expected one exact
 value) fails at once with :class:`ConflictError`. Nothing is visible before the ref moves; objects
 of a transaction that never moved its ref are left unreferenced, for ``git gc``."""
@@ -53,6 +54,7 @@ class Transaction:
         self.writer = writer
         self.identity = identity
         self.updates: list[RefUpdate] = []
+        self.moved = 0  # how many of ``updates`` have been applied (they are applied in order)
         self._after: list[Callable[[], None]] = []
 
     # -- objects ------------------------------------------------------------------------------
@@ -123,8 +125,9 @@ class Backoff:
 
 
 def apply_updates(common_dir: str, tx: Transaction, *, fsync: bool) -> None:
-    """Move the transaction's refs, in order, each by one compare-and-swap attempt."""
-    for update in tx.updates:
+    """Move the transaction's refs not moved yet, in order, each by one compare-and-swap attempt
+    (``tx.moved`` counts those done, so a retry after a held lock goes on where it stopped)."""
+    for update in tx.updates[tx.moved:]:
         if update.new is None:
             assert update.old is not None
             if update.missing_ok:
@@ -134,6 +137,7 @@ def apply_updates(common_dir: str, tx: Transaction, *, fsync: bool) -> None:
         else:
             refs.set_if_equals(common_dir, update.ref, update.old, update.new, update.message,
                                committer=tx.identity, fsync=fsync, log=update.log)
+        tx.moved += 1
 
 
 def failed_update(tx: Transaction, ref: str) -> RefUpdate | None:

@@ -1,6 +1,8 @@
 """Checking a store end to end: every ref under ``refs/agentos/`` resolves, every object it reaches
-exists with the right type, every payload decodes with a known format version, and node boundaries
-point where they should. Read-only; it reports problems instead of stopping at the first one."""
+exists with the right type, every payload decodes with a known format version, node boundaries
+point where they should, and every workspace snapshot passes restore's own validation (what
+``restore`` would refuse is reported). Read-only; it reports problems instead of stopping at the
+first one."""
 
 from __future__ import annotations
 
@@ -11,17 +13,23 @@ from typing import Any
 
 from pygit2.enums import ObjectType
 
-from gitstate.errors import CorruptObjectError, GitStateError
+from gitstate.errors import CorruptObjectError, GitStateError, UnsafeTreeError
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import frameworks
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import NAMESPACE, STAGING, parse_ref, worktree_prefix
+from gitstate.format.statetree import MAX_TREE_DEPTH
 from gitstate.git import refs
 from gitstate.git.refs import list_refs
 from gitstate.store.sessionfiles import check_chain
 from gitstate.store.store import Store
+from gitstate.workspace.restore import validate_tree
 
 __all__ = ["Problem", "VerifyReport", "verify"]
+
+# Trees below a checkpoint's root: the state readers follow MAX_TREE_DEPTH levels below "state/"
+# (and the LangGraph saver as many below "langgraph/<channel>"), so two more from the root.
+_MAX_PAYLOAD_DEPTH = MAX_TREE_DEPTH + 2
 
 _WORKTREE_KEY = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+=,@-%")
 
@@ -73,6 +81,8 @@ class _Checker:
         self.progress = progress or (lambda n: None)
         self.seen_commits: set[str] = set()
         self.seen_objects: set[str] = set()
+        self.refusals: dict[str, str | None] = {}  # snapshot tree -> why restore refuses it
+        self.reported_trees: set[tuple[str, str]] = set()
 
     def problem(self, ref: str, message: str, oid: str | None = None) -> None:
         self.report.problems.append(Problem(ref, message, oid))
@@ -178,7 +188,45 @@ class _Checker:
                                       "earlier checkpoint of this branch", cp.id)
             ancestors.add(cp.id)
 
+    def check_objects(self, ref: str, cp: Checkpoint) -> None:
+        """Every object below the checkpoint's tree (but its workspace snapshot, which
+        :meth:`check_tree` checks) exists with the type its mode says, and trees nest no deeper than
+        any reader follows: this covers what the payload decoders do not read (an integration's
+        own subtrees, such as the LangGraph saver's ``langgraph/``). Iterative; each object once."""
+        try:
+            root = self.reader.tree(cp.tree_id)
+        except GitStateError as exc:
+            self.problem(ref, str(exc), cp.id)
+            return
+        todo = [(item.name, item, 1) for item in root if item.name != cpfmt.FILES]
+        while todo:
+            path, item, depth = todo.pop()
+            if item.id in self.seen_objects:
+                continue
+            self.seen_objects.add(item.id)
+            if item.type_str == "tree":
+                if depth > _MAX_PAYLOAD_DEPTH:
+                    self.problem(ref, f"{_short(path)}: trees nested deeper than {_MAX_PAYLOAD_DEPTH} levels", cp.id)
+                    return
+                try:
+                    sub = self.reader.tree(item.id)
+                except GitStateError as exc:
+                    self.problem(ref, f"{path}: {exc}", cp.id)
+                    continue
+                todo.extend((f"{path}/{child.name}", child, depth + 1) for child in sub)
+            elif item.type_str == "blob":
+                try:
+                    kind, _size = self.reader.header(item.id)
+                except CorruptObjectError as exc:
+                    self.problem(ref, f"{path}: {exc.reason}", item.id)
+                    continue
+                if kind != ObjectType.BLOB:
+                    self.problem(ref, f"{path}: has a file mode but is a {kind.name.lower()}", item.id)
+            else:
+                self.problem(ref, f"{path}: a gitlink in a checkpoint tree", item.id)
+
     def check_payloads(self, ref: str, cp: Checkpoint) -> None:
+        self.check_objects(ref, cp)
         try:
             state, _tools, _audit = cp.state, cp.tools, cp.audit
         except GitStateError as exc:
@@ -190,6 +238,23 @@ class _Checker:
         files = cp.files_tree_id
         if files is not None:
             self.check_tree(ref, cp.id, files)
+            refusal = self.restore_refusal(files)
+            if refusal is not None and (ref, files) not in self.reported_trees:
+                self.reported_trees.add((ref, files))
+                self.problem(ref, f"files snapshot: restore refuses it: {refusal}", cp.id)
+
+    def restore_refusal(self, tree_id: str) -> str | None:
+        """Why ``restore`` would refuse the snapshot tree (its own validation, run once per tree),
+        or ``None``. Damage (a missing or unreadable object) is :meth:`check_tree`'s to report."""
+        if tree_id not in self.refusals:
+            try:
+                validate_tree(self.reader, tree_id)
+                self.refusals[tree_id] = None
+            except UnsafeTreeError as exc:
+                self.refusals[tree_id] = f"{exc.path!r}: {exc.reason}"
+            except GitStateError:
+                self.refusals[tree_id] = None
+        return self.refusals[tree_id]
 
     def check_tree(self, ref: str, cp_id: str, tree_id: str) -> None:
         stack = [tree_id]
@@ -218,6 +283,12 @@ class _Checker:
                         self.problem(ref, f"files snapshot: {entry.name!r} has a file mode but is a "
                                           f"{kind.name.lower()} (restore refuses it)", sub)
         self.report.objects = len(self.seen_objects)
+
+
+def _short(path: str, keep: int = 3) -> str:
+    """A path shortened to its first ``keep`` components (a hostile one can be thousands long)."""
+    parts = path.split("/")
+    return path if len(parts) <= keep + 1 else "/".join(parts[:keep]) + f"/… ({len(parts) - keep} more levels)"
 
 
 def verify(store: Store, all_worktrees: bool = True,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,7 @@ from pygit2.utils import StrArray
 from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError
 from gitstate.git import privateindex
 from gitstate.git.location import Location
-from gitstate.git.objects import MODE_COMMIT, MODE_TREE
+from gitstate.git.objects import MODE_COMMIT, MODE_TREE, gc_epoch, objects_dir
 from gitstate.git.reader import ObjectReader
 from gitstate.workspace import scan
 
@@ -168,12 +169,17 @@ class Workspace:
             index.read(False)  # pick up a newer private index written by another process
         except pygit2.GitError:
             index.clear()  # unreadable (torn by a crash): rebuilt from the worktree
+        epoch = gc_epoch(objects_dir(repo))
+        if epoch != self._saved_epoch():
+            # The index trusts the blob and tree ids of earlier snapshots (its stat and tree caches);
+            # a `git gc` since may have pruned those no checkpoint keeps: hash everything again.
+            index.clear()
         self._forget_changed_big(index)
-        skipped, ignore_changed = self._add_all(index, prefixes or [], progress=progress)
+        skipped, ignore_changed = self._add_all_retrying(index, prefixes or [], progress)
         exclude_changed, _added = self._add_tracked(repo, index)
         if exclude_changed or ignore_changed:
             self._drop_ignored(repo, index)
-        self._write_index(index)
+        self._write_index(index, epoch)
         big: list[str] = []
         if prefixes is None:
             tree = str(index.write_tree())
@@ -189,6 +195,20 @@ class Workspace:
         if big or self._big_stats():
             self._save_big(index, big)
         return Snapshot(tree, tuple(sorted(skipped)), None if prefixes is None else tuple(prefixes))
+
+    def _add_all_retrying(self, index: pygit2.Index, pathspecs: list[str],
+                          progress: Callable[[int], None] | None) -> tuple[list[str], bool]:
+        """:meth:`_add_all`, again after a failure: a file that another program rewrites or
+        removes while libgit2 hashes it fails the pass ("failed to read file into stream"), and the
+        next pass sees it settled. A lasting failure (an unreadable file) is raised after the last."""
+        for delay in (0.02, 0.1, 0.3, None):
+            try:
+                return self._add_all(index, pathspecs, progress=progress)
+            except StoreWriteError:
+                if delay is None:
+                    raise
+                time.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int = 0,
                  progress: Callable[[int], None] | None = None) -> tuple[list[str], bool]:
@@ -300,7 +320,8 @@ class Workspace:
                 dropped.append(entry.path)
         return dropped
 
-    def _write_index(self, index: pygit2.Index) -> None:
+    def _write_index(self, index: pygit2.Index, epoch: str | None = None) -> None:
+        """Save the private index (and ``epoch``, the :func:`gc_epoch` its ids were checked against)."""
         try:
             index.write()
         except (pygit2.GitError, OSError):
@@ -315,6 +336,8 @@ class Workspace:
                 pass
         else:
             self._save_signature()
+            if epoch is not None:
+                self._save_epoch(epoch)
 
     # -- the fast path -------------------------------------------------------------------------
 
@@ -324,6 +347,9 @@ class Workspace:
         """:func:`scan.capture` and what ``snapshot`` does around ``add_all``, with the new blobs
         and trees stored as one pack; ``None`` where the scan does not apply (nothing written)."""
         assert self._store_objects is not None
+        epoch = gc_epoch(objects_dir(repo))
+        if epoch != self._saved_epoch():
+            return None  # a `git gc` may have pruned ids the stat cache trusts: the full path rehashes
         try:
             # the scan reads the file: memory must hold exactly that (it holds more only after a
             # write failed; otherwise re-reading is needed only if another process wrote the file)
@@ -371,7 +397,7 @@ class Workspace:
             pending = []
             tree = self._new_trees(entries, odb, pending)
             self._store_in_batches(pending)
-        self._write_index(index)
+        self._write_index(index, epoch)
         loose = [str(index[p].id) for p in added if p in index]
         new_loose = [oid for oid in loose if _loose_size(self.location.common_dir, oid) is not None
                      and _blob_size(repo, oid) <= BIG_BLOB]
@@ -433,6 +459,25 @@ class Workspace:
         except OSError:
             return None
         return text if len(text) == 40 else None
+
+    def _saved_epoch(self) -> str | None:
+        try:
+            with open(self.index_path + ".epoch", encoding="ascii") as fh:
+                return fh.read().strip()
+        except OSError:
+            return None
+
+    def _save_epoch(self, epoch: str) -> None:
+        """Record the :func:`gc_epoch` the private index was checked against."""
+        if self._saved_epoch() == epoch:
+            return
+        tmp = f"{self.index_path}.epoch.{os.getpid()}.{threading.get_ident()}"
+        try:
+            with open(tmp, "w", encoding="ascii") as fh:
+                fh.write(epoch + "\n")
+            os.replace(tmp, self.index_path + ".epoch")
+        except OSError:
+            pass
 
     def _save_last_tree(self, tree: str) -> None:
         tmp = f"{self.index_path}.tree.{os.getpid()}.{threading.get_ident()}"

@@ -341,3 +341,39 @@ def test_owner_record_round_trips_and_rejects_junk() -> None:
     for junk in (b"", b"123", b"{}", b'{"pid": 0, "host": "h", "time": 1}', b'{"pid": true, "host": "h", "time": 1}',
                  b"\xff\xfe", b"[1, 2]"):
         assert Owner.parse(junk) is None, junk
+
+
+# --------------------------------------------------------------------------------------------
+# git's lock files held by gitstate (create_held)
+
+
+def test_create_held_writes_a_flock_record_and_release_removes_it(tmp_path: Path) -> None:
+    path = tmp_path / "ref.lock"
+    fd = lockfile.create_held(str(path))
+    try:
+        owner = lockfile.read_owner(str(path))
+        assert owner is not None and owner.flock and owner.pid == os.getpid()
+        assert not lockfile.is_stale(str(path), 0)  # held: alive whatever its age
+        with pytest.raises(FileExistsError):
+            lockfile.create_held(str(path))  # git's protocol: exclusive
+    finally:
+        lockfile.release_held(str(path), fd)
+    assert not path.exists()
+
+
+def test_a_flock_record_of_another_kernel_is_judged_by_age(tmp_path: Path) -> None:
+    path = tmp_path / "ref.lock"
+    other = dataclasses.replace(Owner.current(flock=True), boot="another-kernel", host="elsewhere")
+    path.write_bytes(other.to_bytes())  # nobody here holds a flock on it: that proves nothing there
+    assert not lockfile.is_stale(str(path), 60)
+    then = time.time() - 120
+    os.utime(path, (then, then))
+    assert lockfile.is_stale(str(path), 60)
+
+
+def test_a_flock_record_whose_flock_is_free_is_stale_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "ref.lock"
+    path.write_bytes(Owner.current(flock=True).to_bytes())  # as a dead holder leaves it
+    assert lockfile.is_stale(str(path), 3600)
+    assert lockfile.break_stale(str(path), lambda p: lockfile.is_stale(p, 3600))
+    assert not path.exists()

@@ -1,0 +1,178 @@
+"""Ref locks whose owner is known dead are broken at once, with real processes killed while they
+hold them: ``<ref>.lock`` of a checkpoint write, ``packed-refs.lock`` and the per-ref locks of
+gitstate's ``pack_refs``. A live owner's lock is never broken, however old; git's own locks (no
+owner record) only by age. The stores here wait an hour before breaking a lock by age, so a write
+that succeeds must have recognised the dead owner."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import bounded, git
+
+import gitstate
+from gitstate.errors import LockTimeoutError
+from gitstate.git import lockfile, refs
+
+ROOT = Path(__file__).resolve().parents[2]
+HOUR = 3600.0
+
+# Takes the lock of run "held" (a checkpoint write that stops inside the lock), or packed-refs.lock
+# and the loose refs' locks (pack_refs stopped after it locked them), says so, and waits.
+_HOLDER = r"""
+import sys, time
+import gitstate
+from gitstate.git import refs
+mode, path = sys.argv[1:3]
+def stop(*args, **kwargs):
+    print("holding", flush=True)
+    time.sleep(600)
+if mode == "write":
+    store = gitstate.open_store(path)
+    run = store.get_run("held")
+    refs._append_reflog = stop
+    run.checkpoint({"n": "never"})
+else:
+    store = gitstate.open_store(path)
+    refs._remove_empty_dirs = stop
+    refs.os.replace = lambda *a: stop()
+    refs.pack_refs(store.location.common_dir)
+"""
+
+
+def _holder(repo: Path, mode: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, mode, str(repo)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    line = bounded(proc.stdout.readline, 60)
+    if line.strip() != "holding":
+        proc.kill()
+        raise AssertionError(f"holder did not take the lock: {proc.communicate()[1]}")
+    return proc
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+
+
+def _locks(repo: Path) -> list[str]:
+    common = repo / ".git"
+    return sorted(str(p.relative_to(common)) for p in common.rglob("*.lock") if "refs" in p.parts or
+                  p.name == "packed-refs.lock")
+
+
+def test_a_killed_writers_ref_lock_is_broken_at_once(repo: Path) -> None:
+    store = gitstate.open_store(repo, stale_lock_age=HOUR, lock_timeout=30)
+    run = store.create_run(run_id="held")
+    first = run.checkpoint({"n": 1})
+    holder = _holder(repo, "write")
+    lock = Path(store.location.common_dir, run.ref("main") + ".lock")
+    try:
+        owner = lockfile.read_owner(str(lock))
+        assert owner is not None and owner.pid == holder.pid and owner.flock
+        assert not lockfile.is_stale(str(lock), 0)  # alive: never broken, even with no age limit
+    finally:
+        _kill(holder)
+    assert lockfile.is_stale(str(lock), HOUR)  # dead: broken at once
+    second = bounded(lambda: run.checkpoint({"n": 2}), 30)
+    assert second.parent_ids == (first.id,)
+    assert [c.state["n"] for c in run.history()] == [2, 1]
+    assert _locks(repo) == []
+    git(repo, "fsck", "--strict")
+    git(repo, "gc", "--quiet")
+
+
+def test_a_live_writers_ref_lock_is_never_broken(repo: Path) -> None:
+    store = gitstate.open_store(repo, stale_lock_age=0.0, lock_timeout=0.5)
+    run = store.create_run(run_id="held")
+    first = run.checkpoint({"n": 1})
+    holder = _holder(repo, "write")
+    try:
+        old = time.time() - HOUR  # older than any age rule: only the flock says it is alive
+        os.utime(Path(store.location.common_dir, run.ref("main") + ".lock"), (old, old))
+        with pytest.raises(LockTimeoutError):
+            bounded(lambda: run.checkpoint({"n": 2}), 30)
+        assert refs.stale_locks(store.location.common_dir, 0.0) == []
+        assert refs.remove_stale_locks(store.location.common_dir, 0.0) == []
+        assert run.head().id == first.id  # type: ignore[union-attr]
+    finally:
+        _kill(holder)
+    assert bounded(lambda: run.checkpoint({"n": 3}), 30).parent_ids == (first.id,)
+
+
+def test_gits_own_lock_is_broken_only_by_age(repo: Path) -> None:
+    store = gitstate.open_store(repo, stale_lock_age=HOUR, lock_timeout=0.3)
+    run = store.create_run(run_id="held")
+    run.checkpoint({"n": 1})
+    lock = Path(store.location.common_dir, run.ref("main") + ".lock")
+    lock.write_text("")  # as git leaves it: no owner record, no flock
+    with pytest.raises(LockTimeoutError):
+        bounded(lambda: run.checkpoint({"n": 2}), 30)
+    old = time.time() - 2 * HOUR
+    os.utime(lock, (old, old))
+    bounded(lambda: run.checkpoint({"n": 2}), 30)
+    assert not lock.exists()
+
+
+def test_a_killed_pack_refs_locks_are_broken_at_once(repo: Path) -> None:
+    store = gitstate.open_store(repo, stale_lock_age=HOUR, lock_timeout=30)
+    runs = [store.create_run(run_id=f"r{i}") for i in range(3)]
+    for run in runs:
+        run.checkpoint({"n": 1})
+    holder = _holder(repo, "pack")
+    common = store.location.common_dir
+    try:
+        held = _locks(repo)
+        assert "packed-refs.lock" in held and len(held) > 3  # packed-refs.lock and the loose refs'
+        assert refs.stale_locks(common, 0.0) == []
+    finally:
+        _kill(holder)
+    assert sorted(refs.stale_locks(common, HOUR)) == sorted(str(Path(common, p)) for p in _locks(repo))
+    gitstate.open_store(repo, stale_lock_age=HOUR)  # any store that opens sweeps them
+    assert _locks(repo) == []
+    for run in runs:
+        run.checkpoint({"n": 2})
+    store.delete_run("r0")
+    assert refs.pack_refs(common) > 0
+    git(repo, "pack-refs", "--all")
+    assert sorted(r.id for r in store.list_runs()) == ["r1", "r2"]
+    git(repo, "fsck", "--strict")
+
+
+_FORKER = r"""
+import os, sys, time
+from gitstate.git import lockfile
+fd = lockfile.create_held(sys.argv[1])
+if os.fork() == 0:
+    print(os.getpid(), flush=True)  # after the fork hooks ran in this child
+    time.sleep(600)
+    os._exit(0)
+time.sleep(600)
+"""
+
+
+def test_a_forked_child_does_not_keep_a_dead_parents_lock_alive(tmp_path: Path) -> None:
+    path = tmp_path / "x.lock"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    parent = subprocess.Popen([sys.executable, "-c", _FORKER, str(path)], stdout=subprocess.PIPE,
+                              text=True, env=env)
+    assert parent.stdout is not None
+    child = int(bounded(parent.stdout.readline, 60))
+    try:
+        assert not lockfile.is_stale(str(path), 0)
+        _kill(parent)
+        os.kill(child, 0)  # the child still runs ...
+        assert lockfile.is_stale(str(path), HOUR)  # ... and the lock is known dead all the same
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
