@@ -38,7 +38,7 @@ def branches(store: gitstate.Store, run_id: str, as_json: bool) -> None:
         out.emit_json([b.to_dict() for b in infos])
         return
     out.table(["branch", "tip", "step", "checkpoints", "updated", "from"],
-              [[b.name, out.style(b.tip.short_id, fg="yellow"), b.tip.step, b.checkpoints, b.tip.created_at,
+              [[b.name, out.style(b.tip.short_id, fg="yellow"), b.tip.display_step, b.checkpoints, b.tip.created_at,
                 b.origin] for b in infos])
 
 

@@ -32,6 +32,10 @@ def runs(store: gitstate.Store, all_worktrees: bool, as_json: bool) -> None:
     Example:
       git agentos runs --all
 
+    STATUS follows 'git agentos help status' (a LangGraph thread: from its latest checkpoint,
+    interrupted while tasks are pending there); STEP is the step of the branch's tip (LangGraph's
+    own for a LangGraph thread); CHECKPOINTS counts that branch's line.
+
     JSON: a list of {"id", "workflow", "branch", "node", "step", "status", "updated_at",
     "created_at", "checkpoints", "branches", "worktree", "error"}; status is running, completed,
     failed, interrupted or corrupt (then "error" says why).
@@ -59,16 +63,23 @@ def runs(store: gitstate.Store, all_worktrees: bool, as_json: bool) -> None:
             click.echo(f"warning: run {s.id!r}: {s.error}", err=True)
 
 
-def _step(cp: gitstate.Checkpoint) -> int:
-    """The step people know a checkpoint by: LangGraph's own numbering (-1 for the input) for a
-    LangGraph checkpoint, the position on its branch otherwise."""
-    step = cp.metadata.get("langgraph_step") if cp.workflow == "langgraph" else None
-    return step if isinstance(step, int) and not isinstance(step, bool) else cp.step
+def shown_status(cp: gitstate.Checkpoint, tip: str | None) -> str | None:
+    """A checkpoint's status as printed: the recorded one; for the branch's tip (``tip``: its id),
+    the status of the line (a LangGraph thread stopped with tasks pending reads ``interrupted``)."""
+    return (cp.tip_status if cp.id == tip else cp.status) or cp.node_status
 
 
-def _checkpoint_rows(cps: list[gitstate.Checkpoint]) -> list[list[Any]]:
-    return [[out.style(cp.short_id, fg="yellow"), _step(cp), cp.node, cp.trigger,
-             out.status(cp.status or cp.node_status), cp.created_at] for cp in cps]
+def _tip_of(store: gitstate.Store, cp: gitstate.Checkpoint) -> str | None:
+    """The tip of the branch ``cp`` was written on, in this worktree (``None`` if there is none)."""
+    try:
+        return store.get_run(cp.run_id).tip(cp.branch)
+    except gitstate.GitStateError:
+        return None
+
+
+def _checkpoint_rows(cps: list[gitstate.Checkpoint], tip: str | None) -> list[list[Any]]:
+    return [[out.style(cp.short_id, fg="yellow"), cp.display_step, cp.node, cp.trigger,
+             out.status(shown_status(cp, tip)), cp.created_at] for cp in cps]
 
 
 CHECKPOINT_HEADERS = ["id", "step", "node", "trigger", "status", "created"]
@@ -90,8 +101,10 @@ def log(store: gitstate.Store, ref: str, branch: str | None, limit: int | None, 
     core.pager, PAGER, else less -FRX); --no-pager or 'git agentos --no-pager log' prints it as
     it is.
 
-    For a LangGraph thread, STEP is LangGraph's step (-1 for the input checkpoint) and NODE the
-    node(s) whose step produced the checkpoint.
+    For a LangGraph thread, STEP is LangGraph's step (-1 for the input checkpoint), NODE the
+    node(s) whose step produced the checkpoint, and STATUS what was recorded (running: tasks were
+    pending) but on the branch's tip, which shows the thread's status (interrupted when tasks are
+    pending there: 'git agentos help status').
 
     \b
     Examples:
@@ -100,7 +113,8 @@ def log(store: gitstate.Store, ref: str, branch: str | None, limit: int | None, 
 
     JSON: a list of checkpoints {"id", "run", "branch", "node", "step", "trigger", "status",
     "node_status", "node_entry", "workflow", "metadata", "files_paths", "created_at",
-    "parent_ids"}.
+    "parent_ids"}; "step" is the STEP shown (LangGraph's for a LangGraph checkpoint), "status"
+    the one recorded.
     """
     loc = locate(store, ref, branch)
     run = store.get_run(loc.run)
@@ -109,7 +123,7 @@ def log(store: gitstate.Store, ref: str, branch: str | None, limit: int | None, 
         out.emit_json([cp.to_dict() for cp in cps])
         return
     with paged(store.location.git_dir, store.location.workdir, no_pager):
-        out.table(CHECKPOINT_HEADERS, _checkpoint_rows(cps))
+        out.table(CHECKPOINT_HEADERS, _checkpoint_rows(cps, run.tip(loc.branch)))
 
 
 def _show_value(state: Any) -> str:
@@ -191,7 +205,8 @@ def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
     label = out.style
     click.echo(label(f"checkpoint {cp.id}", fg="yellow"))
     fields = [("run", cp.run_id), ("branch", cp.branch), ("workflow", cp.workflow), ("node", cp.node),
-              ("step", _step(cp)), ("trigger", cp.trigger), ("status", cp.status),
+              ("step", cp.display_step), ("trigger", cp.trigger),
+              ("status", shown_status(cp, _tip_of(store, cp))),
               ("node status", cp.node_status), ("node entry", cp.node_entry),
               ("parent", cp.parent_id), ("created", cp.created_at.isoformat())]
     if lg is not None:

@@ -26,7 +26,7 @@ json_option = out.json_option
 
 def _describe(cp: gitstate.Checkpoint) -> str:
     return (f"{out.style(cp.short_id, fg='yellow')} (run {out.safe(cp.run_id)}, branch {out.safe(cp.branch)}, "
-            f"step {cp.step})")
+            f"step {cp.display_step})")
 
 
 @click.command()
@@ -35,7 +35,9 @@ def _describe(cp: gitstate.Checkpoint) -> str:
 @click.option("--workflow", "-w", default=None, help="Workflow name, recorded when the run is created.")
 @click.option("--state", "state_file", metavar="FILE|-", default=None,
               help="State as JSON (CBOR if FILE ends in .cbor); '-' reads stdin. Default: the branch's current state.")
-@click.option("--node", default=None, help="Node the checkpoint belongs to.")
+@click.option("--node", default=None,
+              help="Node that wrote the checkpoint, recorded as a node step: `git agentos nodes` lists it "
+                   "(consecutive checkpoints of one node form one boundary) and node:NAME names it.")
 @click.option("--trigger", default=None, help="What caused it (e.g. tool_end, user_input).")
 @click.option("--status", default=None, type=click.Choice(STATUS_WORDS, case_sensitive=False),
               help="The run's status as of this checkpoint: running, completed, failed or interrupted "
@@ -99,7 +101,7 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
             state = head.state if head is not None else {}
         with out.progress("snapshotting files") as step:
             cp = run.checkpoint(state, node=node, trigger=trigger, status=status, metadata=metadata or None,
-                                branch=branch, expect=expect, progress=step, **kwargs)
+                                branch=branch, expect=expect, progress=step, mark_node=node is not None, **kwargs)
     except BaseException:
         if created:
             _discard_new_run(store, run)

@@ -148,7 +148,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(None, "--version", package_name="gitstate", prog_name="git agentos",
+@click.version_option(None, "--version", package_name="git-agentos", prog_name="git agentos",
                       message="%(prog)s %(version)s")
 @click.option("--no-pager", "-P", "no_pager", is_flag=True, help="Do not pipe output into a pager.")
 @click.pass_context

@@ -33,11 +33,12 @@ sys.set_int_max_str_digits(0)
 
 def jsonable(value: Any) -> Any:
     """Stored data in the form every JSON output uses: map keys as text (``1`` becomes ``"1"``, so
-    maps with both kinds of keys print too), byte strings as ``{"$bytes": hex}``, non-finite
+    maps with both kinds of keys print too; a key whose text another key of the map already is
+    shows its type: ``{1: "a", "1": "b"}`` prints as ``{"1 (int)": "a", "1": "b"}``), byte strings as ``{"$bytes": hex}``, non-finite
     floats as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (strict JSON has no such
     numbers), integers of any size as numbers."""
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {name: jsonable(v) for name, v in zip(_key_names(list(value)), value.values(), strict=True)}
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
     if isinstance(value, bytes):
@@ -45,6 +46,23 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return _NON_FINITE[repr(value)]
     return value
+
+
+def _key_names(keys: list[Any]) -> list[str]:
+    """Map keys as text, none lost: a non-text key whose text collides gets its type appended."""
+    if all(type(k) is str for k in keys):
+        return keys
+    texts = {k for k in keys if type(k) is str}
+    names: list[str] = []
+    for k in keys:
+        name = k if type(k) is str else str(k)
+        if type(k) is not str and name in texts:
+            name = f"{name} ({type(k).__name__})"
+            while name in texts:
+                name += "'"
+        texts.add(name)
+        names.append(name)
+    return names
 
 
 def dumps(value: Any) -> str:

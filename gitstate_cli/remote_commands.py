@@ -11,7 +11,7 @@ import click
 
 import gitstate
 from gitstate.format import names
-from gitstate.sync.remote import RefResult, SyncResult
+from gitstate.sync.remote import RefResult, SyncResult, is_safety_ref
 
 from . import output as out
 from .context import pass_store
@@ -45,8 +45,6 @@ def _why(ref: RefResult, run_id: str | None, remote: str) -> str:
     """The reason shown for one ref, phrased with the commands that act on it."""
     parsed = names.parse_ref(ref.ref)
     branch = parsed.name if parsed is not None and parsed.kind == "heads" else None
-    if ref.status == "local":
-        return ": the unsaved-work safety branch stays local (--include-safety sends it)"
     if ref.status == "rejected" and "pull first" in ref.message and run_id is not None:
         pull = f"git agentos pull {out.shell_arg(remote)} {out.shell_arg(run_id)}"
         if "session file" in ref.message:
@@ -89,7 +87,7 @@ def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str)
         for result in results:
             name = out.safe(result.run_id) if result.run_id is not None else "(not a run)"
             for ref in result.refs:
-                if ref.status == "up-to-date" and result.ok:
+                if ref.status == "up-to-date" and result.ok and not is_safety_ref(ref.ref):
                     continue
                 label = _ref_label(ref.ref)
                 tail = f" -> {out.safe(ref.kept_as)}" if ref.kept_as else ""
@@ -97,7 +95,8 @@ def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str)
                 click.echo(f"{out.style(ref.status, fg='red' if not ref.ok else None)} {name} "
                            f"{out.safe(label)}{tail}{out.safe(why)}")
         if not failed:
-            click.echo(f"{verb} {out.safe(where)}: {len(results)} run(s), {changed} changed")
+            click.echo(f"{verb} {out.safe(where)}: {len(results)} run(s), "
+                       + (f"{changed} changed" if changed else "nothing changed"))
     if failed:
         click.echo(f"error: {len(failed)} of {len(results)} run(s) not fully {verb} ({out.safe(where)}); "
                    "see the lines above", err=True)
@@ -127,7 +126,8 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     Not pushed, and not failures: BRANCH@REMOTE copies a pull kept of this remote's own lines
     while the remote still has them ("kept"), and each run's restore-safety branch, which holds
     workspace files a restore set aside without checkpointing them ("local"; --include-safety
-    sends it). Exit 1 when any ref was refused or failed; the lines above the error say which
+    sends it; "up-to-date" when an earlier --include-safety push sent the remote this very
+    branch). Exit 1 when any ref was refused or failed; the lines above the error say which
     and why (no success summary is printed then).
 
     \b
@@ -156,15 +156,18 @@ def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
 
     New runs and branches are created, branches the remote advanced are fast-forwarded, and a
     branch that advanced on both sides keeps the remote's line as a separate branch
-    BRANCH@REMOTE (reported as "diverged"). Refs that are not readable gitstate refs are skipped
-    and reported; nothing fetched is executed.
+    BRANCH@REMOTE (reported once as "diverged"; a later pull reports "kept" while that copy
+    already holds the remote's line, and "diverged" again only when it moves the copy forward).
+    Refs that are not readable gitstate refs are skipped and reported; nothing fetched is
+    executed. The last line counts the runs that changed ("nothing changed" when none did).
 
     \b
     Example:
       git agentos pull origin
       git agentos pull origin 20261121-2311-3f2a9c --json
 
-    JSON: the same shape as `push --json`.
+    JSON: the same shape as `push --json`; ref statuses: created, fast-forward, diverged,
+    kept, up-to-date, ahead (ok), conflict, skipped, error (failures).
     """
     results = gitstate.pull(store, remote, _whole_runs(store, runs), all_worktrees=all_worktrees)
     _report(results, as_json, "pulled", remote)

@@ -1,4 +1,5 @@
-"""Help topics (``git agentos help TOPIC``): the reference grammar, JSON output and exit codes.
+"""Help topics (``git agentos help TOPIC``): the reference grammar, JSON output, exit codes and
+statuses.
 One text each, shown by the ``help`` command and copied into docs/CLI.md by
 ``scripts/gen_cli_docs.py``. Plain text, no imports: ``help`` must stay as cheap as ``--help``."""
 
@@ -83,9 +84,37 @@ Errors are one line, 'error: <message>', on stderr (plus the JSON object with --
 argument never changes the store; push, pull and import say which refs moved before a failure.
 """
 
+STATUS = """\
+Statuses: runs, LangGraph threads, checkpoints and nodes
+
+A checkpoint records a status when it is written (--status, or what an integration records):
+running, completed, failed or interrupted (synonyms such as done or error are normalised), or
+none. A run's status (runs, branches, the view) comes from the newest checkpoint of the branch
+summarised, its main branch:
+
+  plain run          the tip's recorded status; else failed when the tip ends a failed node;
+                     else running: a run is running until it records a terminal status
+  LangGraph thread   summarised on the line of its latest checkpoint (the one LangGraph's
+                     get_state returns), whose recorded status the saver derives from the graph:
+                       failed       a task wrote an error there
+                       interrupted  a task called interrupt() there (the interrupt is pending),
+                                    or tasks are scheduled there and nothing came after them:
+                                    the graph stopped before them (interrupt_before, a process
+                                    that ended) or a process is still running them, which the
+                                    store cannot tell apart
+                       completed    nothing is scheduled: the graph reached END
+                       running      a thread written before statuses were recorded
+
+log shows what each checkpoint recorded (a LangGraph checkpoint with tasks scheduled: running)
+and, on the branch's tip, the status of the line; show does the same for a tip. A node boundary
+(nodes) is running while its block is open, then completed or failed; a LangGraph node step is
+completed, failed (it wrote an error) or interrupted (stopped at an interrupt, not resumed yet).
+"""
+
 #: Topic name → (one-line summary, text).
 TOPICS: dict[str, tuple[str, str]] = {
     "refs": ("how to name runs, branches and checkpoints", REFS),
     "json": ("what --json prints, on success and on failure", JSON),
     "exit-codes": ("what the exit codes mean", EXIT_CODES),
+    "status": ("what the statuses of runs, LangGraph threads, checkpoints and nodes mean", STATUS),
 }

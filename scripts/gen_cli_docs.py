@@ -32,8 +32,9 @@ a repository or worktree. The store is that repository's; `git --git-dir=X agent
 `git help agentos`, which shows the installed man page (`git-agentos.1`); `git agentos -h` prints the
 same help without it.
 
-The sections "References", "JSON output" and "Exit codes" below are the help topics
-`git agentos help refs`, `git agentos help json` and `git agentos help exit-codes`.
+The sections "References", "JSON output", "Exit codes" and "Statuses" below are the help topics
+`git agentos help refs`, `git agentos help json`, `git agentos help exit-codes` and
+`git agentos help status`.
 
 Human output: aligned tables and short lines; colour and progress bars only on a terminal; `log` goes
 through git's pager on a terminal (`--no-pager` or `git agentos --no-pager` to print it as it is).
@@ -47,7 +48,7 @@ def _help(name: str, command: click.Command) -> str:
     return command.get_help(ctx).rstrip() + "\n"
 
 
-TOPIC_TITLES = {"refs": "References", "json": "JSON output", "exit-codes": "Exit codes"}
+TOPIC_TITLES = {"refs": "References", "json": "JSON output", "exit-codes": "Exit codes", "status": "Statuses"}
 
 
 def _topics() -> list[str]:

@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from conftest import git, user_snapshot
 
 import gitstate
+from gitstate.verify.checks import verify
 from gitstate_cli.main import cli
 
 FILES_API = hasattr(gitstate.Run, "restore")
@@ -49,6 +50,44 @@ def test_help_and_version() -> None:
         assert agentos(name, "--help").stdout.startswith("Usage: git agentos " + name)
     assert agentos("--version").stdout.startswith("git agentos ")
     assert agentos("-h").stdout == out
+
+
+def test_checkpoint_with_node_is_a_node_boundary(at_repo: Path) -> None:
+    """`checkpoint --node NAME` records the checkpoint as a step of NAME in the node log (the
+    marker format of docs/FORMAT.md): `nodes` lists it, consecutive checkpoints of one node form
+    one boundary, `node:NAME` names its exit, and the README's `fork my-run node:plan try-b` works."""
+    cp0 = as_json("checkpoint", "my-run", "--state", "-", "--node", "plan", input='{"m": []}')
+    cp1 = as_json("checkpoint", "my-run", "--state", "-", "--node", "plan", input='{"m": [1]}')
+    cp2 = as_json("checkpoint", "my-run", "--state", "-", "--node", "edit", input='{"m": [1, 2]}')
+    cp3 = as_json("checkpoint", "my-run", "--state", "-", input='{"m": [1, 2, 3]}')  # no node: no boundary
+    assert as_json("nodes", "my-run") == [
+        {"node": "plan", "entry": cp0["id"], "exit": cp1["id"], "status": "completed"},
+        {"node": "edit", "entry": cp2["id"], "exit": cp2["id"], "status": "completed"}]
+    rows = agentos("nodes", "my-run").stdout.splitlines()
+    assert len(rows) == 3 and rows[1].split()[:2] == ["plan", "completed"], rows
+    assert as_json("show", "my-run:node:plan")["id"] == cp1["id"]
+    assert as_json("fork", "my-run", "node:plan", "try-b")["at"]["id"] == cp1["id"]
+    # the same node after another one is a boundary of its own; a failed checkpoint fails its node
+    cp4 = as_json("checkpoint", "my-run", "--state", "-", "--node", "plan", "--status", "failed", input="{}")
+    nodes = as_json("nodes", "my-run")
+    assert nodes[-1] == {"node": "plan", "entry": cp4["id"], "exit": cp4["id"], "status": "failed"}
+    assert len(nodes) == 3 and as_json("runs")[0]["status"] == "failed"
+    store = gitstate.open_store(at_repo)
+    history = [cp.id for cp in store.get_run("my-run").history()]
+    assert history == [cp4["id"], cp3["id"], cp2["id"], cp1["id"], cp0["id"]]  # markers, not checkpoints
+    # a rollback behind a boundary drops it with its checkpoints, as for `with run.node(...)`
+    agentos("rollback", "my-run", cp1["id"])
+    assert [n["node"] for n in as_json("nodes", "my-run")] == ["plan"]
+    cp5 = as_json("checkpoint", "my-run", "--state", "-", "--node", "plan", input='{"again": 1}')
+    assert as_json("nodes", "my-run") == [  # the log's newest boundary (the failed one) ended elsewhere
+        {"node": "plan", "entry": cp0["id"], "exit": cp1["id"], "status": "completed"},
+        {"node": "plan", "entry": cp5["id"], "exit": cp5["id"], "status": "completed"}]
+    cp6 = as_json("checkpoint", "my-run", "--state", "-", "--node", "plan", input='{"again": 2}')
+    assert as_json("nodes", "my-run")[-1] == {"node": "plan", "entry": cp5["id"], "exit": cp6["id"],
+                                              "status": "completed"}
+    log = git(at_repo, "log", "--format=%s", "refs/agentos/main/runs/my-run/nodes/main").split("\n")
+    assert log[0] == "node plan · completed"
+    assert verify(store).ok
 
 
 def test_scenario_matches_library(at_repo: Path) -> None:

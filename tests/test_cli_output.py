@@ -46,6 +46,17 @@ def test_unusual_state_prints(repo: Path, monkeypatch: pytest.MonkeyPatch) -> No
         _strict(done.stdout)
 
 
+def test_keys_that_print_alike_are_all_shown(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = gitstate.open_store(repo).create_run(run_id="alike")
+    run.checkpoint({"m": {1: "int", "1": "str"}})
+    monkeypatch.chdir(repo)
+    result = CliRunner().invoke(cli, ["show", "alike", "--json"], prog_name="git agentos")
+    assert result.exit_code == 0, result.output
+    assert _strict(result.stdout)["state"]["m"] == {"1 (int)": "int", "1": "str"}  # type: ignore[index]
+    human = CliRunner().invoke(cli, ["show", "alike"], prog_name="git agentos")
+    assert '"1 (int)": "int"' in human.output and '"1": "str"' in human.output
+
+
 def test_store_text_cannot_drive_the_terminal(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = gitstate.open_store(repo)
     hostile = "evil\x1b]0;pwned\x07\x1b[31mred\tcol\nline"

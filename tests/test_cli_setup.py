@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import git, user_snapshot
 
 BIN = Path(sys.executable).parent
@@ -89,3 +90,51 @@ def test_setup_check_reports_and_changes_nothing(repo: Path) -> None:
     assert report["ok"] is False and report["textconv"]["state"] == "broken"
     assert run(repo, exe, "setup", path=full).returncode == 0  # setup repairs it
     assert json.loads(run(repo, exe, "setup", "--check", "--json", path=full).stdout)["ok"] is True
+
+
+def test_check_says_exactly_what_to_do_when_git_agentos_is_not_on_path(repo: Path) -> None:
+    """Run by its absolute path (or as ``python -m gitstate_cli``) from a shell whose PATH lacks
+    the virtual environment, ``setup --check`` says that ``git agentos`` does not work there and
+    names the directory to add to PATH; following that advice makes it work."""
+    exe = str(BIN / "git-agentos")
+    assert run(repo, exe, "checkpoint", "r", "--state", "-", path=PLAIN, input='{"answer": 42}').returncode == 0
+    assert run(repo, "git", "agentos", "runs", path=PLAIN).returncode != 0  # git finds no git-agentos
+    for argv in ([exe], [sys.executable, "-m", "gitstate_cli"]):
+        # setup run from that shell records this installation, so git show decodes without PATH
+        assert run(repo, *argv, "setup", path=PLAIN).returncode == 0
+        shown = run(repo, "git", "show", "refs/agentos/main/runs/r/heads/main", "--", "state", path=PLAIN)
+        assert shown.returncode == 0 and "+42" in shown.stdout, (argv, shown.stdout, shown.stderr)
+        check = run(repo, *argv, "setup", "--check", path=PLAIN)
+        assert check.returncode == 1, (argv, check.stdout, check.stderr)
+        assert "git agentos: not-on-path" in check.stdout and "textconv:   ok" in check.stdout
+        error = check.stderr.strip().splitlines()
+        assert len(error) == 1 and error[0].startswith("error: git-agentos is not on PATH"), check.stderr
+        assert f"add {BIN} to PATH (export PATH={BIN}:\"$PATH\")" in error[0], error[0]
+        report = json.loads(run(repo, *argv, "setup", "--check", "--json", path=PLAIN).stdout)
+        assert report["ok"] is False and report["textconv"]["state"] == "ok"
+        assert report["git_agentos"]["state"] == "not-on-path" and report["git_agentos"]["path"] is None
+        assert report["git_agentos"]["installed"] == exe and str(BIN) in report["git_agentos"]["advice"]
+    # the advice, followed: BIN on PATH, and git finds the subcommand
+    fixed = run(repo, "sh", "-c", f'export PATH={BIN}:"$PATH"; git agentos setup --check --json', path=PLAIN)
+    assert fixed.returncode == 0, fixed.stderr
+    assert json.loads(fixed.stdout)["git_agentos"] == {"state": "ok", "path": exe, "installed": exe, "advice": None}
+
+
+def test_check_without_an_installed_script_names_python_m(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpreter that has gitstate but no ``git-agentos`` (run from a checkout): the advice is
+    ``<python> -m gitstate_cli``, which works."""
+    from click.testing import CliRunner
+
+    from gitstate_cli import cmd_setup
+    from gitstate_cli.main import cli
+
+    monkeypatch.setattr(cmd_setup, "own_executable", lambda: None)
+    monkeypatch.setenv("PATH", PLAIN)
+    monkeypatch.chdir(repo)
+    result = CliRunner().invoke(cli, ["setup", "--check", "--json"])
+    assert result.exit_code == 1
+    command = json.loads(result.stdout)["git_agentos"]
+    assert command["state"] == "not-installed" and command["installed"] is None
+    assert f"run {sys.executable} -m gitstate_cli instead of git agentos" in command["advice"], command
+    works = run(repo, sys.executable, "-m", "gitstate_cli", "runs", "--json", path=PLAIN)
+    assert works.returncode == 0 and json.loads(works.stdout) == []

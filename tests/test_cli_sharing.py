@@ -94,7 +94,9 @@ def test_safety_branch_stays_local_on_push_and_export(tmp_path: Path) -> None:
     (a / "notes.txt").write_text("a password I never checkpointed\n")
     agentos(a, "restore", "r", "--force")
     pushed = agentos(a, "push", "origin")
-    assert "local r restore-safety: the unsaved-work safety branch stays local (--include-safety" in pushed.stdout
+    assert "local r restore-safety: not pushed: the restore-safety branch holds workspace files a restore set " \
+           "aside without checkpointing them; it stays in this repository unless you push with --include-safety" \
+        in pushed.stdout, pushed.stdout
     assert "restore-safety" not in git(server, "for-each-ref")
     bundle = tmp_path / "r.bundle"
     exported = agentos(a, "export", "r", "-o", str(bundle))
@@ -106,6 +108,40 @@ def test_safety_branch_stays_local_on_push_and_export(tmp_path: Path) -> None:
     assert "restore-safety" in git(tmp_path, "bundle", "list-heads", str(bundle))
     agentos(a, "push", "origin", "--include-safety")
     assert "restore-safety" in git(server, "for-each-ref")
+
+
+def _safety_row(cwd: Path) -> dict[str, object]:
+    doc = json.loads(agentos(cwd, "push", "origin", "--json").stdout)
+    text = json.dumps(doc)
+    assert "include_safety" not in text and "(include" not in text  # no Python parameter names
+    return next(ref for run in doc for ref in run["refs"] if ref["ref"].endswith("/heads/restore-safety"))
+
+
+def test_push_says_truthfully_where_the_safety_branch_is(tmp_path: Path) -> None:
+    """``push --json`` and its text speak CLI, and once an ``--include-safety`` push sent the
+    safety branch, later pushes no longer call it local: the remote has it (or an older one)."""
+    a, _b, server = machines(tmp_path)
+    (a / "notes.txt").write_text("checkpointed\n")
+    agentos(a, "checkpoint", "r", "--files", "--state", "-", input="{}")
+    (a / "notes.txt").write_text("unsaved one\n")
+    agentos(a, "restore", "r", "--force")
+    row = _safety_row(a)
+    assert row["status"] == "local" and row["old"] is None and "--include-safety" in str(row["message"])
+    agentos(a, "push", "origin", "--include-safety")
+    sent = git(server, "rev-parse", "refs/agentos/main/runs/r/heads/restore-safety").strip()
+    row = _safety_row(a)
+    assert row["status"] == "up-to-date" and row["ok"] is True and row["old"] == sent == row["new"]
+    assert "origin already has this restore-safety branch" in str(row["message"])
+    text = agentos(a, "push", "origin").stdout
+    assert "up-to-date r restore-safety: not pushed again: origin already has" in text, text
+    assert "local r restore-safety" not in text
+    # a newer restore moves the branch here: not sent, and the remote's older copy is named
+    (a / "notes.txt").write_text("unsaved two\n")
+    agentos(a, "restore", "r", "--force")
+    row = _safety_row(a)
+    assert row["status"] == "local" and row["old"] == sent and row["new"] != sent
+    assert "origin still has an older restore-safety branch" in str(row["message"])
+    assert git(server, "rev-parse", "refs/agentos/main/runs/r/heads/restore-safety").strip() == sent
 
 
 def test_push_report_names_branches_as_users_name_them(tmp_path: Path) -> None:
@@ -128,3 +164,28 @@ def test_push_report_names_branches_as_users_name_them(tmp_path: Path) -> None:
     assert "rejected r main~1ef4f797-8335:" in refused, refused
     assert "git agentos fork r @'main~1ef4f797-8335' NEW_BRANCH" in refused, refused
     agentos(b, "log", "r@main~1ef4f797-8335")  # the name the hint gives resolves
+
+
+def test_a_kept_divergence_is_reported_once(tmp_path: Path) -> None:
+    """The pull that keeps the remote's line reports it as ``diverged``; pulling again changes
+    nothing and says so (the copy listed as ``kept``, exit 0), until the remote's line moves on."""
+    a, b, _server = machines(tmp_path)
+    diverge(a, b)  # B's first pull after both sides advanced: "diverged r main -> main@origin"
+    for _ in range(2):
+        again = agentos(b, "pull", "origin")
+        assert "diverged" not in again.stdout, again.stdout
+        assert "kept r main -> main@origin: already kept" in again.stdout, again.stdout
+        assert again.stdout.rstrip().endswith("pulled origin: 1 run(s), nothing changed"), again.stdout
+        doc = json.loads(agentos(b, "pull", "origin", "--json").stdout)
+        refs = {ref["ref"].rsplit("/", 1)[1]: ref for ref in doc[0]["refs"]}
+        assert refs["main"]["status"] == "kept" and refs["main"]["kept_as"] == "main@origin"
+        assert refs["main"]["ok"] is True and doc[0]["ok"] is True
+    # origin's line advances: the copy moves forward with it, reported (once) as a change
+    agentos(a, "checkpoint", "r", "--state", "-", input='{"a": 2}')
+    agentos(a, "push", "origin")
+    moved = agentos(b, "pull", "origin")
+    assert "diverged r main -> main@origin: origin's line advanced" in moved.stdout, moved.stdout
+    assert "1 changed" in moved.stdout
+    tip_a = json.loads(agentos(a, "log", "r", "-n", "1", "--json").stdout)[0]["id"]
+    assert json.loads(agentos(b, "log", "r@main@origin", "-n", "1", "--json").stdout)[0]["id"] == tip_a
+    assert "nothing changed" in agentos(b, "pull", "origin").stdout

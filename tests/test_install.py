@@ -30,7 +30,7 @@ def test_wheel_holds_every_package_and_a_regular_install_imports_them(tmp_path: 
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
                    check=True, timeout=300)
-    (wheel,) = wheels.glob("gitstate-*.whl")
+    (wheel,) = wheels.glob("git_agentos-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [m for m in _modules() if f"{m.replace('.', '/')}.py" not in names
                and f"{m.replace('.', '/')}/__init__.py" not in names]

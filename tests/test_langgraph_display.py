@@ -119,6 +119,51 @@ def test_log_nodes_and_steps_as_langgraph_numbers_them(repo: Path) -> None:
                                                                 "tool result: 42"]
 
 
+def test_one_step_numbering_for_a_thread_everywhere(repo: Path) -> None:
+    """Wherever a step is printed for a LangGraph checkpoint it is LangGraph's (-1 for the input):
+    log, show, runs, branches, rollback/undo/fork lines, the commit subject (and LangGraph-Step
+    trailer) of commits written now, the view; a plain run keeps its own numbering."""
+    graph, cfg = chat_thread(repo)
+    graph.invoke(Command(resume="yes"), cfg)
+    states = list(graph.get_state_history(cfg))  # newest first
+    lg_steps = [s.metadata["step"] for s in states]
+    assert lg_steps[-1] == -1 and lg_steps[0] == 3
+    run = gitstate.open_store(repo).get_run("t")
+    positions = [cp.step for cp in run.history()]
+    assert positions != lg_steps  # the position on the branch is another numbering
+    assert [cp.display_step for cp in run.history()] == lg_steps
+    assert [line.split()[1] for line in agentos(repo, "log", "t").splitlines()[1:]] == [str(n) for n in lg_steps]
+    assert [r["step"] for r in json.loads(agentos(repo, "log", "t", "--json"))] == lg_steps
+    assert "step:         3\n" in agentos(repo, "show", "t")
+    runs = {r["id"]: r for r in json.loads(agentos(repo, "runs", "--json"))}
+    assert runs["t"]["step"] == 3 and runs["t"]["checkpoints"] == len(lg_steps)
+    assert agentos(repo, "runs").splitlines()[1].split()[4] == "3"
+    assert json.loads(agentos(repo, "branches", "t", "--json"))[0]["step"] == 3
+    assert agentos(repo, "branches", "t").splitlines()[1].split()[2] == "3"
+    rolled = agentos(repo, "rollback", "t", "~1")
+    assert f"step {lg_steps[1]})" in rolled, rolled
+    assert "step 3)" in agentos(repo, "undo", "t")
+    assert json.loads(agentos(repo, "fork", "t", "~2", "older", "--json"))["at"]["step"] == lg_steps[2]
+    # subjects and trailers of the commits the saver wrote
+    ref = run.ref("main")
+    subjects = git(repo, "log", "--format=%s", ref).splitlines()
+    assert [int(s.split(" · ")[1].removeprefix("step ")) for s in subjects] == lg_steps
+    assert git(repo, "log", "-1", "--format=%(trailers:key=LangGraph-Step,valueonly)", ref).strip() == "3"
+    assert git(repo, "log", "-1", "--format=%(trailers:key=Step,valueonly)", ref).strip() == str(positions[0])
+    # the view: the runs page, the graph rows (read from commits alone) and a checkpoint
+    view = ViewData(gitstate.open_store(repo))
+    assert {r["id"]: r["step"] for r in view.runs()["runs"]}["t"] == 3
+    rows = [r for r in view.graph("t")["rows"] if not r["reflog"] and "main" in r["branch"]]
+    assert [r["step"] for r in rows] == lg_steps
+    assert view.checkpoint(rows[-1]["id"])["step"] == -1
+    # a plain run: positions, as before
+    plain = gitstate.open_store(repo).create_run(run_id="plain")
+    plain.checkpoint({"n": 0})
+    plain.checkpoint({"n": 1})
+    assert [line.split()[1] for line in agentos(repo, "log", "plain").splitlines()[1:]] == ["1", "0"]
+    assert git(repo, "log", "-1", "--format=%s", plain.ref("main")).strip() == "checkpoint · step 1 · save"
+
+
 def test_displayed_state_matches_langgraph_for_every_checkpoint(repo: Path) -> None:
     graph, cfg = chat_thread(repo)
     graph.invoke(Command(resume="yes"), cfg)

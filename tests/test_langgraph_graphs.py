@@ -217,7 +217,9 @@ def test_cli_lists_threads_subgraphs_and_forks(repo: Path, monkeypatch: pytest.M
     rows = json.loads(agentos("log", "nested", "--branch", sub, "--json"))
     assert rows and rows[-1]["trigger"] == "input" and rows[-1]["node"] == "sub"  # the subgraph's node
     assert {"inner_a", "inner_ask"} <= {r["node"] for r in rows[:-1]} <= {"inner_a", "inner_ask", "sub"}
-    assert [r["step"] for r in rows] == list(range(len(rows) - 1, -1, -1))
+    # "step" is LangGraph's own (-1 for the subgraph's input), as log and show print it
+    assert [r["step"] for r in rows] == list(range(len(rows) - 2, -2, -1))
+    assert [r["step"] for r in rows] == [r["metadata"]["langgraph_step"] for r in rows]
     table = agentos("log", "nested", "--branch", sub)
     assert "sub" in table and "input" in table and "loop" in table
     main_rows = json.loads(agentos("log", "nested", "--json"))

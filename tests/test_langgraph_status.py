@@ -77,3 +77,71 @@ def test_checkpoints_name_the_node_that_ran(repo: Path) -> None:
     run = gitstate.open_store(repo).get_run("t")
     assert [(cp.node, cp.trigger, cp.status) for cp in run.history()][:3] == [
         ("second", "loop", "completed"), ("first", "loop", "running"), (None, "loop", "running")]
+
+
+def _cli(repo: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
+    monkeypatch.chdir(repo)
+    result = CliRunner().invoke(cli, list(args), prog_name="git agentos")
+    assert result.exit_code == 0, (args, result.output)
+    return result.stdout
+
+
+def test_a_thread_stopped_before_a_node_is_interrupted(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's rule: interrupted when the latest checkpoint has pending interrupts or next
+    tasks. A graph compiled with interrupt_before stops with "second" scheduled and no interrupt
+    write: interrupted (not running) in runs, branches, the tip's row of log, show and the view;
+    resumed to END, completed. interrupt() inside a node: interrupted too, then completed."""
+    from gitstate.view.data import ViewData
+
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    graph = StateGraph(S)
+    graph.add_node("first", lambda s: {"msgs": ["first"]})
+    graph.add_node("second", lambda s: {"msgs": ["second"]})
+    graph.add_edge(START, "first")
+    graph.add_edge("first", "second")
+    graph.add_edge("second", END)
+    app = graph.compile(checkpointer=saver, interrupt_before=["second"])
+    before = {"configurable": {"thread_id": "before"}}
+    app.invoke({"msgs": []}, before)
+    assert app.get_state(before).next == ("second",) and not app.get_state(before).interrupts
+    asked = {"configurable": {"thread_id": "asked"}}
+    _app(saver, ask=True).invoke({"msgs": []}, asked)
+    assert _app(saver, ask=True).get_state(asked).interrupts
+    runs = _runs(repo, monkeypatch)
+    assert (runs["before"]["status"], runs["asked"]["status"]) == ("interrupted", "interrupted")
+    table = _cli(repo, monkeypatch, "runs")
+    assert [line.split()[2] for line in table.splitlines()[1:]] == ["interrupted", "interrupted"]
+    assert json.loads(_cli(repo, monkeypatch, "branches", "before", "--json"))[0]["status"] == "interrupted"
+    log = _cli(repo, monkeypatch, "log", "before").splitlines()
+    assert log[1].split()[4] == "interrupted" and log[2].split()[4] == "running"  # the tip; one that went on
+    assert "status:       interrupted" in _cli(repo, monkeypatch, "show", "before")
+    assert "status:       running" in _cli(repo, monkeypatch, "show", "before~1")
+    view = ViewData(gitstate.open_store(repo))
+    assert {r["id"]: r["status"] for r in view.runs()["runs"]}["before"] == "interrupted"
+    rows = view.graph("before")["rows"]
+    assert rows[0]["status"] == "interrupted" and rows[1]["status"] == "running"
+    assert view.checkpoint(rows[0]["id"])["status"] == "interrupted"
+    # resumed to END: completed
+    app.invoke(None, before)
+    _app(saver, ask=True).invoke(Command(resume="yes"), asked)
+    runs = _runs(repo, monkeypatch)
+    assert (runs["before"]["status"], runs["asked"]["status"]) == ("completed", "completed")
+
+
+def test_a_thread_is_summarised_on_its_latest_line(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Time travel writes the new checkpoints on a fork line (main~<id>): the thread's status,
+    node and step are those of its latest checkpoint, the one LangGraph's get_state returns."""
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    app = _app(saver, ask=True)
+    cfg = {"configurable": {"thread_id": "tt"}}
+    app.invoke({"msgs": []}, cfg)
+    app.invoke(Command(resume="yes"), cfg)
+    assert _runs(repo, monkeypatch)["tt"]["status"] == "completed"
+    older = next(s for s in app.get_state_history(cfg) if s.next == ("second",))
+    app.invoke(None, older.config)  # replay from before "second": stops at its interrupt again
+    latest = app.get_state(cfg)
+    assert latest.interrupts and latest.config["configurable"]["checkpoint_id"] != \
+        older.config["configurable"]["checkpoint_id"]
+    summary = _runs(repo, monkeypatch)["tt"]
+    assert summary["branch"].startswith("main~") and summary["status"] == "interrupted"
+    assert summary["step"] == latest.metadata["step"]

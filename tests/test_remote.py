@@ -97,7 +97,8 @@ def test_concurrent_lines_are_both_kept(tmp_path: Path, server: str) -> None:
     main = next(r for res in pulled for r in res.refs if r.ref.endswith("/heads/main"))
     assert (main.status, main.kept_as) == ("diverged", "main@origin")
     assert ids(run_b) == line_b and ids(run_b, "main@origin") == line_a  # ours untouched
-    assert gitstate.pull(b)[0].refs[-1].status == "diverged"  # pulling again changes nothing
+    again_pulled = gitstate.pull(b)[0].refs[-1]  # pulling again changes nothing, and says so
+    assert (again_pulled.status, again_pulled.kept_as, again_pulled.ok) == ("kept", "main@origin", True)
     assert sorted(run_b.branches()) == ["main", "main@origin"]
 
     # B shares its line under its own name; main stays refused, main@origin is not pushed back

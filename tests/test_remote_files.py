@@ -42,7 +42,7 @@ def test_diverged_session_file_is_kept_not_dropped(tmp_path: Path) -> None:
     assert run_a.files.read("notes.md@origin") == b"v2 from B"  # theirs kept
     assert listing["notes.md@origin"].version == 2 and listing["notes.md@origin"].path == "notes.md"
     assert [v.reason for v in run_a.files.history("notes.md@origin")] == ["start", "B's edit"]
-    assert _refs(gitstate.pull(a))["r/files/notes%2Emd"].status == "diverged"  # pulling again changes nothing
+    assert _refs(gitstate.pull(a))["r/files/notes%2Emd"].status == "kept"  # pulling again changes nothing
     assert verify(a).ok, verify(a).problems
 
     # A's push: the copy is not pushed back, the other refs still go, notes.md says what to do

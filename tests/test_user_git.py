@@ -282,3 +282,70 @@ def test_a_pack_whose_index_git_gc_removed_is_indexed_again(repo: Path, monkeypa
     gc_pid.unlink()
     run.checkpoint({"n": 4})
     _fsck(repo)
+
+
+@pytest.mark.parametrize("cleanup", [["gc", "--prune=now", "-q"], ["repack", "-adf", "-q"]])
+def test_delete_then_gc_then_the_same_write_again_and_again(repo: Path, cleanup: list[str]) -> None:
+    # The second cycle's repack leaves the very packs the first one left, so objects/info/packs
+    # stays byte for byte the same: gc's packed-refs and commit-graph tell the caches instead.
+    (repo / "d" / "e").mkdir(parents=True)
+    (repo / "d" / "e" / "f.txt").write_text("deep\n")
+    (repo / "top.txt").write_text("top\n")
+    store = gitstate.open_store(repo)
+    for i in range(3):
+        cp = store.create_run(run_id=f"r{i}").checkpoint({"k": 1}, files=True)
+        fresh = gitstate.open_store(repo).checkpoint(cp.id)
+        assert fresh.state == {"k": 1}
+        assert git(repo, "cat-file", "-p", f"{cp.id}:files/d/e/f.txt") == "deep\n"
+        _fsck(repo)
+        store.delete_run(f"r{i}")
+        git(repo, "gc", "--prune=now", "-q")
+        if cleanup[0] == "repack":
+            git(repo, *cleanup)
+
+
+def test_cli_checkpoint_after_repeated_delete_and_gc(repo: Path) -> None:
+    (repo / "d").mkdir()
+    (repo / "d" / "f.txt").write_text("hello\n")
+    (repo / "s.json").write_text('{"a": 1}')
+    for i in range(3):
+        done = subprocess.run([sys.executable, "-m", "gitstate_cli", "checkpoint", f"run{i}", "--state", "s.json",
+                               "--files", "."], cwd=repo, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr
+        subprocess.run([sys.executable, "-m", "gitstate_cli", "delete", "--yes", f"run{i}"], cwd=repo,
+                       check=True, capture_output=True, timeout=120)
+        git(repo, "gc", "--prune=now", "-q")
+    _fsck(repo)
+
+
+def test_the_langgraph_saver_reports_a_deleted_repository(repo: Path) -> None:
+    import shutil
+
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from gitstate.langgraph import GitCheckpointSaver
+
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    saver.put(cfg, empty_checkpoint(), {"source": "input", "step": -1, "parents": {}}, {})
+    assert saver.get_tuple(cfg) is not None
+    shutil.rmtree(repo / ".git")
+    with pytest.raises(gitstate.GitStateError):
+        saver.get_tuple(cfg)
+    with pytest.raises(gitstate.GitStateError):
+        list(saver.list(cfg))
+
+
+def test_a_snapshot_libgit2_cannot_write_is_a_store_write_error(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pygit2
+
+    from gitstate.workspace.snapshot import Workspace
+
+    def read_only(*_args: object) -> str:
+        raise pygit2.GitError("failed to create temporary file '.git/objects/tmp_object_git2_x': Read-only file system")
+
+    (repo / "a.txt").write_text("a\n")
+    monkeypatch.setattr(Workspace, "_write_tree", staticmethod(read_only))
+    with pytest.raises(gitstate.StoreWriteError, match="Read-only file system"):
+        gitstate.open_store(repo).create_run(run_id="ro").checkpoint({"n": 1}, files=True)

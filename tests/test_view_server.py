@@ -185,3 +185,29 @@ def test_odd_parameters_get_an_error_answer(server: ViewServer, hostile_run: git
         status, _, body = ask(server, "GET", path)
         assert status == expected, (path, status, body)
         assert "error" in json.loads(body)
+
+
+@pytest.mark.parametrize("depth", [100_000, 20_000, 2_000, 65])
+def test_deeply_nested_or_huge_json_parameters_get_a_400(server: ViewServer, hostile_run: gitstate.Run,
+                                                         depth: int) -> None:
+    """A JSON query parameter nested 100,000 deep (or just deeper than the view's limit, or too long)
+    is a clear 400 with a JSON error, never a RecursionError (500); the server keeps serving."""
+    tip = hostile_run.head()
+    assert tip is not None
+    status, headers, body = ask(server, "GET", f"/api/value?id={tip.id}&path=" + "[" * depth)
+    assert status == 400, (status, body[:200])
+    error = json.loads(body)["error"]
+    assert "Recursion" not in error and ("too long" in error or "too deeply" in error), error
+    assert "default-src 'none'" in headers["content-security-policy"]
+    status, _, body = ask(server, "GET", f"/api/value?id={tip.id}&path=" + "%5B" * depth + "%5D" * depth)
+    assert status == 400 and "error" in json.loads(body)
+    status, _, body = ask(server, "GET", f"/api/value?id={tip.id}&path=%5B%22text%22%5D")  # ["text"]
+    assert status == 200 and json.loads(body)["kind"] == "str"
+
+
+def test_json_depth_ignores_brackets_in_strings() -> None:
+    from gitstate.view.server import json_depth
+
+    assert json_depth('["[[[[", "\\"[[", 1]') == 1
+    assert json_depth("[[[]]]") == 3
+    assert json_depth("[" * 100_000) == 100_000

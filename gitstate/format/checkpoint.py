@@ -91,12 +91,32 @@ def subject(node: str | None, step: int, trigger: str | None, status: str | None
     return " · ".join(trailer_value(p) for p in parts)
 
 
+def langgraph_step(workflow: Any, metadata: Any) -> int | None:
+    """LangGraph's own step of a checkpoint the LangGraph saver wrote (``metadata.langgraph_step``:
+    -1 for the input, 0, 1 … per superstep), ``None`` for any other checkpoint."""
+    if workflow != lgtree.WORKFLOW or not isinstance(metadata, Mapping):
+        return None
+    step = metadata.get("langgraph_step")
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def shown_step(meta: Mapping[str, Any]) -> int:
+    """The step people know a checkpoint by: LangGraph's for a LangGraph checkpoint
+    (:func:`langgraph_step`), the position on its branch (``step``) otherwise."""
+    found = langgraph_step(meta.get("workflow"), meta.get("metadata"))
+    return found if found is not None else int(meta["step"])
+
+
 def message(meta: Mapping[str, Any]) -> str:
-    """The full commit message: subject, blank line, trailers."""
-    lines = [subject(meta.get("node"), meta["step"], meta.get("trigger"), meta.get("status")), ""]
+    """The full commit message: subject, blank line, trailers. The subject's step is
+    :func:`shown_step` (LangGraph's for a LangGraph checkpoint, which also gets a
+    ``LangGraph-Step`` trailer); the ``Step`` trailer repeats ``meta.cbor``'s ``step``."""
+    lines = [subject(meta.get("node"), shown_step(meta), meta.get("trigger"), meta.get("status")), ""]
     trailers = [
         ("Run", meta["run"]), ("Branch", meta["branch"]), ("Workflow", meta.get("workflow")),
-        ("Node", meta.get("node")), ("Step", meta["step"]), ("Trigger", meta.get("trigger")),
+        ("Node", meta.get("node")), ("Step", meta["step"]),
+        ("LangGraph-Step", langgraph_step(meta.get("workflow"), meta.get("metadata"))),
+        ("Trigger", meta.get("trigger")),
         ("Status", meta.get("status")), ("Node-Status", meta.get("node_status")),
         ("Node-Entry", meta.get("node_entry")), ("Gitstate-Format", FORMAT_VERSION),
     ]
@@ -217,6 +237,25 @@ class Checkpoint:
         )
 
     @property
+    def display_step(self) -> int:
+        """The step people know this checkpoint by, and the one the command line and the view
+        print: LangGraph's own for a LangGraph checkpoint (-1 for the input; see
+        :func:`langgraph_step`), :attr:`step` (the position on its branch) otherwise."""
+        found = langgraph_step(self.workflow, self.metadata)
+        return found if found is not None else self.step
+
+    @property
+    def tip_status(self) -> str | None:
+        """The status of a line (a run's branch, a LangGraph thread) whose newest checkpoint this
+        is: the recorded :attr:`status`, except that a LangGraph checkpoint recorded ``running``
+        (tasks were pending when it was written) reads ``interrupted`` when nothing came after it:
+        the graph stopped before those tasks (``interrupt_before``, a process that ended) or is
+        still running them, which the store cannot tell apart."""
+        if self.status == "running" and self.workflow == lgtree.WORKFLOW:
+            return "interrupted"
+        return self.status
+
+    @property
     def short_id(self) -> str:
         """The first 12 hex digits of the id."""
         return self.id[:12]
@@ -299,9 +338,9 @@ class Checkpoint:
         return entry[0] if entry is not None else None
 
     def to_dict(self, with_state: bool = False) -> dict[str, Any]:
-        """A JSON-friendly summary (the CLI's ``--json`` shape)."""
+        """A JSON-friendly summary (the CLI's ``--json`` shape); ``step`` is :attr:`display_step`."""
         out: dict[str, Any] = {
-            "id": self.id, "run": self.run_id, "branch": self.branch, "node": self.node, "step": self.step,
+            "id": self.id, "run": self.run_id, "branch": self.branch, "node": self.node, "step": self.display_step,
             "trigger": self.trigger, "status": self.status, "node_status": self.node_status,
             "node_entry": self.node_entry, "workflow": self.workflow, "metadata": self.metadata,
             "files_paths": list(self.files_paths) if self.files_paths is not None else None,
@@ -316,6 +355,22 @@ class Checkpoint:
 
     def __repr__(self) -> str:
         return f"<Checkpoint {self.short_id} run={self.run_id!r} branch={self.branch!r} step={self.step}>"
+
+
+def latest_line(tips: Mapping[str, Checkpoint]) -> str | None:
+    """The branch holding a LangGraph thread's latest checkpoint of its root namespace (the greatest
+    LangGraph checkpoint id among the tips, the one LangGraph's ``get_state`` returns; ``main``
+    first on a tie), or ``None`` when no tip is a LangGraph checkpoint of the root namespace."""
+    best: tuple[str, bool, str] | None = None
+    for name, cp in tips.items():
+        info = cp.metadata
+        cid = info.get("checkpoint_id")
+        if cp.workflow != lgtree.WORKFLOW or not isinstance(cid, str) or info.get("checkpoint_ns"):
+            continue
+        key = (cid, name == "main", name)
+        if best is None or key > best:
+            best = key
+    return best[2] if best is not None else None
 
 
 def state_entry(writer: ObjectWriter, state: Any) -> TreeEntry:

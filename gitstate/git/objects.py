@@ -273,16 +273,30 @@ class ObjectWriter:
 
 
 def gc_epoch(objects: str) -> str:
-    """Changes whenever ``git repack`` (alone or run by ``git gc``) has run: the identity of
-    ``objects/info/packs``, which it rewrites each time (``update-server-info``) and which neither
-    gitstate nor libgit2 writes. Caches of "objects that exist" (:class:`ObjectWriter`'s, the
-    workspace's private index) are dropped when it changes, since the repack and the prune after it
-    may have removed objects that no ref reaches any more."""
-    try:
-        st = os.stat(os.path.join(objects, "info", "packs"))
-    except OSError:
-        return "none"
-    return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
+    """Changes whenever ``git gc`` or a ``git repack`` that changed the set of packs has run.
+    Caches of "objects that exist" (:class:`ObjectWriter`'s, the workspace's private index) are
+    dropped when it changes, since the repack and the prune after it may have removed objects that
+    no ref reaches any more.
+
+    It is the identity (inode, mtime, size) of three files: ``objects/info/packs``, which
+    ``git repack`` rewrites when the set of packs it leaves differs from the one it last recorded;
+    ``packed-refs`` and ``objects/info/commit-graph``, which every ``git gc`` writes anew (its
+    ``pack-refs`` and its commit-graph step), also when its repack left the same packs as last time
+    (a run deleted and collected twice: ``info/packs`` then stays as it was, byte for byte). libgit2
+    writes none of them and gitstate only ``packed-refs`` (when it packs or deletes packed refs: the
+    caches are then dropped once for nothing, which costs time, never correctness)."""
+    parts = []
+    common = os.path.dirname(os.path.normpath(objects))
+    for path in (os.path.join(objects, "info", "packs"), os.path.join(common, "packed-refs"),
+                 os.path.join(objects, "info", "commit-graph"),
+                 os.path.join(objects, "info", "commit-graphs", "commit-graph-chain")):
+        try:
+            st = os.stat(path)
+        except OSError:
+            parts.append("-")
+            continue
+        parts.append(f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}")
+    return "/".join(parts)
 
 
 KEEP_PREFIX = b"gitstate transaction "  # how a transaction's .keep starts; its owner record follows

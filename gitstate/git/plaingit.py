@@ -29,14 +29,15 @@ PATTERNS = ("/meta.cbor", "/run.cbor", "/state.cbor", "/tools.cbor", "/audit.cbo
 DRIVER_MARK = ": gitstate-textconv v2"
 
 
-def textconv_command() -> str:
+def textconv_command(executable: str | None = None) -> str:
     """The command git runs (it appends the file name): a small ``sh`` driver that finds the
     converter when git runs it, not when ``setup`` ran, so deleting or moving a virtual
     environment never breaks ``git show``. In order: ``git-agentos`` on PATH; the ``git-agentos``
-    that ran ``setup`` (absolute path, for shells, IDEs and CI jobs whose PATH lacks the virtual
-    environment), if it still exists; ``python3 -m gitstate_cli`` if that interpreter has
-    gitstate; else the payload as it is (``cat``: raw CBOR, as without ``setup``)."""
-    exe = shutil.which("git-agentos")
+    that ran ``setup`` (``executable``, else the one on PATH at setup time: an absolute path, for
+    shells, IDEs and CI jobs whose PATH lacks the virtual environment), if it still exists;
+    ``python3 -m gitstate_cli`` if that interpreter has gitstate; else the payload as it is
+    (``cat``: raw CBOR, as without ``setup``)."""
+    exe = executable or shutil.which("git-agentos")
     known = f"[ -x {shlex.quote(os.path.abspath(exe))} ] && exec {shlex.quote(os.path.abspath(exe))} textconv \"$1\"; " \
         if exe else ""
     script = (f"{DRIVER_MARK}; command -v git-agentos >/dev/null 2>&1 && exec git-agentos textconv \"$1\"; "

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from gitstate.format.names import decode_component, run_prefix
+from gitstate.git.location import check_present
 from gitstate.git.reader import CommitData, ObjectReader
 from gitstate.git.refs import list_refs
 from gitstate.langgraph.writes import REF_KIND
@@ -181,6 +182,8 @@ class RefReader:
                     writes[name[len(writes_prefix):]] = oid
         _read_loose(heads_dir, heads, decode_component)
         _read_writes_names(writes_dir, writes)
+        if not heads:
+            check_present(self.common_dir)  # no thread, or no repository any more (an error, not "empty")
         if self._settled(stamps, started):
             if len(self._listed) > 4096:
                 self._listed.clear()

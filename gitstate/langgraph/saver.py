@@ -138,6 +138,17 @@ def _status_of_writes(writes: Mapping[tuple[str, int], list[Any]]) -> str | None
     return None
 
 
+def _own_trailers(message: str) -> str:
+    """The saver's trailer lines of a checkpoint message (``LangGraph-Checkpoint`` …): the lines
+    after the core ``Gitstate-Format`` trailer, which ends the core message whatever its subject
+    (commits written before LangGraph's step was the subject's have another one)."""
+    lines = message.splitlines(keepends=True)
+    for i in range(len(lines) - 1, 0, -1):  # the last one: a subject never counts
+        if lines[i].startswith("Gitstate-Format: "):
+            return "".join(lines[i + 1:])
+    return ""
+
+
 @dataclass(frozen=True)
 class _Fold:
     """A parent checkpoint whose writes refs a put folds into its commit."""
@@ -707,10 +718,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         status = _status_of_writes(writes)
         if status is None or meta.get("status") == status:
             return meta, commit.message
-        head = cpfmt.message(meta)
-        lg_trailers = commit.message[len(head):] if commit.message.startswith(head) else ""
         meta["status"] = status
-        return meta, cpfmt.message(meta) + lg_trailers
+        return meta, cpfmt.message(meta) + _own_trailers(commit.message)
 
     def _read_writes(self, commit: CommitData) -> dict[tuple[str, int], list[Any]]:
         """The pending writes stored in a checkpoint's commit (shared: do not modify)."""

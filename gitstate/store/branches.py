@@ -47,8 +47,8 @@ class BranchInfo:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly form (the CLI's ``branches --json`` shape)."""
         return {
-            "branch": self.name, "tip": self.tip.id, "step": self.tip.step, "checkpoints": self.checkpoints,
-            "node": self.tip.node, "status": self.tip.status, "updated_at": self.tip.created_at.isoformat(),
+            "branch": self.name, "tip": self.tip.id, "step": self.tip.display_step, "checkpoints": self.checkpoints,
+            "node": self.tip.node, "status": self.tip.tip_status, "updated_at": self.tip.created_at.isoformat(),
             "created_at": self.created_at.isoformat() if self.created_at else None, "kind": self.kind,
             "origin": self.origin, "fork_point": self.fork_point, "local_only": self.local_only,
         }

@@ -7,6 +7,7 @@ boundaries were extra ``node_start``/``node_end`` checkpoints, are read too."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Iterable, Iterator
@@ -83,6 +84,30 @@ class NodeLog:
         assert tip is not None
         last = records[-1]
         tx.set_ref(self.ref, old, tip, f"gitstate: node {last.node} {last.status}")
+
+    def stage_step(self, tx: Transaction, node: str, checkpoint: str, parent: str | None, failed: bool) -> None:
+        """Stage the record of a node step (a checkpoint written for ``node`` outside a
+        :meth:`Run.node` block): the newest boundary of the log extended to ``checkpoint`` when it
+        is a closed (completed) boundary of the same node whose exit is ``parent``, else a new
+        boundary whose entry and exit are ``checkpoint`` (``failed`` if ``failed``)."""
+        tip = self.store.read_ref(self.ref)
+        last = self._record(tip) if tip is not None else None
+        now = now_iso()
+        if (last is not None and not failed and last.node == node and last.status == "completed"
+                and parent is not None and last.exit == parent):
+            record = dataclasses.replace(last, exit=checkpoint, ended_at=now)
+        else:
+            opened = new_record(self.run_id, node, self.branch, parent, tip, None)
+            record = dataclasses.replace(opened, status="failed" if failed else "completed", entry=checkpoint,
+                                         exit=checkpoint, ended_at=now)
+        self.stage(tx, [record])
+
+    def _record(self, oid: str) -> NodeRecord:
+        reader = self.store.reader
+        found = reader.tree(reader.commit(oid).tree_id).get(nodefmt.RECORD)
+        if found is None:
+            raise CorruptObjectError(oid, f"node log entry has no {nodefmt.RECORD}")
+        return nodefmt.decode(reader.blob(found.id), found.id)
 
     def records(self) -> Iterator[NodeRecord]:
         """Every record, newest first."""

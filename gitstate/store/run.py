@@ -191,6 +191,7 @@ class Run:
         files: bool | Sequence[str | os.PathLike[str]] | None = None,
         files_tree: str | None = None,
         progress: Callable[[int], None] | None = None,
+        mark_node: bool = False,
     ) -> Checkpoint:
         """Write a checkpoint of ``state`` on ``branch`` and return it.
 
@@ -207,8 +208,16 @@ class Run:
         restore touches only them. ``files_tree`` links an existing tree (e.g. one an integration
         built) as the snapshot instead. Without either the checkpoint carries no workspace snapshot
         (it does not inherit its parent's), so it cannot be restored from. ``progress``, if given,
-        is called with ``1`` per file the snapshot has to hash (for a progress display)."""
+        is called with ``1`` per file the snapshot has to hash (for a progress display).
+
+        ``mark_node`` (with ``node``; what ``git agentos checkpoint --node`` writes) also records the
+        checkpoint as a step of that node in the branch's node log, in the same write: it extends
+        the newest boundary of the log when that is a closed boundary of the same node ending at
+        this checkpoint's parent, else it starts one whose entry and exit are this checkpoint
+        (``failed`` when ``status`` is), so ``nodes()`` lists it and ``node:NAME`` names it."""
         check_name("branch name", branch)
+        if mark_node and not node:
+            raise UsageError("mark_node needs a node name")
         for kind, value in (("node", node), ("trigger", trigger), ("status", status)):
             _check_label(kind, value)
         if files and files_tree is not None:
@@ -236,7 +245,7 @@ class Run:
 
         return self.commit_checkpoint(
             entries, branch=branch, expect=expect, node=node, trigger=trigger,
-            status=cpfmt.normalize_status(status), metadata=metadata, files_paths=scope)
+            status=cpfmt.normalize_status(status), metadata=metadata, files_paths=scope, mark_node=mark_node)
 
     def commit_checkpoint(
         self,
@@ -251,11 +260,12 @@ class Run:
         node_status: str | None = None,
         node_entry: str | None = None,
         files_paths: Sequence[str] | None = None,
+        mark_node: bool = False,
     ) -> Checkpoint:
         """The checkpoint write every other one goes through: ``entries`` stages the state and any
         extra tree entries, then ``meta.cbor`` and the commit, then one compare-and-swap of the
         branch ref (strict when ``expect`` is given). ``files_paths`` records the paths a partial
-        ``files/`` snapshot is limited to."""
+        ``files/`` snapshot is limited to; ``mark_node`` the node step (see :meth:`checkpoint`)."""
         store = self.store
         if expect is not None:
             expect = self.load(expect).id
@@ -266,10 +276,13 @@ class Run:
             if expect is not None and tip != expect:
                 raise ConflictError(ref, expect, tip)
             state_entry, extra = entries(tx)
-            return self.stage_checkpoint(
+            cp = self.stage_checkpoint(
                 tx, tip, state_entry, extra, branch=branch, node=node, trigger=trigger, status=status,
                 metadata=metadata, node_status=node_status, node_entry=node_entry, files_paths=files_paths,
                 strict=expect is not None)
+            if mark_node and node:
+                self.node_log(branch).stage_step(tx, node, cp.id, tip, failed=status == "failed")
+            return cp
 
         cp = store.write(build)
         store.remember(cp)

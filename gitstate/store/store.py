@@ -44,7 +44,10 @@ T = TypeVar("T")
 class RunSummary:
     """One line of :meth:`Store.list_runs`.
 
-    ``branch`` is the branch summarised (``main`` when it exists, else the most recently updated);
+    ``branch`` is the branch summarised (``main`` when it exists, else the most recently updated;
+    for a LangGraph thread the line of its latest checkpoint, :func:`~gitstate.format.checkpoint.latest_line`);
+    ``step`` is its tip's :attr:`~gitstate.format.checkpoint.Checkpoint.display_step` (LangGraph's
+    own for a LangGraph thread);
     ``status`` is derived from what it recorded (:func:`derive_status`);
     ``corrupt`` when the run's objects cannot be read (``error`` says why)."""
 
@@ -71,7 +74,7 @@ class RunSummary:
         }
 
 
-SUMMARY_CACHE_VERSION = 2  # 2: status from recorded outcomes (node logs), not a missing node name
+SUMMARY_CACHE_VERSION = 3  # 2: status from recorded outcomes (node logs); 3: LangGraph's step and status rules
 SUMMARY_CACHE_MIN_RUNS = 64  # below this, listing reads every run afresh
 _SUMMARY_FIELDS = ("workflow", "branch", "node", "step", "status", "updated_at", "checkpoints", "created_at",
                    "branches")
@@ -97,12 +100,14 @@ def _summary_from_row(run_id: str, worktree: str, row: list[Any]) -> RunSummary 
 def derive_status(cp: Checkpoint | None, last_node: NodeRecord | None = None) -> str:
     """The run status, from what the run recorded on its summarised branch: the tip's own status
     (``running``, ``completed``, ``failed``, ``interrupted``; integrations such as the LangGraph
-    saver record theirs there), else ``failed`` when the tip closes a failed node, else ``running``
-    (a run is running until it records a terminal status)."""
+    saver record theirs there; see :attr:`Checkpoint.tip_status` for a LangGraph thread), else
+    ``failed`` when the tip closes a failed node, else ``running`` (a run is running until it
+    records a terminal status)."""
     if cp is None:
         return "running"
-    if cp.status in cpfmt.STATUSES:
-        return cp.status
+    status = cp.tip_status  # LangGraph: tasks pending at the latest checkpoint read "interrupted"
+    if status in cpfmt.STATUSES:
+        return status
     if cp.trigger == cpfmt.NODE_END and cp.node_status == "failed":  # the earlier node format
         return "failed"
     if last_node is not None and last_node.status == "failed" and last_node.exit == cp.id:
@@ -294,7 +299,8 @@ class Store(StoreCore):
         if not tips:
             return RunSummary(run_id, workflow, None, None, None, derive_status(None), created, 0, worktree,
                               created, 0)
-        branch = "main" if "main" in tips else max(tips, key=lambda b: tips[b].created_at)
+        branch = cpfmt.latest_line(tips) or ("main" if "main" in tips
+                                             else max(tips, key=lambda b: tips[b].created_at))
         tip = tips[branch]
         updated = max(cp.created_at for cp in tips.values())
         try:
@@ -302,7 +308,8 @@ class Store(StoreCore):
         except GitStateError as exc:
             return RunSummary(run_id, workflow, branch, tip.node, tip.step, "corrupt", updated, 0, worktree,
                               created, len(heads), error=f"node log: {exc}")
-        return RunSummary(run_id, workflow or tip.workflow, branch, tip.node, tip.step, derive_status(tip, last_node),
+        return RunSummary(run_id, workflow or tip.workflow, branch, tip.node, tip.display_step,
+                          derive_status(tip, last_node),
                           updated, tip.step - tip.base + 1, worktree, created, len(tips))
 
     def _last_node(self, log_tip: str | None) -> NodeRecord | None:

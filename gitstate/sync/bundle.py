@@ -48,7 +48,8 @@ def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.Pat
     left_out = [] if include_safety else sorted({name for name in refs if is_safety_ref(name)})
     chosen = sorted(set(refs) - set(left_out))
     if not chosen:
-        raise UsageError("nothing to export: the runs hold only the local safety branch (include_safety)")
+        raise UsageError("nothing to export: the runs hold only restore-safety branches, which stay local "
+                         "unless you export with --include-safety")
     path = os.path.abspath(os.fspath(output))
     run_git(store, ["bundle", "create", "--quiet", path, "--stdin"], action="write bundle", remote=path,
             stdin="".join(f"{name}\n" for name in chosen))

@@ -66,10 +66,13 @@ class RefResult:
     failure: a ref name gitstate cannot read, or a kept copy of the remote's line that the remote
     no longer has), ``kept`` (a copy of the remote's own line kept by pull that the remote still
     has: not pushed back, not a failure), ``local`` (the unsaved-work safety branch, which stays
-    local unless asked for). Pull statuses:
+    local unless asked for; ``old`` is what the remote holds of it, when an earlier push sent one;
+    a safety branch the remote already has as it is here is ``up-to-date``). Pull statuses:
     ``created``, ``fast-forward``, ``up-to-date``, ``ahead`` (ours is newer), ``diverged`` (the
-    remote's line was kept as branch ``kept_as``; for a session file, as the session file
-    ``kept_as``), ``conflict`` (kept ours), ``skipped``, ``error``."""
+    remote's line was kept as branch ``kept_as``, created or moved forward by this pull; for a
+    session file, as the session file ``kept_as``), ``kept`` (the remote's line still differs from
+    ours and ``kept_as``, kept by an earlier pull, already holds it: nothing changed), ``conflict``
+    (kept ours), ``skipped``, ``error``."""
 
     ref: str
     status: str
@@ -205,6 +208,7 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
     expected: dict[str, str | None] = {}  # remote ref -> local oid (None: a deletion)
     excluded: list[str] = []
     kept: dict[str, str] = {}
+    withheld: dict[str, str] = {}  # restore-safety refs not sent (include_safety not asked)
     for name, oid in sorted(local.items()):
         parsed = parse_ref(name)
         if parsed is None:
@@ -214,12 +218,14 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
             kept[name] = oid
             excluded.append(name)
         elif not include_safety and is_safety_ref(name):
-            results[name] = RefResult(name, "local", None, oid, SAFETY_MESSAGE)
+            withheld[name] = oid
             excluded.append(name)
         else:
             expected[name] = oid
     if kept:
         results.update(_kept_copies(store, remote, kept))
+    if withheld:
+        results.update(_withheld_safety(store, remote, withheld))
     # One glob refspec per prefix plus negative refspecs for the exclusions: git matches explicit
     # refspecs against every ref (quadratic; 1000 explicit refspecs take seconds), globs once.
     specs = [f"{p}*:{p}*" for p in prefixes] + [f"^{name}" for name in excluded] if expected else []
@@ -243,8 +249,30 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
     return _group(results.values(), PushResult)
 
 
-SAFETY_MESSAGE = ("the unsaved-work safety branch a restore wrote; it stays local unless asked for "
-                  "(include_safety)")
+SAFETY_MESSAGE = ("not pushed: the restore-safety branch holds workspace files a restore set aside without "
+                  "checkpointing them; it stays in this repository unless you push with --include-safety")
+SAFETY_ON_REMOTE = ("not pushed again: {remote} already has this restore-safety branch (an earlier push with "
+                    "--include-safety sent it)")
+SAFETY_OLDER_ON_REMOTE = (SAFETY_MESSAGE + "; {remote} still has an older restore-safety branch that an earlier "
+                          "push with --include-safety sent")
+
+
+def _withheld_safety(store: Store, remote: str, withheld: dict[str, str]) -> dict[str, RefResult]:
+    """Results for restore-safety refs push leaves out: ``local`` (with what the remote holds of
+    them, if an earlier ``include_safety`` push sent one), or ``up-to-date`` when the remote already
+    has exactly this one. One ``ls-remote`` of the runs concerned."""
+    runs = {run_prefix(p.worktree, p.run_id) for p in map(parse_ref, withheld) if p is not None}
+    there = _ls_remote(store, remote, sorted(runs))
+    out: dict[str, RefResult] = {}
+    for name, oid in withheld.items():
+        theirs = there.get(name)
+        if theirs == oid:
+            out[name] = RefResult(name, "up-to-date", theirs, oid, SAFETY_ON_REMOTE.format(remote=remote))
+        elif theirs is not None:
+            out[name] = RefResult(name, "local", theirs, oid, SAFETY_OLDER_ON_REMOTE.format(remote=remote))
+        else:
+            out[name] = RefResult(name, "local", None, oid, SAFETY_MESSAGE)
+    return out
 
 
 def is_safety_ref(name: str) -> bool:
@@ -520,17 +548,21 @@ def _keep_diverged(store: Store, local: str, ours: str, theirs: str, label: str,
         except (InvalidNameError, ValueError) as exc:
             return RefResult(local, "skipped", ours, theirs, f"no {what} name to keep the remote's line: {exc}")
         kept = _read(store, ref)
-        msg = f"diverged: kept {label}'s line as {what} {name!r}; ours is unchanged"
+        msg = f"both sides advanced: kept {label}'s line as {what} {name!r}; ours is unchanged"
         try:
             if kept is None:
                 store.move_ref(ref, None, theirs, f"gitstate: pull from {label} (diverged {subject})")
                 return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
             relation = _relation(store.reader, kept, theirs)
-            if relation in ("same", "ahead"):
-                return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
+            if relation in ("same", "ahead"):  # an earlier pull kept it: nothing new
+                return RefResult(local, "kept", ours, theirs,
+                                 f"already kept: {label}'s line has been kept as {what} {name!r} since an "
+                                 "earlier pull; nothing new, ours is unchanged", kept_as=name)
             if relation == "behind":
                 store.move_ref(ref, kept, theirs, f"gitstate: pull from {label} (fast-forward {name})")
-                return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
+                return RefResult(local, "diverged", ours, theirs,
+                                 f"{label}'s line advanced: its copy, {what} {name!r}, moved forward with it; "
+                                 "ours is unchanged", kept_as=name)
         except ConflictError as exc:
             return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")
     return RefResult(local, "conflict", ours, theirs, f"too many diverged copies of this {what}; kept ours")

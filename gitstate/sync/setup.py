@@ -59,9 +59,11 @@ class SetupReport:
                 "push_remotes": self.push_remotes}
 
 
-def setup(store: Store, hooks: bool = False) -> SetupDone:
-    """Register the textconv (idempotent) and, with ``hooks``, install the pre-push guard."""
-    readable = plaingit.setup(store.location)
+def setup(store: Store, hooks: bool = False, executable: str | None = None) -> SetupDone:
+    """Register the textconv (idempotent) and, with ``hooks``, install the pre-push guard.
+    ``executable``: the ``git-agentos`` running setup (its absolute path is the driver's fallback
+    when git runs it with a PATH that lacks one; default: the one on PATH)."""
+    readable = plaingit.setup(store.location, plaingit.textconv_command(executable))
     return SetupDone(readable, install_hooks(store) if hooks else None)
 
 

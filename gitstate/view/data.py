@@ -36,7 +36,7 @@ from gitstate.errors import (
 )
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import lgtree
-from gitstate.format.checkpoint import Checkpoint, parse_time
+from gitstate.format.checkpoint import Checkpoint, latest_line, parse_time
 from gitstate.format.names import NAMESPACE, decode_component, parse_ref, run_prefix, worktree_prefix
 from gitstate.format.statetree import StateReader
 from gitstate.git.command import run_git
@@ -67,7 +67,7 @@ def iso(when: datetime) -> str:
 def checkpoint_label(cp: Checkpoint) -> dict[str, Any]:
     """The fields of a checkpoint every page shows."""
     return {"id": cp.id, "short": cp.short_id, "run": cp.run_id, "branch": cp.branch, "node": cp.node,
-            "step": cp.step, "trigger": cp.trigger, "status": cp.status, "node_status": cp.node_status,
+            "step": cp.display_step, "trigger": cp.trigger, "status": cp.status, "node_status": cp.node_status,
             "created_at": iso(cp.created_at)}
 
 
@@ -104,8 +104,9 @@ def row_label(commit: CommitInfo) -> dict[str, Any]:
     which repeat ``meta.cbor`` for people): no payload is decoded to draw the graph."""
     t = trailers(commit.message)
     step: int | None
-    try:
-        step = int(t["Step"])
+    try:  # a LangGraph checkpoint by LangGraph's step: named by commits written since it heads the
+        # subject too; an older one shows none rather than another numbering
+        step = int(t["LangGraph-Step"] if "LangGraph-Checkpoint" in t else t["Step"])
     except (KeyError, ValueError):
         step = None
     return {"subject": commit.message.split("\n", 1)[0], "step": step, "node": t.get("Node"),
@@ -361,10 +362,11 @@ class ViewData:
                 summary = RunSummary(refs.run_id, workflow, None, None, None, derive_status(None), created, 0,
                                      refs.worktree, created, 0)
             else:
-                branch = "main" if "main" in tips else max(tips, key=lambda b: tips[b].created_at)
+                branch = latest_line(tips) or ("main" if "main" in tips
+                                               else max(tips, key=lambda b: tips[b].created_at))
                 tip = tips[branch]
                 tip_meta = tip.metadata
-                summary = RunSummary(refs.run_id, workflow or tip.workflow, branch, tip.node, tip.step,
+                summary = RunSummary(refs.run_id, workflow or tip.workflow, branch, tip.node, tip.display_step,
                                      derive_status(tip), max(cp.created_at for cp in tips.values()),
                                      tip.step - tip.base + 1, refs.worktree, created, len(tips))
         text = " ".join(str(x) for x in (summary.id, summary.workflow or "", summary.status, summary.node or "",
@@ -568,7 +570,11 @@ class ViewData:
             item.update(row_label(info))
             item["parents"] = list(info.parents)
             item["short"] = row.id[:12]
-            item["refs"] = data.refs.get(row.id, [])
+            refs = data.refs.get(row.id, [])
+            item["refs"] = refs
+            if item.get("langgraph") and item.get("status") == "running" \
+                    and any(r["kind"] != "reflog" for r in refs):
+                item["status"] = "interrupted"  # a thread's line stopped with tasks pending (Checkpoint.tip_status)
             item["reflog"] = row.id in data.dimmed
             if row.id in data.failed_exits:
                 item["node_status"] = "failed"
@@ -616,6 +622,8 @@ class ViewData:
         cp = self.checkpoint_of(ref)
         limits = self.limits
         out = checkpoint_label(cp)
+        if cp.tip_status != cp.status and self._is_tip(cp):
+            out["status"] = cp.tip_status  # the newest checkpoint of its line shows the line's status
         out.update(parents=list(cp.parent_ids), workflow=cp.workflow, node_entry=cp.node_entry,
                    base=cp.base, tree=cp.tree_id, metadata=values.encode(cp.metadata, limits),
                    files_paths=None if cp.files_paths is None else list(cp.files_paths))
@@ -638,6 +646,13 @@ class ViewData:
         out["git"] = checkpoint_commands(cp.id[:12], [f["path"] for f in out["files"][:1]],
                                          langgraph=cp.workflow == lgtree.WORKFLOW)
         return out
+
+    def _is_tip(self, cp: Checkpoint) -> bool:
+        """Whether ``cp`` is the tip of the branch it was written on (in this worktree)."""
+        try:
+            return self.store.get_run(cp.run_id).tip(cp.branch) == cp.id
+        except GitStateError:
+            return False
 
     def value(self, ref: str, path: list[Any], offset: int = 0, limit: int | None = None) -> dict[str, Any]:
         """More of a value the checkpoint page showed in part: the items (or characters) from

@@ -106,6 +106,52 @@ def _need(params: dict[str, list[str]], name: str) -> str:
     return value
 
 
+#: Bounds of a JSON-valued query parameter (``path=``: a list of keys and indexes): longer or more
+#: deeply nested text is refused (400) before it is decoded, so no input can exhaust the stack or
+#: the memory of the server.
+MAX_JSON_PARAM = 16_384
+MAX_JSON_DEPTH = 64
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON ``text`` (brackets inside strings are not
+    counted), found in one scan without recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def json_param(params: dict[str, list[str]], name: str, default: str) -> Any:
+    """A query parameter holding JSON, decoded; ``ValueError`` (a 400 answer) when it is longer than
+    :data:`MAX_JSON_PARAM` characters, nested deeper than :data:`MAX_JSON_DEPTH` or not JSON."""
+    text = _str(params, name) or default
+    if len(text) > MAX_JSON_PARAM:
+        raise ValueError(f"parameter {name!r} is too long ({len(text):,} characters; at most {MAX_JSON_PARAM:,})")
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"parameter {name!r} is nested too deeply (more than {MAX_JSON_DEPTH} levels)")
+    try:
+        return json.loads(text)
+    except RecursionError:  # not reached after the depth check; never a 500 all the same
+        raise ValueError(f"parameter {name!r} is nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"parameter {name!r} is not JSON: {exc}") from None
+
+
 class ViewHandler(BaseHTTPRequestHandler):
     """One request: checks who asks, then an asset or a JSON answer from :class:`ViewData`."""
 
@@ -123,6 +169,48 @@ class ViewHandler(BaseHTTPRequestHandler):
         if name.startswith("do_"):
             return self.refuse_method
         raise AttributeError(name)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Errors ``http.server`` answers itself (a malformed or over-long request line, too many
+        headers …): a JSON ``{"error"}`` with the security headers, and the connection closed. A
+        request line over 65,536 bytes (the limit of ``http.server``; a huge query parameter) is a
+        400 that says so."""
+        status = HTTPStatus(code)
+        text = explain or message or status.phrase
+        if status == HTTPStatus.REQUEST_URI_TOO_LONG:
+            status, text = HTTPStatus.BAD_REQUEST, "request too long: the request line is over 65,536 bytes"
+            self._drain_request()
+        self.close_connection = True
+        body = safe_json({"error": text}).encode("utf-8")
+        try:
+            self.send_response(status, message)
+            headers = {**self.security_headers(), "Content-Type": "application/json; charset=utf-8",
+                       "Content-Length": str(len(body)), "Connection": "close"}
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            if self.command != "HEAD" and status >= 200 and status not in (HTTPStatus.NO_CONTENT,
+                                                                           HTTPStatus.NOT_MODIFIED):
+                self.wfile.write(body)
+        except OSError:
+            pass  # the client went away
+
+    def _drain_request(self, limit: int = 4 << 20) -> None:
+        """Read (at most ``limit`` bytes of) the rest of a refused request, up to the blank line that
+        ends its headers, so closing the connection does not reset it before the client has read
+        the answer."""
+        seen = 0
+        line = self.raw_requestline
+        try:
+            while seen < limit:
+                if seen and line in (b"\r\n", b"\n"):
+                    return
+                line = self.rfile.readline(65537)
+                if not line:
+                    return
+                seen += len(line)
+        except OSError:
+            pass
 
     def refuse_method(self) -> None:
         """405 for any method but GET and HEAD (the view never changes anything)."""
@@ -228,9 +316,10 @@ class ViewHandler(BaseHTTPRequestHandler):
         if name == "checkpoint":
             return data.checkpoint(_need(p, "id"))
         if name == "value":
-            path = json.loads(_str(p, "path") or "[]")
-            if not isinstance(path, list):
-                raise ValueError("path must be a JSON list")
+            path = json_param(p, "path", "[]")
+            if not isinstance(path, list) or not all(isinstance(k, str | int) and not isinstance(k, bool)
+                                                     for k in path):
+                raise ValueError("path must be a JSON list of keys (text) and indexes (integers)")
             return data.value(_need(p, "id"), path, _int(p, "offset", 0), _int(p, "limit", 0) or None)
         if name == "diff":
             return data.diff(_need(p, "a"), _str(p, "b") or None)

@@ -181,20 +181,41 @@ class Workspace:
             self._drop_ignored(repo, index)
         self._write_index(index, epoch)
         big: list[str] = []
+        try:
+            tree = self._write_tree(repo, index, prefixes)
+        except pygit2.GitError as exc:
+            if "invalid object" not in str(exc):
+                raise StoreWriteError(self.location.git_dir, f"cannot write the snapshot: {exc}") from None
+            # An id the index trusted is gone (a `git gc` the epoch did not reveal pruned it):
+            # hash everything again, once.
+            index.clear()
+            self._add_all_retrying(index, prefixes or [], None)
+            self._add_tracked(repo, index)
+            self._drop_ignored(repo, index)
+            self._write_index(index, epoch)
+            try:
+                tree = self._write_tree(repo, index, prefixes)
+            except pygit2.GitError as again:
+                raise StoreWriteError(self.location.git_dir, f"cannot write the snapshot: {again}") from None
         if prefixes is None:
-            tree = str(index.write_tree())
             self._journal(repo, tree, self._last_tree() or head_tree(repo), big)
             self._save_last_tree(tree)
         else:
-            subset = pygit2.Index()
-            for entry in index:
-                if matches(entry.path, prefixes):
-                    subset.add(entry)
-            tree = str(subset.write_tree(repo))
             self._journal(repo, tree, head_tree(repo), big)
         if big or self._big_stats():
             self._save_big(index, big)
         return Snapshot(tree, tuple(sorted(skipped)), None if prefixes is None else tuple(prefixes))
+
+    @staticmethod
+    def _write_tree(repo: pygit2.Repository, index: pygit2.Index, prefixes: list[str] | None) -> str:
+        """The tree of the private index (or of its entries under ``prefixes``), written by libgit2."""
+        if prefixes is None:
+            return str(index.write_tree())
+        subset = pygit2.Index()
+        for entry in index:
+            if matches(entry.path, prefixes):
+                subset.add(entry)
+        return str(subset.write_tree(repo))
 
     def _add_all_retrying(self, index: pygit2.Index, pathspecs: list[str],
                           progress: Callable[[int], None] | None) -> tuple[list[str], bool]:

@@ -110,7 +110,9 @@ def test_runs_are_listed_as_written(store: gitstate.Store) -> None:
     rows = [(r.id, r.workflow, r.branch, r.node, r.step, r.status, r.checkpoints, r.branches, r.worktree,
              r.created_at, r.updated_at, r.error) for r in store.list_runs()]
     assert rows == [
-        (LG, "langgraph", "main", None, 4, "running", 5, 3, "main",
+        # summarised on the line of its latest checkpoint (an update_state on a past one), with
+        # LangGraph's step; written before statuses were recorded: running
+        (LG, "langgraph", "main~1f1e729a-0efd-68fb-8002-68c89b6f3487", None, 2, "running", 4, 3, "main",
          datetime(2026, 11, 23, 10, 35, 40, 284097, UTC), datetime(2026, 11, 23, 10, 35, 40, 497169, UTC), None),
         ("empty", None, None, None, None, "running", 0, 0, "main", at(29), at(29), None),
         ("pruned", "batch", "main", None, 5, "running", 3, 1, "main", at(21), at(27), None),
@@ -316,3 +318,22 @@ def test_langgraph_thread(store: gitstate.Store) -> None:
     assert graph.get_state(cfg).next == ("ask",)
     run = store.get_run(LG)
     assert run.head() is not None and run.head().metadata == {"checkpoint_id": LG_ROOT[0], "langgraph_step": 3}
+
+
+def test_an_old_langgraph_commit_amended_now_keeps_its_trailers(repo: Path, store: gitstate.Store) -> None:
+    """A checkpoint written before its subject carried LangGraph's step, amended now by an
+    interrupt write: the commit gets today's message (LangGraph's step in the subject, the
+    interrupted status) and keeps its LangGraph trailers, so the saver still finds it."""
+    saver = GitCheckpointSaver(store)
+    ref = "refs/agentos/main/runs/lg-thread/heads/main"
+    assert git(repo, "log", "-1", "--format=%s", ref) == "checkpoint · step 4 · loop\n"  # the position
+    conf: Any = {"configurable": {"thread_id": LG, "checkpoint_ns": "", "checkpoint_id": LG_ROOT[0]}}
+    saver.put_writes(conf, [("__interrupt__", [Interrupt(value="again?", id="i-2")])], "task-2",
+                     "~__pregel_pull, agent")
+    message = git(repo, "log", "-1", "--format=%B", ref)
+    assert message.startswith("checkpoint · step 3 · loop · interrupted\n"), message
+    assert f"LangGraph-Checkpoint: {LG_ROOT[0]}\n" in message and f"LangGraph-Parent: {LG_ROOT[1]}\n" in message
+    again = GitCheckpointSaver(gitstate.open_store(repo)).get_tuple(conf)
+    assert again is not None and again.metadata == {"parents": {}, "source": "loop", "step": 3}
+    assert ("task-2", "__interrupt__", [Interrupt(value="again?", id="i-2")]) in again.pending_writes
+    assert len(list(saver.list({"configurable": {"thread_id": LG}}))) == 9

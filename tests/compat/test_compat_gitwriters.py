@@ -288,9 +288,10 @@ def test_commit_messages_and_trailers_as_git_shows_them(varied: tuple[Path, Vari
     # LangGraph: the core trailers followed by the LangGraph ones, one trailer block
     lg = "refs/agentos/main/runs/lg%20thread/heads/main"
     trailers = _trailers(repo, lg)
-    assert trailers[:4] == ["Run: lg thread", "Branch: main", "Workflow: langgraph", "Step: 0"]
-    assert trailers[4:7] == ["Trigger: input", "Status: completed", "Gitstate-Format: 1"]
-    assert len(trailers) == 8 and trailers[7].startswith("LangGraph-Checkpoint: ")
+    assert trailers[:5] == ["Run: lg thread", "Branch: main", "Workflow: langgraph", "Step: 0", "LangGraph-Step: -1"]
+    assert trailers[5:8] == ["Trigger: input", "Status: completed", "Gitstate-Format: 1"]
+    assert len(trailers) == 9 and trailers[8].startswith("LangGraph-Checkpoint: ")
+    assert git(repo, "log", "-1", "--format=%s", lg) == "checkpoint · step -1 · input · completed\n"
 
 
 def test_for_each_ref_lists_documented_ref_names(varied: tuple[Path, VariedStore], tmp_path: Path) -> None:
