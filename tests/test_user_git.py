@@ -349,3 +349,18 @@ def test_a_snapshot_libgit2_cannot_write_is_a_store_write_error(repo: Path, monk
     monkeypatch.setattr(Workspace, "_write_tree", staticmethod(read_only))
     with pytest.raises(gitstate.StoreWriteError, match="Read-only file system"):
         gitstate.open_store(repo).create_run(run_id="ro").checkpoint({"n": 1}, files=True)
+
+
+def test_a_killed_merge_leaves_no_temporary_list_behind(repo: Path) -> None:
+    store = gitstate.open_store(repo, pack_in_background=False)
+    store.create_run(run_id="m").checkpoint({"n": 1})
+    agentos = repo / ".git" / "agentos"
+    old = agentos / f"{housekeeping.TX_PACKS}.kept.4194000.tmp"  # a merge killed between write and rename
+    young = agentos / f"{housekeeping.TX_PACKS}.kept.4194001.tmp"
+    for path in (old, young):
+        path.write_text("pack-" + "0" * 40 + "\n")
+    aged = time.time() - housekeeping.LOCK_STALE_SECONDS - 60
+    os.utime(old, (aged, aged))
+    housekeeping.merge_tx_packs(str(repo / ".git"))
+    assert not old.exists()
+    assert young.exists()  # perhaps a merge on another machine whose lock was broken by age

@@ -149,14 +149,19 @@ def _write_pack(repo: pygit2.Repository, pack_dir: str, oids: Iterable[str]) -> 
 
 
 def _remove_leftover_dirs(common_dir: str) -> None:
-    """Remove private pack directories left by a packer that was killed. Called with the lock held,
-    so no other packer runs; the age limit spares, all the same, the directory of one on another
-    machine whose lock was broken by age while it still wrote (its pack is only redone)."""
+    """Remove private pack directories left by a packer that was killed, and the temporary copies
+    of ``tx-packs.kept`` left by a merge that was killed. Called with the lock held, so no other
+    packer runs; the age limit spares, all the same, the files of one on another machine whose lock
+    was broken by age while it still wrote (its work is only redone)."""
     objects = os.path.join(common_dir, "objects")
-    for path in glob.glob(os.path.join(glob.escape(objects), PACK_TMP_PREFIX + "*")):
+    kept_tmp = os.path.join(glob.escape(_agentos_dir(common_dir)), TX_PACKS + ".kept.*.tmp")
+    for path in glob.glob(os.path.join(glob.escape(objects), PACK_TMP_PREFIX + "*")) + glob.glob(kept_tmp):
         try:
             if time.time() - os.stat(path).st_mtime > LOCK_STALE_SECONDS:
-                shutil.rmtree(path, ignore_errors=True)
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
         except OSError:
             pass
 
