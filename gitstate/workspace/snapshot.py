@@ -175,28 +175,23 @@ class Workspace:
             # a `git gc` since may have pruned those no checkpoint keeps: hash everything again.
             index.clear()
         self._forget_changed_big(index)
-        skipped, ignore_changed = self._add_all_retrying(index, prefixes or [], progress)
-        exclude_changed, _added = self._add_tracked(repo, index)
-        if exclude_changed or ignore_changed:
-            self._drop_ignored(repo, index)
-        self._write_index(index, epoch)
         big: list[str] = []
-        try:
-            tree = self._write_tree(repo, index, prefixes)
-        except pygit2.GitError as exc:
-            if "invalid object" not in str(exc):
-                raise StoreWriteError(self.location.git_dir, f"cannot write the snapshot: {exc}") from None
-            # An id the index trusted is gone (a `git gc` the epoch did not reveal pruned it):
-            # hash everything again, once.
-            index.clear()
-            self._add_all_retrying(index, prefixes or [], None)
-            self._add_tracked(repo, index)
-            self._drop_ignored(repo, index)
+        for attempt in (1, 2):
+            skipped, ignore_changed = self._add_all_retrying(index, prefixes or [], progress)
+            exclude_changed, _added = self._add_tracked(repo, index)
+            if exclude_changed or ignore_changed:
+                self._drop_ignored(repo, index)
             self._write_index(index, epoch)
             try:
                 tree = self._write_tree(repo, index, prefixes)
-            except pygit2.GitError as again:
-                raise StoreWriteError(self.location.git_dir, f"cannot write the snapshot: {again}") from None
+                break
+            except pygit2.GitError as exc:
+                if "invalid object" not in str(exc) or attempt == 2:
+                    raise StoreWriteError(self.location.git_dir, f"cannot write the snapshot: {exc}") from None
+            # An id the index trusted is gone (a `git gc` the epoch did not reveal pruned it):
+            # hash everything again, once.
+            index.clear()
+            progress = None
         if prefixes is None:
             self._journal(repo, tree, self._last_tree() or head_tree(repo), big)
             self._save_last_tree(tree)
@@ -473,41 +468,38 @@ class Workspace:
 
     # -- housekeeping --------------------------------------------------------------------------
 
-    def _last_tree(self) -> str | None:
+    def _read_beside(self, suffix: str) -> str | None:
+        """The text of ``<private index><suffix>`` (stripped), or None when it cannot be read."""
         try:
-            with open(self.index_path + ".tree", encoding="ascii") as fh:
-                text = fh.read().strip()
-        except OSError:
-            return None
-        return text if len(text) == 40 else None
-
-    def _saved_epoch(self) -> str | None:
-        try:
-            with open(self.index_path + ".epoch", encoding="ascii") as fh:
+            with open(self.index_path + suffix, encoding="ascii") as fh:
                 return fh.read().strip()
         except OSError:
             return None
 
-    def _save_epoch(self, epoch: str) -> None:
-        """Record the :func:`gc_epoch` the private index was checked against."""
-        if self._saved_epoch() == epoch:
-            return
-        tmp = f"{self.index_path}.epoch.{os.getpid()}.{threading.get_ident()}"
+    def _write_beside(self, suffix: str, text: str) -> None:
+        """Replace ``<private index><suffix>`` with ``text`` (atomically; best effort: a cache)."""
+        tmp = f"{self.index_path}{suffix}.{os.getpid()}.{threading.get_ident()}"
         try:
             with open(tmp, "w", encoding="ascii") as fh:
-                fh.write(epoch + "\n")
-            os.replace(tmp, self.index_path + ".epoch")
+                fh.write(text + "\n")
+            os.replace(tmp, self.index_path + suffix)
         except OSError:
             pass
 
+    def _last_tree(self) -> str | None:
+        text = self._read_beside(".tree")
+        return text if text is not None and len(text) == 40 else None
+
+    def _saved_epoch(self) -> str | None:
+        return self._read_beside(".epoch")
+
+    def _save_epoch(self, epoch: str) -> None:
+        """Record the :func:`gc_epoch` the private index was checked against."""
+        if self._saved_epoch() != epoch:
+            self._write_beside(".epoch", epoch)
+
     def _save_last_tree(self, tree: str) -> None:
-        tmp = f"{self.index_path}.tree.{os.getpid()}.{threading.get_ident()}"
-        try:
-            with open(tmp, "w", encoding="ascii") as fh:
-                fh.write(tree + "\n")
-            os.replace(tmp, self.index_path + ".tree")
-        except OSError:
-            pass
+        self._write_beside(".tree", tree)
 
     # Big files: libgit2 hashes a tracked file whose stat changed but whose size did not by reading
     # it whole (with a second copy for filters). For files above BIG_BLOB gitstate keeps its own
