@@ -7,6 +7,8 @@ imported only when that command runs or its help is shown, so ``git agentos --he
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -168,7 +170,23 @@ def cli(ctx: click.Context, no_pager: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point (``git-agentos``)."""
+    _skip_final_collections()
     cli.main(args=argv, prog_name="git agentos")
+
+
+def _skip_final_collections() -> None:
+    # At exit Python tears its modules down with full garbage collections over every object still
+    # alive: click, pygit2 and a restore's 10,000-entry tables took ~35 ms (of ~50 ms exiting).
+    # Frozen objects are left out; memory goes back to the OS with the process, and nothing of
+    # gitstate's needs a collection to finish (locks, files and threads end inside the command).
+    # Registered at exit, not now: an in-process caller (tests) keeps its collector untouched.
+    global _final_collections_skipped
+    if not _final_collections_skipped:
+        atexit.register(gc.freeze)
+        _final_collections_skipped = True
+
+
+_final_collections_skipped = False
 
 
 if __name__ == "__main__":  # pragma: no cover

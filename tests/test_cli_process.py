@@ -45,6 +45,18 @@ def test_help_and_version_do_not_import_pygit2(tmp_path: Path) -> None:
     assert imported and not any(m.split(".")[0] in ("pygit2", "gitstate", "cbor2") for m in imported)
 
 
+def test_process_skips_the_final_collections(tmp_path: Path) -> None:
+    """A `git agentos` process freezes what is alive when it exits, so Python's teardown does not
+    run full garbage collections over click's and pygit2's objects (tens of milliseconds)."""
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('FROZEN', gc.get_freeze_count() > 0))\n"  # runs last
+            "from gitstate_cli.main import main\n"
+            "main(sys.argv[1:])\n")
+    assert "FROZEN True" in run(tmp_path, sys.executable, "-c", code, "--version").stdout
+    code = "import atexit, gc\natexit.register(lambda: print('FROZEN', gc.get_freeze_count() > 0))\n"
+    assert "FROZEN False" in run(tmp_path, sys.executable, "-c", code).stdout  # not Python's default
+
+
 def test_real_git_subcommand(repo: Path, tmp_path: Path) -> None:
     run(repo, "git", "agentos", "checkpoint", "r", "--state", "-", "--node", "plan", input='{"msg": "hi"}')
     runs = json.loads(run(repo, "git", "agentos", "runs", "--json").stdout)
