@@ -52,6 +52,17 @@ def test_help_and_version() -> None:
     assert agentos("-h").stdout == out
 
 
+def test_version_is_the_distribution_version() -> None:
+    import importlib.metadata
+    import tomllib
+
+    from gitstate_cli.main import VERSION
+
+    declared = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    assert VERSION == gitstate.__version__ == declared == importlib.metadata.version("git-agentos")
+    assert agentos("--version").stdout == f"git agentos {declared}\n"
+
+
 def test_checkpoint_with_node_is_a_node_boundary(at_repo: Path) -> None:
     """`checkpoint --node NAME` records the checkpoint as a step of NAME in the node log (the
     marker format of docs/FORMAT.md): `nodes` lists it, consecutive checkpoints of one node form
