@@ -12,9 +12,11 @@ gitstate needs git :data:`MIN_GIT_VERSION` or newer (negative refspecs and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
@@ -70,7 +72,7 @@ def last_line(stderr: str | bytes | None) -> str:
 
 @functools.cache
 def git_version() -> tuple[int, ...]:
-    """The installed git's version, e.g. ``(2, 39, 5)``."""
+    """The installed git's version, e.g. ``(2, 39, 5)`` (asks ``git --version`` once per process)."""
     try:
         out = subprocess.run(["git", "--version"], capture_output=True, text=True, check=False,
                              env={**os.environ, "LC_ALL": "C"})
@@ -83,13 +85,60 @@ def git_version() -> tuple[int, ...]:
     return tuple(int(p) for p in found.groups() if p is not None)
 
 
-def check_git_version() -> None:
-    """Raise :class:`GitVersionError` unless git :data:`MIN_GIT_VERSION` or newer is installed."""
-    have = git_version()
+def check_git_version(cache: str | None = None) -> None:
+    """Raise :class:`GitVersionError` unless git :data:`MIN_GIT_VERSION` or newer is installed.
+
+    With ``cache`` (a file path) the version is remembered there for the ``git`` executable as it
+    is now (its resolved path, inode, size and mtime), so the next process to open the store
+    needs no ``git --version`` (a process start on every ``git agentos`` command); another or a
+    changed executable is asked again. The cache is advisory: unreadable or unwritable, git is asked."""
+    have = _cached_version(cache) if cache is not None else git_version()
     if have[:2] < MIN_GIT_VERSION:
         raise GitVersionError(
             f"git {'.'.join(map(str, have))} is too old: gitstate needs git "
             f"{'.'.join(map(str, MIN_GIT_VERSION))} or newer (negative refspecs, fetch --no-write-fetch-head)")
+
+
+def _executable_key() -> str | None:
+    """Who ``git`` is on PATH now (the one :func:`run_git` starts): resolved path, inode, size and
+    mtime, tab-separated; ``None`` when there is none (asking git then raises the clear error)."""
+    found = shutil.which("git")
+    if found is None:
+        return None
+    try:
+        real = os.path.realpath(found)
+        st = os.stat(real)
+    except OSError:
+        return None
+    if "\t" in real or "\n" in real:
+        return None
+    return f"{real}\t{st.st_ino}\t{st.st_size}\t{st.st_mtime_ns}"
+
+
+def _cached_version(cache: str) -> tuple[int, ...]:
+    if git_version.cache_info().currsize:  # asked already in this process
+        return git_version()
+    key = _executable_key()
+    if key is None:
+        return git_version()
+    try:
+        with open(cache, encoding="utf-8") as fh:
+            line = fh.readline(4096)
+        stored_key, _, text = line.rstrip("\n").rpartition("\t")
+        if stored_key == key and re.fullmatch(r"\d{1,9}(\.\d{1,9}){1,2}", text):
+            return tuple(int(p) for p in text.split("."))
+    except (OSError, UnicodeDecodeError):
+        pass
+    version = git_version()
+    tmp = f"{cache}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(f"{key}\t{'.'.join(map(str, version))}\n")
+        os.replace(tmp, cache)
+    except OSError:  # a read-only repository: ask again next time
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return version
 
 
 def configured_pager(git_dir: str | None, cwd: str | None = None) -> str:

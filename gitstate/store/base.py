@@ -52,8 +52,10 @@ class StoreCore:
     def __init__(self, repo: pygit2.Repository, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
                  stale_lock_age: float = DEFAULT_STALE_LOCK_AGE, pack_in_background: bool = True,
                  fsync: bool | None = None) -> None:
-        check_git_version()
         self.location: Location = locate(repo)
+        # The git version is remembered beside the store's private files once that folder exists
+        # (not created just for it), so each git executable is asked once, not every open.
+        check_git_version(os.path.join(self.location.common_dir, "agentos", "git-version"))
         # Durable objects when asked, or when the repository asks git for them.
         # What is flushed to disk: the repository's core.fsync as git reads it, unless told.
         self.durability = durability.from_config(repo) if fsync is None else Durability.everything(fsync)

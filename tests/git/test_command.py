@@ -1,0 +1,101 @@
+"""The git version check: asked of the ``git`` on PATH, remembered per executable in the store's
+private folder so a new process opening the store starts no ``git --version``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitstate.errors import GitVersionError
+from gitstate.git.command import check_git_version, git_version
+
+REAL_GIT = shutil.which("git")
+
+
+def fake_git(folder: Path, version: str | None = None) -> Path:
+    """A ``git`` on PATH that logs each call; it answers ``--version`` itself when given a version,
+    and hands everything else to the real git."""
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "calls.log"
+    answer = f'if [ "$1" = "--version" ]; then echo "git version {version}"; exit 0; fi\n' if version else ""
+    script = folder / "git"
+    script.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\n{answer}exec "{REAL_GIT}" "$@"\n')
+    script.chmod(0o755)
+    return log
+
+
+def calls(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.fixture
+def fresh() -> Iterator[None]:
+    git_version.cache_clear()  # each check below is a new process as far as the check can tell
+    yield
+    git_version.cache_clear()
+
+
+def test_version_is_asked_once_per_executable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: None) -> None:
+    log = fake_git(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    cache = tmp_path / "git-version"
+    check_git_version(str(cache))
+    assert calls(log) == ["--version"] and cache.read_text().startswith(str(tmp_path / "bin" / "git") + "\t")
+    git_version.cache_clear()
+    check_git_version(str(cache))
+    assert calls(log) == ["--version"]  # remembered
+    script = tmp_path / "bin" / "git"
+    st = script.stat()
+    os.utime(script, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # git upgraded in place
+    git_version.cache_clear()
+    check_git_version(str(cache))
+    assert calls(log) == ["--version", "--version"]
+    cache.write_text("garbage\tgarbage\n")
+    git_version.cache_clear()
+    check_git_version(str(cache))
+    assert len(calls(log)) == 3 and cache.read_text().count("\n") == 1
+
+
+def test_too_old_git_is_refused_whatever_the_cache_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        fresh: None) -> None:
+    cache = tmp_path / "git-version"
+    check_git_version(str(cache))  # the real git, remembered
+    assert cache.exists()
+    fake_git(tmp_path / "old", version="2.20.1")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'old'}{os.pathsep}{os.environ['PATH']}")
+    git_version.cache_clear()
+    with pytest.raises(GitVersionError, match="2.20.1 is too old"):
+        check_git_version(str(cache))
+    git_version.cache_clear()
+    with pytest.raises(GitVersionError, match="too old"):  # and remembered as too old
+        check_git_version(str(cache))
+
+
+def test_unwritable_cache_still_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: None) -> None:
+    log = fake_git(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    missing = tmp_path / "no-such-folder" / "git-version"
+    for _ in range(2):
+        git_version.cache_clear()
+        check_git_version(str(missing))
+    assert calls(log) == ["--version", "--version"] and not missing.parent.exists()
+
+
+def test_opening_a_store_starts_no_git_once_remembered(repo: Path, tmp_path: Path) -> None:
+    log = fake_git(tmp_path / "bin")
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    code = "import sys, gitstate\ngitstate.open_store(sys.argv[1]).close()\n"
+    for _ in range(3):
+        subprocess.run([sys.executable, "-c", code, str(repo)], env=env, check=True)
+    assert calls(log) == ["--version"] * 3  # a store never written to has no private folder: asked each time
+    (repo / ".git" / "agentos").mkdir()
+    for _ in range(3):
+        subprocess.run([sys.executable, "-c", code, str(repo)], env=env, check=True)
+    assert calls(log) == ["--version"] * 4
+    assert (repo / ".git" / "agentos" / "git-version").read_text().count("\t") == 4
