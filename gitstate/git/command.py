@@ -92,11 +92,24 @@ def check_git_version(cache: str | None = None) -> None:
     is now (its resolved path, inode, size and mtime), so the next process to open the store
     needs no ``git --version`` (a process start on every ``git agentos`` command); another or a
     changed executable is asked again. The cache is advisory: unreadable or unwritable, git is asked."""
-    have = _cached_version(cache) if cache is not None else git_version()
+    if cache is not None:
+        have = _cached_version(cache)
+    else:
+        have = _remembered[0] if _remembered else git_version()
     if have[:2] < MIN_GIT_VERSION:
         raise GitVersionError(
             f"git {'.'.join(map(str, have))} is too old: gitstate needs git "
             f"{'.'.join(map(str, MIN_GIT_VERSION))} or newer (negative refspecs, fetch --no-write-fetch-head)")
+
+
+#: The version a cache file gave this process (then no check of this process starts git).
+_remembered: list[tuple[int, ...]] = []
+
+
+def forget_git_version() -> None:
+    """Forget what this process knows of git's version (the next check asks again, or the cache)."""
+    git_version.cache_clear()
+    _remembered.clear()
 
 
 def _executable_key() -> str | None:
@@ -126,7 +139,8 @@ def _cached_version(cache: str) -> tuple[int, ...]:
             line = fh.readline(4096)
         stored_key, _, text = line.rstrip("\n").rpartition("\t")
         if stored_key == key and re.fullmatch(r"\d{1,9}(\.\d{1,9}){1,2}", text):
-            return tuple(int(p) for p in text.split("."))
+            _remembered[:] = [tuple(int(p) for p in text.split("."))]  # run_git's checks too
+            return _remembered[0]
     except (OSError, UnicodeDecodeError):
         pass
     version = git_version()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gitstate.errors import GitVersionError
-from gitstate.git.command import check_git_version, git_version
+from gitstate.git.command import check_git_version, forget_git_version
 
 REAL_GIT = shutil.which("git")
 
@@ -36,9 +36,9 @@ def calls(log: Path) -> list[str]:
 
 @pytest.fixture
 def fresh() -> Iterator[None]:
-    git_version.cache_clear()  # each check below is a new process as far as the check can tell
+    forget_git_version()  # each check below is a new process as far as the check can tell
     yield
-    git_version.cache_clear()
+    forget_git_version()
 
 
 def test_version_is_asked_once_per_executable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: None) -> None:
@@ -47,17 +47,17 @@ def test_version_is_asked_once_per_executable(tmp_path: Path, monkeypatch: pytes
     cache = tmp_path / "git-version"
     check_git_version(str(cache))
     assert calls(log) == ["--version"] and cache.read_text().startswith(str(tmp_path / "bin" / "git") + "\t")
-    git_version.cache_clear()
+    forget_git_version()
     check_git_version(str(cache))
     assert calls(log) == ["--version"]  # remembered
     script = tmp_path / "bin" / "git"
     st = script.stat()
     os.utime(script, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # git upgraded in place
-    git_version.cache_clear()
+    forget_git_version()
     check_git_version(str(cache))
     assert calls(log) == ["--version", "--version"]
     cache.write_text("garbage\tgarbage\n")
-    git_version.cache_clear()
+    forget_git_version()
     check_git_version(str(cache))
     assert len(calls(log)) == 3 and cache.read_text().count("\n") == 1
 
@@ -69,10 +69,10 @@ def test_too_old_git_is_refused_whatever_the_cache_says(tmp_path: Path, monkeypa
     assert cache.exists()
     fake_git(tmp_path / "old", version="2.20.1")
     monkeypatch.setenv("PATH", f"{tmp_path / 'old'}{os.pathsep}{os.environ['PATH']}")
-    git_version.cache_clear()
+    forget_git_version()
     with pytest.raises(GitVersionError, match="2.20.1 is too old"):
         check_git_version(str(cache))
-    git_version.cache_clear()
+    forget_git_version()
     with pytest.raises(GitVersionError, match="too old"):  # and remembered as too old
         check_git_version(str(cache))
 
@@ -82,7 +82,7 @@ def test_unwritable_cache_still_checks(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     missing = tmp_path / "no-such-folder" / "git-version"
     for _ in range(2):
-        git_version.cache_clear()
+        forget_git_version()
         check_git_version(str(missing))
     assert calls(log) == ["--version", "--version"] and not missing.parent.exists()
 
@@ -99,3 +99,7 @@ def test_opening_a_store_starts_no_git_once_remembered(repo: Path, tmp_path: Pat
         subprocess.run([sys.executable, "-c", code, str(repo)], env=env, check=True)
     assert calls(log) == ["--version"] * 4
     assert (repo / ".git" / "agentos" / "git-version").read_text().count("\t") == 4
+    code = ("import sys, gitstate\nfrom gitstate.git.command import run_git\n"
+            "store = gitstate.open_store(sys.argv[1])\nrun_git(store.location.git_dir, ['rev-parse', 'HEAD'])\n")
+    subprocess.run([sys.executable, "-c", code, str(repo)], env=env, check=True)
+    assert calls(log) == ["--version"] * 4 + ["rev-parse HEAD"]  # the remembered version serves run_git too
