@@ -9,7 +9,6 @@ from typing import Any
 import click
 
 import gitstate
-from gitstate.workspace import views
 
 from . import output as out
 from .context import locate, locate_branch, pass_store, resolve
@@ -194,6 +193,8 @@ def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
     a LangGraph checkpoint adds "langgraph": {"checkpoint_id", "checkpoint_ns", "source", "step",
     "parents", "next", "metadata", "writes": [{"task", "path", "node", "channel", "idx", "value"}]}.
     """
+    from gitstate.workspace import views  # show alone reads snapshot listings
+
     cp = resolve(store, ref)
     files = views.snapshot_files(cp)
     if as_json:

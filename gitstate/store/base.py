@@ -11,7 +11,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Self, TypeVar
+from typing import TYPE_CHECKING, Self, TypeVar
 
 import pygit2
 from pygit2.enums import ObjectType
@@ -34,8 +34,10 @@ from gitstate.git.objects import ObjectWriter, objects_dir
 from gitstate.git.reader import ObjectReader, expand_id
 from gitstate.git.refs import DEFAULT_STALE_LOCK_AGE, ReflogEntry, list_refs, read_ref, reflog
 from gitstate.store.transaction import Backoff, RefUpdate, Transaction, apply_updates, failed_update
-from gitstate.workspace.diff import Diff, diff_checkpoints
 from gitstate.workspace.snapshot import Workspace
+
+if TYPE_CHECKING:
+    from gitstate.workspace.diff import Diff
 
 T = TypeVar("T")
 STALE_LOCK_SWEEP_AGE = 60.0  # seconds: ref locks this old are removed when a store opens
@@ -465,6 +467,8 @@ class StoreCore:
         possibly of different runs)."""
         first = a if isinstance(a, Checkpoint) else self.checkpoint(a)
         second = b if isinstance(b, Checkpoint) else self.checkpoint(b)
+        from gitstate.workspace.diff import diff_checkpoints  # only diffs need it
+
         return diff_checkpoints(self.reader, first, second)
 
     def close(self) -> None:

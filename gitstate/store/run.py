@@ -34,17 +34,18 @@ from gitstate.format.nodes import NodeRecord
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
 from gitstate.git.reader import CommitData
 from gitstate.store.base import StoreCore
-from gitstate.store.branches import BranchInfo, check_deletable, list_branches
 from gitstate.store.nodes import NodeBoundary, NodeLog, legacy_boundaries, new_record, now_iso, written_since
-from gitstate.store.sessionfiles import SessionFiles
 from gitstate.store.transaction import Transaction
 from gitstate.workspace import restore as restoring
-from gitstate.workspace.diff import Diff
 from gitstate.workspace.restore import SAFETY_BRANCH, SAFETY_TRIGGER, RestoreResult
 from gitstate.workspace.snapshot import head_tree, normalize_path
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # branches, session files and diffs are imported where used: not every command needs them
     import os
+
+    from gitstate.store.branches import BranchInfo
+    from gitstate.store.sessionfiles import SessionFiles
+    from gitstate.workspace.diff import Diff
 
 NODE_PREFIX = "node:"
 
@@ -132,6 +133,8 @@ class Run:
     def branch_list(self) -> list[BranchInfo]:
         """Every branch of the run (``main`` first) with its tip, where it came from (a fork, a pull
         that kept a diverged remote line, a restore's safety copy) and its fork point."""
+        from gitstate.store.branches import list_branches
+
         return list_branches(self.store, self.worktree, self.id)
 
     def branches(self) -> dict[str, Checkpoint]:
@@ -459,6 +462,8 @@ class Run:
         """Remove a branch ref and return the tip it had. Refused (:class:`BranchDeleteRefused`)
         for ``main`` and for a branch whose checkpoints no other branch of the run reaches, unless
         ``force``; the checkpoints other branches share stay. The branch's reflog goes with it."""
+        from gitstate.store.branches import check_deletable
+
         tip = check_deletable(self.store, self.worktree, self.id, branch, force)
         self._move(branch, tip, None, "gitstate: delete branch")
         return tip
@@ -564,6 +569,8 @@ class Run:
     @property
     def files(self) -> SessionFiles:
         """The run's versioned session files, kept apart from the workspace."""
+        from gitstate.store.sessionfiles import SessionFiles
+
         return SessionFiles(self.store, self.id, self.worktree)
 
     # -- node boundaries ----------------------------------------------------------------------
