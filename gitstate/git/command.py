@@ -12,7 +12,6 @@ gitstate needs git :data:`MIN_GIT_VERSION` or newer (negative refspecs and
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
@@ -137,21 +136,26 @@ def _cached_version(cache: str) -> tuple[int, ...]:
     try:
         with open(cache, encoding="utf-8") as fh:
             line = fh.readline(4096)
-        stored_key, _, text = line.rstrip("\n").rpartition("\t")
-        if stored_key == key and re.fullmatch(r"\d{1,9}(\.\d{1,9}){1,2}", text):
-            _remembered[:] = [tuple(int(p) for p in text.split("."))]  # run_git's checks too
+        stored_key, _, text = line.rpartition("\t")
+        # a whole line only: a write cut short (or raced by another process) is never taken
+        if stored_key == key and re.fullmatch(r"\d{1,9}(\.\d{1,9}){1,2}\n", text):
+            _remembered[:] = [tuple(int(p) for p in text.rstrip("\n").split("."))]  # run_git's checks too
             return _remembered[0]
     except (OSError, UnicodeDecodeError):
         pass
     version = git_version()
-    tmp = f"{cache}.{os.getpid()}.tmp"
+    # One write in place, no temporary file: a process killed meanwhile leaves nothing behind but
+    # a line the next reader does not take; processes racing write lines that each stand alone.
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(f"{key}\t{'.'.join(map(str, version))}\n")
-        os.replace(tmp, cache)
-    except OSError:  # a read-only repository: ask again next time
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        fd = os.open(cache, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    except OSError:  # no private folder yet, or a read-only repository: ask again next time
+        return version
+    try:
+        os.write(fd, f"{key}\t{'.'.join(map(str, version))}\n".encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     return version
 
 

@@ -56,10 +56,15 @@ def test_version_is_asked_once_per_executable(tmp_path: Path, monkeypatch: pytes
     forget_git_version()
     check_git_version(str(cache))
     assert calls(log) == ["--version", "--version"]
+    whole = cache.read_text()
+    cache.write_text(whole[:-3])  # a write cut short: "…\t2.4" of "…\t2.45.1" would read as too old
+    forget_git_version()
+    check_git_version(str(cache))
+    assert len(calls(log)) == 3 and cache.read_text() == whole
     cache.write_text("garbage\tgarbage\n")
     forget_git_version()
     check_git_version(str(cache))
-    assert len(calls(log)) == 3 and cache.read_text().count("\n") == 1
+    assert len(calls(log)) == 4 and cache.read_text() == whole
 
 
 def test_too_old_git_is_refused_whatever_the_cache_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
