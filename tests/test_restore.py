@@ -6,6 +6,7 @@ import errno
 import os
 import shutil
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
@@ -533,3 +534,23 @@ def test_parallel_restore_stops_at_the_first_failure(work: Path, monkeypatch: py
     monkeypatch.undo()
     assert run.restore(c1, force=True).checkpoint == c1.id  # the restore can simply run again
     assert (work / "pkg1" / "sub1" / "m001.py").read_text() == "value = 1\n"
+
+
+def test_large_restore_still_checks_a_damaged_loose_blob(work: Path) -> None:
+    """The loose objects of a large restore are looked up in directory listings, not opened one by
+    one; a damaged loose copy of a blob to write is still found before anything is written."""
+    _many_files(work)
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    target = work / "pkg2" / "sub2" / "m002.py"
+    oid = git(work, "hash-object", str(target)).strip()
+    for i in range(300):
+        (work / f"pkg{i % 7}" / f"sub{i % 3}" / f"m{i:03d}.py").write_text(f"edited {i}\n")
+    loose = work / ".git" / "objects" / oid[:2] / oid[2:]
+    loose.parent.mkdir(exist_ok=True)
+    loose.write_bytes(zlib.compress(b"blob 11\0value = 2\n")[:9])  # truncated
+    before = worktree_files(work)
+    with pytest.raises(gitstate.CorruptObjectError) as caught:
+        bounded(lambda: run.restore(c1, force=True), seconds=30)
+    assert caught.value.oid == oid
+    assert worktree_files(work) == before

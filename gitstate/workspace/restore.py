@@ -24,7 +24,7 @@ never touched. Large blobs are streamed from the object store, never read whole 
 
 Costs are git's: the safety snapshot is one ``lstat`` per file plus one read per changed file
 (:mod:`gitstate.workspace.scan`), and each restored file one unlink, one create and its write, done
-by two writer threads in a large restore (as git's ``checkout.workers`` would), since the kernel's
+by four writer threads in a large restore (as git's ``checkout.workers`` would), since the kernel's
 unlink and create are most of a restore's time; ``scripts/bench_files.py`` measures a restore
 against ``git read-tree -u``/``git checkout``."""
 
@@ -37,6 +37,7 @@ import subprocess
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from queue import Queue
 from typing import Any
@@ -206,14 +207,21 @@ def check_blobs(reader: ObjectReader, plan: Plan) -> dict[str, int]:
     tree can give a file mode to a tree id; its raw bytes must never land on disk). Returns the
     size of each blob to write, by id."""
     sizes: dict[str, int] = {}
-    for path, (oid, mode) in plan.writes.items():
-        if mode == MODE_COMMIT or oid in sizes:
-            continue
-        kind, size = reader.header(oid)
-        if kind != ObjectType.BLOB:
-            raise UnsafeTreeError(path, "file entry does not point at a blob")
-        sizes[oid] = size
+    with _many(reader, len(plan.writes)):
+        for path, (oid, mode) in plan.writes.items():
+            if mode == MODE_COMMIT or oid in sizes:
+                continue
+            kind, size = reader.header(oid)
+            if kind != ObjectType.BLOB:
+                raise UnsafeTreeError(path, "file entry does not point at a blob")
+            sizes[oid] = size
     return sizes
+
+
+def _many(reader: ObjectReader, count: int) -> AbstractContextManager[object]:
+    """Reads of ``count`` objects: from :data:`PARALLEL_MIN` on, through a listing of the loose
+    objects (:meth:`ObjectReader.listing_loose`) rather than one failed ``open`` per packed one."""
+    return reader.listing_loose() if count >= PARALLEL_MIN else nullcontext()
 
 
 # -- planning ------------------------------------------------------------------------------------
@@ -379,7 +387,7 @@ def apply(repo: pygit2.Repository, common_dir: str, workdir: str, plan: Plan,
     total = len(plan.deletes) + len(plan.writes)
     done = 0
     reader = ObjectReader(repo)
-    with _Directories(workdir) as dirs:
+    with _Directories(workdir) as dirs, _many(reader, len(plan.writes)):
         for path in sorted(plan.deletes, key=lambda p: (-p.count("/"), p)):
             _guarded(workdir, path, dirs.delete, path)
             done += 1
@@ -402,8 +410,9 @@ def apply(repo: pygit2.Repository, common_dir: str, workdir: str, plan: Plan,
 
 #: Writes from which a restore uses :data:`WRITERS` threads; fewer are written by the caller's.
 PARALLEL_MIN = 64
-#: Threads writing files in a large restore (each unlink/create waits in the kernel, not for the GIL).
-WRITERS = 2
+#: Threads writing files in a large restore: each unlink and create waits in the kernel (for the
+#: file system journal as much as for a core), not for the GIL, so more threads than cores help.
+WRITERS = 4
 _QUEUED = 256  # files read ahead of the writers at most (each at most BIG_BLOB; big ones streamed)
 
 
