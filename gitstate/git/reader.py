@@ -223,13 +223,15 @@ class ObjectReader:
         most 256 listings. A loose object there is still checked with zlib before libgit2 reads it.
         One written loose by another process after the listing was taken is read without that
         check: it was written whole (git, libgit2 and gitstate write loose objects by rename); the
-        check is for damage already on disk."""
-        previous = self._listed
+        check is for damage already on disk. Inside a block already listing, the listings go on."""
+        if self._listed is not None:
+            yield self
+            return
         self._listed = {}
         try:
             yield self
         finally:
-            self._listed = previous
+            self._listed = None
 
     def _guard(self, oid: str) -> None:
         listed = self._listed

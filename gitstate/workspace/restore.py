@@ -370,12 +370,13 @@ _CREATE = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) |
 
 def apply(repo: pygit2.Repository, common_dir: str, workdir: str, plan: Plan,
           progress: Progress | None = None, *, filters: bool = True,
-          sizes: dict[str, int] | None = None) -> Written:
+          sizes: dict[str, int] | None = None, reader: ObjectReader | None = None) -> Written:
     """Carry the plan out: deletions first (deepest first, emptied directories removed), then the
     writes in path order; ``progress("writing", done, total)`` as they go, always on the calling
     thread. ``filters``: look up checkout filters (``core.autocrlf``, ``.gitattributes``) per file;
     ``False`` when none can apply. ``sizes`` (from :func:`check_blobs`) saves reading each blob's
-    header again.
+    header again. ``reader``: the reader to read the blobs with (one already
+    :meth:`~ObjectReader.listing_loose` goes on with its listings), else a new one.
 
     A plan of :data:`PARALLEL_MIN` writes or more is written by :data:`WRITERS` threads (as git's
     ``checkout.workers`` does): the calling thread reads each blob from the object store, in path
@@ -386,7 +387,8 @@ def apply(repo: pygit2.Repository, common_dir: str, workdir: str, plan: Plan,
     cache. An ``OSError`` becomes :class:`StoreWriteError` naming the path."""
     total = len(plan.deletes) + len(plan.writes)
     done = 0
-    reader = ObjectReader(repo)
+    if reader is None:
+        reader = ObjectReader(repo)
     with _Directories(workdir) as dirs, _many(reader, len(plan.writes)):
         for path in sorted(plan.deletes, key=lambda p: (-p.count("/"), p)):
             _guarded(workdir, path, dirs.delete, path)
