@@ -27,6 +27,7 @@ from gitstate.format.lgserde import MSGPACK, array_header, parse_typed, split_ar
 from gitstate.format.lgtree import CHUNK, FANOUT, LIST, VALUE
 from gitstate.format.names import decode_component, encode_component
 from gitstate.format.statetree import MAX_TREE_DEPTH
+from gitstate.git.deflate import AppendDeflater
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
 from gitstate.git.reader import ObjectReader
 
@@ -50,6 +51,10 @@ def decode(loads: Callable[[Typed], Any], typed: Typed, oid: str) -> Any:
         raise CorruptObjectError(oid, f"value does not decode ({type(exc).__name__}: {exc})") from exc
 
 
+def _const(value: bytes) -> Callable[[], bytes]:
+    return lambda: value
+
+
 @dataclass
 class _ListMemo:
     """What was written last for one list channel: the stored tree, the items (kept by reference,
@@ -59,6 +64,7 @@ class _ListMemo:
     items: list[Any]
     chunks: list[str]
     last_bytes: list[bytes] = field(default_factory=list)
+    deflater: AppendDeflater | None = None  # the last chunk's items compressed so far
 
 
 class ByteLRU:
@@ -176,20 +182,41 @@ class ValueCodec:
                 return None
             encoded.append(bytes(data))
         last: list[bytes] = []
+        deflater: AppendDeflater | None = None
         for offset in range(0, len(encoded), CHUNK):
             part = encoded[offset:offset + CHUNK]
-            blob = array_header(len(part)) + b"".join(part)
-            oid = w.blob(blob)
-            self._chunks.put(oid, (len(part), blob[len(array_header(len(part))):]))
+            header = array_header(len(part))
+            blob = header + b"".join(part)
+            stream: bytes | None = None
+            if offset + CHUNK >= len(encoded):  # the last chunk, which the next append rewrites
+                deflater = self._deflater(memo.deflater if reuse_tail and memo and not offset else None, part)
+                stream = deflater.stream(header)
+            oid = w.blob(blob, _const(stream) if stream is not None else None)
+            self._chunks.put(oid, (len(part), blob[len(header):]))
             chunks.append(oid)
             last = part
         tree = self._chunk_tree(w, chunks)
         with self._memo_lock:
-            self._memo[key] = _ListMemo(tree, list(items), chunks, last)
+            self._memo[key] = _ListMemo(tree, list(items), chunks, last, deflater)
             self._memo.move_to_end(key)
             while len(self._memo) > MEMO_LISTS:
                 self._memo.popitem(last=False)
         return tree
+
+    @staticmethod
+    def _deflater(known: AppendDeflater | None, part: list[bytes]) -> AppendDeflater:
+        """A deflater holding the items of ``part``: ``known`` (the previous last chunk's) with
+        the new items appended when what it holds is a prefix of ``part``, else a new one."""
+        if known is not None:
+            n = len(known.parts)
+            if n <= len(part) and known.parts == part[:n]:
+                for item in part[n:]:
+                    known.append(item)
+                return known
+        deflater = AppendDeflater()
+        for item in part:
+            deflater.append(item)
+        return deflater
 
     def _chunk_tree(self, w: ObjectWriter, chunks: list[str]) -> str:
         level: list[TreeEntry] = [(f"{i * CHUNK:010d}", oid, MODE_BLOB) for i, oid in enumerate(chunks)]
