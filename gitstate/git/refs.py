@@ -282,9 +282,9 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
                   committer: tuple[str, str], fsync: bool = False, log: bool = True) -> None:
     """Compare-and-swap: move ``name`` from ``old`` (``None``: must not exist) to ``new``, with a
     reflog entry, by git's own file protocol: create ``<ref>.lock`` exclusively, read the value
-    under the lock (loose file, else ``packed-refs``), compare, write the new value into the lock
-    (in place of gitstate's owner record, the flock still held: see :func:`lockfile.create_held`),
-    append the reflog line, rename the lock over the ref. Compatible with git and libgit2
+    under the lock (loose file, else ``packed-refs``), compare, append the reflog line, write the
+    new value into the lock (in place of gitstate's owner record, the flock still held: see
+    :func:`lockfile.create_held`), rename the lock over the ref. Compatible with git and libgit2
     writers, which take the same lock. One attempt: raises :class:`ConflictError` (value differs),
     :class:`LockBusy` (lock held), :class:`TransientRefError` (a concurrent pack-refs moved things)
     or :class:`StoreWriteError` (not writable). On any error the ref is unchanged.
@@ -310,8 +310,8 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
     # The lock holds gitstate's owner record under a flock (so a contender breaks it at once if we
-    # die). Once the value is compared, the record is replaced by the new value, the reflog line
-    # appended and the lock renamed over the ref, git's own protocol: the flock, held until the
+    # die). Once the value is compared and the reflog line appended, the record is replaced by the
+    # new value and the lock renamed over the ref, git's own protocol: the flock, held until the
     # descriptor closes, keeps the lock judged alive without its record (lockfile.is_stale).
     # Without a flock (a file system that has none) the lock carries no record; the new value then
     # goes into a file of its own, renamed over the ref while we hold the lock (its name ends in
@@ -325,12 +325,13 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
         actual = _read_loose_or_packed(common_dir, name, path)
         if actual != old:
             raise ConflictError(name, old, actual)
-        if in_lock:
-            _replace_content(fd, data, fsync)
-        else:
+        if not in_lock:
             _write_file(value, data, fsync)
         if log:
             _append_reflog(common_dir, name, old, new, message, committer, fsync)
+        if in_lock:
+            # last, so that a writer killed before this point leaves its record (broken at once)
+            _replace_content(fd, data, fsync)
         os.rename(value, path)
         renamed = True
         if fsync:
