@@ -330,11 +330,12 @@ def _sort_key(entry: TreeEntry) -> bytes:
 
 def tree_bytes(entries: Iterable[TreeEntry]) -> bytes:
     """Serialise tree entries exactly as git does."""
-    parts = []
-    for name, oid, mode in sorted(entries, key=_sort_key):
-        parts.append(b"%o %s\x00" % (mode, name.encode("utf-8", "surrogateescape")))
-        parts.append(bytes.fromhex(oid))
-    return b"".join(parts)
+    return b"".join([entry_bytes(name, oid, mode) for name, oid, mode in sorted(entries, key=_sort_key)])
+
+
+def entry_bytes(name: str, oid: str, mode: int) -> bytes:
+    """One tree entry as git serialises it (a tree's bytes are its entries' in git's order)."""
+    return b"%o %s\x00" % (mode, name.encode("utf-8", "surrogateescape")) + bytes.fromhex(oid)
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -22,13 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pygit2.enums import ObjectType
+
 from gitstate.errors import CorruptObjectError, GitStateError, UnsafeValueError
 from gitstate.format.lgserde import MSGPACK, array_header, parse_typed, split_array, typed_blob
 from gitstate.format.lgtree import CHUNK, FANOUT, LIST, VALUE
 from gitstate.format.names import decode_component, encode_component
 from gitstate.format.statetree import MAX_TREE_DEPTH
 from gitstate.git.deflate import AppendDeflater
-from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
+from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry, entry_bytes
 from gitstate.git.reader import ObjectReader
 
 MEMO_LISTS = 256  # lists remembered for appending (one per thread, namespace and channel)
@@ -65,6 +67,7 @@ class _ListMemo:
     chunks: list[str]
     last_bytes: list[bytes] = field(default_factory=list)
     deflater: AppendDeflater | None = None  # the last chunk's items compressed so far
+    entry_bytes: list[bytes] = field(default_factory=list)  # the chunk tree's entries, serialised
 
 
 class ByteLRU:
@@ -195,9 +198,10 @@ class ValueCodec:
             self._chunks.put(oid, (len(part), blob[len(header):]))
             chunks.append(oid)
             last = part
-        tree = self._chunk_tree(w, chunks)
+        known = memo.entry_bytes[:first] if memo is not None and shared else []
+        tree, serialised = self._chunk_tree(w, chunks, known)
         with self._memo_lock:
-            self._memo[key] = _ListMemo(tree, list(items), chunks, last, deflater)
+            self._memo[key] = _ListMemo(tree, list(items), chunks, last, deflater, serialised)
             self._memo.move_to_end(key)
             while len(self._memo) > MEMO_LISTS:
                 self._memo.popitem(last=False)
@@ -218,22 +222,35 @@ class ValueCodec:
             deflater.append(item)
         return deflater
 
-    def _chunk_tree(self, w: ObjectWriter, chunks: list[str]) -> str:
+    def _chunk_tree(self, w: ObjectWriter, chunks: list[str], known: list[bytes]) -> tuple[str, list[bytes]]:
+        """The tree of ``chunks`` (and the serialised entries of one level of them); ``known``:
+        the serialised entries of a prefix of ``chunks``, from the list's previous tree."""
         level: list[TreeEntry] = [(f"{i * CHUNK:010d}", oid, MODE_BLOB) for i, oid in enumerate(chunks)]
+        if len(level) <= FANOUT:
+            # names of one width and one mode: already in git's order, and the entries the
+            # previous tree had are serialised already
+            serialised = known + [entry_bytes(*e) for e in level[len(known):]]
+            oid = w.write(ObjectType.TREE, b"".join(serialised))
+            self._remember_tree(oid, level)
+            return oid, serialised
         while len(level) > FANOUT:
             level = [(level[g][0], self.tree(w, level[g:g + FANOUT]), MODE_TREE)
                      for g in range(0, len(level), FANOUT)]
-        return self.tree(w, level)
+        return self.tree(w, level), []
 
     def tree(self, w: ObjectWriter, entries: list[TreeEntry]) -> str:
         """Write a tree and remember its entries (so reading it back costs no object lookup)."""
         oid = w.tree(entries)
         ordered = sorted(entries, key=lambda e: e[0] + "/" if e[2] == MODE_TREE else e[0])
+        self._remember_tree(oid, [(n, o, int(m)) for n, o, m in ordered])
+        return oid
+
+    def _remember_tree(self, oid: str, entries: list[TreeEntry]) -> None:
+        """Cache a tree's entries, in git's order."""
         with self._trees_lock:
-            self._trees[oid] = [(n, o, int(m)) for n, o, m in ordered]
+            self._trees[oid] = entries
             if len(self._trees) > 16384:
                 self._trees.popitem(last=False)
-        return oid
 
     # -- reading ------------------------------------------------------------------------------
 
