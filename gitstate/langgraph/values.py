@@ -16,6 +16,7 @@ Nothing is ever unpickled here: decoding goes through the saver's serde, whose p
 from __future__ import annotations
 
 import copy
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -170,8 +171,11 @@ class ValueCodec:
         if memo is not None and parent is not None and parent[1] == memo.tree:
             old = memo.items
             limit = min(len(old), len(items))
-            while shared < limit and items[shared] is old[shared]:
-                shared += 1
+            if all(map(operator.is_, items[:limit], old[:limit])):
+                shared = limit  # the usual case (the list appended to), checked at C speed
+            else:
+                while shared < limit and items[shared] is old[shared]:
+                    shared += 1
             if shared == len(old) and shared:
                 shared -= 1  # the last stored item is re-encoded: it is the one most likely mutated
         first = shared // CHUNK
