@@ -17,9 +17,11 @@ removes the file only while it is still the one we wrote.
 that gitstate takes: created exclusively as git creates them, then held with ``flock`` for as long
 as gitstate owns them, and only then given an owner record (with ``"flock": true``). git writes no
 such record and takes no flock, and the kernel drops a flock when its holder dies, so a contender
-can tell the three cases apart: a record and a flock held, a live gitstate owner (never broken); a
-record and no flock, a dead one (broken at once); no record (git's lock, or ours in the two system
-calls before its record is written), judged by age alone.
+can tell the cases apart: a flock held, a live gitstate owner (never broken), with its record or
+without one (in the two system calls before the record is written, or once the holder replaced it
+by the ref's new value before renaming the lock over the ref); a record and no flock, a dead one
+(broken at once); neither (git's lock, or ours left in one of those instants by a killed holder),
+judged by age alone.
 
 Only the standard library: this module sits at the bottom of the git layer."""
 
