@@ -138,23 +138,10 @@ def test_pack_count_stays_bounded_over_ten_thousand_transactions(memory_repo: Pa
                                             sorted(p.name for p in agentos.iterdir()))
 
 
-@pytest.mark.parametrize("stdin_packs", [True, False], ids=["stdin-packs", "object-list"])
-def test_merges_store_list_chunk_versions_as_deltas(repo: Path, monkeypatch: pytest.MonkeyPatch,
-                                                    stdin_packs: bool) -> None:
+def test_merges_store_list_chunk_versions_as_deltas(repo: Path) -> None:
     """Merged transaction packs hold deltas (git pack-objects, objects named by their paths): each
     version of a growing list's last chunk is stored as a small delta of another, so the merged
-    packs are a fraction of the whole objects' size; everything reads back and fsck is clean. Both
-    ways of giving git the packs: by name (``--stdin-packs``, git walks for names; git 2.32+) and
-    as a list of named objects (older git, or when that run fails)."""
-    monkeypatch.setattr(housekeeping, "_STDIN_PACKS", [stdin_packs])
-    used: list[list[str]] = []
-    real = housekeeping._pack_objects
-
-    def spy(common: str, private: str, stdin: str, extra: list[str]) -> str | None:
-        used.append(extra)
-        return real(common, private, stdin, extra)
-
-    monkeypatch.setattr(housekeeping, "_pack_objects", spy)
+    packs are a fraction of the whole objects' size; everything reads back and fsck is clean."""
     store = gitstate.open_store(repo, fsync=False)
     store.pack_in_background = False
     run = store.create_run(run_id="d")
@@ -172,25 +159,6 @@ def test_merges_store_list_chunk_versions_as_deltas(repo: Path, monkeypatch: pyt
     head = run.head()
     assert head is not None and head.state["messages"] == messages
     assert [cp.step for cp in run.history()] == list(range(4 * housekeeping.TX_MERGE_AT))[::-1]
-    git(repo, "fsck", "--strict")
-    assert used and all(extra == (["--stdin-packs"] if stdin_packs else []) for extra in used), used
-
-
-def test_a_failed_stdin_packs_merge_falls_back_to_the_object_list(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """When ``pack-objects --stdin-packs`` fails (here: told about a pack that is not there), the
-    merge runs again with the object list, and every object stays readable."""
-    monkeypatch.setattr(housekeeping, "_STDIN_PACKS", [True])
-    monkeypatch.setattr(housekeeping, "_stdin_packs",
-                        lambda _pack_dir, chosen: "".join(f"{n}.pack\n" for n in chosen) + "pack-" + "0" * 40 + ".pack\n")
-    store = gitstate.open_store(repo, fsync=False)
-    store.pack_in_background = False
-    run = store.create_run(run_id="f")
-    states = [{"n": i, "text": "x" * i} for i in range(2 * housekeeping.TX_MERGE_AT)]
-    for state in states:
-        run.checkpoint(state)
-    pack_dir = repo / ".git" / "objects" / "pack"
-    assert len(list(pack_dir.glob("*.idx"))) < 2 * housekeeping.TX_MERGE_AT  # merged all the same
-    assert [cp.state for cp in run.history()] == states[::-1]
     git(repo, "fsck", "--strict")
 
 

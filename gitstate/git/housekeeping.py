@@ -27,7 +27,7 @@ import pygit2
 
 from gitstate.errors import GitStateError
 from gitstate.git import lockfile, packs, refs
-from gitstate.git.command import git_version, run_git
+from gitstate.git.command import run_git
 from gitstate.git.durability import fsync_dir
 from gitstate.git.objects import KEEP_PREFIX, MODE_TREE
 from gitstate.git.reader import parse_commit, parse_tree
@@ -484,70 +484,11 @@ def _object_names(common_dir: str, commits: list[str], wanted: set[str]) -> dict
     return names
 
 
-_STDIN_PACKS: list[bool] = []  # whether git has pack-objects --stdin-packs (2.32+), once asked
-
-
-def _has_stdin_packs() -> bool:
-    if not _STDIN_PACKS:
-        try:
-            _STDIN_PACKS.append(git_version()[:2] >= (2, 32))
-        except GitStateError:
-            _STDIN_PACKS.append(False)
-    return _STDIN_PACKS[0]
-
-
-def _stdin_packs(pack_dir: str, chosen: list[str]) -> str:
-    """``pack-objects --stdin-packs`` input: the packs ``chosen``, and every other pack of the
-    directory excluded (``^``), so git's walk for names stops at the objects merged before (as
-    ``git repack --geometric`` excludes the packs it keeps)."""
-    try:
-        present = sorted(n[: -len(".idx")] for n in os.listdir(pack_dir) if n.endswith(".idx"))
-    except OSError:
-        present = []
-    others = [n for n in present if n not in set(chosen) and packs.is_pack_name(n)]
-    return "".join(f"{n}.pack\n" for n in chosen) + "".join(f"^{n}.pack\n" for n in others)
-
-
-def _object_list(common_dir: str, pack_dir: str, chosen: list[str]) -> str | None:
-    """``pack-objects`` input naming every object of the packs ``chosen``, each with the path it
-    has in the trees of their commits (for a git without ``--stdin-packs``); ``None`` when a pack
-    cannot be read."""
-    oids: list[str] = []
-    commits: list[str] = []
-    for name in chosen:
-        try:
-            types = packs.entry_types(pack_dir, name)
-        except (OSError, GitStateError):
-            return None
-        oids.extend(types)
-        commits.extend(oid for oid, kind in types.items() if kind == packs.OBJ_COMMIT)
-    names = _object_names(common_dir, sorted(set(commits)), set(oids))
-    return "".join(f"{oid} {names[oid]}\n" if oid in names else f"{oid}\n" for oid in dict.fromkeys(oids))
-
-
-def _pack_objects(common_dir: str, private: str, stdin: str, extra: list[str]) -> str | None:
-    """Run ``git pack-objects`` into ``private``; the new pack's name, or ``None`` if it failed."""
-    done = run_git(common_dir, ["pack-objects", "-q", "--threads=1", "--delta-base-offset", "--depth=20",
-                                *extra, os.path.join(private, "pack")], stdin=stdin)
-    name = "pack-" + done.stdout.strip()
-    if done.returncode != 0 or not packs.is_pack_name(name):
-        for entry in os.listdir(private):  # whatever a failed run left
-            os.unlink(os.path.join(private, entry))
-        return None
-    return name
-
-
 def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: lockfile.OwnedLock) -> str | None:
     """Write the objects of the packs ``chosen`` as one pack with deltas (``git pack-objects``,
     run with ``LC_ALL=C``; pygit2's PackBuilder takes no names, so it finds far fewer deltas),
     install it, then remove the merged-away packs; returns its name, or ``None`` when nothing was
     merged (every pack left in place).
-
-    With git 2.32 or newer the packs are given by name (``--stdin-packs``, the other packs
-    excluded, as ``git repack --geometric`` does): git lists their objects and walks their commits'
-    trees for names itself, so the merge costs this process next to nothing (it runs beside the
-    writer, in its process). Older git, or a run of it that fails (say a walk that meets a missing
-    object), gets the object list with names found here, as before.
 
     Only objects of gitstate's own transaction packs are given to git, and only those packs are
     removed. ``pack-objects`` reuses the deltas already in the packs it reads and looks for new
@@ -555,17 +496,24 @@ def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: 
     it brings in (the hot path never compresses anything: this runs in the background merge).
     The new pack is in place (written and flushed by git as ``core.fsync`` says, its directory
     flushed) before any source is removed."""
+    oids: list[str] = []
+    commits: list[str] = []
+    for name in chosen:
+        try:
+            types = packs.entry_types(pack_dir, name)
+        except (OSError, GitStateError):
+            return None  # removed or damaged meanwhile: merge nothing now
+        oids.extend(types)
+        commits.extend(oid for oid, kind in types.items() if kind == packs.OBJ_COMMIT)
+    wanted = set(oids)
+    names = _object_names(common_dir, sorted(set(commits)), wanted)
     private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
     try:
-        name = None
-        if _has_stdin_packs():
-            name = _pack_objects(common_dir, private, _stdin_packs(pack_dir, chosen), ["--stdin-packs"])
-        if name is None:
-            lines = _object_list(common_dir, pack_dir, chosen)
-            if lines is None:
-                return None  # removed or damaged meanwhile: merge nothing now
-            name = _pack_objects(common_dir, private, lines, [])
-        if name is None:
+        lines = "".join(f"{oid} {names[oid]}\n" if oid in names else f"{oid}\n" for oid in dict.fromkeys(oids))
+        done = run_git(common_dir, ["pack-objects", "-q", "--threads=1", "--delta-base-offset", "--depth=20",
+                                    os.path.join(private, "pack")], stdin=lines)
+        name = "pack-" + done.stdout.strip()
+        if done.returncode != 0 or not packs.is_pack_name(name):
             return None
         written = sorted(os.listdir(private), key=lambda n: n.endswith(".idx"))  # the index last
         if not lock.refresh():
