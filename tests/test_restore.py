@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
+import threading
+import zlib
 from pathlib import Path
 
 import pytest
@@ -10,7 +14,7 @@ import pytest
 import gitstate
 from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, MODE_EXEC, MODE_LINK, MODE_TREE
 from gitstate.workspace.restore import SAFETY_BRANCH
-from tests.conftest import git, user_snapshot
+from tests.conftest import bounded, git, user_snapshot
 
 
 def worktree_files(root: Path) -> dict[str, object]:
@@ -424,3 +428,129 @@ def test_validation_fast_path_agrees_with_check_name(work: Path) -> None:
             assert refused, (name, oct(mode))
         else:
             assert not refused, (name, oct(mode))
+
+
+# -- large restores: several writer threads ---------------------------------------------------------
+
+def _many_files(work: Path) -> None:
+    """A worktree a restore writes with several threads: 300 files in nested folders, a link, an
+    executable, and a file/directory pair that swap types."""
+    for i in range(300):
+        folder = work / f"pkg{i % 7}" / f"sub{i % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"m{i:03d}.py").write_text(f"value = {i}\n")
+    (work / "pkg0" / "run.sh").write_text("#!/bin/sh\n")
+    (work / "pkg0" / "run.sh").chmod(0o755)
+    os.symlink("sub0/m000.py", work / "pkg0" / "link")
+    (work / "kind").write_text("a file first\n")
+
+
+def test_parallel_restore_writes_what_a_serial_one_writes(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gitstate.workspace import restore as restoring
+
+    assert restoring.WRITERS > 1 and restoring.PARALLEL_MIN <= 300  # the path under test is taken
+    _many_files(work)
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    state1 = worktree_files(work)
+    threads: set[str] = set()
+    place = restoring._place
+
+    def spying(*args: object) -> os.stat_result:
+        threads.add(threading.current_thread().name)
+        return place(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(restoring, "_place", spying)
+    for round_ in range(2):
+        shutil.rmtree(work / "pkg3")  # whole folders to create again, concurrently
+        for i in range(0, 300, 2):
+            path = work / f"pkg{i % 7}" / f"sub{i % 3}" / f"m{i:03d}.py"
+            if path.exists():
+                path.write_text(f"edited {round_} {i}\n")
+        (work / "pkg0" / "run.sh").chmod(0o644)
+        (work / "kind").unlink()
+        (work / "kind").mkdir()
+        (work / "kind" / "inner").write_text("now a directory\n")
+        (work / "pkg9" / "new").mkdir(parents=True)
+        (work / "pkg9" / "new" / "created.py").write_text("created since\n")
+        on_main: list[bool] = []
+
+        def progress(*_: object, seen: list[bool] = on_main) -> None:
+            seen.append(threading.current_thread() is threading.main_thread())
+
+        result = run.restore(c1, force=True, progress=progress)
+        assert worktree_files(work) == state1
+        assert result.written > restoring.PARALLEL_MIN and all(on_main) and on_main
+    assert len(threads) > 1 and threading.main_thread().name not in threads
+    assert not [t for t in threading.enumerate() if t.name.startswith("gitstate-restore")]
+    # every file written went to the stat cache: the next snapshot reads none of them
+    index = run.store.workspace.index_path
+    later = os.stat(index).st_mtime_ns + 10**10
+    os.utime(index, ns=(later, later))
+    ticks: list[int] = []
+    assert run.store.workspace.snapshot(fast=True, progress=ticks.append).tree == c1.files_tree_id
+    assert ticks == []
+
+
+@pytest.mark.parametrize("where", ["writer", "reader"])
+def test_parallel_restore_stops_at_the_first_failure(work: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      where: str) -> None:
+    from gitstate.workspace import restore as restoring
+
+    _many_files(work)
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    for i in range(300):
+        (work / f"pkg{i % 7}" / f"sub{i % 3}" / f"m{i:03d}.py").write_text(f"edited {i}\n")
+    calls: list[str] = []
+    if where == "writer":
+        place = restoring._place
+
+        def failing(dirs: object, common_dir: str, job: restoring._Job) -> os.stat_result:
+            calls.append(job.path)
+            if len(calls) == 40:
+                raise OSError(errno.EIO, "Input/output error")
+            return place(dirs, common_dir, job)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(restoring, "_place", failing)
+        expected: type[Exception] = gitstate.StoreWriteError
+    else:
+        prepare = restoring._prepare
+
+        def failing_read(*args: object) -> restoring._Job:
+            calls.append(str(args[1]))
+            if len(calls) == 40:
+                raise gitstate.CorruptObjectError("0" * 40, "truncated")
+            return prepare(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(restoring, "_prepare", failing_read)
+        expected = gitstate.CorruptObjectError
+    with pytest.raises(expected) as caught:
+        bounded(lambda: run.restore(c1, force=True), seconds=30)
+    if where == "writer":
+        assert calls[39] in str(caught.value)  # the path that failed is named
+    assert not [t for t in threading.enumerate() if t.name.startswith("gitstate-restore")]
+    assert len(calls) < 300  # the writing stopped: not every queued file was written
+    monkeypatch.undo()
+    assert run.restore(c1, force=True).checkpoint == c1.id  # the restore can simply run again
+    assert (work / "pkg1" / "sub1" / "m001.py").read_text() == "value = 1\n"
+
+
+def test_large_restore_still_checks_a_damaged_loose_blob(work: Path) -> None:
+    """The loose objects of a large restore are looked up in directory listings, not opened one by
+    one; a damaged loose copy of a blob to write is still found before anything is written."""
+    _many_files(work)
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    target = work / "pkg2" / "sub2" / "m002.py"
+    oid = git(work, "hash-object", str(target)).strip()
+    for i in range(300):
+        (work / f"pkg{i % 7}" / f"sub{i % 3}" / f"m{i:03d}.py").write_text(f"edited {i}\n")
+    loose = work / ".git" / "objects" / oid[:2] / oid[2:]
+    loose.parent.mkdir(exist_ok=True)
+    loose.write_bytes(zlib.compress(b"blob 11\0value = 2\n")[:9])  # truncated
+    before = worktree_files(work)
+    with pytest.raises(gitstate.CorruptObjectError) as caught:
+        bounded(lambda: run.restore(c1, force=True), seconds=30)
+    assert caught.value.oid == oid
+    assert worktree_files(work) == before

@@ -14,6 +14,7 @@ import os
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,8 +213,38 @@ class ObjectReader:
 
     def __init__(self, repo: pygit2.Repository) -> None:
         self.repo = repo
+        self._listed: dict[str, frozenset[str]] | None = None  # see listing_loose
+
+    @contextmanager
+    def listing_loose(self) -> Iterator[ObjectReader]:
+        """Within the block, whether an object is loose is looked up in a listing of its fan-out
+        directory (``objects/xx``), taken the first time the block needs it, instead of one failed
+        ``open`` per packed object: for reads of many objects (a restore's thousands of blobs), at
+        most 256 listings. A loose object there is still checked with zlib before libgit2 reads it.
+        One written loose by another process after the listing was taken is read without that
+        check: it was written whole (git, libgit2 and gitstate write loose objects by rename); the
+        check is for damage already on disk. Inside a block already listing, the listings go on."""
+        if self._listed is not None:
+            yield self
+            return
+        self._listed = {}
+        try:
+            yield self
+        finally:
+            self._listed = None
 
     def _guard(self, oid: str) -> None:
+        listed = self._listed
+        if listed is not None:
+            names = listed.get(oid[:2])
+            if names is None:
+                try:
+                    names = frozenset(os.listdir(f"{objects_dir(self.repo)}/{oid[:2]}"))
+                except OSError:  # no such fan-out directory: nothing loose there
+                    names = frozenset()
+                listed[oid[:2]] = names
+            if oid[2:] not in names:
+                return
         damage = check_loose(self.repo, oid)
         if damage:
             raise CorruptObjectError(oid, damage)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -498,26 +499,29 @@ class Run:
         # the whole worktree: the safety checkpoint covers any scope
         snap = workspace.snapshot(progress=reading.tick, fast=True, announce=reading.announce)
         plan = restoring.make_plan(store.repo, snap.tree, target, prefixes)
-        sizes = restoring.check_blobs(reader, plan)
-        nested = [p for p in (*plan.writes, *plan.deletes) if any(restoring.matches(p, [s]) for s in snap.skipped)]
-        blocked = sorted(set(restoring.find_obstacles(workdir, plan)) | set(nested))
-        if blocked:
-            raise RestoreConflictError(blocked, "ignored files, nested repositories or directories are in the way")
-        lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
-        if lost and not dry_run:
-            raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True)
-        unchanged = restoring.count_files(store.repo, target, prefixes) - len(plan.writes)
-        result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
-                               removed=tuple(plan.deletes), dry_run=dry_run, skipped=snap.skipped,
-                               unsaved=tuple(lost), unchanged=unchanged)
-        if dry_run or not (plan.writes or plan.deletes):
-            return result
-        safety = self._safety_checkpoint(snap.tree, cp)
-        filters = not snap.scanned or restoring.filters_possible(store.repo, store.location.common_dir, plan)
-        written = restoring.apply(store.repo, store.location.common_dir, workdir, plan, progress,
-                                  filters=filters, sizes=sizes)
-        workspace.record(written, plan.deletes)
-        return dataclasses.replace(result, safety=safety.id, safety_branch=SAFETY_BRANCH, unsaved=())
+        # one listing of the loose objects for both passes over the blobs (sizes, then contents),
+        # taken before the writer threads start
+        with reader.listing_loose() if len(plan.writes) >= restoring.PARALLEL_MIN else nullcontext():
+            sizes = restoring.check_blobs(reader, plan)
+            nested = [p for p in (*plan.writes, *plan.deletes) if any(restoring.matches(p, [s]) for s in snap.skipped)]
+            blocked = sorted(set(restoring.find_obstacles(workdir, plan)) | set(nested))
+            if blocked:
+                raise RestoreConflictError(blocked, "ignored files, nested repositories or directories are in the way")
+            lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
+            if lost and not dry_run:
+                raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True)
+            unchanged = restoring.count_files(store.repo, target, prefixes) - len(plan.writes)
+            result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
+                                   removed=tuple(plan.deletes), dry_run=dry_run, skipped=snap.skipped,
+                                   unsaved=tuple(lost), unchanged=unchanged)
+            if dry_run or not (plan.writes or plan.deletes):
+                return result
+            safety = self._safety_checkpoint(snap.tree, cp)
+            filters = not snap.scanned or restoring.filters_possible(store.repo, store.location.common_dir, plan)
+            written = restoring.apply(store.repo, store.location.common_dir, workdir, plan, progress,
+                                      filters=filters, sizes=sizes, reader=reader)
+            workspace.record(written, plan.deletes)
+            return dataclasses.replace(result, safety=safety.id, safety_branch=SAFETY_BRANCH, unsaved=())
 
     def _saved_trees(self, user_head_tree: str | None) -> Iterator[str]:
         """Files trees of every checkpoint of the run (each distinct tree once), then HEAD's tree."""

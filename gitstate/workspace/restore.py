@@ -23,8 +23,10 @@ checkpoint has the old ones and the restore can simply run again. HEAD and the u
 never touched. Large blobs are streamed from the object store, never read whole into memory.
 
 Costs are git's: the safety snapshot is one ``lstat`` per file plus one read per changed file
-(:mod:`gitstate.workspace.scan`), and each restored file one unlink, one create and its write;
-``scripts/bench_files.py`` measures a restore against ``git read-tree -u``/``git checkout``."""
+(:mod:`gitstate.workspace.scan`), and each restored file one unlink, one create and its write, done
+by four writer threads in a large restore (as git's ``checkout.workers`` would), since the kernel's
+unlink and create are most of a restore's time; ``scripts/bench_files.py`` measures a restore
+against ``git read-tree -u``/``git checkout``."""
 
 from __future__ import annotations
 
@@ -32,9 +34,12 @@ import errno
 import os
 import stat
 import subprocess
+import threading
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from queue import Queue
 from typing import Any
 
 import pygit2
@@ -125,10 +130,25 @@ class Plan:
 MAX_TREE_DEPTH = 512  # directory levels a snapshot may have; deeper trees are refused as hostile
 
 
+_VALID: dict[str, None] = {}  # snapshot trees found safe in this process (an id names its content)
+_VALID_MAX = 256
+
+
 def validate_tree(reader: ObjectReader, tree_id: str) -> None:
     """Raise :class:`UnsafeTreeError` unless every entry of the tree may be written: safe names,
     no duplicates, no case-folding collisions with links, directories that are trees, file entries
-    that are blobs, at most :data:`MAX_TREE_DEPTH` levels. Iterative; each tree is read once."""
+    that are blobs, at most :data:`MAX_TREE_DEPTH` levels. Iterative; each tree is read once. A tree
+    found safe is remembered for the process (its id names its whole content): restoring the
+    same snapshot again does not walk it again."""
+    if tree_id in _VALID:
+        return
+    _walk_valid(reader, tree_id)
+    if len(_VALID) >= _VALID_MAX:
+        _VALID.clear()
+    _VALID[tree_id] = None
+
+
+def _walk_valid(reader: ObjectReader, tree_id: str) -> None:
     seen: set[str] = set()
     todo: list[tuple[str, str, int]] = [(tree_id, "", 0)]
     modes: dict[bytes, int] = {}
@@ -187,14 +207,21 @@ def check_blobs(reader: ObjectReader, plan: Plan) -> dict[str, int]:
     tree can give a file mode to a tree id; its raw bytes must never land on disk). Returns the
     size of each blob to write, by id."""
     sizes: dict[str, int] = {}
-    for path, (oid, mode) in plan.writes.items():
-        if mode == MODE_COMMIT or oid in sizes:
-            continue
-        kind, size = reader.header(oid)
-        if kind != ObjectType.BLOB:
-            raise UnsafeTreeError(path, "file entry does not point at a blob")
-        sizes[oid] = size
+    with _many(reader, len(plan.writes)):
+        for path, (oid, mode) in plan.writes.items():
+            if mode == MODE_COMMIT or oid in sizes:
+                continue
+            kind, size = reader.header(oid)
+            if kind != ObjectType.BLOB:
+                raise UnsafeTreeError(path, "file entry does not point at a blob")
+            sizes[oid] = size
     return sizes
+
+
+def _many(reader: ObjectReader, count: int) -> AbstractContextManager[object]:
+    """Reads of ``count`` objects: from :data:`PARALLEL_MIN` on, through a listing of the loose
+    objects (:meth:`ObjectReader.listing_loose`) rather than one failed ``open`` per packed one."""
+    return reader.listing_loose() if count >= PARALLEL_MIN else nullcontext()
 
 
 # -- planning ------------------------------------------------------------------------------------
@@ -343,37 +370,141 @@ _CREATE = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) |
 
 def apply(repo: pygit2.Repository, common_dir: str, workdir: str, plan: Plan,
           progress: Progress | None = None, *, filters: bool = True,
-          sizes: dict[str, int] | None = None) -> Written:
+          sizes: dict[str, int] | None = None, reader: ObjectReader | None = None) -> Written:
     """Carry the plan out: deletions first (deepest first, emptied directories removed), then the
-    writes in path order; ``progress("writing", done, total)`` after each. ``filters``: look up
-    checkout filters (``core.autocrlf``, ``.gitattributes``) per file; ``False`` when none can
-    apply. ``sizes`` (from :func:`check_blobs`) saves reading each blob's header again.
+    writes in path order; ``progress("writing", done, total)`` as they go, always on the calling
+    thread. ``filters``: look up checkout filters (``core.autocrlf``, ``.gitattributes``) per file;
+    ``False`` when none can apply. ``sizes`` (from :func:`check_blobs`) saves reading each blob's
+    header again. ``reader``: the reader to read the blobs with (one already
+    :meth:`~ObjectReader.listing_loose` goes on with its listings), else a new one.
+
+    A plan of :data:`PARALLEL_MIN` writes or more is written by :data:`WRITERS` threads (as git's
+    ``checkout.workers`` does): the calling thread reads each blob from the object store, in path
+    order, and hands it to the writers, whose unlink, create and write of each file mostly wait in
+    the kernel. Every file is still written as :func:`_place` says, whichever thread writes it.
 
     Returns what was written: path → (blob id, mode, ``lstat`` of the new file), for the stat
     cache. An ``OSError`` becomes :class:`StoreWriteError` naming the path."""
     total = len(plan.deletes) + len(plan.writes)
     done = 0
-    reader = ObjectReader(repo)
-    written: Written = {}
-    with _Directories(workdir) as dirs:
+    if reader is None:
+        reader = ObjectReader(repo)
+    with _Directories(workdir) as dirs, _many(reader, len(plan.writes)):
         for path in sorted(plan.deletes, key=lambda p: (-p.count("/"), p)):
             _guarded(workdir, path, dirs.delete, path)
             done += 1
             if progress is not None:
                 progress("writing", done, total)
         dirs.close_all()  # directories were removed: look them up afresh
-        writes = plan.writes
         known = sizes if sizes is not None else {}
-        for path in sorted(writes):
-            oid, mode = writes[path]
-            try:
-                st = _write(dirs, reader, common_dir, path, oid, mode, filters, known.get(oid))
-            except OSError as exc:
-                raise StoreWriteError(os.path.join(workdir, path), exc.strerror or str(exc)) from exc
-            written[path] = (oid, mode, st)
+        jobs = (_prepare(reader, path, *plan.writes[path], filters, known.get(plan.writes[path][0]))
+                for path in sorted(plan.writes))
+        if len(plan.writes) >= PARALLEL_MIN and WRITERS > 1:
+            return _write_parallel(workdir, common_dir, jobs, progress, done, total)
+        written: Written = {}
+        for job in jobs:
+            written[job.path] = (job.oid, job.mode, _guarded(workdir, job.path, _place, dirs, common_dir, job))
             done += 1
             if progress is not None:
                 progress("writing", done, total)
+    return written
+
+
+#: Writes from which a restore uses :data:`WRITERS` threads; fewer are written by the caller's.
+PARALLEL_MIN = 64
+#: Threads writing files in a large restore: each unlink and create waits in the kernel (for the
+#: file system journal as much as for a core), not for the GIL, so more threads than cores help.
+WRITERS = 4
+_QUEUED = 256  # files read ahead of the writers at most (each at most BIG_BLOB; big ones streamed)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One file to write: its blob's bytes, filtered for the worktree (``None``: a big blob, streamed
+    from the object store by the writer)."""
+
+    path: str
+    oid: str
+    mode: int
+    data: bytes | None
+
+
+def _prepare(reader: ObjectReader, path: str, oid: str, mode: int, filters: bool, size: int | None) -> _Job:
+    """Read what ``path`` gets, on the thread that owns ``reader`` (libgit2's handle)."""
+    if mode == MODE_LINK:
+        return _Job(path, oid, mode, reader.blob(oid))
+    if size is None:
+        size = reader.header(oid)[1]
+    if size > BIG_BLOB:
+        return _Job(path, oid, mode, None)
+    data = reader.blob(oid)
+    if filters:
+        found = reader.repo.load_filter_list(path, FilterMode.TO_WORKTREE)
+        if found is not None and len(found) and b"\0" not in data:
+            data = found.apply_to_buffer(data)
+    return _Job(path, oid, mode, data)
+
+
+def _write_parallel(workdir: str, common_dir: str, jobs: Iterable[_Job], progress: Progress | None,
+                    done: int, total: int) -> Written:
+    """Hand ``jobs`` (read in order on this thread) to :data:`WRITERS` writer threads, each with its
+    own directory descriptors. The first failure stops the writing (jobs still queued are dropped)
+    and is raised here once every writer has stopped; so is an exception of this thread's reading
+    (or a ``KeyboardInterrupt``)."""
+    queue: Queue[_Job | None] = Queue(maxsize=_QUEUED)
+    written: Written = {}
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def fail(exc: BaseException) -> None:
+        failures.append(exc)
+        stop.set()
+
+    def writer() -> None:
+        dirs: _Directories | None = None
+        try:
+            dirs = _Directories(workdir)
+        except OSError as exc:
+            fail(StoreWriteError(workdir, exc.strerror or str(exc)))
+        try:
+            # a writer takes jobs until told to end, even after a failure: the reader never waits
+            # on a full queue that nobody empties
+            while (job := queue.get()) is not None:
+                if dirs is None or stop.is_set():
+                    continue
+                try:
+                    written[job.path] = (job.oid, job.mode, _guarded(workdir, job.path, _place, dirs, common_dir, job))
+                except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+                    fail(exc)
+        finally:
+            if dirs is not None:
+                dirs.__exit__(None, None, None)
+
+    threads = [threading.Thread(target=writer, name=f"gitstate-restore-{i}", daemon=True) for i in range(WRITERS)]
+    for thread in threads:
+        thread.start()
+    reported = done
+    try:
+        for job in jobs:
+            if stop.is_set():
+                break
+            queue.put(job)
+            finished = done + len(written)
+            if progress is not None and finished != reported:
+                progress("writing", finished, total)
+                reported = finished
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        for _ in threads:
+            queue.put(None)
+        for thread in threads:
+            thread.join()
+    if failures:
+        raise failures[0]
+    if progress is not None and done + len(written) != reported:
+        progress("writing", done + len(written), total)
     return written
 
 
@@ -426,12 +557,7 @@ class _Directories:
             parent = self.chain[-1][1] if self.chain else self.root
             name = parts[i]
             try:
-                fd = os.open(name, _OPEN_DIR, dir_fd=parent)
-            except FileNotFoundError:
-                if not create:
-                    return None
-                os.mkdir(name, 0o777, dir_fd=parent)
-                fd = os.open(name, _OPEN_DIR, dir_fd=parent)
+                fd = _open_dir(name, parent, create)
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
                     raise
@@ -439,6 +565,8 @@ class _Directories:
                 if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
                     raise UnsafeTreeError(path, f"{anc} is a symbolic link; refusing to write through it") from None
                 raise UnsafeTreeError(path, f"{anc} is a file where a directory is needed") from None
+            if fd is None:
+                return None
             self.chain.append((name, fd))
         self.last = folder
         return self.chain[-1][1] if self.chain else self.root
@@ -479,8 +607,25 @@ def _remove_empty_tree(parent: int, name: str) -> None:
     os.rmdir(name, dir_fd=parent)
 
 
-def _write(dirs: _Directories, reader: ObjectReader, common_dir: str, path: str, oid: str, mode: int,
-           filters: bool, size: int | None) -> os.stat_result:
+def _open_dir(name: str, parent: int, create: bool) -> int | None:
+    """A descriptor of directory ``name`` in ``parent`` (never through a link), made when missing
+    and ``create`` (``None`` when missing otherwise)."""
+    try:
+        return os.open(name, _OPEN_DIR, dir_fd=parent)
+    except FileNotFoundError:
+        if not create:
+            return None
+    try:
+        os.mkdir(name, 0o777, dir_fd=parent)
+    except FileExistsError:
+        pass  # made meanwhile (by the other writer of a parallel restore), or not a directory: the open says
+    return os.open(name, _OPEN_DIR, dir_fd=parent)
+
+
+def _place(dirs: _Directories, common_dir: str, job: _Job) -> os.stat_result:
+    """Write one file as git's checkout does: unlink what is there, create it ``O_EXCL`` with
+    ``O_NOFOLLOW`` in its directory's descriptor, write; returns its ``lstat``."""
+    path = job.path
     folder, _, name = path.rpartition("/")
     parent = dirs.open(path, folder, create=True)
     assert parent is not None
@@ -495,12 +640,16 @@ def _write(dirs: _Directories, reader: ObjectReader, common_dir: str, path: str,
             _remove_empty_tree(parent, name)  # a directory replaced by a file: its files were deleted above
         except OSError:
             raise exc from None
-    if mode == MODE_LINK:
-        os.symlink(reader.blob(oid), name, dir_fd=parent)
+    if job.mode == MODE_LINK:
+        assert job.data is not None
+        os.symlink(job.data, name, dir_fd=parent)
         return os.stat(name, dir_fd=parent, follow_symlinks=False)
-    fd = os.open(name, _CREATE, 0o777 if mode == MODE_EXEC else 0o666, dir_fd=parent)
+    fd = os.open(name, _CREATE, 0o777 if job.mode == MODE_EXEC else 0o666, dir_fd=parent)
     try:
-        _write_blob(reader, common_dir, path, oid, fd, filters, size)
+        if job.data is not None:
+            write_all(fd, job.data)
+        else:
+            _stream_big(common_dir, job.oid, fd)
         st = os.fstat(fd)
     except BaseException:
         os.close(fd)
@@ -510,18 +659,8 @@ def _write(dirs: _Directories, reader: ObjectReader, common_dir: str, path: str,
     return st
 
 
-def _write_blob(reader: ObjectReader, common_dir: str, path: str, oid: str, fd: int, filters: bool,
-                size: int | None) -> None:
-    if size is None:
-        size = reader.header(oid)[1]
-    if size <= BIG_BLOB:
-        data = reader.blob(oid)
-        if filters:
-            found = reader.repo.load_filter_list(path, FilterMode.TO_WORKTREE)
-            if found is not None and len(found) and b"\0" not in data:
-                data = found.apply_to_buffer(data)
-        write_all(fd, data)
-        return
+def _stream_big(common_dir: str, oid: str, fd: int) -> None:
+    """Stream a blob larger than :data:`BIG_BLOB` into ``fd`` without holding it in memory."""
     loose = os.path.join(common_dir, "objects", oid[:2], oid[2:])
     if os.path.exists(loose):
         _stream_loose(loose, fd)

@@ -107,7 +107,11 @@ reader = ObjectReader(pygit2.Repository(sys.argv[1]))
 oid, out = sys.argv[2], {}
 for name in ("read", "header", "blob", "tree", "commit"):
     try:
-        getattr(reader, name)(oid)
+        if sys.argv[3:] == ["listed"]:
+            with reader.listing_loose():
+                getattr(reader, name)(oid)
+        else:
+            getattr(reader, name)(oid)
         out[name] = "no error"
     except CorruptObjectError as exc:
         out[name] = ["CorruptObjectError", exc.oid, exc.reason]
@@ -134,17 +138,20 @@ def _damage(path: Path, how: str) -> None:
         raise AssertionError(how)
 
 
-@pytest.mark.parametrize("how", ["truncated", "zero-length", "garbage", "bad-header", "wrong-content"])
+@pytest.mark.parametrize(("how", "listed"), [("truncated", False), ("zero-length", False), ("garbage", False),
+                                             ("bad-header", False), ("wrong-content", False),
+                                             ("truncated", True), ("zero-length", True)])
 @pytest.mark.parametrize("kind", ["blob", "tree", "commit"])
-def test_damaged_loose_object_is_corrupt_in_bounded_time(repo: Path, kind: str, how: str) -> None:
+def test_damaged_loose_object_is_corrupt_in_bounded_time(repo: Path, kind: str, how: str, listed: bool) -> None:
+    """Also through :meth:`ObjectReader.listing_loose` (``listed``): a listed loose object is checked."""
     # a big blob, so half of it is a real truncated zlib stream and not a few header bytes
     big = git_in(repo, "hash-object", "-w", "--stdin", stdin=os.urandom(50_000).hex())
     tree = git_in(repo, "mktree", stdin=f"100644 blob {big}\tbig\n")
     oid = {"blob": big, "tree": tree, "commit": git_in(repo, "commit-tree", tree, "-m", "m")}[kind]
     _damage(loose_path(repo, oid), how)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(repo), oid], capture_output=True, text=True,
-                          env=env, timeout=LIMIT, check=False)
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(repo), oid, *(["listed"] if listed else [])],
+                          capture_output=True, text=True, env=env, timeout=LIMIT, check=False)
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     if how == "wrong-content":
@@ -162,6 +169,29 @@ def test_check_loose_names_the_damage(repo: Path, how: str) -> None:
     assert check_loose(handle, oid) is None
     _damage(loose_path(repo, oid), how)
     assert check_loose(handle, oid) in ("loose object is truncated", "loose object does not inflate")
+
+
+def test_listing_loose_opens_no_file_for_packed_objects(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gitstate.git import reader as reading
+
+    packed = [git_in(repo, "hash-object", "-w", "--stdin", stdin=f"packed {i}\n") for i in range(20)]
+    git_in(repo, "pack-objects", "-q", str(repo / ".git" / "objects" / "pack" / "pack"), stdin="\n".join(packed) + "\n")
+    git_in(repo, "prune-packed")
+    loose = git_in(repo, "hash-object", "-w", "--stdin", stdin="loose\n")
+    checked: list[str] = []
+    real = reading.check_loose
+    monkeypatch.setattr(reading, "check_loose", lambda handle, oid: checked.append(oid) or real(handle, oid))
+    reader = ObjectReader(pygit2.Repository(str(repo)))
+    with reader.listing_loose():
+        assert [reader.blob(oid) for oid in packed] == [f"packed {i}\n".encode() for i in range(20)]
+        assert reader.blob(loose) == b"loose\n"
+        # written loose after the listing: read (checked only if its directory was listed later)
+        late = git_in(repo, "hash-object", "-w", "--stdin", stdin="late\n")
+        assert reader.blob(late) == b"late\n"
+    assert checked[0] == loose and set(checked) <= {loose, late}  # no packed object's file opened
+    checked.clear()
+    reader.blob(packed[0])  # outside the block: every read checks again
+    assert checked == [packed[0]]
 
 
 # -- parse_commit / parse_tree against git ------------------------------------------------------
