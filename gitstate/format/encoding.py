@@ -81,12 +81,59 @@ def check_value(value: Any, path: str = "", depth: int = 0) -> None:
 
 
 def dumps(value: Any, path: str = "") -> bytes:
-    """Validate and encode ``value`` as canonical CBOR."""
+    """Validate and encode ``value`` as canonical CBOR.
+
+    The common case (no floats, every map key a ``str``) takes a fast path: one walk checks the
+    value and copies its dicts with their keys in canonical order, then cbor2 encodes that copy
+    without its (slower) canonical mode, which for such values writes the same bytes. Anything
+    else (floats, whose canonical form is their shortest exact width; int keys; a value to refuse)
+    goes through :func:`check_value` and cbor2's canonical mode."""
+    try:
+        ordered = _in_canonical_order(value, 0)
+    except _Slow:
+        pass
+    else:
+        try:
+            return cbor2.dumps(ordered)
+        except (cbor2.CBOREncodeError, ValueError, TypeError, OverflowError):
+            pass  # e.g. a lone surrogate in a string: the canonical path below says where
     check_value(value, path)
     try:
         return cbor2.dumps(value, canonical=True)
     except (cbor2.CBOREncodeError, ValueError, TypeError, OverflowError) as exc:  # pragma: no cover
         raise EncodingError(path, str(exc)) from exc
+
+
+class _Slow(Exception):
+    """Raised by :func:`_in_canonical_order`: the value needs the general path."""
+
+
+def _key_order(key: str) -> tuple[int, bytes]:
+    raw = key.encode("utf-8")
+    return len(raw), raw  # canonical CBOR: shorter encoded keys first, then bytewise
+
+
+def _in_canonical_order(value: Any, depth: int) -> Any:
+    """``value`` with every dict's keys in canonical CBOR order (lists become lists); raises
+    :class:`_Slow` for a float, a non-``str`` key, a type other than the plain ones (subclasses
+    included) or nesting deeper than :data:`MAX_DEPTH` (then :func:`check_value` decides)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bytes or kind is bool or value is None:
+        return value
+    if depth > MAX_DEPTH:
+        raise _Slow
+    if kind is list or kind is tuple:
+        return [_in_canonical_order(item, depth + 1) for item in value]
+    if kind is dict:
+        for key in value:
+            if type(key) is not str:
+                raise _Slow
+        try:
+            keys = sorted(value, key=_key_order)
+        except UnicodeEncodeError:
+            raise _Slow from None
+        return {key: _in_canonical_order(value[key], depth + 1) for key in keys}
+    raise _Slow
 
 
 # -- decoding -------------------------------------------------------------------------------------

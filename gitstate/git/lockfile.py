@@ -17,9 +17,11 @@ removes the file only while it is still the one we wrote.
 that gitstate takes: created exclusively as git creates them, then held with ``flock`` for as long
 as gitstate owns them, and only then given an owner record (with ``"flock": true``). git writes no
 such record and takes no flock, and the kernel drops a flock when its holder dies, so a contender
-can tell the three cases apart: a record and a flock held, a live gitstate owner (never broken); a
-record and no flock, a dead one (broken at once); no record (git's lock, or ours in the two system
-calls before its record is written), judged by age alone.
+can tell the cases apart: a flock held, a live gitstate owner (never broken), with its record or
+without one (in the two system calls before the record is written, or once the holder replaced it
+by the ref's new value before renaming the lock over the ref); a record and no flock, a dead one
+(broken at once); neither (git's lock, or ours left in one of those instants by a killed holder),
+judged by age alone.
 
 Only the standard library: this module sits at the bottom of the git layer."""
 
@@ -36,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import TracebackType
 
-__all__ = ["Owner", "OwnedLock", "acquire", "break_stale", "create_held", "is_stale", "read_owner",
-           "release_held"]
+__all__ = ["Owner", "OwnedLock", "acquire", "break_stale", "create_held", "holds_flock", "is_stale",
+           "read_owner", "release_held"]
 
 
 def break_stale(path: str, is_stale: Callable[[str], bool]) -> bool:
@@ -235,24 +237,30 @@ def is_stale(path: str, stale_after: float) -> bool:
 
     A record written by :func:`create_held` under this kernel is judged by its flock: held, the
     owner lives (or a process it forked does); free, the owner is gone. Any other record by the
-    owner's pid and start time; no record (git's own locks) by age."""
+    owner's pid and start time; no record (git's own locks) by age, except that a file without a
+    record whose flock is held is never stale (a gitstate holder in the instant before its record
+    is written, or after it replaced the record by the ref's new value, see
+    :func:`gitstate.git.refs.set_if_equals`; git takes no flock)."""
     try:
         with open(path, "rb") as fh:
             data = fh.read(4096)
             mtime = os.fstat(fh.fileno()).st_mtime
             owner = Owner.parse(data)
             alive = _flock_alive(fh.fileno()) if owner is not None and owner.flock and owner.same_kernel() else None
+            held = owner is None and _flock_alive(fh.fileno()) is True
     except FileNotFoundError:
         return False
     except OSError:
         try:
-            mtime, owner, alive = os.stat(path).st_mtime, None, None  # unreadable: judged by age alone
+            mtime, owner, alive, held = os.stat(path).st_mtime, None, None, False  # unreadable: judged by age alone
         except OSError:
             return False
     if alive is None and owner is not None:
         alive = owner.alive()
     if alive is not None:
         return not alive
+    if owner is None and held:
+        return False  # no record, but a flock held: a gitstate holder between its record and rename
     return time.time() - mtime >= stale_after
 
 
@@ -273,6 +281,7 @@ def _flock_alive(fd: int) -> bool | None:
 
 _HELD: set[int] = set()  # descriptors of lock files this process holds (create_held); no mutex, so
 # that a fork while another thread holds one cannot leave the child's copy locked (set ops are atomic)
+_FLOCKED: set[int] = set()  # those of them held by flock (their owner record was written)
 _FLOCK_PATIENCE = 0.2  # seconds to wait for a flock that a contender's judge holds for a moment
 
 
@@ -284,12 +293,15 @@ def create_held(path: str, mode: int = 0o644) -> int:
     The record is written only once the flock is held, so a record without a flock always means a
     dead (or finished) owner. Where no flock can be had (a file system without flock; a judge
     that holds it longer than :data:`_FLOCK_PATIENCE`) the lock stays empty, as git's are, and is
-    judged by its age. Whatever is written into the lock, gitstate never renames it over the ref:
-    the new value goes through a file of its own (so the record survives until the lock is gone)."""
+    judged by its age. A holder that has the flock (:func:`holds_flock`) may replace the record by
+    the ref's new value and rename the lock over the ref, as git does: while the flock is held, a
+    lock without a record is still judged alive. Without the flock the new value goes through a
+    file of its own (:func:`gitstate.git.refs.set_if_equals`)."""
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, mode)
     try:
         if _flock_within(fd, _FLOCK_PATIENCE):
             _write_all(fd, _held_record())
+            _FLOCKED.add(fd)
     except BaseException:
         try:
             os.unlink(path)
@@ -298,6 +310,13 @@ def create_held(path: str, mode: int = 0o644) -> int:
         raise
     _HELD.add(fd)
     return fd
+
+
+def holds_flock(fd: int) -> bool:
+    """Whether the lock :func:`create_held` returned as ``fd`` is held by flock (and so carries
+    an owner record): a holder may then replace the record by other content and still be judged
+    alive (see :func:`is_stale`)."""
+    return fd in _FLOCKED
 
 
 _HELD_RECORD: tuple[int, bytes] | None = None
@@ -339,6 +358,7 @@ def release_held(path: str | None, fd: int) -> None:
                 pass
     finally:
         _HELD.discard(fd)
+        _FLOCKED.discard(fd)
         os.close(fd)
 
 
@@ -352,6 +372,7 @@ def _close_inherited() -> None:
         except OSError:
             pass
     _HELD.clear()
+    _FLOCKED.clear()
 
 
 os.register_at_fork(after_in_child=_close_inherited)

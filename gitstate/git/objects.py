@@ -56,7 +56,8 @@ class ObjectWriter:
         self._born = time.monotonic()
         # digest of a value's exact Python form -> blob id of its canonical encoding (see statetree)
         self.value_cache: OrderedDict[bytes, str] = OrderedDict()
-        self._staged: dict[str, tuple[int, bytes]] | None = None  # set while a transaction stages
+        # set while a transaction stages: id -> (type, body, its zlib stream's maker or None)
+        self._staged: dict[str, tuple[int, bytes, Callable[[], bytes] | None]] | None = None
         self.pack_dir = os.path.join(self.objects, "pack")
         # Packs flushed by a write whose refs have not moved yet: their objects are unreachable, so
         # each pack is kept (a .keep file) from a concurrent `git repack -a -d` until the write is
@@ -89,10 +90,13 @@ class ObjectWriter:
         """Whether ``oid`` is known to exist without asking the object database."""
         return oid in self._known
 
-    def write(self, kind: ObjectType, data: bytes, *, again: bool = False) -> str:
+    def write(self, kind: ObjectType, data: bytes, *, again: bool = False,
+              deflated: Callable[[], bytes] | None = None) -> str:
         """Write one object (unless it exists) and return its hex id. ``again``: stage it in the
         transaction's pack even if it is known to exist (to pack a loose copy, see
-        :meth:`drop_loose`)."""
+        :meth:`drop_loose`). ``deflated``: makes the zlib stream of ``data`` for the pack, when the
+        caller has it cheaper than compressing ``data`` again (see :mod:`gitstate.git.deflate`);
+        called only if the object goes into a pack."""
         self._expire()
         header = b"%s %d\x00" % (_TYPE_NAMES[kind], len(data))
         digest = hashlib.sha1(header, usedforsecurity=False)
@@ -104,7 +108,7 @@ class ObjectWriter:
         if self._staged is not None:
             # no existence check: an object already stored costs a few bytes in the new pack, and
             # writing it again keeps it alive however the repository was pruned meanwhile
-            self._staged.setdefault(oid, (int(kind), data))
+            self._staged.setdefault(oid, (int(kind), data, deflated))
             return oid
         raw = header + data
         loose = os.path.join(self.objects, oid[:2], oid[2:])
@@ -171,8 +175,9 @@ class ObjectWriter:
         staged, self._staged = self._staged, None
         if not staged:
             return None
-        written = write_pack(self.pack_dir, [(oid, kind, data) for oid, (kind, data) in staged.items()],
-                             fsync=fsync, sync_dir=sync_dir, keep=_keep_record())
+        written = write_pack(self.pack_dir, [(oid, kind, data) for oid, (kind, data, _z) in staged.items()],
+                             fsync=fsync, sync_dir=sync_dir, keep=_keep_record(),
+                             compressed={oid: z() for oid, (_k, _d, z) in staged.items() if z is not None})
         if written.keep is not None:
             self._keeps.append(written.keep)
         for oid in staged:
@@ -218,7 +223,7 @@ class ObjectWriter:
             return 0
         written = 0
         try:
-            for oid, (kind, data) in staged.items():
+            for oid, (kind, data, _z) in staged.items():
                 loose = os.path.join(self.objects, oid[:2], oid[2:])
                 if _freshen(loose):
                     continue
@@ -248,9 +253,9 @@ class ObjectWriter:
             for key in [k for k, oid in self.value_cache.items() if oid in staged]:
                 del self.value_cache[key]
 
-    def blob(self, data: bytes) -> str:
-        """Write a blob."""
-        return self.write(ObjectType.BLOB, data)
+    def blob(self, data: bytes, deflated: Callable[[], bytes] | None = None) -> str:
+        """Write a blob (``deflated``: see :meth:`write`)."""
+        return self.write(ObjectType.BLOB, data, deflated=deflated)
 
     def tree(self, entries: Iterable[TreeEntry]) -> str:
         """Write a tree from ``(name, hex id, mode)`` entries in any order."""
@@ -325,11 +330,12 @@ def _sort_key(entry: TreeEntry) -> bytes:
 
 def tree_bytes(entries: Iterable[TreeEntry]) -> bytes:
     """Serialise tree entries exactly as git does."""
-    parts = []
-    for name, oid, mode in sorted(entries, key=_sort_key):
-        parts.append(b"%o %s\x00" % (mode, name.encode("utf-8", "surrogateescape")))
-        parts.append(bytes.fromhex(oid))
-    return b"".join(parts)
+    return b"".join([entry_bytes(name, oid, mode) for name, oid, mode in sorted(entries, key=_sort_key)])
+
+
+def entry_bytes(name: str, oid: str, mode: int) -> bytes:
+    """One tree entry as git serialises it (a tree's bytes are its entries' in git's order)."""
+    return b"%o %s\x00" % (mode, name.encode("utf-8", "surrogateescape")) + bytes.fromhex(oid)
 
 
 def write_all(fd: int, data: bytes) -> None:

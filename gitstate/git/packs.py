@@ -77,7 +77,7 @@ import stat
 import struct
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -135,7 +135,8 @@ class PackWritten:
 
 
 def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsync: bool = False,
-               compression: int = 1, sync_dir: bool = False, keep: bytes | None = None) -> PackWritten:
+               compression: int = 1, sync_dir: bool = False, keep: bytes | None = None,
+               compressed: Mapping[str, bytes] | None = None) -> PackWritten:
     """Write ``objects`` as one version-2 pack with its version-2 index in ``pack_dir``.
 
     Each object is ``(hex id, type, body)``: type 1 commit, 2 tree, 3 blob, 4 tag, and the body
@@ -150,7 +151,10 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
     put in place (as ``git receive-pack`` keeps the pack it received until its refs are updated):
     ``git repack -a -d`` and ``git gc`` neither delete a kept pack nor drop its objects, which are
     unreachable until the caller's refs name them. The caller removes the file afterwards
-    (:attr:`PackWritten.keep`; ``None`` when a ``.keep`` of that name existed already)."""
+    (:attr:`PackWritten.keep`; ``None`` when a ``.keep`` of that name existed already).
+
+    ``compressed`` maps ids to the zlib stream of their body, made already by the caller
+    (:mod:`gitstate.git.deflate`): the entry holds it as it is (it must inflate to the body)."""
     if not -1 <= compression <= 9:
         raise UsageError(f"compression must be a zlib level from -1 to 9, not {compression}")
     seen: set[str] = set()
@@ -164,7 +168,10 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
         if kind not in _WHOLE_TYPES:
             raise UsageError(f"object {oid}: type {kind} is not 1-4 (commit, tree, blob, tag)")
         seen.add(oid)
-        entry = _entry_header(kind, len(body)) + zlib.compress(body, compression)
+        deflated = compressed.get(oid) if compressed else None
+        if deflated is None:
+            deflated = zlib.compress(body, compression)
+        entry = _entry_header(kind, len(body)) + deflated
         index.append((raw, offset, zlib.crc32(entry)))
         chunks.append(entry)
         offset += len(entry)

@@ -282,11 +282,10 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
                   committer: tuple[str, str], fsync: bool = False, log: bool = True) -> None:
     """Compare-and-swap: move ``name`` from ``old`` (``None``: must not exist) to ``new``, with a
     reflog entry, by git's own file protocol: create ``<ref>.lock`` exclusively, read the value
-    under the lock (loose file, else ``packed-refs``), compare, write the new value (into a file
-    beside the lock, since the lock keeps gitstate's owner record: see :func:`lockfile.create_held`),
-    append the reflog line, rename the new value over the ref, remove the lock. Compatible with git
-    and libgit2 writers,
-    which take the same lock. One attempt: raises :class:`ConflictError` (value differs),
+    under the lock (loose file, else ``packed-refs``), compare, append the reflog line, write the
+    new value into the lock (in place of gitstate's owner record, the flock still held: see
+    :func:`lockfile.create_held`), rename the lock over the ref. Compatible with git and libgit2
+    writers, which take the same lock. One attempt: raises :class:`ConflictError` (value differs),
     :class:`LockBusy` (lock held), :class:`TransientRefError` (a concurrent pack-refs moved things)
     or :class:`StoreWriteError` (not writable). On any error the ref is unchanged.
 
@@ -311,18 +310,28 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
     # The lock holds gitstate's owner record under a flock (so a contender breaks it at once if we
-    # die); the new value goes into a file of its own, renamed over the ref while we hold the lock,
-    # which is git's protocol seen from any other process. Its name ends in ".lock", so git and
-    # libgit2 never list it as a ref.
-    value = _new_value_name(lock)
+    # die). Once the value is compared and the reflog line appended, the record is replaced by the
+    # new value and the lock renamed over the ref, git's own protocol: the flock, held until the
+    # descriptor closes, keeps the lock judged alive without its record (lockfile.is_stale).
+    # Without a flock (a file system that has none) the lock carries no record; the new value then
+    # goes into a file of its own, renamed over the ref while we hold the lock (its name ends in
+    # ".lock", so git and libgit2 never list it as a ref), so that a lock broken under a stalled
+    # writer is never renamed over the ref by it.
+    data = f"{new}\n".encode("ascii")
+    in_lock = lockfile.holds_flock(fd)
+    value = lock if in_lock else _new_value_name(lock)
     renamed = False
     try:
         actual = _read_loose_or_packed(common_dir, name, path)
         if actual != old:
             raise ConflictError(name, old, actual)
-        _write_file(value, f"{new}\n".encode("ascii"), fsync)
+        if not in_lock:
+            _write_file(value, data, fsync)
         if log:
             _append_reflog(common_dir, name, old, new, message, committer, fsync)
+        if in_lock:
+            # last, so that a writer killed before this point leaves its record (broken at once)
+            _replace_content(fd, data, fsync)
         os.rename(value, path)
         renamed = True
         if fsync:
@@ -332,15 +341,29 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
     finally:
-        if not renamed:
+        if not renamed and not in_lock:
             try:
                 os.unlink(value)
             except OSError:
                 pass
         try:
-            lockfile.release_held(lock, fd)
+            # the lock file is the ref now once renamed: only the descriptor (and flock) goes
+            lockfile.release_held(None if renamed and in_lock else lock, fd)
         except OSError:
             pass
+
+
+def _replace_content(fd: int, data: bytes, fsync: bool) -> None:
+    """Make the open file ``fd`` hold exactly ``data`` (flushed when ``fsync``): written over its
+    start, then cut to length (not truncated to zero first: ext4 flushes a file truncated to zero
+    when it is closed, as it does for one renamed over another, and one flush is enough)."""
+    view = memoryview(data)
+    offset = 0
+    while offset < len(data):
+        offset += os.pwrite(fd, view[offset:], offset)
+    os.ftruncate(fd, len(data))
+    if fsync:
+        os.fsync(fd)
 
 
 def _make_ref_dirs(common_dir: str, directory: str) -> None:

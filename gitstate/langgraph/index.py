@@ -114,6 +114,7 @@ class RefReader:
         self.worktree = worktree
         self._packed_stamp: tuple[int, int, int] | None = None
         self._packed: dict[str, str] = {}
+        self._packed_path = os.path.join(common_dir, "packed-refs")
         self.files_backend = os.path.isdir(os.path.join(common_dir, "refs")) and not self._reftable()
         self._paths: dict[str, tuple[str, str]] = {}  # run id -> (ref prefix, loose folder)
         self._listed: dict[str, tuple[tuple[object, ...], dict[str, str], dict[str, str]]] = {}
@@ -121,14 +122,12 @@ class RefReader:
     def _reftable(self) -> bool:
         return os.path.isdir(os.path.join(self.common_dir, "reftable"))
 
-    def _packed_refs(self) -> dict[str, str]:
+    def _packed_refs(self, stamp: tuple[int, int, int] | None) -> dict[str, str]:
+        """The table of ``packed-refs``, whose stamp the caller just took (``None``: no file)."""
         path = os.path.join(self.common_dir, "packed-refs")
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
+        if stamp is None:
             self._packed_stamp, self._packed = None, {}
             return self._packed
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp != self._packed_stamp:
             table: dict[str, str] = {}
             with open(path, encoding="utf-8", errors="replace") as fh:
@@ -168,12 +167,15 @@ class RefReader:
                     writes[name[len(writes_prefix):]] = oid
             return heads, writes
         heads_dir, writes_dir = os.path.join(folder, "heads"), os.path.join(folder, REF_KIND)
-        stamps = (_stamp(heads_dir), _stamp(writes_dir), _stamp(os.path.join(self.common_dir, "packed-refs")))
+        stamps = (_stamp(heads_dir), _stamp(writes_dir), _stamp(self._packed_path))
         hit = self._listed.get(run_id)
         if hit is not None and hit[0] == stamps:
             return dict(hit[1]), dict(hit[2])
         started = time.time()
-        packed = self._packed_refs()
+        try:
+            packed = self._packed_refs(stamps[2])
+        except FileNotFoundError:  # removed since its stamp was taken
+            packed = self._packed_refs(None)
         if packed:
             for name, oid in packed.items():
                 if name.startswith(heads_prefix):

@@ -16,18 +16,22 @@ Nothing is ever unpickled here: decoding goes through the saver's serde, whose p
 from __future__ import annotations
 
 import copy
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pygit2.enums import ObjectType
+
 from gitstate.errors import CorruptObjectError, GitStateError, UnsafeValueError
 from gitstate.format.lgserde import MSGPACK, array_header, parse_typed, split_array, typed_blob
 from gitstate.format.lgtree import CHUNK, FANOUT, LIST, VALUE
 from gitstate.format.names import decode_component, encode_component
 from gitstate.format.statetree import MAX_TREE_DEPTH
-from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
+from gitstate.git.deflate import AppendDeflater
+from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry, entry_bytes
 from gitstate.git.reader import ObjectReader
 
 MEMO_LISTS = 256  # lists remembered for appending (one per thread, namespace and channel)
@@ -50,6 +54,10 @@ def decode(loads: Callable[[Typed], Any], typed: Typed, oid: str) -> Any:
         raise CorruptObjectError(oid, f"value does not decode ({type(exc).__name__}: {exc})") from exc
 
 
+def _const(value: bytes) -> Callable[[], bytes]:
+    return lambda: value
+
+
 @dataclass
 class _ListMemo:
     """What was written last for one list channel: the stored tree, the items (kept by reference,
@@ -59,6 +67,8 @@ class _ListMemo:
     items: list[Any]
     chunks: list[str]
     last_bytes: list[bytes] = field(default_factory=list)
+    deflater: AppendDeflater | None = None  # the last chunk's items compressed so far
+    entry_bytes: list[bytes] = field(default_factory=list)  # the chunk tree's entries, serialised
 
 
 class ByteLRU:
@@ -161,8 +171,11 @@ class ValueCodec:
         if memo is not None and parent is not None and parent[1] == memo.tree:
             old = memo.items
             limit = min(len(old), len(items))
-            while shared < limit and items[shared] is old[shared]:
-                shared += 1
+            if all(map(operator.is_, items[:limit], old[:limit])):
+                shared = limit  # the usual case (the list appended to), checked at C speed
+            else:
+                while shared < limit and items[shared] is old[shared]:
+                    shared += 1
             if shared == len(old) and shared:
                 shared -= 1  # the last stored item is re-encoded: it is the one most likely mutated
         first = shared // CHUNK
@@ -176,37 +189,72 @@ class ValueCodec:
                 return None
             encoded.append(bytes(data))
         last: list[bytes] = []
+        deflater: AppendDeflater | None = None
         for offset in range(0, len(encoded), CHUNK):
             part = encoded[offset:offset + CHUNK]
-            blob = array_header(len(part)) + b"".join(part)
-            oid = w.blob(blob)
-            self._chunks.put(oid, (len(part), blob[len(array_header(len(part))):]))
+            header = array_header(len(part))
+            blob = header + b"".join(part)
+            stream: bytes | None = None
+            if offset + CHUNK >= len(encoded):  # the last chunk, which the next append rewrites
+                deflater = self._deflater(memo.deflater if reuse_tail and memo and not offset else None, part)
+                stream = deflater.stream(header)
+            oid = w.blob(blob, _const(stream) if stream is not None else None)
+            self._chunks.put(oid, (len(part), blob[len(header):]))
             chunks.append(oid)
             last = part
-        tree = self._chunk_tree(w, chunks)
+        known = memo.entry_bytes[:first] if memo is not None and shared else []
+        tree, serialised = self._chunk_tree(w, chunks, known)
         with self._memo_lock:
-            self._memo[key] = _ListMemo(tree, list(items), chunks, last)
+            self._memo[key] = _ListMemo(tree, list(items), chunks, last, deflater, serialised)
             self._memo.move_to_end(key)
             while len(self._memo) > MEMO_LISTS:
                 self._memo.popitem(last=False)
         return tree
 
-    def _chunk_tree(self, w: ObjectWriter, chunks: list[str]) -> str:
+    @staticmethod
+    def _deflater(known: AppendDeflater | None, part: list[bytes]) -> AppendDeflater:
+        """A deflater holding the items of ``part``: ``known`` (the previous last chunk's) with
+        the new items appended when what it holds is a prefix of ``part``, else a new one."""
+        if known is not None:
+            n = len(known.parts)
+            if n <= len(part) and known.parts == part[:n]:
+                for item in part[n:]:
+                    known.append(item)
+                return known
+        deflater = AppendDeflater()
+        for item in part:
+            deflater.append(item)
+        return deflater
+
+    def _chunk_tree(self, w: ObjectWriter, chunks: list[str], known: list[bytes]) -> tuple[str, list[bytes]]:
+        """The tree of ``chunks`` (and the serialised entries of one level of them); ``known``:
+        the serialised entries of a prefix of ``chunks``, from the list's previous tree."""
         level: list[TreeEntry] = [(f"{i * CHUNK:010d}", oid, MODE_BLOB) for i, oid in enumerate(chunks)]
+        if len(level) <= FANOUT:
+            # names of one width and one mode: already in git's order, and the entries the
+            # previous tree had are serialised already
+            serialised = known + [entry_bytes(*e) for e in level[len(known):]]
+            oid = w.write(ObjectType.TREE, b"".join(serialised))
+            self._remember_tree(oid, level)
+            return oid, serialised
         while len(level) > FANOUT:
             level = [(level[g][0], self.tree(w, level[g:g + FANOUT]), MODE_TREE)
                      for g in range(0, len(level), FANOUT)]
-        return self.tree(w, level)
+        return self.tree(w, level), []
 
     def tree(self, w: ObjectWriter, entries: list[TreeEntry]) -> str:
         """Write a tree and remember its entries (so reading it back costs no object lookup)."""
         oid = w.tree(entries)
         ordered = sorted(entries, key=lambda e: e[0] + "/" if e[2] == MODE_TREE else e[0])
+        self._remember_tree(oid, [(n, o, int(m)) for n, o, m in ordered])
+        return oid
+
+    def _remember_tree(self, oid: str, entries: list[TreeEntry]) -> None:
+        """Cache a tree's entries, in git's order."""
         with self._trees_lock:
-            self._trees[oid] = [(n, o, int(m)) for n, o, m in ordered]
+            self._trees[oid] = entries
             if len(self._trees) > 16384:
                 self._trees.popitem(last=False)
-        return oid
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -190,7 +190,8 @@ class StoreCore:
                 writer.begin()
                 try:
                     result = build(tx)
-                    stale = _moved_already(common, tx)
+                    # (a loose write's few objects cost less than the look: the CAS alone tells)
+                    stale = None if loose else _moved_already(common, tx)
                     if stale is not None and (stale.strict or backoff.expired()):
                         raise ConflictError(stale.ref, stale.old, _hint(refs.peek(common, stale.ref)))
                 except BaseException:
@@ -488,8 +489,11 @@ class StoreCore:
 
 def _moved_already(common_dir: str, tx: Transaction) -> RefUpdate | None:
     """The first staged update whose ref no longer holds the value it expects (read without the
-    lock: a hint; the compare-and-swap under the lock decides)."""
+    lock: a hint; the compare-and-swap under the lock decides). Deletions of short-lived refs that
+    may be gone already (``missing_ok``) are not looked at: they succeed either way."""
     for update in tx.updates:
+        if update.missing_ok:
+            continue
         current = refs.peek(common_dir, update.ref)
         if current is not False and current != update.old:
             return update

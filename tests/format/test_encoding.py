@@ -342,6 +342,43 @@ def test_random_values_round_trip() -> None:
         assert dumps(back) == data
 
 
+def _str_keyed(rng: random.Random, depth: int = 0) -> Any:
+    """A value dumps' fast path takes: no floats, every key a str (multi-byte, empty, same lengths)."""
+    roll = rng.random()
+    if depth >= 4 or roll < 0.5:
+        return rng.choice([None, True, False, rng.randint(-2**70, 2**70), rng.randint(-30, 30), rng.randbytes(rng.randrange(40)),
+                           "".join(rng.choice("ab é€😀\x00") for _ in range(rng.randrange(30)))])
+    if roll < 0.7:
+        return [_str_keyed(rng, depth + 1) for _ in range(rng.randint(0, 6))]
+    if roll < 0.75:
+        return tuple(_str_keyed(rng, depth + 1) for _ in range(rng.randint(0, 3)))
+    keys = ["".join(rng.choice("abzé€😀") for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(0, 8))]
+    return {k: _str_keyed(rng, depth + 1) for k in keys}
+
+
+def test_fast_path_writes_exactly_cbor2_canonical_bytes() -> None:
+    rng = random.Random(20261123)
+    for _ in range(2000):
+        value = _str_keyed(rng)
+        assert dumps(value) == cbor2.dumps(value, canonical=True)
+    for _ in range(300):  # floats and int keys take the general path, same bytes
+        value = _random_value(rng)
+        assert dumps(value) == cbor2.dumps(value, canonical=True)
+
+
+def test_fast_path_refuses_what_check_value_refuses() -> None:
+    class Sub(str):
+        pass
+
+    for bad, where in (({"a": {1.5j}}, "x.a"), ({"a": [object()]}, "x.a[0]"), ({(1,): 1}, "x")):
+        with pytest.raises(EncodingError) as info:
+            dumps(bad, "x")
+        assert info.value.path == where
+    assert dumps({Sub("k"): Sub("v")}) == cbor2.dumps({"k": "v"}, canonical=True)
+    with pytest.raises(EncodingError):
+        dumps({"a": "\udc80"})  # a lone surrogate is not UTF-8
+
+
 def test_mutated_payloads_are_refused_or_canonical() -> None:
     """Whatever loads accepts, dumps writes back byte for byte: it accepts only canonical form."""
     rng = random.Random(7)

@@ -377,3 +377,24 @@ def test_a_flock_record_whose_flock_is_free_is_stale_at_once(tmp_path: Path) -> 
     assert lockfile.is_stale(str(path), 3600)
     assert lockfile.break_stale(str(path), lambda p: lockfile.is_stale(p, 3600))
     assert not path.exists()
+
+
+def test_a_lock_without_record_is_alive_while_its_flock_is_held(tmp_path: Path) -> None:
+    path = tmp_path / "ref.lock"
+    fd = lockfile.create_held(str(path))
+    try:
+        assert lockfile.holds_flock(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, b"0" * 40 + b"\n", 0)  # the record replaced by a ref's new value, as set_if_equals does
+        then = time.time() - 3600
+        os.utime(path, (then, then))
+        assert lockfile.read_owner(str(path)) is None
+        assert not lockfile.is_stale(str(path), 60)  # old and without a record, but its flock is held
+        assert not lockfile.break_stale(str(path), lambda p: lockfile.is_stale(p, 60))
+        assert path.exists()
+    finally:
+        lockfile.release_held(str(path), fd)
+    assert not lockfile.holds_flock(fd)
+    path.write_bytes(b"0" * 40 + b"\n")  # the same content, nobody holding it: git's lock, judged by age
+    os.utime(path, (time.time() - 3600,) * 2)
+    assert lockfile.is_stale(str(path), 60)

@@ -56,6 +56,42 @@ def test_set_if_equals_creates_updates_and_refuses(repo: Path) -> None:
     git(repo, "fsck", "--strict")
 
 
+def test_set_if_equals_renames_its_lock_over_the_ref_and_leaves_nothing_beside(repo: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = commits(repo, 2)
+    refs.set_if_equals(common(repo), REF, None, a, "gitstate: create", committer=WHO)
+    path = Path(common(repo), REF)
+    before = path.stat().st_ino
+    renamed: list[tuple[str, str]] = []
+    real_rename = os.rename
+
+    def spy(src: str, dst: str) -> None:
+        renamed.append((str(src), str(dst)))
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", spy)
+    refs.set_if_equals(common(repo), REF, a, b, "gitstate: move", committer=WHO)
+    assert renamed == [(str(path) + ".lock", str(path))]  # git's protocol: the lock becomes the ref
+    assert path.read_bytes() == f"{b}\n".encode()  # exactly the value: the owner record is gone
+    assert path.stat().st_ino != before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["main"]
+    git(repo, "fsck", "--strict")
+
+
+def test_set_if_equals_without_flock_writes_the_value_beside_the_lock(repo: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from gitstate.git import lockfile
+
+    a, b = commits(repo, 2)
+    monkeypatch.setattr(lockfile, "_flock_within", lambda fd, seconds: False)  # a file system without flock
+    refs.set_if_equals(common(repo), REF, None, a, "gitstate: create", committer=WHO)
+    refs.set_if_equals(common(repo), REF, a, b, "gitstate: move", committer=WHO)
+    path = Path(common(repo), REF)
+    assert path.read_bytes() == f"{b}\n".encode()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["main"]
+    assert [line.split()[1] for line in git(repo, "reflog", "show", "--format=%H %H", REF).splitlines()] == [b, a]
+
+
 def test_set_if_equals_expecting_a_value_on_a_missing_ref(repo: Path) -> None:
     (a,) = commits(repo, 1)
     with pytest.raises(ConflictError) as info:

@@ -1,0 +1,65 @@
+"""zlib streams of objects that grow by appending, without compressing the whole object again.
+
+A growing list's last chunk (the LangGraph saver's message history) is written anew at every step,
+one item longer each time; compressing all of it again costs more than anything else in the step's
+object writing. :class:`AppendDeflater` compresses each appended part once, with the history of
+the parts before it (``Z_SYNC_FLUSH`` after each, so the compressed output ends on a byte boundary
+and later parts only append to it), and :meth:`AppendDeflater.stream` wraps any short ``head`` (the
+part of the object that changes as it grows, such as a count) and the parts so far into one
+complete zlib stream: the zlib header, ``head`` as a stored block, the parts' deflate blocks, an
+empty final block and the Adler-32 of the whole. Back-references inside the parts' blocks never
+reach before the first part, so they mean the same behind any ``head``. Any zlib inflater (git,
+libgit2) reads such a stream as the object's bytes; its size is a few bytes per part more than
+one-shot compression."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+_ZLIB_HEADER = b"\x78\x01"  # deflate, 32 KiB window, "fastest" level
+_FINAL_EMPTY_BLOCK = b"\x03\x00"  # a final, empty block with fixed codes (after a byte boundary)
+_ADLER_BASE = 65521
+MAX_HEAD = 0xFFFF  # one stored block
+
+
+def adler32_combine(adler1: int, adler2: int, len2: int) -> int:
+    """The Adler-32 of ``a + b`` from that of ``a``, that of ``b`` and ``len(b)`` (zlib's
+    ``adler32_combine``, which Python's zlib does not expose)."""
+    rem = len2 % _ADLER_BASE
+    sum1 = adler1 & 0xFFFF
+    sum2 = (rem * sum1) % _ADLER_BASE
+    sum1 += (adler2 & 0xFFFF) + _ADLER_BASE - 1
+    sum2 += ((adler1 >> 16) & 0xFFFF) + ((adler2 >> 16) & 0xFFFF) + _ADLER_BASE - rem
+    sum1 %= _ADLER_BASE
+    sum2 %= _ADLER_BASE
+    return sum1 | (sum2 << 16)
+
+
+class AppendDeflater:
+    """Parts appended one by one, compressed once each; :meth:`stream` gives the zlib stream of
+    ``head + b"".join(parts)`` for any ``head`` of at most :data:`MAX_HEAD` bytes."""
+
+    def __init__(self, level: int = 1) -> None:
+        self._deflate = zlib.compressobj(level, zlib.DEFLATED, -15)  # raw deflate: no header
+        self._out: list[bytes] = []
+        self.parts: list[bytes] = []  # what was appended (kept by reference), in order
+        self.length = 0  # total bytes of the parts
+        self._adler = 1  # Adler-32 of the parts
+
+    def append(self, part: bytes) -> None:
+        """Compress ``part`` after those appended before (an empty part costs nothing)."""
+        self.parts.append(part)
+        if not part:
+            return
+        self._out.append(self._deflate.compress(part) + self._deflate.flush(zlib.Z_SYNC_FLUSH))
+        self.length += len(part)
+        self._adler = zlib.adler32(part, self._adler)
+
+    def stream(self, head: bytes) -> bytes:
+        """The zlib stream of ``head`` followed by every part appended so far."""
+        if len(head) > MAX_HEAD:
+            raise ValueError(f"head of {len(head)} bytes: at most {MAX_HEAD}")
+        stored = b"\x00" + struct.pack("<HH", len(head), len(head) ^ 0xFFFF) + head
+        adler = adler32_combine(zlib.adler32(head), self._adler, self.length)
+        return b"".join((_ZLIB_HEADER, stored, *self._out, _FINAL_EMPTY_BLOCK, struct.pack(">I", adler)))
