@@ -45,24 +45,51 @@ __all__ = ["Owner", "OwnedLock", "acquire", "break_stale", "create_held", "holds
 def break_stale(path: str, is_stale: Callable[[str], bool]) -> bool:
     """Remove the lock file ``path`` if ``is_stale`` calls it stale; True when a stale lock was removed.
 
-    ``is_stale(p)`` judges the file at ``p`` by its content or age (a missing file is not stale). It
-    is asked twice: about ``path`` (nothing is touched when it says fresh), then about the same file
-    after it was renamed aside to a unique name, where no other process can replace or remove it.
-    Only that second verdict decides, so a lock another process took between the first look and
-    the rename is never deleted: it is put back by ``os.link``, which fails harmlessly when yet
-    another process has locked ``path`` in the meantime (theirs then stands)."""
+    ``is_stale(p)`` judges the file at ``p`` by its content or age (a missing file is not stale).
+    The file judged is pinned first (opened), and everything after is about that file only:
+
+    1. the verdict on ``path`` counts only if ``path`` still names the pinned file afterwards (another
+       breaker may have removed it and a live writer locked ``path`` again meanwhile);
+    2. the breaker then takes an exclusive flock on it without waiting: a live gitstate holder, or
+       another breaker at the same file, holds one, and the lock is left alone; and checks again
+       that ``path`` names it. No other breaker can move it now, and its owner is gone, so
+       ``path`` is not replaced before
+    3. the rename aside to a unique name (where no other process can replace or remove it), the
+       flock released and ``is_stale`` asked again about it there. Only that second verdict
+       decides: a lock judged fresh is put back by ``os.link``, which fails harmlessly when another
+       process locked ``path`` meanwhile.
+
+    So a live writer's lock is never moved aside and replaced under it (it would then rename
+    another writer's lock over the ref). Where no flock can be had (a file system without it)
+    step 2 is skipped, as such locks are judged by age alone."""
     try:
-        if not is_stale(path):
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+    except OSError:
+        return False  # gone (or not a file): nothing to break
+    try:
+        pinned = os.fstat(fd)
+        try:
+            if not is_stale(path) or not _names(path, pinned):
+                return False
+        except OSError:
             return False
-    except OSError:
-        return False
-    # The aside name ends in ".lock" so git and libgit2, which skip "*.lock" when listing loose
-    # refs, never see it as a ref while it exists.
-    aside = f"{path}.stale-{os.getpid()}-{secrets.token_hex(4)}.lock"
-    try:
-        os.rename(path, aside)
-    except OSError:
-        return False  # gone already (another breaker, or released): nothing of ours to do
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # held: its owner lives, or another breaker is at it
+        except OSError:
+            pass  # no flock on this file system
+        if not _names(path, pinned):
+            return False
+        # The aside name ends in ".lock" so git and libgit2, which skip "*.lock" when listing loose
+        # refs, never see it as a ref while it exists.
+        aside = f"{path}.stale-{os.getpid()}-{secrets.token_hex(4)}.lock"
+        try:
+            os.rename(path, aside)
+        except OSError:
+            return False
+    finally:
+        os.close(fd)  # releases the flock: the second verdict must not see it as the owner's
     stale = False
     try:
         try:
@@ -80,6 +107,15 @@ def break_stale(path: str, is_stale: Callable[[str], bool]) -> bool:
         except OSError:
             pass
     return stale
+
+
+def _names(path: str, pinned: os.stat_result) -> bool:
+    """Whether ``path`` is (still) the file ``pinned`` was taken of."""
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (pinned.st_dev, pinned.st_ino)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ win."""
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import select
 import signal
@@ -398,3 +399,48 @@ def test_a_lock_without_record_is_alive_while_its_flock_is_held(tmp_path: Path) 
     path.write_bytes(b"0" * 40 + b"\n")  # the same content, nobody holding it: git's lock, judged by age
     os.utime(path, (time.time() - 3600,) * 2)
     assert lockfile.is_stale(str(path), 60)
+
+
+def test_break_stale_never_moves_a_lock_taken_after_the_verdict(tmp_path: Path) -> None:
+    """A breaker judged a stale lock; another breaker removed it and a live writer locked again
+    before this one acted. Its lock must stay where it is: moved aside while a third process locked
+    the path, the writer would rename that process's lock file over the ref."""
+    path = str(tmp_path / "ref.lock")
+    Path(path).write_bytes(b"")
+    os.utime(path, (time.time() - 3600,) * 2)  # stale: no record, old
+    held: list[int] = []
+    calls = [0]
+
+    def judge(p: str) -> bool:
+        calls[0] += 1
+        verdict = lockfile.is_stale(p, stale_after=5.0)
+        if calls[0] == 1:  # the other breaker removes it; the writer locks the path again
+            os.unlink(path)
+            held.append(lockfile.create_held(path))
+        elif calls[0] == 2:  # (only if the writer's lock was moved aside) a third process locks
+            held.append(lockfile.create_held(path))
+        return verdict
+
+    try:
+        assert lockfile.break_stale(path, judge) is False
+        writer = os.fstat(held[0])
+        assert (os.stat(path).st_dev, os.stat(path).st_ino) == (writer.st_dev, writer.st_ino)
+        assert len(held) == 1 and os.listdir(tmp_path) == ["ref.lock"]
+    finally:
+        for fd in held:
+            lockfile.release_held(None, fd)
+
+
+def test_break_stale_leaves_a_lock_another_breaker_is_at(tmp_path: Path) -> None:
+    path = str(tmp_path / "ref.lock")
+    Path(path).write_bytes(b"")
+    os.utime(path, (time.time() - 3600,) * 2)
+    other = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a breaker between its flock and its rename
+        assert lockfile.break_stale(path, lambda p: True) is False
+        assert os.path.exists(path)
+    finally:
+        os.close(other)
+    assert lockfile.break_stale(path, lambda p: lockfile.is_stale(p, stale_after=5.0)) is True
+    assert not os.path.exists(path)
