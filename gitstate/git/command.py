@@ -146,9 +146,11 @@ def _cached_version(cache: str) -> tuple[int, ...]:
     version = git_version()
     # One write in place, no temporary file: a process killed meanwhile leaves nothing behind but
     # a line the next reader does not take; processes racing write lines that each stand alone.
+    # O_NOFOLLOW: a symbolic link put in the cache's place is never written (nor its target cut).
     try:
-        fd = os.open(cache, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-    except OSError:  # no private folder yet, or a read-only repository: ask again next time
+        fd = os.open(cache, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0),
+                     0o666)
+    except OSError:  # no private folder yet, a read-only repository, or a link: ask again next time
         return version
     try:
         os.write(fd, f"{key}\t{'.'.join(map(str, version))}\n".encode())

@@ -92,6 +92,17 @@ def test_unwritable_cache_still_checks(tmp_path: Path, monkeypatch: pytest.Monke
     assert calls(log) == ["--version", "--version"] and not missing.parent.exists()
 
 
+def test_cache_never_written_through_a_symbolic_link(tmp_path: Path, fresh: None) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's own file\n")
+    cache = tmp_path / "git-version"
+    cache.symlink_to(victim)  # planted in the store's private folder
+    for _ in range(2):
+        forget_git_version()
+        check_git_version(str(cache))  # still checks git
+    assert victim.read_text() == "the user's own file\n" and cache.is_symlink()
+
+
 def test_opening_a_store_starts_no_git_once_remembered(repo: Path, tmp_path: Path) -> None:
     log = fake_git(tmp_path / "bin")
     env = dict(os.environ, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
