@@ -45,6 +45,7 @@ from gitstate.errors import (
     UnsupportedFormatError,
     UnsupportedRepositoryError,
     UsageError,
+    WorktreeWriteError,
 )
 
 # Everything but the errors is imported on first use (PEP 562), so `import gitstate` and
@@ -148,6 +149,7 @@ __all__ = [
     "UnsupportedFormatError",
     "UnsupportedRepositoryError",
     "UsageError",
+    "WorktreeWriteError",
     "Workspace",
     "Transaction",
     "export_bundle",

@@ -246,6 +246,16 @@ class StoreWriteError(GitStateError):
         super().__init__(f"cannot write the store at {path}: {reason}")
 
 
+class WorktreeWriteError(StoreWriteError):
+    """A restore could not write or remove a file of the worktree (permissions, disk full, a file
+    made meanwhile in its place); ``path`` is that file. A :class:`StoreWriteError` (as it was
+    reported before this class existed), worded for the worktree."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        GitStateError.__init__(self, f"cannot write {path} in the worktree: {reason}")
+        self.path = path
+
+
 class UsageError(GitStateError, ValueError):
     """An argument is out of range or of the wrong kind (``keep_latest=0``, an empty node name)."""
 

@@ -529,6 +529,8 @@ def test_parallel_restore_stops_at_the_first_failure(work: Path, monkeypatch: py
         bounded(lambda: run.restore(c1, force=True), seconds=30)
     if where == "writer":
         assert calls[39] in str(caught.value)  # the path that failed is named
+        assert isinstance(caught.value, gitstate.WorktreeWriteError)
+        assert str(caught.value).startswith(f"cannot write {work}") and "in the worktree" in str(caught.value)
     assert not [t for t in threading.enumerate() if t.name.startswith("gitstate-restore")]
     assert len(calls) < 300  # the writing stopped: not every queued file was written
     monkeypatch.undo()

@@ -47,9 +47,9 @@ from pygit2.enums import FilterMode, ObjectType
 
 from gitstate.errors import (
     CorruptObjectError,
-    StoreWriteError,
     UnsafeTreeError,
     UsageError,
+    WorktreeWriteError,
 )
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.git.objects import MODE_COMMIT, MODE_EXEC, MODE_LINK, MODE_TREE, write_all
@@ -384,7 +384,7 @@ def apply(repo: pygit2.Repository, common_dir: str, workdir: str, plan: Plan,
     the kernel. Every file is still written as :func:`_place` says, whichever thread writes it.
 
     Returns what was written: path → (blob id, mode, ``lstat`` of the new file), for the stat
-    cache. An ``OSError`` becomes :class:`StoreWriteError` naming the path."""
+    cache. An ``OSError`` becomes :class:`WorktreeWriteError` naming the path."""
     total = len(plan.deletes) + len(plan.writes)
     done = 0
     if reader is None:
@@ -465,7 +465,7 @@ def _write_parallel(workdir: str, common_dir: str, jobs: Iterable[_Job], progres
         try:
             dirs = _Directories(workdir)
         except OSError as exc:
-            fail(StoreWriteError(workdir, exc.strerror or str(exc)))
+            fail(WorktreeWriteError(workdir, exc.strerror or str(exc)))
         try:
             # a writer takes jobs until told to end, even after a failure: the reader never waits
             # on a full queue that nobody empties
@@ -512,7 +512,7 @@ def _guarded(workdir: str, path: str, call: Callable[..., Any], *args: Any) -> A
     try:
         return call(*args)
     except OSError as exc:
-        raise StoreWriteError(os.path.join(workdir, path), exc.strerror or str(exc)) from exc
+        raise WorktreeWriteError(os.path.join(workdir, path), exc.strerror or str(exc)) from exc
 
 
 class _Directories:
