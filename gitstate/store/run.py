@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -506,7 +505,7 @@ class Run:
         plan = restoring.make_plan(store.repo, snap.tree, target, prefixes)
         # one listing of the loose objects for both passes over the blobs (sizes, then contents),
         # taken before the writer threads start
-        with reader.listing_loose() if len(plan.writes) >= restoring.PARALLEL_MIN else nullcontext():
+        with restoring.reading_many(reader, len(plan.writes)):
             sizes = restoring.check_blobs(reader, plan)
             nested = [p for p in (*plan.writes, *plan.deletes) if any(restoring.matches(p, [s]) for s in snap.skipped)]
             blocked = sorted(set(restoring.find_obstacles(workdir, plan)) | set(nested))

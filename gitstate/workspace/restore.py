@@ -207,7 +207,7 @@ def check_blobs(reader: ObjectReader, plan: Plan) -> dict[str, int]:
     tree can give a file mode to a tree id; its raw bytes must never land on disk). Returns the
     size of each blob to write, by id."""
     sizes: dict[str, int] = {}
-    with _many(reader, len(plan.writes)):
+    with reading_many(reader, len(plan.writes)):
         for path, (oid, mode) in plan.writes.items():
             if mode == MODE_COMMIT or oid in sizes:
                 continue
@@ -218,9 +218,10 @@ def check_blobs(reader: ObjectReader, plan: Plan) -> dict[str, int]:
     return sizes
 
 
-def _many(reader: ObjectReader, count: int) -> AbstractContextManager[object]:
+def reading_many(reader: ObjectReader, count: int) -> AbstractContextManager[object]:
     """Reads of ``count`` objects: from :data:`PARALLEL_MIN` on, through a listing of the loose
-    objects (:meth:`ObjectReader.listing_loose`) rather than one failed ``open`` per packed one."""
+    objects (:meth:`ObjectReader.listing_loose`) rather than one failed ``open`` per packed one.
+    Nested blocks share the outer listing."""
     return reader.listing_loose() if count >= PARALLEL_MIN else nullcontext()
 
 
@@ -389,7 +390,7 @@ def apply(repo: pygit2.Repository, common_dir: str, workdir: str, plan: Plan,
     done = 0
     if reader is None:
         reader = ObjectReader(repo)
-    with _Directories(workdir) as dirs, _many(reader, len(plan.writes)):
+    with _Directories(workdir) as dirs, reading_many(reader, len(plan.writes)):
         for path in sorted(plan.deletes, key=lambda p: (-p.count("/"), p)):
             _guarded(workdir, path, dirs.delete, path)
             done += 1
