@@ -44,7 +44,8 @@ RUNS = ("alpha", "beta", "gamma")
 LOOSE_LIMIT = 6700  # git's gc.auto
 
 WRITER = r"""
-import os, random, sys, time
+import faulthandler, os, random, sys, time
+faulthandler.enable()  # a writer that crashes in C code says where
 import gitstate
 from gitstate.git import housekeeping
 
@@ -189,13 +190,13 @@ def soak(repo: str, kills: int, writers: int, seed: int, min_life: float, max_li
             if not _wait_ready(proc):
                 proc.kill()
                 _out, err = proc.communicate(timeout=30)
-                deaths.append(err[-2000:])
+                deaths.append(f"not ready (exit {proc.returncode}): {err[-2000:]}")
                 procs[i] = spawn()
                 continue
             time.sleep(rng.uniform(min_life, max_life))
             if proc.poll() is not None:  # died on its own: a failed write
                 _out, err = proc.communicate(timeout=30)
-                deaths.append(err[-2000:])
+                deaths.append(f"exit {proc.returncode}: {err[-2000:]}")
             else:
                 proc.send_signal(signal.SIGKILL)
                 proc.communicate(timeout=30)
