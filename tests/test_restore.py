@@ -398,6 +398,72 @@ def test_dry_run_lists_unsaved_and_changes_nothing(work: Path) -> None:
     assert worktree_files(work) == files and git(work, "for-each-ref") == refs
 
 
+def _git_dir_state(repo: Path) -> dict[str, tuple[int, int]]:
+    """Every file under .git with its size and modification time."""
+    out: dict[str, tuple[int, int]] = {}
+    for dirpath, _dirs, files in os.walk(repo / ".git"):
+        for name in files:
+            st = os.lstat(os.path.join(dirpath, name))
+            out[os.path.join(dirpath, name)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _edit_every_way(work: Path, round_: int) -> None:
+    """Changes of every kind a restore plans for: content, new and removed files, a mode, a link,
+    a file turned into a folder and back, a new folder, a big file (above the packing limit)."""
+    (work / "src" / "a.py").write_text(f"edited {round_}\n")
+    (work / f"new-{round_}.txt").write_text("new\n")
+    if (work / "src" / "b.py").exists():
+        (work / "src" / "b.py").unlink()
+    (work / "tool.sh").chmod(0o644 if round_ % 2 else 0o755)
+    os.unlink(work / "alink")
+    os.symlink("tool.sh" if round_ % 2 else "src/a.py", work / "alink")
+    folder = work / "grown" / "deeper"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "leaf.txt").write_text(f"leaf {round_}\n")
+
+
+def test_dry_run_writes_nothing_under_git_and_plans_as_a_restore(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dry run of a worktree the scan can read leaves every file of .git as it was (no object,
+    no stat cache: it works on a read-only repository), and plans exactly what the restore then
+    does: the same files to write, change and remove, and the same unsaved files."""
+    from gitstate.workspace import snapshot
+
+    monkeypatch.setattr(snapshot, "BIG_BLOB", 64)  # the big-file path of the scan is taken too
+    store = gitstate.open_store(work)
+    run = store.create_run()
+    c1 = run.checkpoint({}, files=True)
+    run.checkpoint({}, files=True)  # the stat cache and the last look at the user's index exist
+    for round_ in range(3):
+        _edit_every_way(work, round_)
+        (work / "big.bin").write_bytes(os.urandom(200 + round_))
+        store.wait_for_housekeeping()
+        before, files = _git_dir_state(work), worktree_files(work)
+        planned = run.restore(c1, dry_run=True)
+        assert _git_dir_state(work) == before, "a dry run wrote under .git"
+        assert worktree_files(work) == files
+        assert planned.dry_run and planned.unsaved and planned.changed and planned.removed
+        done = run.restore(c1, force=True)
+        assert (done.changed, done.added, done.removed, done.skipped) == (
+            planned.changed, planned.added, planned.removed, planned.skipped)
+        assert done.unchanged == planned.unchanged
+        # the unsaved files are those the safety checkpoint had to keep
+        assert set(planned.unsaved) <= set(done.changed) | set(done.removed)
+
+
+def test_dry_run_falls_back_to_a_snapshot_when_the_scan_cannot_tell(work: Path) -> None:
+    """Where only a snapshot can tell (the user's index changed since the last look: tracked but
+    ignored files may have to be captured), the dry run snapshots, and still plans right."""
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    (work / "debug.log").write_text("now tracked by the user\n")
+    git(work, "add", "-f", "debug.log")
+    (work / "src" / "a.py").write_text("changed\n")
+    planned = run.restore(c1, dry_run=True)
+    assert planned.changed == ("src/a.py",) and planned.removed == ("debug.log",)
+    assert planned.unsaved == ("debug.log", "src/a.py")
+
+
 def test_validation_fast_path_agrees_with_check_name(work: Path) -> None:
     """validate_tree skips check_name for plainly safe names; it must refuse exactly what
     check_name refuses, whatever the name and mode."""

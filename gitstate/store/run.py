@@ -484,7 +484,10 @@ class Run:
         Before writing, the current worktree is saved as a checkpoint on branch
         ``restore-safety`` (:attr:`RestoreResult.safety`), so ``run.restore(result.safety)`` undoes
         it. ``dry_run`` changes nothing and returns the plan: what would be written and removed, and
-        in :attr:`RestoreResult.unsaved` the files a real restore would refuse to overwrite.
+        in :attr:`RestoreResult.unsaved` the files a real restore would refuse to overwrite; it
+        writes nothing under ``.git`` either (it works on a read-only repository), except where
+        only a snapshot can tell what the worktree holds (see :meth:`Workspace.survey`): then the
+        snapshot's objects are stored, unreferenced, as a restore stores them.
         ``progress(phase, done, total)`` follows the work (see :data:`restoring.Progress`)."""
         cp = checkpoint if isinstance(checkpoint, Checkpoint) else self.load(checkpoint)
         if cp.run_id != self.id:
@@ -500,14 +503,22 @@ class Run:
         prefixes = restoring.restore_scope(
             cp, None if paths is None else [normalize_path(p, workdir) for p in paths])
         reading = _Counter("reading", progress)
-        # the whole worktree: the safety checkpoint covers any scope
-        snap = workspace.snapshot(progress=reading.tick, fast=True, announce=reading.announce)
-        plan = restoring.make_plan(store.repo, snap.tree, target, prefixes)
+        # a dry run writes nothing, not even the objects of a snapshot, where the scan can tell
+        # without one (else it snapshots as a restore does: unreferenced objects, no ref moved)
+        survey = workspace.survey(progress=reading.tick, announce=reading.announce) if dry_run else None
+        if survey is not None:
+            plan = restoring.plan_against(store.repo, survey.entries, target, prefixes)
+            skipped = survey.skipped
+        else:
+            # the whole worktree: the safety checkpoint covers any scope
+            snap = workspace.snapshot(progress=reading.tick, fast=True, announce=reading.announce)
+            plan = restoring.make_plan(store.repo, snap.tree, target, prefixes)
+            skipped = snap.skipped
         # one listing of the loose objects for both passes over the blobs (sizes, then contents),
         # taken before the writer threads start
         with restoring.reading_many(reader, len(plan.writes)):
             sizes = restoring.check_blobs(reader, plan)
-            nested = [p for p in (*plan.writes, *plan.deletes) if any(restoring.matches(p, [s]) for s in snap.skipped)]
+            nested = [p for p in (*plan.writes, *plan.deletes) if any(restoring.matches(p, [s]) for s in skipped)]
             blocked = sorted(set(restoring.find_obstacles(workdir, plan)) | set(nested))
             if blocked:
                 raise RestoreConflictError(blocked, "ignored files, nested repositories or directories are in the way")
@@ -516,7 +527,7 @@ class Run:
                 raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True)
             unchanged = restoring.count_files(store.repo, target, prefixes) - len(plan.writes)
             result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
-                                   removed=tuple(plan.deletes), dry_run=dry_run, skipped=snap.skipped,
+                                   removed=tuple(plan.deletes), dry_run=dry_run, skipped=skipped,
                                    unsaved=tuple(lost), unchanged=unchanged)
             if dry_run or not (plan.writes or plan.deletes):
                 return result

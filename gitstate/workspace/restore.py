@@ -36,7 +36,7 @@ import stat
 import subprocess
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from queue import Queue
@@ -246,6 +246,27 @@ def make_plan(repo: pygit2.Repository, current: str, target: str, prefixes: Sequ
             mode = int(after.mode)
             if mode:
                 new[after.path] = (str(after.id), mode)
+    return _scoped_plan(old, new, prefixes)
+
+
+def plan_against(repo: pygit2.Repository, current: Mapping[str, tuple[str, int]], target: str,
+                 prefixes: Sequence[str] | None) -> Plan:
+    """:func:`make_plan` from the worktree's files as ``{path: (blob id, mode)}`` (a
+    :class:`~gitstate.workspace.snapshot.Survey`, which stored no tree) instead of a tree."""
+    obj = repo[target]
+    assert isinstance(obj, pygit2.Tree)
+    index = pygit2.Index()
+    index.read_tree(obj)  # libgit2 walks the (already validated) tree in C
+    wanted = {entry.path: (str(entry.id), int(entry.mode)) for entry in index}
+    old = {p: v for p, v in current.items() if wanted.get(p) != v}
+    new = {p: v for p, v in wanted.items() if current.get(p) != v}
+    return _scoped_plan(old, new, prefixes)
+
+
+def _scoped_plan(old: dict[str, tuple[str, int]], new: dict[str, tuple[str, int]],
+                 prefixes: Sequence[str] | None) -> Plan:
+    """The plan from the paths that differ (``old``: as they are, ``new``: as they must become),
+    limited to ``prefixes``."""
     if prefixes is not None:
         old = {p: v for p, v in old.items() if matches(p, prefixes)}
         new = {p: v for p, v in new.items() if matches(p, prefixes)}

@@ -64,6 +64,15 @@ class Snapshot:
     scanned: bool = False  # captured by gitstate's own scan (the worktree then holds no .gitattributes)
 
 
+@dataclass(frozen=True)
+class Survey:
+    """The worktree as a snapshot would capture it, found without writing anything: each file's
+    ``(blob id, mode)`` by worktree-relative path, and the nested repositories left out."""
+
+    entries: dict[str, tuple[str, int]]
+    skipped: tuple[str, ...] = ()
+
+
 def normalize_path(path: str | os.PathLike[str], workdir: str) -> str:
     """A user-given path as a worktree-relative, ``/``-separated path; refuses paths outside."""
     text = os.fspath(path)
@@ -77,6 +86,10 @@ def normalize_path(path: str | os.PathLike[str], workdir: str) -> str:
     if rel.split("/", 1)[0].lower() == ".git":
         raise UsageError(f"path {text!r} is inside .git")
     return rel
+
+
+def _dropped(objects: list[tuple[int, bytes]]) -> None:
+    """The store of :meth:`Workspace.survey`: hashed blobs are not kept."""
 
 
 def matches(path: str, prefixes: Sequence[str]) -> bool:
@@ -356,6 +369,36 @@ class Workspace:
                 self._save_epoch(epoch)
 
     # -- the fast path -------------------------------------------------------------------------
+
+    def survey(self, announce: Callable[[int], None] | None = None,
+               progress: Callable[[int], None] | None = None) -> Survey | None:
+        """The whole worktree as :meth:`snapshot` would capture it now, found by the same scan
+        without writing anything: no object, not the stat cache (what a dry run plans with, so that
+        it works on a read-only repository and leaves ``.git`` as it was). Changed files are read
+        and hashed, not stored. ``None`` where only a real snapshot can tell: no stat cache yet,
+        filters or attribute files, the user's index, ``info/exclude`` or a ``.gitignore`` changed
+        since the last snapshot, a ``git gc`` since, or an earlier write of the stat cache failed."""
+        if self._store_objects is None or getattr(self._local, "unsaved", False):
+            return None
+        repo = self._repo()
+        if gc_epoch(objects_dir(repo)) != self._saved_epoch():
+            return None
+        sig = self._signature()
+        if sig != (self._tracked_sig or self._saved_signature()):
+            return None  # tracked-but-ignored files or ignore rules to look at: the snapshot does it
+        cap = scan.capture(repo, self.index_path, self.workdir, self.location.common_dir, BIG_BLOB,
+                           announce=announce, progress=progress, store=_dropped, batch=PACK_BATCH)
+        if cap is None or cap.ignore_changed:
+            return None
+        entries = {os.fsdecode(path): (raw.hex(), mode) for path, (mode, raw) in cap.entries.items()}
+        for raw_path in cap.big:  # hashed as a stream, as libgit2 would store it (no filter applies)
+            name = os.fsdecode(raw_path)
+            full = os.path.join(self.workdir, name)
+            try:
+                entries[name] = (str(pygit2.hashfile(full)), scan.git_mode(os.lstat(full).st_mode))
+            except OSError:
+                continue  # gone meanwhile: as if it had never been there
+        return Survey(entries, tuple(cap.skipped))
 
     def _fast_snapshot(self, repo: pygit2.Repository, index: pygit2.Index,
                        announce: Callable[[int], None] | None,
