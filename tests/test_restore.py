@@ -14,6 +14,7 @@ import pytest
 import gitstate
 from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, MODE_EXEC, MODE_LINK, MODE_TREE
 from gitstate.workspace.restore import SAFETY_BRANCH
+from gitstate.workspace.scan import build_trees
 from tests.conftest import bounded, git, user_snapshot
 
 
@@ -451,17 +452,66 @@ def test_dry_run_writes_nothing_under_git_and_plans_as_a_restore(work: Path, mon
         assert set(planned.unsaved) <= set(done.changed) | set(done.removed)
 
 
-def test_dry_run_falls_back_to_a_snapshot_when_the_scan_cannot_tell(work: Path) -> None:
-    """Where only a snapshot can tell (the user's index changed since the last look: tracked but
-    ignored files may have to be captured), the dry run snapshots, and still plans right."""
+@pytest.mark.parametrize("event", ["user_add", "user_commit", "gc", "pack_refs", "gitignore", "exclude",
+                                   "tracked_ignored"])
+def test_dry_run_after_everyday_git_events_writes_nothing(work: Path, event: str) -> None:
+    """The user's git changing its index, a gc, packed refs, changed ignore rules: the dry run
+    still plans without writing under .git (captured and dropped files worked out in memory),
+    and plans what the restore then does."""
+    store = gitstate.open_store(work)
+    run = store.create_run()
+    c1 = run.checkpoint({}, files=True)
+    run.checkpoint({}, files=True)
+    (work / "src" / "a.py").write_text("changed\n")
+    (work / "extra.txt").write_text("extra\n")
+    if event == "user_add":
+        git(work, "add", "extra.txt")
+    elif event == "user_commit":
+        git(work, "add", "-A")
+        git(work, "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "user")
+    elif event == "gc":
+        store.wait_for_housekeeping()
+        git(work, "gc", "-q")
+    elif event == "pack_refs":
+        git(work, "pack-refs", "--all")
+    elif event == "gitignore":
+        (work / ".gitignore").write_text("*.log\nextra.txt\n")
+    elif event == "exclude":
+        (work / ".git" / "info").mkdir(exist_ok=True)
+        (work / ".git" / "info" / "exclude").write_text("extra.txt\n")
+    else:
+        (work / "debug.log").write_text("now tracked by the user\n")
+        git(work, "add", "-f", "debug.log")
+    store.wait_for_housekeeping()
+    before = _git_dir_state(work)
+    planned = run.restore(c1, dry_run=True)
+    assert _git_dir_state(work) == before, "a dry run wrote under .git"
+    # what the survey found is exactly the tree a snapshot then stores
+    survey = store.workspace.survey()
+    assert survey is not None
+    root, _trees = build_trees({os.fsencode(p): (mode, bytes.fromhex(oid)) for p, (oid, mode) in survey.entries.items()})
+    assert root.hex() == store.workspace.snapshot(fast=True).tree
+    done = run.restore(c1, force=True)
+    assert (done.changed, done.added, done.removed, done.unchanged) == (
+        planned.changed, planned.added, planned.removed, planned.unchanged)
+    # committed by the user, the change is saved (HEAD's tree holds it); otherwise it is not
+    assert ("src/a.py" in planned.unsaved) == (event != "user_commit")
+    # a file that became ignored is no longer the restore's to remove
+    assert ("extra.txt" in planned.removed) == (event not in ("gitignore", "exclude"))
+
+
+def test_dry_run_with_a_name_that_is_not_utf8(work: Path) -> None:
+    """A new file whose name is not UTF-8: no traceback (the scan leaves such a worktree to the
+    snapshot, which captures the file), and the restore removes it as planned."""
     run = gitstate.open_store(work).create_run()
     c1 = run.checkpoint({}, files=True)
-    (work / "debug.log").write_text("now tracked by the user\n")
-    git(work, "add", "-f", "debug.log")
-    (work / "src" / "a.py").write_text("changed\n")
+    odd = os.path.join(os.fsencode(work), b"caf\xff.txt")
+    with open(odd, "wb") as fh:
+        fh.write(b"odd\n")
     planned = run.restore(c1, dry_run=True)
-    assert planned.changed == ("src/a.py",) and planned.removed == ("debug.log",)
-    assert planned.unsaved == ("debug.log", "src/a.py")
+    assert planned.removed == (os.fsdecode(b"caf\xff.txt"),)
+    done = run.restore(c1, force=True)
+    assert done.removed == planned.removed and not os.path.lexists(odd)
 
 
 def test_validation_fast_path_agrees_with_check_name(work: Path) -> None:

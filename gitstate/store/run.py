@@ -486,8 +486,9 @@ class Run:
         it. ``dry_run`` changes nothing and returns the plan: what would be written and removed, and
         in :attr:`RestoreResult.unsaved` the files a real restore would refuse to overwrite; it
         writes nothing under ``.git`` either (it works on a read-only repository), except where
-        only a snapshot can tell what the worktree holds (see :meth:`Workspace.survey`): then the
-        snapshot's objects are stored, unreferenced, as a restore stores them.
+        only a snapshot can tell what the worktree holds (no stat cache yet, or checkout filters or
+        attribute files: see :meth:`Workspace.survey`); then it snapshots as a restore does
+        (unreferenced objects and the stat cache are written, no ref moves).
         ``progress(phase, done, total)`` follows the work (see :data:`restoring.Progress`)."""
         cp = checkpoint if isinstance(checkpoint, Checkpoint) else self.load(checkpoint)
         if cp.run_id != self.id:

@@ -214,7 +214,10 @@ class _Scanner:
         self.held = 0  # bytes of new blobs not handed to ``store`` yet
 
     def ignored(self, rel: bytes) -> bool:
-        return bool(self.repo.path_is_ignored(os.fsdecode(rel)))
+        try:
+            return bool(self.repo.path_is_ignored(os.fsdecode(rel)))
+        except UnicodeError:
+            raise _GiveUp from None  # a name that is not UTF-8: pygit2 cannot pass it; add_all can
 
     def walk(self) -> None:
         cache, seen, todo, entries = self.cache, self.seen, self.todo, self.entries

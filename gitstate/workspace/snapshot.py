@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from stat import S_ISLNK, S_ISREG
 from typing import Any
 
 import pygit2
@@ -89,7 +90,8 @@ def normalize_path(path: str | os.PathLike[str], workdir: str) -> str:
 
 
 def _dropped(objects: list[tuple[int, bytes]]) -> None:
-    """The store of :meth:`Workspace.survey`: hashed blobs are not kept."""
+    """The store of :meth:`Workspace.survey`: hashed blobs are not kept (each is handed over as
+    soon as it is read, the batch size being 0)."""
 
 
 def matches(path: str, prefixes: Sequence[str]) -> bool:
@@ -375,30 +377,55 @@ class Workspace:
         """The whole worktree as :meth:`snapshot` would capture it now, found by the same scan
         without writing anything: no object, not the stat cache (what a dry run plans with, so that
         it works on a read-only repository and leaves ``.git`` as it was). Changed files are read
-        and hashed, not stored. ``None`` where only a real snapshot can tell: no stat cache yet,
-        filters or attribute files, the user's index, ``info/exclude`` or a ``.gitignore`` changed
-        since the last snapshot, a ``git gc`` since, or an earlier write of the stat cache failed."""
-        if self._store_objects is None or getattr(self._local, "unsaved", False):
-            return None
+        and hashed, not stored; files the user's git tracks although an ignore rule matches them
+        are captured, and files that became ignored are left out, as :meth:`snapshot` does. The
+        stat cache is only a cache here: ids it holds are the hashes of the unchanged files even
+        when a ``git gc`` has pruned their objects since. ``None`` where only a real snapshot can
+        tell: no stat cache yet, or filters or attribute files (see :func:`scan.capture`)."""
         repo = self._repo()
-        if gc_epoch(objects_dir(repo)) != self._saved_epoch():
-            return None
-        sig = self._signature()
-        if sig != (self._tracked_sig or self._saved_signature()):
-            return None  # tracked-but-ignored files or ignore rules to look at: the snapshot does it
         cap = scan.capture(repo, self.index_path, self.workdir, self.location.common_dir, BIG_BLOB,
-                           announce=announce, progress=progress, store=_dropped, batch=PACK_BATCH)
-        if cap is None or cap.ignore_changed:
+                           announce=announce, progress=progress, store=_dropped, batch=0)
+        if cap is None:
             return None
         entries = {os.fsdecode(path): (raw.hex(), mode) for path, (mode, raw) in cap.entries.items()}
-        for raw_path in cap.big:  # hashed as a stream, as libgit2 would store it (no filter applies)
-            name = os.fsdecode(raw_path)
-            full = os.path.join(self.workdir, name)
+        for raw_path in cap.big:
+            found = self._hashed(os.fsdecode(raw_path))
+            if found is not None:
+                entries[os.fsdecode(raw_path)] = found
+        # what _add_tracked and _drop_ignored do to the private index, in memory
+        sig = self._signature()
+        old = self._tracked_sig or self._saved_signature()
+        if old is not None and sig[0] == old[0]:
+            exclude_changed, todo = sig[1] != old[1], set()
+        else:
+            exclude_changed = old is not None and sig[1] != old[1]
+            todo = self._user_paths() - (self._user_known or set()) - set(entries)
+        for name in sorted(todo):
+            found = self._hashed(name)
+            if found is not None:
+                entries[name] = found
+        if exclude_changed or cap.ignore_changed:
+            tracked = self._user_paths()
             try:
-                entries[name] = (str(pygit2.hashfile(full)), scan.git_mode(os.lstat(full).st_mode))
-            except OSError:
-                continue  # gone meanwhile: as if it had never been there
+                for name in [n for n in entries if n not in tracked and repo.path_is_ignored(n)]:
+                    del entries[name]
+            except UnicodeError:
+                return None  # a name libgit2 cannot be asked about from here: the snapshot can
         return Survey(entries, tuple(cap.skipped))
+
+    def _hashed(self, name: str) -> tuple[str, int] | None:
+        """``(blob id, mode)`` of a worktree file or link as libgit2 would add it with no filter
+        (a file is hashed as a stream); ``None`` for anything else, or gone meanwhile."""
+        full = os.path.join(self.workdir, name)
+        try:
+            st = os.lstat(full)
+            if S_ISLNK(st.st_mode):
+                return str(pygit2.hash(os.readlink(os.fsencode(full)))), scan.git_mode(st.st_mode)
+            if S_ISREG(st.st_mode):
+                return str(pygit2.hashfile(full)), scan.git_mode(st.st_mode)
+        except OSError:
+            pass
+        return None
 
     def _fast_snapshot(self, repo: pygit2.Repository, index: pygit2.Index,
                        announce: Callable[[int], None] | None,
