@@ -243,6 +243,7 @@ class StoreWriteError(GitStateError):
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
+        self.reason = reason
         super().__init__(f"cannot write the store at {path}: {reason}")
 
 
@@ -254,6 +255,7 @@ class WorktreeWriteError(StoreWriteError):
     def __init__(self, path: str, reason: str) -> None:
         GitStateError.__init__(self, f"cannot write {path} in the worktree: {reason}")
         self.path = path
+        self.reason = reason
 
 
 class UsageError(GitStateError, ValueError):

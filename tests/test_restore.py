@@ -500,6 +500,29 @@ def test_dry_run_after_everyday_git_events_writes_nothing(work: Path, event: str
     assert ("extra.txt" in planned.removed) == (event not in ("gitignore", "exclude"))
 
 
+def test_dry_run_that_needs_an_unwritable_snapshot_says_so(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where only a snapshot can tell and the store cannot be written, the dry run's error says
+    why it had to write; a restore's error stays the store's own."""
+    from gitstate.workspace import snapshot
+
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+
+    def unwritable(self: object, *args: object, **kwargs: object) -> None:
+        raise gitstate.StoreWriteError("/repo/.git/objects/pack", "[Errno 13] Permission denied")
+
+    monkeypatch.setattr(snapshot.Workspace, "survey", lambda self, **kw: None)
+    monkeypatch.setattr(snapshot.Workspace, "snapshot", unwritable)
+    with pytest.raises(gitstate.StoreWriteError) as err:
+        run.restore(c1, dry_run=True)
+    assert str(err.value) == ("cannot write the store at /repo/.git/objects/pack: a dry run of this worktree needs "
+                              "a snapshot (no stat cache yet, or checkout filters apply), which cannot be written: "
+                              "[Errno 13] Permission denied")
+    with pytest.raises(gitstate.StoreWriteError) as err:
+        run.restore(c1, force=True)
+    assert str(err.value) == "cannot write the store at /repo/.git/objects/pack: [Errno 13] Permission denied"
+
+
 def test_dry_run_with_a_name_that_is_not_utf8(work: Path) -> None:
     """A new file whose name is not UTF-8: no traceback (the scan leaves such a worktree to the
     snapshot, which captures the file), and the restore removes it as planned."""

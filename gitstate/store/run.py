@@ -24,7 +24,9 @@ from gitstate.errors import (
     NoSnapshotError,
     NothingToUndoError,
     RestoreConflictError,
+    StoreWriteError,
     UsageError,
+    WorktreeWriteError,
 )
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import lgtree
@@ -512,7 +514,13 @@ class Run:
             skipped = survey.skipped
         else:
             # the whole worktree: the safety checkpoint covers any scope
-            snap = workspace.snapshot(progress=reading.tick, fast=True, announce=reading.announce)
+            try:
+                snap = workspace.snapshot(progress=reading.tick, fast=True, announce=reading.announce)
+            except StoreWriteError as exc:
+                if not dry_run or isinstance(exc, WorktreeWriteError):
+                    raise
+                raise StoreWriteError(exc.path, "a dry run of this worktree needs a snapshot (no stat cache yet, "
+                                      f"or checkout filters apply), which cannot be written: {exc.reason}") from exc
             plan = restoring.make_plan(store.repo, snap.tree, target, prefixes)
             skipped = snap.skipped
         # one listing of the loose objects for both passes over the blobs (sizes, then contents),
