@@ -27,8 +27,9 @@ def restore(store: gitstate.Store, ref: str, paths: tuple[str, ...], dry_run: bo
     """Restore workspace files from a checkpoint's snapshot.
 
     Only the working tree is written (never the index or HEAD). Without --force, files changed
-    since they were last snapshotted are refused. PATHs are relative to the current directory;
-    a snapshot taken of some paths only (checkpoint --files PATH) restores only those.
+    since they were last snapshotted are refused. PATHs are relative to the current directory
+    (one in neither the snapshot nor the worktree is an error); a snapshot taken of some paths
+    only (checkpoint --files PATH) restores only those.
 
     Prints one summary line (files written, deleted, and left as they were) and how to undo the
     restore; -v lists the files. --dry-run lists what would be written and removed, and the files

@@ -523,6 +523,25 @@ def test_dry_run_that_needs_an_unwritable_snapshot_says_so(work: Path, monkeypat
     assert str(err.value) == "cannot write the store at /repo/.git/objects/pack: [Errno 13] Permission denied"
 
 
+def test_restore_of_a_path_that_names_nothing_is_refused(work: Path) -> None:
+    """A mistyped path (in neither the snapshot nor the worktree) is an error, as git's checkout
+    reports a pathspec that matched nothing, with or without a dry run; the worktree is unchanged.
+    A file only in the snapshot, or only in the worktree, is restored or removed as before."""
+    run = gitstate.open_store(work).create_run()
+    c1 = run.checkpoint({}, files=True)
+    (work / "src" / "a.py").write_text("changed\n")
+    (work / "later.txt").write_text("new\n")
+    files = worktree_files(work)
+    for wrong in (["nope.txt"], ["src/nope.py"], ["src/a.py/below"], ["src/a.py", "nope/deeper"]):
+        for dry_run in (True, False):
+            with pytest.raises(gitstate.UsageError, match="is neither in the snapshot of checkpoint"):
+                run.restore(c1, wrong, dry_run=dry_run, force=True)
+    assert worktree_files(work) == files
+    assert run.restore(c1, ["later.txt"], force=True).removed == ("later.txt",)
+    (work / "src" / "a.py").unlink()
+    assert run.restore(c1, ["src/a.py"], force=True).added == ("src/a.py",)
+
+
 def test_dry_run_with_a_name_that_is_not_utf8(work: Path) -> None:
     """A new file whose name is not UTF-8: no traceback (the scan leaves such a worktree to the
     snapshot, which captures the file), and the restore removes it as planned."""

@@ -479,7 +479,8 @@ class Run:
 
         Modified files are rewritten, deleted ones brought back, files created since removed —
         within the snapshot's :attr:`Checkpoint.files_paths` when it is partial (``paths`` then
-        narrows that scope; a path wholly outside it is a :class:`UsageError`);
+        narrows that scope; a path wholly outside it, or in neither the snapshot nor the worktree, is
+        a :class:`UsageError`);
         ignored files, nested repositories, HEAD and the user's index are never touched. The
         snapshot is validated first (:class:`UnsafeTreeError`); files whose current content is in no
         checkpoint are not overwritten unless ``force`` (:class:`RestoreConflictError` lists them).
@@ -503,8 +504,10 @@ class Run:
         restoring.validate_tree(reader, target)
         workspace = store.workspace
         workdir = workspace.workdir
-        prefixes = restoring.restore_scope(
-            cp, None if paths is None else [normalize_path(p, workdir) for p in paths])
+        wanted = None if paths is None else [normalize_path(p, workdir) for p in paths]
+        if wanted is not None:
+            restoring.check_paths_known(reader, cp, target, workdir, wanted)
+        prefixes = restoring.restore_scope(cp, wanted)
         reading = _Counter("reading", progress)
         # a dry run writes nothing, not even the objects of a snapshot, where the scan can tell
         # without one (else it snapshots as a restore does: unreferenced objects, no ref moved)

@@ -720,6 +720,31 @@ SAFETY_BRANCH = "restore-safety"
 SAFETY_TRIGGER = "restore_safety"
 
 
+def check_paths_known(reader: ObjectReader, cp: Checkpoint, tree: str, workdir: str, wanted: Sequence[str]) -> None:
+    """Refuse (:class:`UsageError`) a path given to a restore that names nothing: neither a file or
+    folder of the snapshot ``tree`` nor anything in the worktree (a mistyped path would otherwise
+    restore nothing and say so quietly, where ``git checkout`` reports a pathspec that matched no
+    file)."""
+    for path in wanted:
+        if path and not os.path.lexists(os.path.join(workdir, *path.split("/"))) and not _in_tree(reader, tree, path):
+            raise UsageError(f"path {path!r} is neither in the snapshot of checkpoint {cp.short_id} "
+                             "nor in the worktree")
+
+
+def _in_tree(reader: ObjectReader, tree: str, path: str) -> bool:
+    """Whether ``path`` names a file or folder of ``tree``."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        entry = reader.tree(tree).get(part)
+        if entry is None:
+            return False
+        if i < len(parts) - 1:
+            if entry.filemode != MODE_TREE:
+                return False
+            tree = entry.id
+    return True
+
+
 def restore_scope(cp: Checkpoint, wanted: Sequence[str] | None) -> list[str] | None:
     """The worktree paths a restore of ``cp`` may touch (``None``: all of them).
 
