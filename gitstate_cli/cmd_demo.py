@@ -68,10 +68,19 @@ def _pointed_at(repo: Path) -> AbstractContextManager[None]:
 def _prepare(directory: str | None) -> Path:
     repo = Path(directory).resolve() if directory else Path(tempfile.mkdtemp(prefix="gitstate-demo-"))
     repo.mkdir(parents=True, exist_ok=True)
-    if not (repo / ".git").exists():
+    marker = repo / ".git" / "agentos" / "demo-repository"
+    if (repo / ".git").exists():
+        # the demo writes files, config and the run demo-run (deleting an earlier one): only in a
+        # repository it made itself, never in the user's own
+        if not marker.is_file():
+            raise click.UsageError(f"--dir {repo} holds a repository the demo did not make; the demo "
+                                   "overwrites files and a run there: give a new or empty directory")
+    else:
         if any(repo.iterdir()):
             raise click.UsageError(f"--dir {repo} exists, is not empty and is not a repository")
         _git(repo, "init", "-q", "-b", "main", show=False)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("made by git agentos demo\n")
         (repo / "README.md").write_text("# triage bot\n\nA repository an agent works in.\n")
         _git(repo, "add", "README.md", show=False)
         _git(repo, *_IDENTITY, "commit", "-q", "-m", "initial commit", show=False)
@@ -124,7 +133,8 @@ def _run_workflow(repo: Path) -> gitstate.Run:
 
 @click.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
-              help="Run in this directory (created and initialised if needed) instead of a fresh temp dir.")
+              help="Run in this directory (a new or empty one, or one an earlier demo made) instead of a "
+                   "fresh temp dir.")
 @out.json_option
 def demo(directory: str | None, as_json: bool) -> None:
     """Run a small agent workflow in a fresh repository and show every feature.

@@ -127,6 +127,21 @@ def test_demo_runs_to_completion(tmp_path: Path) -> None:
     assert git(target, "rev-list", "--count", "HEAD").strip() == "1"  # the user's history untouched
 
 
+def test_demo_refuses_a_repository_it_did_not_make(repo: Path, tmp_path: Path) -> None:
+    """The demo overwrites files and its run in its directory: a user's repository is refused,
+    unchanged; a directory the demo made itself runs again."""
+    (repo / "plan.md").write_text("my uncommitted plan\n")
+    before = user_snapshot(repo)
+    done = run(tmp_path, "git", "agentos", "demo", "--dir", str(repo), check=False)
+    assert done.returncode == 2 and "holds a repository the demo did not make" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert (repo / "plan.md").read_text() == "my uncommitted plan\n" and user_snapshot(repo) == before
+    target = tmp_path / "demo"
+    run(tmp_path, "git", "agentos", "demo", "--dir", str(target))
+    again = run(tmp_path, "git", "agentos", "demo", "--dir", str(target))
+    assert "done." in again.stdout
+
+
 def test_every_command_has_help_and_docs_are_current() -> None:
     doc = (ROOT / "docs" / "CLI.md").read_text(encoding="utf-8")
     ctx = click.Context(cli)
