@@ -30,6 +30,8 @@ from gitstate.store.store import Store, open_store
 def store_at(path: str | os.PathLike[str] | None, store: Store | None) -> Store:
     """``store`` if given, else the store of the repository at (or above) ``path`` (the current
     directory when ``None``), found as :func:`gitstate.open_store` finds it."""
+    if isinstance(store, (str, os.PathLike)):
+        return open_store(store)  # a path given where a store was expected: open the store there
     if store is not None:
         return store
     return open_store(path)

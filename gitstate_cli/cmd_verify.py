@@ -13,7 +13,8 @@ from .context import pass_store
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--repair", is_flag=True, help="Remove stale ref locks left by killed writers.")
+@click.option("--repair", is_flag=True, help="Remove stale ref locks left by killed writers, and refs under "
+              "refs/agentos/ that hold no checkpoint (symbolic or unparsable).")
 @pass_store
 def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     """Check every ref, object and payload of the store.
@@ -21,8 +22,10 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     Checks every ref under refs/agentos/ (all worktrees): it resolves, each checkpoint it reaches
     is a commit whose payloads decode with a known format version, node boundaries point at
     earlier checkpoints of the same branch, snapshot objects exist, and no foreign or malformed
-    ref names sit in the namespace, and no stale .lock file left by a killed writer blocks git's
-    own gc (--repair removes those). Exits 1 when it finds a problem.
+    ref names sit in the namespace, no ref there holds something other than an object id (a
+    symbolic ref, or a file git calls a "broken ref": listings skip them), and no stale .lock file
+    left by a killed writer blocks git's own gc (--repair removes those locks and refs; they hold
+    no checkpoint). Exits 1 when it finds a problem.
 
     \b
     Example:
@@ -30,7 +33,7 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
       git agentos verify --repair
 
     JSON: {"ok": bool, "refs": int, "checkpoints": int, "objects": int,
-    "problems": [{"ref", "oid", "message"}], "repaired": [path]}.
+    "problems": [{"ref", "oid", "message"}], "repaired": [path of a lock, or name of a ref]}.
     """
     with out.progress("verifying") as step:
         report = verify_store(store, all_worktrees=True, progress=step, repair=repair)
@@ -38,7 +41,8 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
         out.emit_json(report.to_dict())
     else:
         for path in report.repaired:
-            click.echo(f"removed stale lock: {path}")
+            what = "stale lock" if path.endswith(".lock") else "broken ref"
+            click.echo(f"removed {what}: {out.safe(path)}")
         for problem in report.problems:
             click.echo(f"problem: {problem}")
         summary = f"checked {report.refs} refs, {report.checkpoints} checkpoints, {report.objects} objects"

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 import gitstate
-from gitstate.format import encoding, names
+from gitstate.format import encoding, frameworks, names
 from gitstate.format.checkpoint import STATUS_WORDS
 from gitstate.format.names import run_info_ref, run_prefix
 from gitstate.git.refs import list_refs
@@ -61,7 +61,8 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
     RUN may be RUN@BRANCH (an existing run's branch, created if new) or a new run id.
     Everything is checked before the first write: if the command fails, the store is unchanged
     (a run it created is removed again). PATHs are relative to the current directory and must
-    exist (on disk or in git's index).
+    exist (on disk or in git's index). A run a framework integration writes (a LangGraph thread,
+    an OpenAI Agents session, ...) is refused: its reader would not understand a plain checkpoint.
 
     \b
     Examples:
@@ -90,11 +91,19 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
         files = [os.path.abspath(p) for p in paths]
         store.workspace.resolve_paths(files)
         kwargs["files"] = files or True
+    if workflow in frameworks.INTEGRATION_WORKFLOWS:
+        raise click.UsageError(f"workflow {workflow!r} is the {workflow} integration's: only it writes "
+                               "checkpoints its reader understands; name another workflow")
     created = False
     if expect is not None:
         run = get_run(store, run_id)  # a compare-and-swap on a run that does not exist cannot hold
     else:
         run, created = _open_or_create(store, run_id, workflow)
+    if run.workflow in frameworks.INTEGRATION_WORKFLOWS:
+        # e.g. a LangGraph thread: its saver would not read a plain checkpoint and start the thread over
+        raise click.UsageError(f"run {out.safe(run.id)} belongs to the {run.workflow} integration (workflow "
+                               f"{run.workflow!r}); only it writes checkpoints its reader understands, so a "
+                               "checkpoint from the command line is refused; write to another run id")
     try:
         if state_file is None:
             head = run.head(branch)

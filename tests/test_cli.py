@@ -352,3 +352,21 @@ def test_restore_prints_a_summary_and_lists_files_on_request(at_repo: Path) -> N
     agentos("undo", "r")
     rolled = agentos("rollback", "r", "~1", "--restore", "-v").stdout
     assert "  files: 0 written, 0 deleted, 41 unchanged" in rolled
+
+
+@pytest.mark.parametrize("workflow", ["langgraph", "openai-agents", "langgraph-store"])
+def test_checkpoint_refuses_a_run_an_integration_writes(at_repo: Path, workflow: str) -> None:
+    """A plain checkpoint in a LangGraph thread would be one its saver cannot read (the thread would
+    start over): the CLI refuses it, and refuses to make such a run, leaving the store as it was."""
+    store = gitstate.open_store(at_repo)
+    run = store.create_run(workflow=workflow, run_id="thread-1")
+    run.checkpoint({"format": "x"})
+    before = user_snapshot(at_repo), [cp.id for cp in run.history()]
+    err = agentos("checkpoint", "thread-1", "--state", "-", input='{"n": 5}', code=2).stderr
+    assert f"run thread-1 belongs to the {workflow} integration" in err and err.count("\n") == 1, err
+    assert (user_snapshot(at_repo), [cp.id for cp in store.get_run("thread-1").history()]) == before
+    err = agentos("checkpoint", "new-run", "--workflow", workflow, "--state", "-", input="{}", code=2).stderr
+    assert f"workflow {workflow!r} is the {workflow} integration's" in err
+    with pytest.raises(gitstate.RunNotFound):
+        store.get_run("new-run")
+    as_json("checkpoint", "other", "--workflow", "my-flow", "--state", "-", input="{}")  # any other name is fine

@@ -191,6 +191,17 @@ def test_threads_are_runs_and_every_checkpoint_is_on_a_ref(repo: Path) -> None:
     assert git(repo, "status", "--porcelain").strip() == ""
 
 
+def test_a_saver_given_a_path_opens_the_store_there(repo: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # not inside the repository: the path alone must find it
+    for where in (str(repo), repo / "sub"):
+        (repo / "sub").mkdir(exist_ok=True)
+        graph = chat_graph(GitCheckpointSaver(where), interrupt_before=["review"])
+        graph.invoke({"messages": [HumanMessage(content="hi", id="h")], "log": []},
+                     {"configurable": {"thread_id": f"t-{type(where).__name__}"}})
+    assert {r.id for r in gitstate.open_store(repo).list_runs()} == {"t-str", "t-PosixPath"}
+
+
 def test_cli_lists_threads_subgraphs_and_forks(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`git agentos runs` and `git agentos log` read LangGraph threads: a subgraph namespace and a
     fork are branches whose checkpoints show readable steps, nodes and triggers."""

@@ -15,6 +15,7 @@ from gitstate.format import typed
 
 VERSION = 1
 
+LANGGRAPH = "langgraph"
 OPENAI_AGENTS = "openai-agents"
 AGENT_FRAMEWORK = "agent-framework"
 LANGGRAPH_STORE = "langgraph-store"
@@ -26,6 +27,11 @@ KINDS = {
     LANGGRAPH_STORE: "gitstate/langgraph-store",
     CREWAI: "gitstate/crewai-flow",
 }
+
+
+#: The workflows whose checkpoints only their integration writes: a plain checkpoint (the CLI's
+#: ``checkpoint``) in such a run is one its reader cannot use (a LangGraph thread would start over).
+INTEGRATION_WORKFLOWS = frozenset({LANGGRAPH, *KINDS})
 
 
 def _is_int(value: Any) -> bool:

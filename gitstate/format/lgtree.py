@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gitstate.errors import CorruptObjectError
-from gitstate.format import encoding, lgserde
+from gitstate.format import encoding, frameworks, lgserde
 from gitstate.format.names import decode_component
 from gitstate.git.objects import MODE_TREE
 from gitstate.git.reader import ObjectReader, TreeData
@@ -29,7 +29,7 @@ __all__ = [
     "show_entry", "show_values", "values_tree",
 ]
 
-WORKFLOW = "langgraph"
+WORKFLOW = frameworks.LANGGRAPH
 LG_TREE = "langgraph"
 LG_META = "langgraph"
 WRITES_BLOB = "langgraph-writes.cbor"

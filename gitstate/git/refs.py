@@ -89,6 +89,103 @@ def list_refs(repo: pygit2.Repository, prefix: str) -> list[tuple[str, str]]:
     return out
 
 
+@dataclass(frozen=True)
+class BrokenRef:
+    """A ref under a listed prefix that holds no object id: ``symbolic`` (``ref: <target>``, which
+    gitstate never writes) or a loose file whose content is not a ref at all."""
+
+    name: str
+    problem: str
+    symbolic: bool
+
+
+def broken_refs(repo: pygit2.Repository, common_dir: str, prefix: str) -> list[BrokenRef]:
+    """The refs whose name starts with ``prefix`` that :func:`list_refs` leaves out: symbolic refs,
+    and loose ref files libgit2 cannot parse (its iterator skips them without a word, as git's
+    ``for-each-ref`` warns "ignoring broken ref"). Sorted by name; read-only."""
+    found: dict[str, BrokenRef] = {}
+    listed: set[str] = set()
+    try:
+        for ref in repo.references.iterator():
+            name = ref.name
+            if not name.startswith(prefix):
+                continue
+            listed.add(name)
+            target = ref.target
+            if not isinstance(target, pygit2.Oid):
+                found[name] = BrokenRef(name, f"symbolic ref (-> {target}) where a checkpoint id was expected", True)
+    except (pygit2.GitError, ValueError, KeyError, OSError) as exc:
+        check_present(repo.path)
+        raise CorruptObjectError(prefix, f"refs cannot be listed: {exc}") from exc
+    head, _, _ = prefix.rpartition("/")
+    top = os.path.join(common_dir, *head.split("/")) if head else common_dir
+    for folder, dirs, files in os.walk(top):
+        dirs.sort()
+        for file in files:
+            path = os.path.join(folder, file)
+            name = os.path.relpath(path, common_dir).replace(os.sep, "/")
+            if file.endswith(".lock") or not name.startswith(prefix) or name in listed:
+                continue
+            try:
+                with open(path, "rb") as fh:
+                    text = fh.read(200).decode("utf-8", "replace").strip()
+            except OSError:
+                continue  # gone meanwhile (deleted or packed)
+            if _reads_as_direct(repo, name):
+                continue  # written meanwhile
+            shown = text[:60].encode("unicode_escape").decode("ascii")
+            found[name] = BrokenRef(name, f"unreadable ref (holds {shown!r}, not an object id)", False)
+    return [found[n] for n in sorted(found)]
+
+
+def _reads_as_direct(repo: pygit2.Repository, name: str) -> bool:
+    try:
+        ref = repo.references.get(name)
+    except (pygit2.GitError, ValueError, KeyError, OSError):
+        return False
+    return ref is not None and isinstance(ref.target, pygit2.Oid)
+
+
+def remove_broken(repo: pygit2.Repository, common_dir: str, ref: BrokenRef, message: str) -> None:
+    """Delete a broken ref itself. A symbolic one goes through git (``git update-ref --no-deref -d``,
+    ``LC_ALL=C``), which removes the ref and never what it points at. An unparsable loose file is
+    removed by git's lock protocol by hand, because neither git (2.39: "reference broken") nor
+    libgit2 will delete a ref they cannot parse: ``<ref>.lock`` is created exclusively, the file is
+    read again under it and unlinked only if it still holds no object id, with its reflog; then
+    the lock goes. It holds no checkpoint, so nothing is lost; a ref that was repaired meanwhile
+    is left alone. :class:`StoreWriteError` when it cannot be removed (:class:`LockBusy`: locked)."""
+    if _reads_as_direct(repo, ref.name):
+        return
+    path = os.path.join(common_dir, *ref.name.split("/"))
+    if ref.symbolic:
+        done = run_git(common_dir, ["update-ref", "--no-deref", "-m", message, "-d", ref.name])
+        if done.returncode != 0 and os.path.lexists(path):
+            raise StoreWriteError(common_dir, f"cannot delete {ref.name}: "
+                                              f"{last_line(done.stderr) or 'git update-ref -d failed'}")
+        return
+    try:
+        fd = lockfile.create_held(path + ".lock")
+    except FileExistsError as exc:
+        raise LockBusy(ref.name) from exc
+    except OSError as exc:
+        raise StoreWriteError(common_dir, f"cannot delete {ref.name}: {exc.strerror or exc}") from exc
+    try:
+        if _reads_as_direct(repo, ref.name):
+            return  # repaired meanwhile
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StoreWriteError(common_dir, f"cannot delete {ref.name}: {exc.strerror or exc}") from exc
+        try:
+            os.unlink(os.path.join(common_dir, "logs", *ref.name.split("/")))
+        except OSError:
+            pass
+    finally:
+        lockfile.release_held(path + ".lock", fd)
+
+
 def reflog(repo: pygit2.Repository, name: str) -> list[ReflogEntry]:
     """The ref's reflog, newest entry first (empty when the ref or its log does not exist)."""
     try:

@@ -38,7 +38,7 @@ from pygit2.enums import ObjectType
 
 from gitstate.errors import CorruptObjectError, RunNotFound, UsageError
 from gitstate.format import checkpoint as cpfmt
-from gitstate.format import encoding
+from gitstate.format import encoding, lgtree
 from gitstate.format.checkpoint import read_meta
 from gitstate.format.names import (
     MAX_COMPONENT,
@@ -59,7 +59,7 @@ from gitstate.langgraph.values import LRU, ByteLRU, ValueCodec, decode
 from gitstate.store.store import Store, open_store
 from gitstate.store.transaction import Transaction
 
-WORKFLOW = "langgraph"
+WORKFLOW = lgtree.WORKFLOW
 LG_TREE = "langgraph"  # the values tree: one entry per channel
 WRITES_BLOB = wr.WRITES_BLOB  # pending writes of the checkpoint
 LG_META = "langgraph"  # key in meta.cbor: serde-typed checkpoint (without values) and metadata
@@ -167,7 +167,8 @@ def _node_of(ns: str) -> str | None:
 class GitCheckpointSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpoint saver that stores threads as gitstate runs in a git repository.
 
-    ``store`` defaults to the store of the repository around the current directory. All sync and
+    ``store`` is a :class:`Store`, or a path inside a repository (default: the current directory)
+    whose store is opened. All sync and
     async methods are implemented (async ones run the sync code in a worker thread). One instance may
     be shared by several threads; several processes may write different threads at once.
 
@@ -178,10 +179,10 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     being imported and called. A caller-supplied ``serde`` applies its own policy, except that pickle
     fallback is refused."""
 
-    def __init__(self, store: Store | None = None, *, serde: SerializerProtocol | None = None,
+    def __init__(self, store: Store | str | os.PathLike[str] | None = None, *, serde: SerializerProtocol | None = None,
                  allowed_types: Iterable[type | tuple[str, ...]] = ()) -> None:
         super().__init__(serde=_serializer(serde, allowed_types))
-        self.store = store if store is not None else open_store()
+        self.store = store if isinstance(store, Store) else open_store(store)
         self.store.pack_in_background = True
         self.value_codec = ValueCodec(self.serde.dumps_typed, self.serde.loads_typed)
         self._refs = RefReader(self.store.location.common_dir, self.store.worktree)

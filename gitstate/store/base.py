@@ -32,7 +32,15 @@ from gitstate.git.durability import Durability
 from gitstate.git.location import Location, check_present, locate
 from gitstate.git.objects import ObjectWriter, objects_dir
 from gitstate.git.reader import ObjectReader, expand_id
-from gitstate.git.refs import DEFAULT_STALE_LOCK_AGE, ReflogEntry, list_refs, read_ref, reflog
+from gitstate.git.refs import (
+    DEFAULT_STALE_LOCK_AGE,
+    BrokenRef,
+    ReflogEntry,
+    broken_refs,
+    list_refs,
+    read_ref,
+    reflog,
+)
 from gitstate.store.transaction import Backoff, RefUpdate, Transaction, apply_updates, failed_update
 from gitstate.workspace.snapshot import Workspace
 
@@ -372,6 +380,11 @@ class StoreCore:
     def list_refs(self, prefix: str) -> list[tuple[str, str]]:
         """Direct refs under ``prefix`` with their targets."""
         return list_refs(self.repo, prefix)
+
+    def broken_refs(self, prefix: str) -> list[BrokenRef]:
+        """Refs under ``prefix`` that hold no object id (symbolic, or unparsable loose files), which
+        :meth:`list_refs` leaves out."""
+        return broken_refs(self.repo, self.location.common_dir, prefix)
 
     def reflog(self, name: str) -> list[ReflogEntry]:
         """A ref's reflog, newest first."""

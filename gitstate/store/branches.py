@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gitstate.errors import BranchDeleteRefused, BranchNotFound, GitStateError
+from gitstate.errors import BranchDeleteRefused, BranchNotFound, CorruptObjectError, GitStateError
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import branch_ref, decode_component, run_prefix
 from gitstate.store.base import StoreCore
@@ -102,7 +102,10 @@ def _tips(store: StoreCore, worktree: str, run_id: str) -> dict[str, str]:
 
 
 def list_branches(store: StoreCore, worktree: str, run_id: str) -> list[BranchInfo]:
-    """Every branch of a run, ``main`` first, then by name."""
+    """Every branch of a run, ``main`` first, then by name. :class:`CorruptObjectError` when a
+    branch ref holds no checkpoint id (symbolic or unparsable), rather than a list without it."""
+    for broken in store.broken_refs(run_prefix(worktree, run_id) + "heads/"):
+        raise CorruptObjectError(broken.name, f"{broken.problem} (`git agentos verify --repair` removes it)")
     tips = _tips(store, worktree, run_id)
     main_line = set(_first_parent_line(store, tips["main"])) if "main" in tips else set()
     out: list[BranchInfo] = []

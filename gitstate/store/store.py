@@ -32,7 +32,7 @@ from gitstate.format.names import NAMESPACE, check_name, parse_ref, run_info_ref
 from gitstate.format.nodes import NodeRecord
 from gitstate.git.location import open_repository
 from gitstate.git.objects import MODE_BLOB
-from gitstate.git.refs import list_refs, read_ref
+from gitstate.git.refs import list_refs, read_ref, remove_broken
 from gitstate.store.base import StoreCore
 from gitstate.store.run import Run
 from gitstate.store.transaction import Transaction
@@ -199,16 +199,22 @@ class Store(StoreCore):
         """Delete every ref of a run (each by compare-and-swap). Its objects become unreachable and
         are left to ``git gc``."""
         check_name("run id", run_id)
-        found = list_refs(self.repo, run_prefix(self.worktree, run_id))
-        if not found:
+        prefix = run_prefix(self.worktree, run_id)
+        found = list_refs(self.repo, prefix)
+        broken = self.broken_refs(prefix)  # symbolic or unparsable: removed too, or a new run inherits them
+        if not found and not broken:
             raise RunNotFound(run_id, self.worktree)
+        message = f"gitstate: delete run {run_id}"
+        for ref in broken:
+            remove_broken(self.repo, self.location.common_dir, ref, message)
 
         def build(tx: Transaction) -> None:
             # branches first, the run record last: an interrupted delete leaves a run that still lists
             for name, oid in sorted(found, key=lambda r: r[0].endswith("/run")):
-                tx.delete_ref(name, oid, f"gitstate: delete run {run_id}", strict=True)
+                tx.delete_ref(name, oid, message, strict=True)
 
-        self.write(build)
+        if found:
+            self.write(build)
         self.forget_objects()
 
     def list_runs(self, all_worktrees: bool = False) -> list[RunSummary]:

@@ -296,8 +296,9 @@ def verify(store: Store, all_worktrees: bool = True,
     """Check every gitstate ref (of every worktree, or only the store's) and what it reaches.
 
     ``progress`` is called with ``1`` per checkpoint checked. Stale ``.lock`` files under
-    ``refs/agentos/`` (left by killed writers; they make the user's ``git gc`` fail) are reported,
-    or with ``repair`` removed (and then listed in :attr:`VerifyReport.repaired`). Returns a
+    ``refs/agentos/`` (left by killed writers; they make the user's ``git gc`` fail) and refs there
+    that hold no object id (symbolic, or unparsable: listings skip them) are reported, or with
+    ``repair`` removed (and then listed in :attr:`VerifyReport.repaired`). Returns a
     :class:`VerifyReport` whose ``problems`` list is empty when the store is sound."""
     report = VerifyReport()
     common = store.location.common_dir
@@ -310,6 +311,13 @@ def verify(store: Store, all_worktrees: bool = True,
     prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
     for name, oid in list_refs(store.repo, prefix):
         checker.check_ref(name, oid)
+    for broken in refs.broken_refs(store.repo, common, prefix):  # git's for-each-ref: "ignoring broken ref"
+        if repair:
+            refs.remove_broken(store.repo, common, broken, "gitstate: verify --repair")
+            report.repaired.append(broken.name)
+        else:
+            checker.problem(broken.name, f"{broken.problem}: it holds no checkpoint and hides what it names "
+                                         "from every listing (`git agentos verify --repair` removes it)")
     for name, oid in list_refs(store.repo, STAGING):  # left by a pull that is running or was killed
         checker.problem(name, "staging ref of an unfinished pull (the next pull removes it once its "
                               "process is gone)", oid)

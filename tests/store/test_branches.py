@@ -72,3 +72,51 @@ def test_delete_branch_is_as_careful_as_git_branch_d(store: gitstate.Store) -> N
     assert sorted(run.branches()) == ["main"]
     assert store.checkpoint(own_tip.id).id == own_tip.id  # still readable by id until git gc
     assert "refs/agentos/main/runs/r/heads/own" not in git(store.path, "for-each-ref")
+
+
+def _break_refs(store: gitstate.Store, repo: Path) -> tuple[Path, Path]:
+    """A run ``r`` with a healthy main, a branch file git calls "broken" and a symbolic branch."""
+    run = store.create_run(run_id="r")
+    run.checkpoint({"i": 0})
+    heads = repo / ".git" / "refs" / "agentos" / "main" / "runs" / "r" / "heads"
+    (heads / "junk").write_text("garbage\n")
+    (heads / "sym").write_text("ref: refs/heads/main\n")
+    return heads / "junk", heads / "sym"
+
+
+def test_refs_that_hold_no_checkpoint_are_reported_never_skipped(store: gitstate.Store, repo: Path) -> None:
+    from gitstate.verify.checks import verify
+
+    junk, sym = _break_refs(store, repo)
+    master = git(repo, "rev-parse", "refs/heads/main")
+    report = verify(store)
+    found = {p.ref: p.message for p in report.problems}
+    assert not report.ok and set(found) == {"refs/agentos/main/runs/r/heads/junk", "refs/agentos/main/runs/r/heads/sym"}
+    assert "'garbage'" in found["refs/agentos/main/runs/r/heads/junk"]
+    assert "symbolic ref (-> refs/heads/main)" in found["refs/agentos/main/runs/r/heads/sym"]
+    with pytest.raises(gitstate.CorruptObjectError, match="heads/junk.*verify --repair"):
+        store.get_run("r").branch_list()  # not a list that silently leaves the branch out
+    repaired = verify(store, repair=True).repaired
+    assert sorted(repaired) == ["refs/agentos/main/runs/r/heads/junk", "refs/agentos/main/runs/r/heads/sym"]
+    assert not junk.exists() and not sym.exists() and verify(store).ok
+    assert git(repo, "rev-parse", "refs/heads/main") == master  # the symbolic ref's target is untouched
+    assert [b.name for b in store.get_run("r").branch_list()] == ["main"]
+
+
+def test_deleting_a_run_removes_refs_that_hold_no_checkpoint(store: gitstate.Store, repo: Path) -> None:
+    junk, sym = _break_refs(store, repo)
+    master = git(repo, "rev-parse", "refs/heads/main")
+    store.delete_run("r")
+    assert not junk.exists() and not sym.exists()
+    assert git(repo, "for-each-ref", "refs/agentos/") == ""
+    assert git(repo, "rev-parse", "refs/heads/main") == master
+    run = store.create_run(run_id="r")  # a new run of that id inherits nothing
+    run.checkpoint({"new": 1})
+    assert [b.name for b in run.branch_list()] == ["main"]
+    only_broken = repo / ".git" / "refs" / "agentos" / "main" / "runs" / "gone" / "heads"
+    only_broken.mkdir(parents=True)
+    (only_broken / "main").write_text("ref: refs/heads/main\n")
+    store.delete_run("gone")  # a run made only of broken refs is still found and removed
+    assert not (only_broken / "main").exists()
+    with pytest.raises(gitstate.RunNotFound):
+        store.delete_run("gone")
