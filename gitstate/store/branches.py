@@ -80,8 +80,9 @@ def _origin(name: str, message: str | None, fork_point: str | None) -> tuple[str
         return "pulled", f"pulled from {label}"
     forked = _FORKED.match(message)
     if forked:
-        at = fork_point[:12] if fork_point else forked.group("at")
-        return "fork", f"forked at {at}"
+        # where the fork was made, as its reflog recorded it: the newest checkpoint it shares with
+        # main moves when main is rolled back behind it, the fork's origin does not
+        return "fork", f"forked at {forked.group('at')[:12]}"
     off = f" (off main at {fork_point[:12]})" if fork_point else ""
     if message.startswith("gitstate: checkpoint"):
         return "created", "created by its first checkpoint" + off

@@ -120,3 +120,13 @@ def test_deleting_a_run_removes_refs_that_hold_no_checkpoint(store: gitstate.Sto
     assert not (only_broken / "main").exists()
     with pytest.raises(gitstate.RunNotFound):
         store.delete_run("gone")
+
+
+def test_a_forks_origin_stays_where_it_was_made(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="r")
+    cps = [run.checkpoint({"i": i}) for i in range(3)]
+    run.fork(cps[2].id, "try-b")
+    run.rollback(cps[0].id)  # main now ends behind the fork point
+    info = {b.name: b for b in run.branch_list()}["try-b"]
+    assert info.origin == f"forked at {cps[2].short_id}" and info.kind == "fork"
+    assert info.fork_point == cps[0].id  # the newest checkpoint it still shares with main
