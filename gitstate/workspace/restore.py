@@ -353,30 +353,35 @@ def find_obstacles(workdir: str, plan: Plan) -> list[str]:
     return sorted(set(blocked))
 
 
+def find_entry(reader: ObjectReader, tree_id: str, path: str,
+               trees: dict[str, dict[str, tuple[str, int]]] | None = None) -> tuple[str, int] | None:
+    """The ``(id, mode)`` of the file or folder at ``path`` in a tree, or ``None``. ``trees``: parsed
+    trees kept across lookups (``{tree id: {name: (id, mode)}}``), for callers that look up many."""
+    found: tuple[str, int] | None = None
+    for part in path.split("/"):
+        if found is not None and found[1] != MODE_TREE:
+            return None
+        tree = trees.get(tree_id) if trees is not None else None
+        if tree is None:
+            tree = {e.name: (e.id, e.filemode) for e in reader.tree(tree_id)}
+            if trees is not None:
+                trees[tree_id] = tree
+        found = tree.get(part)
+        if found is None:
+            return None
+        tree_id = found[0]
+    return found
+
+
 def unsaved(reader: ObjectReader, plan: Plan, saved_trees: Iterable[str]) -> list[str]:
     """Paths the restore would overwrite or delete whose current content no saved tree holds."""
     pending = {p: plan.current[p] for p in (*plan.changed, *plan.deletes)}
     trees: dict[str, dict[str, tuple[str, int]]] = {}
-
-    def lookup(tree_id: str, path: str) -> tuple[str, int] | None:
-        found: tuple[str, int] | None = None
-        for part in path.split("/"):
-            if found is not None and found[1] != MODE_TREE:
-                return None
-            tree = trees.get(tree_id)
-            if tree is None:
-                tree = trees[tree_id] = {e.name: (e.id, e.filemode) for e in reader.tree(tree_id)}
-            found = tree.get(part)
-            if found is None:
-                return None
-            tree_id = found[0]
-        return found
-
     for tree_id in saved_trees:
         if not pending:
             break
         for path in list(pending):
-            if lookup(tree_id, path) == pending[path]:
+            if find_entry(reader, tree_id, path, trees) == pending[path]:
                 del pending[path]
     return sorted(pending)
 
@@ -726,23 +731,9 @@ def check_paths_known(reader: ObjectReader, cp: Checkpoint, tree: str, workdir: 
     restore nothing and say so quietly, where ``git checkout`` reports a pathspec that matched no
     file)."""
     for path in wanted:
-        if path and not os.path.lexists(os.path.join(workdir, *path.split("/"))) and not _in_tree(reader, tree, path):
+        if path and not os.path.lexists(os.path.join(workdir, *path.split("/"))) and find_entry(reader, tree, path) is None:
             raise UsageError(f"path {path!r} is neither in the snapshot of checkpoint {cp.short_id} "
                              "nor in the worktree")
-
-
-def _in_tree(reader: ObjectReader, tree: str, path: str) -> bool:
-    """Whether ``path`` names a file or folder of ``tree``."""
-    parts = path.split("/")
-    for i, part in enumerate(parts):
-        entry = reader.tree(tree).get(part)
-        if entry is None:
-            return False
-        if i < len(parts) - 1:
-            if entry.filemode != MODE_TREE:
-                return False
-            tree = entry.id
-    return True
 
 
 def restore_scope(cp: Checkpoint, wanted: Sequence[str] | None) -> list[str] | None:

@@ -292,18 +292,8 @@ class Workspace:
 
         The last look survives the process (``index-<wt>.user``): a fresh process whose user index
         and ``info/exclude`` did not change since does not read the user's index again."""
-        sig = self._signature()
-        old = self._tracked_sig
-        if old is None and len(index):
-            old = self._saved_signature()
-        self._tracked_sig = sig
-        if old is not None and sig[0] == old[0] and len(index):
-            return sig[1] != old[1], []
-        users = self._user_paths()
-        known = self._user_known if self._user_known and len(index) else set()
-        self._user_known = users
+        exclude_changed, todo = self._tracked_news(len(index) > 0, remember=True)
         added: list[str] = []
-        todo = users - known
         if todo and captured is not None:
             todo -= captured()
         for path in todo:
@@ -313,7 +303,25 @@ class Workspace:
                 except (pygit2.GitError, OSError):
                     continue  # a directory now, or unreadable: left out as git would
                 added.append(path)
-        return old is not None and sig[1] != old[1], added
+        return exclude_changed, added
+
+    def _tracked_news(self, cached: bool, remember: bool) -> tuple[bool, set[str]]:
+        """Whether ``info/exclude`` changed since the last look, and the paths that appeared in the
+        user's index since (all of them when there was no last look, or ``cached`` is false: the
+        private index is empty). With ``remember``, this look becomes the last one."""
+        sig = self._signature()
+        old = self._tracked_sig
+        if old is None and cached:
+            old = self._saved_signature()
+        if remember:
+            self._tracked_sig = sig
+        if old is not None and sig[0] == old[0] and cached:
+            return sig[1] != old[1], set()
+        users = self._user_paths()
+        known = self._user_known if self._user_known and cached else set()
+        if remember:
+            self._user_known = users
+        return old is not None and sig[1] != old[1], users - known
 
     def _saved_signature(self) -> tuple[Any, ...] | None:
         try:
@@ -343,13 +351,15 @@ class Workspace:
     def _drop_ignored(self, repo: pygit2.Repository, index: pygit2.Index) -> list[str]:
         """After ignore rules changed: forget files that became ignored and are not user-tracked
         (returns their paths)."""
-        tracked = self._user_paths()
-        dropped = []
-        for entry in list(index):
-            if entry.path not in tracked and repo.path_is_ignored(entry.path):
-                index.remove(entry.path)
-                dropped.append(entry.path)
+        dropped = self._ignored(repo, [entry.path for entry in index])
+        for path in dropped:
+            index.remove(path)
         return dropped
+
+    def _ignored(self, repo: pygit2.Repository, names: list[str]) -> list[str]:
+        """The ``names`` an ignore rule matches now that the user's git does not track."""
+        tracked = self._user_paths()
+        return [name for name in names if name not in tracked and repo.path_is_ignored(name)]
 
     def _write_index(self, index: pygit2.Index, epoch: str | None = None) -> None:
         """Save the private index (and ``epoch``, the :func:`gc_epoch` its ids were checked against)."""
@@ -393,21 +403,14 @@ class Workspace:
             if found is not None:
                 entries[os.fsdecode(raw_path)] = found
         # what _add_tracked and _drop_ignored do to the private index, in memory
-        sig = self._signature()
-        old = self._tracked_sig or self._saved_signature()
-        if old is not None and sig[0] == old[0]:
-            exclude_changed, todo = sig[1] != old[1], set()
-        else:
-            exclude_changed = old is not None and sig[1] != old[1]
-            todo = self._user_paths() - (self._user_known or set()) - set(entries)
-        for name in sorted(todo):
+        exclude_changed, todo = self._tracked_news(True, remember=False)
+        for name in sorted(todo - set(entries)):
             found = self._hashed(name)
             if found is not None:
                 entries[name] = found
         if exclude_changed or cap.ignore_changed:
-            tracked = self._user_paths()
             try:
-                for name in [n for n in entries if n not in tracked and repo.path_is_ignored(n)]:
+                for name in self._ignored(repo, list(entries)):
                     del entries[name]
             except UnicodeError:
                 return None  # a name libgit2 cannot be asked about from here: the snapshot can
