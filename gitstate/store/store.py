@@ -5,6 +5,7 @@ housekeeping). A store may be used from several threads: each thread gets its ow
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import threading
@@ -219,7 +220,8 @@ class Store(StoreCore):
 
     def list_runs(self, all_worktrees: bool = False) -> list[RunSummary]:
         """Summaries of the runs of this worktree (or of all), most recently updated first. A run
-        whose objects cannot be read is listed with status ``corrupt`` and an ``error``.
+        whose objects cannot be read, or one of whose refs holds no object id (symbolic, or
+        unparsable), is listed with status ``corrupt`` and an ``error``.
 
         Summaries are derived from immutable objects, so they are cached in
         ``agentos/summaries-<worktree>.cbor`` keyed by the ids the run's refs point at: in a
@@ -239,12 +241,20 @@ class Store(StoreCore):
                 entry["heads"][parsed.name] = oid
             elif parsed.kind == "nodes" and parsed.name is not None:
                 entry["nodes"][parsed.name] = oid
+        broken: dict[tuple[str, str], str] = {}
+        for ref in self.broken_refs(prefix):  # skipped by the listing above, so named here
+            parsed = parse_ref(ref.name)
+            if parsed is not None:
+                grouped.setdefault((parsed.worktree, parsed.run_id), {"record": None, "heads": {}, "nodes": {}})
+                broken.setdefault((parsed.worktree, parsed.run_id),
+                                  f"corrupt object {ref.name}: {ref.problem} (`git agentos verify --repair` removes it)")
         by_worktree: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         for (wt, run_id), e in grouped.items():
             by_worktree.setdefault(wt, []).append((run_id, e))
         out: list[RunSummary] = []
         for wt, runs in by_worktree.items():
-            out += self._summaries(wt, runs)
+            out += [dataclasses.replace(s, status="corrupt", error=broken[(wt, s.id)]) if (wt, s.id) in broken else s
+                    for s in self._summaries(wt, runs)]
         out.sort(key=lambda s: (s.updated_at, s.id), reverse=True)
         return out
 

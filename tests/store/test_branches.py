@@ -96,11 +96,14 @@ def test_refs_that_hold_no_checkpoint_are_reported_never_skipped(store: gitstate
     assert "symbolic ref (-> refs/heads/main)" in found["refs/agentos/main/runs/r/heads/sym"]
     with pytest.raises(gitstate.CorruptObjectError, match="heads/junk.*verify --repair"):
         store.get_run("r").branch_list()  # not a list that silently leaves the branch out
+    (summary,) = store.list_runs()
+    assert summary.status == "corrupt" and "heads/junk" in (summary.error or "")
     repaired = verify(store, repair=True).repaired
     assert sorted(repaired) == ["refs/agentos/main/runs/r/heads/junk", "refs/agentos/main/runs/r/heads/sym"]
     assert not junk.exists() and not sym.exists() and verify(store).ok
     assert git(repo, "rev-parse", "refs/heads/main") == master  # the symbolic ref's target is untouched
     assert [b.name for b in store.get_run("r").branch_list()] == ["main"]
+    assert [(s.id, s.status) for s in store.list_runs()] == [("r", "running")]
 
 
 def test_deleting_a_run_removes_refs_that_hold_no_checkpoint(store: gitstate.Store, repo: Path) -> None:
