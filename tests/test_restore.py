@@ -452,6 +452,44 @@ def test_dry_run_writes_nothing_under_git_and_plans_as_a_restore(work: Path, mon
         assert set(planned.unsaved) <= set(done.changed) | set(done.removed)
 
 
+def test_dry_run_of_some_paths_reads_only_those(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dry run limited to paths hashes only the changed files under them (a huge changed file
+    elsewhere is not read), writes nothing, and plans what the restore of those paths then does."""
+    from gitstate.workspace import snapshot
+
+    monkeypatch.setattr(snapshot, "BIG_BLOB", 64)
+    store = gitstate.open_store(work)
+    run = store.create_run()
+    c1 = run.checkpoint({}, files=True)
+    run.checkpoint({}, files=True)
+    for round_ in range(2):
+        _edit_every_way(work, round_)
+        (work / "big.bin").write_bytes(os.urandom(300 + round_))  # outside the paths restored
+        (work / "src" / "c.py").write_text(f"new {round_}\n")
+        store.wait_for_housekeeping()
+        totals: list[int] = []
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase == "reading":
+                totals.append(total)
+
+        hashed: list[str] = []
+        real = snapshot.Workspace._hashed
+        monkeypatch.setattr(snapshot.Workspace, "_hashed",
+                            lambda self, name: hashed.append(name) or real(self, name))
+        before, files = _git_dir_state(work), worktree_files(work)
+        planned = run.restore(c1, ["src"], dry_run=True, progress=progress)
+        monkeypatch.setattr(snapshot.Workspace, "_hashed", real)
+        assert _git_dir_state(work) == before and worktree_files(work) == files
+        assert totals and max(totals) == 2, totals  # src/a.py and src/c.py: nothing else was read
+        assert "big.bin" not in hashed
+        assert planned.changed == ("src/a.py",) and set(planned.removed) == {"src/c.py"}
+        done = run.restore(c1, ["src"], force=True)
+        assert (done.changed, done.added, done.removed, done.unchanged) == (
+            planned.changed, planned.added, planned.removed, planned.unchanged)
+        assert (work / "big.bin").exists() and (work / "src" / "b.py").exists()
+
+
 @pytest.mark.parametrize("event", ["user_add", "user_commit", "gc", "pack_refs", "gitignore", "exclude",
                                    "tracked_ignored"])
 def test_dry_run_after_everyday_git_events_writes_nothing(work: Path, event: str) -> None:

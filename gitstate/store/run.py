@@ -511,7 +511,8 @@ class Run:
         reading = _Counter("reading", progress)
         # a dry run writes nothing, not even the objects of a snapshot, where the scan can tell
         # without one (else it snapshots as a restore does: unreferenced objects, no ref moved)
-        survey = workspace.survey(progress=reading.tick, announce=reading.announce) if dry_run else None
+        survey = workspace.survey(progress=reading.tick, announce=reading.announce,
+                                  prefixes=prefixes) if dry_run else None
         if survey is not None:
             plan = restoring.plan_against(store.repo, survey.entries, target, prefixes)
             skipped = survey.skipped

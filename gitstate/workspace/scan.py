@@ -168,13 +168,15 @@ def capture(repo: pygit2.Repository, index_path: str, workdir: str, common_dir: 
             announce: Callable[[int], None] | None = None,
             progress: Callable[[int], None] | None = None,
             store: Callable[[list[tuple[int, bytes]]], None] | None = None,
-            batch: int = 64 << 20) -> Capture | None:
+            batch: int = 64 << 20, scope: Callable[[bytes], bool] | None = None) -> Capture | None:
     """Scan the worktree against the private index at ``index_path`` (as ``repo`` sees it: its
     workdir is the worktree, its index that file). ``announce`` is told how many files will be
     hashed, ``progress`` gets ``1`` per file hashed. ``None``: a case left to ``add_all`` (see the
     module docstring). Nothing is written but objects: when the new blobs held in memory reach
     ``batch`` bytes they are handed to ``store`` (and the rest are returned in
-    :attr:`Capture.objects`), so memory stays bounded however much changed."""
+    :attr:`Capture.objects`), so memory stays bounded however much changed. ``scope``: hash only
+    the changed files it accepts (a dry run limited to some paths); the others are left out of
+    :attr:`Capture.entries`, so such a capture describes only that part of the worktree."""
     if os.name != "posix" or not _config_allows(repo) or attribute_files(common_dir):
         return None
     cache = read_stat_cache(index_path)
@@ -184,7 +186,7 @@ def capture(repo: pygit2.Repository, index_path: str, workdir: str, common_dir: 
         index_mtime = os.stat(index_path).st_mtime_ns
         scanner = _Scanner(repo, os.fsencode(workdir), cache, index_mtime, big)
         scanner.store, scanner.batch = store, batch
-        return scanner.run(announce, progress)
+        return scanner.run(announce, progress, scope)
     except (_GiveUp, OSError):
         return None
 
@@ -284,16 +286,18 @@ class _Scanner:
                 stack.append(rel)
 
     def run(self, announce: Callable[[int], None] | None,
-            progress: Callable[[int], None] | None) -> Capture:
+            progress: Callable[[int], None] | None,
+            scope: Callable[[bytes], bool] | None = None) -> Capture:
         self.walk()
+        todo = self.todo if scope is None else [(p, st) for p, st in self.todo if scope(p)]
         if announce is not None:
-            announce(len(self.todo))
+            announce(len(todo))
         result = Capture(entries=self.entries, skipped=sorted(self.skipped))
         result.removed = sorted(p for p in self.cache if p not in self.seen)
         for path in (*result.removed, *(p for p, _ in self.todo)):
             if path.rsplit(b"/", 1)[-1] == b".gitignore":
                 result.ignore_changed = True
-        for path, st in self.todo:
+        for path, st in todo:
             self.hash_one(path, st, result)
             if progress is not None:
                 progress(1)

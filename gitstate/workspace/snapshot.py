@@ -383,7 +383,8 @@ class Workspace:
     # -- the fast path -------------------------------------------------------------------------
 
     def survey(self, announce: Callable[[int], None] | None = None,
-               progress: Callable[[int], None] | None = None) -> Survey | None:
+               progress: Callable[[int], None] | None = None,
+               prefixes: Sequence[str] | None = None) -> Survey | None:
         """The whole worktree as :meth:`snapshot` would capture it now, found by the same scan
         without writing anything: no object, not the stat cache (what a dry run plans with, so that
         it works on a read-only repository and leaves ``.git`` as it was). Changed files are read
@@ -391,20 +392,27 @@ class Workspace:
         are captured, and files that became ignored are left out, as :meth:`snapshot` does. The
         stat cache is only a cache here: ids it holds are the hashes of the unchanged files even
         when a ``git gc`` has pruned their objects since. ``None`` where only a real snapshot can
-        tell: no stat cache yet, or filters or attribute files (see :func:`scan.capture`)."""
+        tell: no stat cache yet, or filters or attribute files (see :func:`scan.capture`).
+        ``prefixes``: hash only changed files under these paths (see :func:`matches`); the survey
+        then describes only that part of the worktree."""
         repo = self._repo()
+
+        def wanted(name: str) -> bool:
+            return prefixes is None or matches(name, prefixes)
+
         cap = scan.capture(repo, self.index_path, self.workdir, self.location.common_dir, BIG_BLOB,
-                           announce=announce, progress=progress, store=_dropped, batch=0)
+                           announce=announce, progress=progress, store=_dropped, batch=0,
+                           scope=None if prefixes is None else lambda raw: wanted(os.fsdecode(raw)))
         if cap is None:
             return None
         entries = {os.fsdecode(path): (raw.hex(), mode) for path, (mode, raw) in cap.entries.items()}
-        for raw_path in cap.big:
-            found = self._hashed(os.fsdecode(raw_path))
+        for name in filter(wanted, map(os.fsdecode, cap.big)):
+            found = self._hashed(name)
             if found is not None:
-                entries[os.fsdecode(raw_path)] = found
+                entries[name] = found
         # what _add_tracked and _drop_ignored do to the private index, in memory
         exclude_changed, todo = self._tracked_news(True, remember=False)
-        for name in sorted(todo - set(entries)):
+        for name in sorted(filter(wanted, todo - set(entries))):
             found = self._hashed(name)
             if found is not None:
                 entries[name] = found
