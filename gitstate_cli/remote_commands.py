@@ -50,9 +50,12 @@ def _why(ref: RefResult, run_id: str | None, remote: str) -> str:
         if "session file" in ref.message:
             return f": {remote} has versions this repository lacks; pull first ({pull}), then share yours under another path"
         if branch is not None:
+            kept = f"{branch}@{remote}"
             return (f": {remote} has checkpoints this repository lacks; pull first ({pull}) — its line is kept as "
-                    f"{branch}@{remote} — then share yours under a name of its own "
-                    f"(git agentos fork {out.shell_arg(run_id)} @{out.shell_arg(branch)} NEW_BRANCH)")
+                    f"{kept} — then share yours under a name of its own "
+                    f"(git agentos fork {out.shell_arg(run_id)} @{out.shell_arg(branch)} NEW_BRANCH) and put {branch} "
+                    f"on {remote}'s line (git agentos rollback {out.shell_arg(f'{run_id}@{branch}')} "
+                    f"@{out.shell_arg(kept)})")
     if ref.message and not ref.message.startswith("["):
         return f": {ref.message}"
     return ""

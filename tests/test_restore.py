@@ -462,19 +462,21 @@ def test_dry_run_of_some_paths_reads_only_those(work: Path, monkeypatch: pytest.
     run = store.create_run()
     c1 = run.checkpoint({}, files=True)
     run.checkpoint({}, files=True)
+    totals: list[int] = []
+    hashed: list[str] = []
+    real = snapshot.Workspace._hashed
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "reading":
+            totals.append(total)
+
     for round_ in range(2):
         _edit_every_way(work, round_)
         (work / "big.bin").write_bytes(os.urandom(300 + round_))  # outside the paths restored
         (work / "src" / "c.py").write_text(f"new {round_}\n")
         store.wait_for_housekeeping()
-        totals: list[int] = []
-
-        def progress(phase: str, done: int, total: int) -> None:
-            if phase == "reading":
-                totals.append(total)
-
-        hashed: list[str] = []
-        real = snapshot.Workspace._hashed
+        totals.clear()
+        hashed.clear()
         monkeypatch.setattr(snapshot.Workspace, "_hashed",
                             lambda self, name: hashed.append(name) or real(self, name))
         before, files = _git_dir_state(work), worktree_files(work)
