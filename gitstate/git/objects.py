@@ -12,7 +12,6 @@ import hashlib
 import os
 import secrets
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
@@ -20,6 +19,7 @@ import pygit2
 from pygit2.enums import ObjectType
 
 from gitstate.errors import StoreWriteError
+from gitstate.git import deflate
 from gitstate.git.lockfile import Owner
 from gitstate.git.packs import write_pack
 
@@ -144,7 +144,7 @@ class ObjectWriter:
                 pass
             fd = os.open(tmp, flags, 0o444)
         try:
-            write_all(fd, zlib.compress(raw, 1))
+            write_all(fd, deflate.compress(raw))
             if self.fsync:
                 os.fsync(fd)
         except BaseException:

@@ -82,6 +82,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError
+from gitstate.git import deflate
 from gitstate.git.durability import start_writeback
 
 OBJ_COMMIT = 1
@@ -170,7 +171,7 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
         seen.add(oid)
         deflated = compressed.get(oid) if compressed else None
         if deflated is None:
-            deflated = zlib.compress(body, compression)
+            deflated = deflate.compress(body, compression)
         entry = _entry_header(kind, len(body)) + deflated
         index.append((raw, offset, zlib.crc32(entry)))
         chunks.append(entry)

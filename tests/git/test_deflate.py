@@ -14,7 +14,7 @@ import pytest
 from test_packs import fsck_clean, obj, pack_dir, run_git, verify_pack
 
 from gitstate.git import packs
-from gitstate.git.deflate import MAX_HEAD, AppendDeflater, adler32_combine
+from gitstate.git.deflate import MAX_HEAD, STORED_BELOW, AppendDeflater, adler32_combine, compress
 
 
 def test_adler32_combine_matches_zlib() -> None:
@@ -72,3 +72,30 @@ def test_a_pack_of_appended_streams_is_read_by_git(repo: Path) -> None:
     run_git(repo, "index-pack", "--stdin", data=(pack_dir(repo) / f"{written.name}.pack").read_bytes())
     fsck_clean(repo)
     assert os.path.getsize(pack_dir(repo) / f"{written.name}.pack") < sum(len(b) for _o, _k, b in objects)
+
+
+def test_sized_streams_inflate_and_stay_as_small_as_zlibs() -> None:
+    rng = random.Random(6)
+    words = [b"agent ", b"tool ", b"report ", b"revenue ", b"\x00", rng.randbytes(7)]
+    for size in (0, 1, 40, 511, 512, 600, 1023, 1024, 4097, 20_000, 32_767, 32_768, 100_000):
+        data = b"".join(rng.choice(words) for _ in range(size))[:size]
+        for level in (1, 6, 9):
+            stream = compress(data, level)
+            assert zlib.decompress(stream) == data
+            # the window covers the whole object, so nothing is lost beyond a smaller hash table
+            if size < STORED_BELOW:
+                assert stream[2] == 0x01 and stream[7:-4] == data  # one final stored block
+            else:
+                assert len(stream) <= len(zlib.compress(data, level)) * 1.03 + 8, (size, level)
+
+
+def test_a_pack_of_sized_streams_is_read_by_git(repo: Path) -> None:
+    rng = random.Random(7)
+    objects = [obj(3, rng.randbytes(n // 3) + b"the agent called a tool " * (n // 24))
+               for n in (10, 700, 3000, 40_000)]
+    written = packs.write_pack(str(pack_dir(repo)), objects)
+    for oid, _kind, body in objects:
+        raw = subprocess.run(["git", "cat-file", "blob", oid], cwd=repo, capture_output=True, check=True).stdout
+        assert raw == body
+    verify_pack(repo, written.name)
+    fsck_clean(repo)
