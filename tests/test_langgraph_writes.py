@@ -251,3 +251,27 @@ def test_sigkill_between_writes_and_puts_loses_nothing_acknowledged(repo: Path) 
         got = saver.get_tuple({"configurable": {"thread_id": "k", "checkpoint_ns": "", "checkpoint_id": cid}})
         assert got is not None and task in {t for t, _c, _v in got.pending_writes}, (cid, task)
     git(repo, "fsck", "--strict", "--no-dangling")
+
+
+def test_a_put_on_a_stale_index_forks_instead_of_overwriting(repo: Path) -> None:
+    """A put trusts the branches its process last knew (it reads no branch ref): when another
+    process moved the branch meanwhile, the compare-and-swap fails and the put runs again on refs
+    read afresh, so its checkpoint goes to a fork line and the other's stays on main."""
+    saver, first = _start(repo)
+    other = GitCheckpointSaver(gitstate.open_store(repo))
+    theirs = _put(other, first, 2)
+    saver.put_writes(first, [("n", 10)], "task-1")
+    tip_before = git(repo, "rev-parse", BRANCH).strip()
+    mine = saver.put(first, {**_checkpoint(3), "id": "mine-3"}, {"source": "loop", "step": 3, "parents": {}},
+                     {"n": "3", "log": "3"})
+    assert git(repo, "rev-parse", BRANCH).strip() == tip_before  # main still ends at theirs
+    for reader in (saver, other, GitCheckpointSaver(gitstate.open_store(repo))):
+        got_theirs, got_mine = reader.get_tuple(theirs), reader.get_tuple(mine)
+        assert got_theirs is not None and got_theirs.checkpoint["channel_values"]["n"] == 2
+        assert got_mine is not None and got_mine.checkpoint["channel_values"]["n"] == 3
+        assert got_mine.parent_config is not None
+        assert got_mine.parent_config["configurable"]["checkpoint_id"] == first["configurable"]["checkpoint_id"]
+        assert reader.get_tuple(first).pending_writes == [("task-1", "n", 10)]  # type: ignore[union-attr]
+    forks = git(repo, "for-each-ref", "--format=%(refname)", "refs/agentos/main/runs/w/heads/").split()
+    assert len(forks) == 2 and BRANCH in forks
+    git(repo, "fsck", "--strict", "--no-dangling")

@@ -194,6 +194,24 @@ class RefReader:
             self._listed.pop(run_id, None)
         return heads, writes
 
+    def writes(self, repo: pygit2.Repository, run_id: str) -> dict[str, str]:
+        """``{writes ref name: blob id}`` of a run, without its branches (one directory listing,
+        and ``packed-refs`` when it changed): what a write needs to know afresh when it trusts the
+        branches it knows (see ``GitCheckpointSaver._known_index``)."""
+        if not self.files_backend:
+            return self.read(repo, run_id)[1]
+        prefix = run_prefix(self.worktree, run_id) + REF_KIND + "/"
+        writes: dict[str, str] = {}
+        try:
+            packed = self._packed_refs(_stamp(self._packed_path))
+        except FileNotFoundError:  # removed since its stamp was taken
+            packed = self._packed_refs(None)
+        for name, oid in packed.items():
+            if name.startswith(prefix):
+                writes[name[len(prefix):]] = oid
+        _read_writes_names(os.path.join(self.common_dir, *prefix.rstrip("/").split("/")), writes)
+        return writes
+
     @staticmethod
     def _settled(stamps: tuple[tuple[int, int, int] | None, ...], started: float) -> bool:
         """Whether a listing started at ``started`` may be reused while ``stamps`` hold."""

@@ -240,8 +240,26 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 self._indexes.move_to_end(thread_id)
             except KeyError:
                 pass
+        self._learn_writes(idx, writes)
+        return idx
+
+    def _learn_writes(self, idx: ThreadIndex, writes: dict[str, str]) -> None:
+        """Give ``idx`` the writes refs just read, when they changed."""
         if idx.writes != writes:
             idx.set_writes(writes, {name: self._pending_blob(oid)[:2] for name, oid in writes.items()})
+
+    def _known_index(self, thread_id: str, key: tuple[str, str] | None) -> ThreadIndex:
+        """The thread's index as this process last knew it, if it knows the checkpoint ``key`` (or
+        ``key`` is ``None``), without reading its branch refs; else :meth:`_index`. For writes only: every
+        ref a write moves is a compare-and-swap on the value this index holds, and one that moved
+        meanwhile (another process wrote the thread) makes the store run the write again on refs
+        read afresh, so a stale index costs a retry, never a lost or misplaced checkpoint. Its
+        pending writes refs are listed afresh (one directory listing), so a put folds those another
+        process added too."""
+        idx = self._indexes.get(thread_id)
+        if idx is None or (key is not None and key not in idx.entries):
+            return self._index(thread_id)
+        self._learn_writes(idx, self._refs.writes(self.store.repo, thread_id))
         return idx
 
     def _pending_blob(self, oid: str) -> tuple[str, str, dict[tuple[str, int], list[Any]]]:
@@ -383,11 +401,11 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         lg_trailers = trailers(ns, cid, parent_id, str(run_md) if run_md is not None else None)
         versions = dict(checkpoint["channel_versions"])
         with self._lock(thread_id):
-            first = self._index(thread_id)
+            first = self._known_index(thread_id, (ns, parent_id) if parent_id else None)
             if not first.tips:
                 self._ensure_run(thread_id)
                 first = self._index(thread_id)
-            fresh = [first]  # the first attempt uses the refs just read; a retry reads them again
+            fresh = [first]  # the first attempt uses that index; a retry reads the refs again
 
             def build(tx: Transaction) -> str:
                 idx = fresh.pop() if fresh else self._index(thread_id)
@@ -652,7 +670,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         encoded = [(channel, self.serde.dumps_typed(value)) for channel, value in writes]
         special = any(channel in WRITES_IDX_MAP for channel, _ in writes)
         with self._lock(thread_id):
-            fresh = [self._index(thread_id)]
+            fresh = [self._known_index(thread_id, key)]  # a retry reads the refs again
 
             def build(tx: Transaction) -> None:
                 idx = fresh.pop() if fresh else self._index(thread_id)
