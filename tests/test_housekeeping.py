@@ -112,7 +112,7 @@ def test_pack_count_stays_bounded_over_ten_thousand_transactions(memory_repo: Pa
     this test at seconds the packs are merged by copying bytes (packs.merge_packs) instead of by
     ``git pack-objects``, whose deltas the next test checks on a shorter history."""
     monkeypatch.setattr(housekeeping, "_merge_with_deltas",
-                        lambda _common, pack_dir, chosen, _lock: packs.merge_packs(pack_dir, chosen).name)
+                        lambda _common, pack_dir, chosen, _counts, _lock: packs.merge_packs(pack_dir, chosen).name)
     repo = memory_repo
     store = gitstate.open_store(repo, fsync=False)
     store.pack_in_background = True
@@ -159,6 +159,36 @@ def test_merges_store_list_chunk_versions_as_deltas(repo: Path) -> None:
     head = run.head()
     assert head is not None and head.state["messages"] == messages
     assert [cp.step for cp in run.history()] == list(range(4 * housekeeping.TX_MERGE_AT))[::-1]
+    git(repo, "fsck", "--strict")
+
+
+def test_merges_give_big_packs_to_git_unnamed_and_lose_nothing(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chosen pack of more than NAMED_PACK_MAX objects (an earlier merge's) is listed from its
+    index, its commits not walked: every object of every merged pack is still there, in a pack git
+    reads, and the list chunks still end up as deltas."""
+    monkeypatch.setattr(housekeeping, "NAMED_PACK_MAX", 20)  # the first merge's pack is already "big"
+    walked: list[int] = []
+    names = housekeeping._object_names
+    monkeypatch.setattr(housekeeping, "_object_names",
+                        lambda common, commits, wanted: walked.append(len(commits)) or names(common, commits, wanted))
+    store = gitstate.open_store(repo, fsync=False)
+    store.pack_in_background = False
+    run = store.create_run(run_id="big")
+    rng = random.Random(5)
+    messages: list[dict[str, object]] = []
+    pack_dir = repo / ".git" / "objects" / "pack"
+    every: set[str] = set()
+    for i in range(6 * housekeeping.TX_MERGE_AT):
+        messages = [*messages, _item(rng, i)]
+        run.checkpoint({"messages": messages})
+        every |= {oid for idx in pack_dir.glob("*.idx") for oid in packs.index_ids(str(idx))}
+    assert len(walked) >= 3 and max(walked) <= 2 * housekeeping.TX_MERGE_AT, walked  # new packs' commits only
+    left = {oid for idx in pack_dir.glob("*.idx") for oid in packs.index_ids(str(idx))}
+    assert every <= left, len(every - left)
+    kinds = [k for p in pack_dir.glob("*.idx") for k in packs.entry_types(str(pack_dir), p.stem).values()]
+    assert sum(1 for k in kinds if k in (packs.OBJ_OFS_DELTA, packs.OBJ_REF_DELTA)) >= 2 * housekeeping.TX_MERGE_AT
+    head = run.head()
+    assert head is not None and head.state["messages"] == messages
     git(repo, "fsck", "--strict")
 
 

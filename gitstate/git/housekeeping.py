@@ -21,16 +21,16 @@ import socket
 import struct
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import pygit2
 
-from gitstate.errors import GitStateError
+from gitstate.errors import CorruptObjectError, GitStateError
 from gitstate.git import lockfile, packs, refs
 from gitstate.git.command import run_git
 from gitstate.git.durability import fsync_dir
-from gitstate.git.objects import KEEP_PREFIX, MODE_TREE
-from gitstate.git.reader import parse_commit, parse_tree
+from gitstate.git.objects import KEEP_PREFIX
+from gitstate.git.reader import parse_commit
 
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
 MERGE_THRESHOLD = 12  # gitstate packs before they are merged (git's gc.autoPackLimit is 50)
@@ -350,6 +350,8 @@ def maybe_pack(repo: pygit2.Repository, common_dir: str, journal_size: int) -> N
 
 TX_PACKS = "tx-packs"  # agentos/tx-packs: names of the packs transactions wrote, one per line
 TX_MERGE_AT = 16  # packs written since the last merge before a geometric merge is worth a background pass
+SWEEP_EVERY = 60.0  # seconds between two sweeps of killed writers' leftovers by one process
+NAMED_PACK_MAX = 256  # objects of chosen packs up to this size are named by path for pack-objects
 ORPHAN_AGE = 3600.0  # seconds before a dead writer's temporary pack files are removed
 _MAX_NAME_DEPTH = 64  # trees deeper than this are not walked for names
 
@@ -415,11 +417,29 @@ def remove_dead_keeps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]
     return removed
 
 
-def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) -> str | None:
-    pack_dir = os.path.join(common_dir, "objects", "pack")
+_SWEPT: dict[str, float] = {}  # common dir -> when this process last removed what killed writers left
+
+
+def _sweep_leftovers(common_dir: str, pack_dir: str) -> None:
+    """Remove what killed writers and merges left (old temporary pack files, the ``.keep`` of dead
+    writers, private pack directories): at the first merge of a process and then at most every
+    :data:`SWEEP_EVERY` seconds, since their age limits are a minute or more anyway and scanning
+    the pack directory at every merge cost more than the rest of a merge's own work."""
+    now = time.monotonic()
+    last = _SWEPT.get(common_dir)
+    if last is not None and now - last < SWEEP_EVERY:
+        return
+    if len(_SWEPT) > 64:
+        _SWEPT.clear()
+    _SWEPT[common_dir] = now
     packs.remove_orphans(pack_dir, ORPHAN_AGE)
     remove_dead_keeps(common_dir)
     _remove_leftover_dirs(common_dir)
+
+
+def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) -> str | None:
+    pack_dir = os.path.join(common_dir, "objects", "pack")
+    _sweep_leftovers(common_dir, pack_dir)
     path = os.path.join(agentos, TX_PACKS)
     taken = f"{path}.{os.getpid()}.merging"
     try:
@@ -444,7 +464,7 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
         chosen = []  # deleting packs under a running `git gc` makes it fail: merge next time
     if chosen and not lock.refresh():
         chosen = []  # our lock was broken and retaken: deleting packs is no longer ours to do
-    merged = _merge_with_deltas(common_dir, pack_dir, chosen, lock) if chosen else None
+    merged = _merge_with_deltas(common_dir, pack_dir, chosen, dict(weights), lock) if chosen else None
     if merged is None:
         chosen = []  # nothing merged: every pack stays listed
     keep = kept + [n for n, _w in weights if n not in chosen] + ([merged] if merged else [])
@@ -465,6 +485,7 @@ def _object_names(common_dir: str, commits: list[str], wanted: set[str]) -> dict
     names: dict[str, str] = {}
     if not commits:
         return names
+    raw_wanted = {bytes.fromhex(oid) for oid in wanted}
     try:
         odb = pygit2.Odb(os.path.join(common_dir, "objects"))
         for commit in commits:
@@ -474,17 +495,37 @@ def _object_names(common_dir: str, commits: list[str], wanted: set[str]) -> dict
                 oid, prefix, depth = todo.pop()
                 if depth > _MAX_NAME_DEPTH:
                     break
-                for item in parse_tree(oid, odb.read(oid)[1]):
-                    if item.id in wanted and item.id not in names:
-                        names[item.id] = prefix + item.name
-                        if item.filemode == MODE_TREE:
-                            todo.append((item.id, f"{prefix}{item.name}/", depth + 1))
+                for name, raw, is_tree in _entries_among(oid, odb.read(oid)[1], raw_wanted):
+                    hexid = raw.hex()
+                    if hexid not in names:
+                        names[hexid] = prefix + name
+                        if is_tree:
+                            todo.append((hexid, f"{prefix}{name}/", depth + 1))
     except (KeyError, ValueError, OSError, pygit2.GitError, GitStateError):
         pass  # a damaged or vanished object: the rest stays unnamed (only compression suffers)
     return names
 
 
-def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: lockfile.OwnedLock) -> str | None:
+def _entries_among(oid: str, data: bytes, raw_ids: set[bytes]) -> Iterator[tuple[str, bytes, bool]]:
+    """``(name, raw id, is a tree)`` of the entries of raw tree ``data`` whose raw id is in
+    ``raw_ids``: the others (most of a list's chunks, unchanged since an earlier merge) cost one
+    ``find`` and a slice each, no decoding (merges run beside the writer's thread, under the GIL)."""
+    pos, end = 0, len(data)
+    while pos < end:
+        nul = data.find(b"\0", pos)
+        if nul < 0 or nul + 21 > end:
+            raise CorruptObjectError(oid, "malformed tree entry")
+        raw = data[nul + 1:nul + 21]
+        if raw in raw_ids:
+            space = data.find(b" ", pos, nul)
+            if space < 0:
+                raise CorruptObjectError(oid, "malformed tree entry")
+            yield data[space + 1:nul].decode("utf-8", "surrogateescape"), raw, data[pos:space] == b"40000"
+        pos = nul + 21
+
+
+def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], counts: dict[str, int],
+                       lock: lockfile.OwnedLock) -> str | None:
     """Write the objects of the packs ``chosen`` as one pack with deltas (``git pack-objects``,
     run with ``LC_ALL=C``; pygit2's PackBuilder takes no names, so it finds far fewer deltas),
     install it, then remove the merged-away packs; returns its name, or ``None`` when nothing was
@@ -494,12 +535,22 @@ def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: 
     removed. ``pack-objects`` reuses the deltas already in the packs it reads and looks for new
     ones among the objects the earlier merges have not seen, so each merge costs about the objects
     it brings in (the hot path never compresses anything: this runs in the background merge).
+    Objects of chosen packs of at most :data:`NAMED_PACK_MAX` objects (new transaction packs) are
+    named by their path (:func:`_object_names`); those of larger ones (earlier merges, which named
+    them then) are listed from their index alone, so a merge's Python work, which holds the GIL
+    beside the writer's thread, stays about the size of the new packs.
     The new pack is in place (written and flushed by git as ``core.fsync`` says, its directory
     flushed) before any source is removed."""
     oids: list[str] = []
     commits: list[str] = []
     for name in chosen:
         try:
+            if counts.get(name, 0) > NAMED_PACK_MAX:
+                # a pack an earlier merge wrote (or one big write): its objects are given to git
+                # unnamed, their deltas reused as they are; reading its entries and walking its
+                # commits in Python, at every merge that takes it, cost more than all the rest
+                oids.extend(packs.index_ids(os.path.join(pack_dir, name + ".idx")))
+                continue
             types = packs.entry_types(pack_dir, name)
         except (OSError, GitStateError):
             return None  # removed or damaged meanwhile: merge nothing now

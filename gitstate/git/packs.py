@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import hashlib
 import mmap
+import operator
 import os
 import re
 import secrets
@@ -404,6 +405,25 @@ def read_index(idx_path: str) -> list[tuple[str, int, int]]:
     return [(raw.hex(), offset, crc) for raw, offset, crc in entries]
 
 
+def index_ids(idx_path: str) -> list[str]:
+    """The hex ids a version-2 ``.idx`` lists, in id order: :func:`read_index` without the offsets
+    and CRCs, with the same checks, at C speed (one ``hex()`` of the name table), for packs of many
+    objects. Raises like :func:`read_index`."""
+    with open(idx_path, "rb") as fh:
+        data = fh.read()
+    _check_idx_head(idx_path, data)
+    fanout = struct.unpack_from(">256I", data, 8)
+    if not all(map(operator.le, fanout, fanout[1:])):
+        raise CorruptObjectError(idx_path, "pack index fan-out table is not monotonic")
+    count = fanout[255]
+    if len(data) < _IDX_HEADER + 28 * count + 40:
+        raise CorruptObjectError(idx_path, "pack index is truncated")
+    if hashlib.sha1(memoryview(data)[:-20], usedforsecurity=False).digest() != data[-20:]:
+        raise CorruptObjectError(idx_path, "pack index checksum does not match")
+    names = data[_IDX_HEADER:_IDX_HEADER + 20 * count].hex()
+    return [names[i:i + 40] for i in range(0, 40 * count, 40)]
+
+
 def object_count(idx_path: str) -> int:
     """How many objects a version-2 ``.idx`` lists (its last fan-out entry; reads 1 KiB)."""
     with open(idx_path, "rb") as fh:
@@ -429,7 +449,7 @@ def _parse_index(idx_path: str) -> tuple[list[tuple[bytes, int, int]], bytes]:
         data = fh.read()
     _check_idx_head(idx_path, data)
     fanout = struct.unpack_from(">256I", data, 8)
-    if any(fanout[i] > fanout[i + 1] for i in range(255)):
+    if not all(map(operator.le, fanout, fanout[1:])):
         raise CorruptObjectError(idx_path, "pack index fan-out table is not monotonic")
     count = fanout[255]
     names_at = _IDX_HEADER

@@ -244,6 +244,7 @@ def test_read_index_matches_verify_pack(repo: Path) -> None:
     written = packs.write_pack(str(pack_dir(repo)), blobs("read", 8))
     idx = str(pack_dir(repo) / f"{written.name}.idx")
     ours = {oid: offset for oid, offset, _ in packs.read_index(idx)}
+    assert packs.index_ids(idx) == [oid for oid, _offset, _crc in packs.read_index(idx)]
     theirs = {}
     for line in verify_pack(repo, written.name).splitlines():
         parts = line.split()
@@ -265,17 +266,27 @@ def test_read_index_refuses_other_versions_and_damage(repo: Path, tmp_path: Path
     run_git(tmp_path, "index-pack", "--index-version=1", "-o", str(tmp_path / "v1.idx"), str(copy))
     with pytest.raises(CorruptObjectError, match="version 1"):
         packs.read_index(str(tmp_path / "v1.idx"))
+    with pytest.raises(CorruptObjectError, match="version 1"):
+        packs.index_ids(str(tmp_path / "v1.idx"))
     with pytest.raises(CorruptObjectError):
         packs.object_count(str(tmp_path / "v1.idx"))
     good = (pack_dir(repo) / f"{written.name}.idx").read_bytes()
     (tmp_path / "short.idx").write_bytes(good[:-30])
-    with pytest.raises(CorruptObjectError):
-        packs.read_index(str(tmp_path / "short.idx"))
+    for read in (packs.read_index, packs.index_ids):
+        with pytest.raises(CorruptObjectError):
+            read(str(tmp_path / "short.idx"))
     flipped = bytearray(good)
     flipped[8 + 1024 + 3] ^= 0x01  # inside the first object name
     (tmp_path / "flipped.idx").write_bytes(bytes(flipped))
-    with pytest.raises(CorruptObjectError, match="checksum"):
-        packs.read_index(str(tmp_path / "flipped.idx"))
+    for read in (packs.read_index, packs.index_ids):
+        with pytest.raises(CorruptObjectError, match="checksum"):
+            read(str(tmp_path / "flipped.idx"))
+    unsorted = bytearray(good)
+    unsorted[8:12] = (2**31).to_bytes(4, "big")  # fan-out entry 0 above the later ones
+    (tmp_path / "fanout.idx").write_bytes(bytes(unsorted))
+    for read in (packs.read_index, packs.index_ids):
+        with pytest.raises(CorruptObjectError, match="monotonic"):
+            read(str(tmp_path / "fanout.idx"))
     with pytest.raises(FileNotFoundError):
         packs.read_index(str(tmp_path / "absent.idx"))
 
