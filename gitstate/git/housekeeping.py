@@ -489,6 +489,7 @@ def _object_names(common_dir: str, commits: list[str], wanted: set[str]) -> dict
     try:
         odb = pygit2.Odb(os.path.join(common_dir, "objects"))
         for commit in commits:
+            time.sleep(0)  # let a waiting writer thread have the GIL (see _merge_with_deltas)
             tree = parse_commit(commit, odb.read(commit)[1]).tree_id
             todo = [(tree, "", 0)] if tree in wanted else []
             while todo:
@@ -538,12 +539,16 @@ def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], counts
     Objects of chosen packs of at most :data:`NAMED_PACK_MAX` objects (new transaction packs) are
     named by their path (:func:`_object_names`); those of larger ones (earlier merges, which named
     them then) are listed from their index alone, so a merge's Python work, which holds the GIL
-    beside the writer's thread, stays about the size of the new packs.
+    beside the writer's thread, stays about the size of the new packs. Between packs and commits
+    it gives the GIL up for a moment (``time.sleep(0)``): a writer thread back from a flush takes it
+    then, instead of waiting up to the interpreter's switch interval (5 ms) for the merge's Python
+    loop to be interrupted.
     The new pack is in place (written and flushed by git as ``core.fsync`` says, its directory
     flushed) before any source is removed."""
     oids: list[str] = []
     commits: list[str] = []
     for name in chosen:
+        time.sleep(0)  # let a waiting writer thread have the GIL (see below)
         try:
             if counts.get(name, 0) > NAMED_PACK_MAX:
                 # a pack an earlier merge wrote (or one big write): its objects are given to git
