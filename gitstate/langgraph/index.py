@@ -140,6 +140,13 @@ class RefReader:
             self._packed_stamp, self._packed = stamp, table
         return self._packed
 
+    def _packed_at(self, stamp: tuple[int, int, int] | None) -> dict[str, str]:
+        """:meth:`_packed_refs`, or no table when the file was removed since its stamp was taken."""
+        try:
+            return self._packed_refs(stamp)
+        except FileNotFoundError:
+            return self._packed_refs(None)
+
     def branches(self, repo: pygit2.Repository, run_id: str) -> dict[str, str]:
         """``{branch: tip}`` of a run."""
         return self.read(repo, run_id)[0]
@@ -172,10 +179,7 @@ class RefReader:
         if hit is not None and hit[0] == stamps:
             return dict(hit[1]), dict(hit[2])
         started = time.time()
-        try:
-            packed = self._packed_refs(stamps[2])
-        except FileNotFoundError:  # removed since its stamp was taken
-            packed = self._packed_refs(None)
+        packed = self._packed_at(stamps[2])
         if packed:
             for name, oid in packed.items():
                 if name.startswith(heads_prefix):
@@ -202,11 +206,7 @@ class RefReader:
             return self.read(repo, run_id)[1]
         prefix = run_prefix(self.worktree, run_id) + REF_KIND + "/"
         writes: dict[str, str] = {}
-        try:
-            packed = self._packed_refs(_stamp(self._packed_path))
-        except FileNotFoundError:  # removed since its stamp was taken
-            packed = self._packed_refs(None)
-        for name, oid in packed.items():
+        for name, oid in self._packed_at(_stamp(self._packed_path)).items():
             if name.startswith(prefix):
                 writes[name[len(prefix):]] = oid
         _read_writes_names(os.path.join(self.common_dir, *prefix.rstrip("/").split("/")), writes)
