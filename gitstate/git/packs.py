@@ -409,6 +409,22 @@ def index_ids(idx_path: str) -> list[str]:
     """The hex ids a version-2 ``.idx`` lists, in id order: :func:`read_index` without the offsets
     and CRCs, with the same checks, at C speed (one ``hex()`` of the name table), for packs of many
     objects. Raises like :func:`read_index`."""
+    data, count = _checked_index(idx_path)
+    names = data[_IDX_HEADER:_IDX_HEADER + 20 * count].hex()
+    return [names[i:i + 40] for i in range(0, 40 * count, 40)]
+
+
+def object_count(idx_path: str) -> int:
+    """How many objects a version-2 ``.idx`` lists (its last fan-out entry; reads 1 KiB)."""
+    with open(idx_path, "rb") as fh:
+        head = fh.read(_IDX_HEADER)
+    _check_idx_head(idx_path, head)
+    return int(struct.unpack_from(">I", head, _IDX_HEADER - 4)[0])
+
+
+def _checked_index(idx_path: str) -> tuple[bytes, int]:
+    """A version-2 ``.idx``'s bytes and object count, once its head, fan-out table, size (up to
+    its 32-bit offsets) and trailing checksum are checked."""
     with open(idx_path, "rb") as fh:
         data = fh.read()
     _check_idx_head(idx_path, data)
@@ -420,16 +436,7 @@ def index_ids(idx_path: str) -> list[str]:
         raise CorruptObjectError(idx_path, "pack index is truncated")
     if hashlib.sha1(memoryview(data)[:-20], usedforsecurity=False).digest() != data[-20:]:
         raise CorruptObjectError(idx_path, "pack index checksum does not match")
-    names = data[_IDX_HEADER:_IDX_HEADER + 20 * count].hex()
-    return [names[i:i + 40] for i in range(0, 40 * count, 40)]
-
-
-def object_count(idx_path: str) -> int:
-    """How many objects a version-2 ``.idx`` lists (its last fan-out entry; reads 1 KiB)."""
-    with open(idx_path, "rb") as fh:
-        head = fh.read(_IDX_HEADER)
-    _check_idx_head(idx_path, head)
-    return int(struct.unpack_from(">I", head, _IDX_HEADER - 4)[0])
+    return data, count
 
 
 def _check_idx_head(idx_path: str, data: bytes) -> None:
@@ -445,21 +452,11 @@ def _check_idx_head(idx_path: str, data: bytes) -> None:
 
 def _parse_index(idx_path: str) -> tuple[list[tuple[bytes, int, int]], bytes]:
     """Entries ``(raw id, offset, crc)`` of a version-2 ``.idx`` and the pack checksum it names."""
-    with open(idx_path, "rb") as fh:
-        data = fh.read()
-    _check_idx_head(idx_path, data)
-    fanout = struct.unpack_from(">256I", data, 8)
-    if not all(map(operator.le, fanout, fanout[1:])):
-        raise CorruptObjectError(idx_path, "pack index fan-out table is not monotonic")
-    count = fanout[255]
+    data, count = _checked_index(idx_path)
     names_at = _IDX_HEADER
     crcs_at = names_at + 20 * count
     small_at = crcs_at + 4 * count
     large_at = small_at + 4 * count
-    if len(data) < large_at + 40:
-        raise CorruptObjectError(idx_path, "pack index is truncated")
-    if hashlib.sha1(memoryview(data)[:-20], usedforsecurity=False).digest() != data[-20:]:
-        raise CorruptObjectError(idx_path, "pack index checksum does not match")
     crcs = struct.unpack_from(f">{count}I", data, crcs_at)
     small = struct.unpack_from(f">{count}I", data, small_at)
     n_large = len(data) - 40 - large_at
