@@ -128,6 +128,38 @@ def test_a_thread_stopped_before_a_node_is_interrupted(repo: Path, monkeypatch: 
     assert (runs["before"]["status"], runs["asked"]["status"]) == ("completed", "completed")
 
 
+def test_a_thread_stopped_before_a_join_is_interrupted_and_the_join_is_named(repo: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node reached by an edge from several nodes (add_edge(["a", "b"], "join")) is triggered by
+    a join channel (join:a+b:join), not by branch:to:join: stopped before it the thread is
+    interrupted with "join" next (not completed); resumed, the checkpoint it wrote names it."""
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    graph = StateGraph(S)
+    graph.add_node("a", lambda s: {"msgs": ["a"]})
+    graph.add_node("b", lambda s: {"msgs": ["b"]})
+    graph.add_node("join", lambda s: {"msgs": ["joined"]})
+    graph.add_edge(START, "a")
+    graph.add_edge(START, "b")
+    graph.add_edge(["a", "b"], "join")
+    graph.add_edge("join", END)
+    app = graph.compile(checkpointer=saver, interrupt_before=["join"])
+    config = {"configurable": {"thread_id": "fan"}}
+    app.invoke({"msgs": []}, config)
+    assert app.get_state(config).next == ("join",)
+    assert _runs(repo, monkeypatch)["fan"]["status"] == "interrupted"
+    shown = json.loads(_cli(repo, monkeypatch, "show", "fan", "--json"))
+    assert shown["langgraph"]["next"] == ["join"] and shown["status"] == "running"  # JSON: as recorded
+    assert "status:       interrupted" in _cli(repo, monkeypatch, "show", "fan")  # the line's status
+    app.invoke(None, config)
+    assert sorted(app.get_state(config).values["msgs"]) == ["a", "b", "joined"]
+    assert _runs(repo, monkeypatch)["fan"]["status"] == "completed"
+    run = gitstate.open_store(repo).get_run("fan")
+    assert [cp.node for cp in run.history()][:2] == ["join", "a,b"]
+    assert json.loads(_cli(repo, monkeypatch, "show", "fan", "--json"))["langgraph"]["next"] == []
+    nodes = {n["node"] for n in json.loads(_cli(repo, monkeypatch, "nodes", "fan", "--json"))}
+    assert {"a", "b", "join"} <= nodes
+
+
 def test_a_thread_is_summarised_on_its_latest_line(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Time travel writes the new checkpoints on a fork line (main~<id>): the thread's status,
     node and step are those of its latest checkpoint, the one LangGraph's get_state returns."""

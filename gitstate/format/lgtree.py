@@ -24,9 +24,9 @@ from gitstate.git.objects import MODE_TREE
 from gitstate.git.reader import ObjectReader, TreeData
 
 __all__ = [
-    "CHUNK", "FANOUT", "LG_META", "LG_TREE", "LIST", "VALUE", "WORKFLOW", "WRITES_BLOB", "Boundary",
-    "LineCheckpoint", "boundaries", "channel_entries", "details", "next_nodes", "read_writes", "show_chunk",
-    "show_entry", "show_values", "values_tree",
+    "CHUNK", "FANOUT", "JOIN_PREFIX", "LG_META", "LG_TREE", "LIST", "VALUE", "WORKFLOW", "WRITES_BLOB", "Boundary",
+    "LineCheckpoint", "boundaries", "channel_entries", "details", "join_target", "next_nodes", "read_writes",
+    "show_chunk", "show_entry", "show_values", "values_tree",
 ]
 
 WORKFLOW = frameworks.LANGGRAPH
@@ -41,6 +41,33 @@ MAX_CHUNK_DEPTH = 64  # chunk subtrees a reader follows (64**64 chunks is far be
 TRIGGER_PREFIX = "branch:to:"  # LangGraph's per-node trigger channels (a value: the node runs next)
 START = "__start__"  # the input channel (and the node that reads it)
 TASKS = "__pregel_tasks"  # pending Send packets
+JOIN_PREFIX = "join:"  # LangGraph's barrier of an edge from several nodes: join:<a>+<b>:<node>
+_SET_TYPES = ("builtins.set", "builtins.frozenset")
+
+
+def join_target(channel: str, value: Any) -> str | None:
+    """The node a join channel (``join:<a>+<b>:<node>``, the barrier LangGraph puts before a node
+    reached by an edge from several nodes) triggers now: ``<node>`` when the channel's value holds
+    every name it waits for (a deferred node's value, ``(names, finished)``, also needs
+    ``finished``), else ``None``. ``value`` is the channel's value as LangGraph holds it (a set) or
+    as :func:`show_entry` shows it (``{"$type": "builtins.set", "value": [...]}``)."""
+    if not channel.startswith(JOIN_PREFIX):
+        return None
+    starts, sep, node = channel[len(JOIN_PREFIX):].rpartition(":")
+    if not sep or not node:
+        return None
+    if isinstance(value, (tuple, list)) and len(value) == 2 and isinstance(value[1], bool):
+        if not value[1]:
+            return None
+        value = value[0]
+    if isinstance(value, dict) and value.get("$type") in _SET_TYPES:
+        value = value.get("value")
+    if not isinstance(value, (set, frozenset, list)):
+        return None
+    try:
+        return node if set(value) == set(starts.split("+")) else None
+    except TypeError:  # unhashable items: not a barrier LangGraph wrote
+        return None
 
 
 def values_tree(root: TreeData) -> str | None:
@@ -118,10 +145,16 @@ def read_writes(reader: ObjectReader, root: TreeData) -> list[Any]:
 
 def next_nodes(reader: ObjectReader, values: str) -> list[str]:
     """The nodes a checkpoint schedules next, as LangGraph's ``StateSnapshot.next`` names them: those
-    its trigger channels (``branch:to:<node>``) name, ``__start__`` while the input is pending, and
-    the targets of pending ``Send`` packets (``__pregel_tasks``)."""
+    its trigger channels (``branch:to:<node>``) name, those whose join channel is complete
+    (:func:`join_target`), ``__start__`` while the input is pending, and the targets of pending
+    ``Send`` packets (``__pregel_tasks``)."""
     entries = channel_entries(reader, values)
     names = {ch[len(TRIGGER_PREFIX):] for ch in entries if ch.startswith(TRIGGER_PREFIX)}
+    for channel, entry in entries.items():
+        if channel.startswith(JOIN_PREFIX):
+            node = join_target(channel, show_entry(reader, *entry))
+            if node is not None:
+                names.add(node)
     if START in entries:
         names.add(START)
     if TASKS in entries:

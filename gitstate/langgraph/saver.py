@@ -110,22 +110,17 @@ _TRIGGER_PREFIX = "branch:to:"
 _TRIGGERS = ("__start__", "__pregel_tasks")  # LangGraph's input and Send channels
 
 
-def _ran(parent_channels: Mapping[str, object]) -> str | None:
-    """The nodes that ran between a parent checkpoint and its child: those the parent's pending
-    trigger channels (``branch:to:<node>``) named, comma-separated."""
-    names = sorted(ch[len(_TRIGGER_PREFIX):] for ch in parent_channels if ch.startswith(_TRIGGER_PREFIX))
-    return ",".join(names) or None
-
-
 def _status(values: Mapping[str, object], writes: Mapping[tuple[str, int], list[Any]]) -> str:
     """A checkpoint's run status as LangGraph left it: ``failed`` or ``interrupted`` when a task
     wrote an error or an interrupt, ``running`` while a trigger channel (``branch:to:<node>``,
-    ``__start__``, ``__pregel_tasks``) holds a value, so a next task is pending, else ``completed``
-    (the graph reached END)."""
+    ``__start__``, ``__pregel_tasks``) holds a value or a join channel is complete
+    (:func:`lgtree.join_target`), so a next task is pending, else ``completed`` (the graph reached
+    END)."""
     from_writes = _status_of_writes(writes)
     if from_writes is not None:
         return from_writes
-    pending = any(ch.startswith(_TRIGGER_PREFIX) or ch in _TRIGGERS for ch in values)
+    pending = any(ch.startswith(_TRIGGER_PREFIX) or ch in _TRIGGERS or lgtree.join_target(ch, value) is not None
+                  for ch, value in values.items())
     return "running" if pending else "completed"
 
 
@@ -562,7 +557,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             step, base = store.position(parent.oid)
             step += 1
         now = time.time()
-        ran = _ran(self._values_entries(parent.oid)) if parent is not None else None
+        ran = self._ran(parent.oid) if parent is not None else None
         meta = self._meta(thread_id, ns, cid, branch, step, base, md, payload, now, ran, status)
         entries = [(cpfmt.META, self._put_blob(tx, cpfmt.encode_meta(meta)), MODE_BLOB), self._state(tx),
                    (LG_TREE, values_tree, MODE_TREE)]
@@ -586,6 +581,22 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
         tx.after(learned)
         return oid
+
+    def _ran(self, parent: str) -> str | None:
+        """The nodes that ran between the checkpoint ``parent`` and its child: those its pending
+        trigger channels (``branch:to:<node>``) and complete join channels named, comma-separated."""
+        entries = self._values_entries(parent)
+        names = {ch[len(_TRIGGER_PREFIX):] for ch in entries if ch.startswith(_TRIGGER_PREFIX)}
+        for channel, entry in entries.items():
+            if channel.startswith(lgtree.JOIN_PREFIX):
+                shown = self._payloads.get("join:" + entry[1])
+                if shown is None:
+                    shown = (lgtree.show_entry(self.store.reader, *entry),)
+                    self._payloads.put("join:" + entry[1], shown)
+                node = lgtree.join_target(channel, shown[0])
+                if node is not None:
+                    names.add(node)
+        return ",".join(sorted(names)) or None
 
     def _forget_index(self, thread_id: str) -> None:
         self._indexes.pop(thread_id, None)
