@@ -49,6 +49,7 @@ def test_wheel_holds_every_package_and_a_regular_install_imports_them(tmp_path: 
             "import gitstate, gitstate.langgraph\n"
             "assert gitstate.__file__.startswith(sys.prefix), gitstate.__file__\n"
             "from gitstate.langgraph import GitCheckpointSaver\n"
+            "from langgraph.graph import StateGraph  # the [langgraph] extra brings graphs too\n"
             "print(len(mods))\n")
     done = subprocess.run([str(py), "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
