@@ -5,6 +5,7 @@ rewrites (copy, prune, delete_for_runs) carry them; a newer format version is re
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -275,3 +276,32 @@ def test_a_put_on_a_stale_index_forks_instead_of_overwriting(repo: Path) -> None
     forks = git(repo, "for-each-ref", "--format=%(refname)", "refs/agentos/main/runs/w/heads/").split()
     assert len(forks) == 2 and BRANCH in forks
     git(repo, "fsck", "--strict", "--no-dangling")
+
+
+def test_writes_that_come_after_the_next_put_are_shown_by_the_cli(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LangGraph's asynchronous durability may store a task's writes after the next checkpoint:
+    they stay in a writes ref (no put folds them), and `git agentos show` lists them as the saver
+    returns them; a writes blob that cannot be read is one error line, never a silent omission."""
+    from click.testing import CliRunner
+
+    from gitstate_cli.main import cli
+
+    saver, first = _start(repo)
+    _put(saver, first, 2)
+    saver.put_writes(first, [("n", 10)], "task-1", "~__pregel_pull, worker")
+    assert saver.get_tuple(first).pending_writes == [("task-1", "n", 10)]  # type: ignore[union-attr]
+    (name, _kind), = _writes_refs(repo)
+    monkeypatch.chdir(repo)
+    runner = CliRunner()
+    shown = runner.invoke(cli, ["show", "w~1", "--json"], prog_name="git agentos")
+    assert shown.exit_code == 0, shown.output
+    writes = json.loads(shown.stdout)["langgraph"]["writes"]
+    assert [(w["task"], w["node"], w["channel"], w["value"]) for w in writes] == [("task-1", "worker", "n", 10)]
+    text = runner.invoke(cli, ["show", "w~1"], prog_name="git agentos")
+    assert "pending writes (1):" in text.stdout and "worker -> n: 10" in text.stdout
+    assert json.loads(runner.invoke(cli, ["show", "w", "--json"]).stdout)["langgraph"]["writes"] == []
+    oid = git(repo, "rev-parse", name).strip()
+    (repo / ".git" / "objects" / oid[:2] / oid[2:]).unlink()
+    broken = runner.invoke(cli, ["show", "w~1"], prog_name="git agentos")
+    assert broken.exit_code == 1 and broken.stderr.startswith("error: ") and oid[:7] in broken.stderr
+    assert "Traceback" not in broken.output

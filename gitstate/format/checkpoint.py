@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gitstate.errors import CorruptObjectError, UnsupportedFormatError
-from gitstate.format import encoding, lgtree
+from gitstate.format import encoding, lgtree, lgwrites
 from gitstate.format.statetree import StateReader, StateWriter
 from gitstate.git import handles
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
@@ -324,12 +324,15 @@ class Checkpoint:
     def langgraph(self) -> dict[str, Any] | None:
         """LangGraph's own view of a checkpoint written by ``gitstate.langgraph`` (``None`` for
         others): ``checkpoint_id``, ``checkpoint_ns``, ``source``, ``step`` (-1 for the input),
-        ``parents``, ``next`` (nodes scheduled), ``metadata`` and pending ``writes``, as plain data
-        (see :func:`gitstate.format.lgtree.details`)."""
+        ``parents``, ``next`` (nodes scheduled), ``metadata`` and pending ``writes`` (those of its
+        commit and of the run's writes refs), as plain data (see
+        :func:`gitstate.format.lgtree.details`)."""
         if self.workflow != lgtree.WORKFLOW:
             return None
         reader = self._reader().reader
-        return lgtree.details(reader, self.tree_id, read_meta(reader, reader.commit(self.id)))
+        cid, ns = self.metadata.get("checkpoint_id"), self.metadata.get("checkpoint_ns") or ""
+        pending = lgwrites.ref_records(reader, self.run_id, str(ns), cid) if isinstance(cid, str) else None
+        return lgtree.details(reader, self.tree_id, read_meta(reader, reader.commit(self.id)), pending)
 
     @property
     def files_tree_id(self) -> str | None:

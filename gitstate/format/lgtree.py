@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gitstate.errors import CorruptObjectError
-from gitstate.format import encoding, frameworks, lgserde
+from gitstate.format import encoding, frameworks, lgserde, lgwrites
 from gitstate.format.names import decode_component
 from gitstate.git.objects import MODE_TREE
 from gitstate.git.reader import ObjectReader, TreeData
@@ -32,7 +32,7 @@ __all__ = [
 WORKFLOW = frameworks.LANGGRAPH
 LG_TREE = "langgraph"
 LG_META = "langgraph"
-WRITES_BLOB = "langgraph-writes.cbor"
+WRITES_BLOB = lgwrites.WRITES_BLOB
 VALUE = ".v"
 LIST = ".l"
 CHUNK = 32
@@ -166,11 +166,21 @@ def next_nodes(reader: ObjectReader, values: str) -> list[str]:
     return sorted(names)
 
 
+def _with_pending(records: list[Any], pending: Mapping[tuple[str, int], list[Any]] | None) -> list[Any]:
+    """The commit's write records, then those of ``pending`` whose key (task id, index) it lacks
+    (the saver's union: the first record of a key wins)."""
+    if not pending:
+        return records
+    own = {(r[0], r[5]) for r in records if isinstance(r, list) and len(r) == 6}
+    return records + [record for key, record in pending.items() if key not in own]
+
+
 def _mapping(value: Any) -> dict[Any, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def details(reader: ObjectReader, tree_id: str, meta: Mapping[str, Any]) -> dict[str, Any] | None:
+def details(reader: ObjectReader, tree_id: str, meta: Mapping[str, Any],
+            pending: Mapping[tuple[str, int], list[Any]] | None = None) -> dict[str, Any] | None:
     """LangGraph's own view of a checkpoint (``None`` if it is not one): ``checkpoint_id``,
     ``checkpoint_ns``, ``source``, ``step`` (LangGraph's numbering: -1 for the input), ``parents``,
     ``next`` (nodes scheduled), ``metadata`` (the rest of LangGraph's metadata) and ``writes``
@@ -188,7 +198,7 @@ def details(reader: ObjectReader, tree_id: str, meta: Mapping[str, Any]) -> dict
         "checkpoint_id": info.get("checkpoint_id"), "checkpoint_ns": info.get("checkpoint_ns", ""),
         "source": md.get("source"), "step": md.get("step", info.get("langgraph_step")),
         "parents": md.get("parents") or {}, "next": next_nodes(reader, values),
-        "metadata": rest, "writes": lgserde.show_writes(read_writes(reader, root)),
+        "metadata": rest, "writes": lgserde.show_writes(_with_pending(read_writes(reader, root), pending)),
     }
     if isinstance(md.get("writes"), dict):  # LangGraph before 0.4 recorded the writes of the step
         out["step_writes"] = md["writes"]

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import pygit2
 
+from gitstate.format.lgwrites import REF_KIND
 from gitstate.format.names import decode_component, run_prefix
 from gitstate.git.location import check_present
 from gitstate.git.reader import CommitData, ObjectReader
 from gitstate.git.refs import list_refs
-from gitstate.langgraph.writes import REF_KIND
 
 T_ID = "LangGraph-Checkpoint"
 T_NS = "LangGraph-Namespace"

@@ -39,6 +39,7 @@ from pygit2.enums import ObjectType
 from gitstate.errors import CorruptObjectError, RunNotFound, UsageError
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import encoding, lgtree
+from gitstate.format import lgwrites as wr
 from gitstate.format.checkpoint import read_meta
 from gitstate.format.names import (
     MAX_COMPONENT,
@@ -52,7 +53,6 @@ from gitstate.format.names import (
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry, tree_bytes
 from gitstate.git.reader import CommitData, ObjectReader, Signature, TreeData, parse_tree
 from gitstate.git.refs import list_refs
-from gitstate.langgraph import writes as wr
 from gitstate.langgraph.index import Entry, RefReader, ThreadIndex, parse_entry, trailers
 from gitstate.langgraph.serde import StrictSerializer
 from gitstate.langgraph.values import LRU, ByteLRU, ValueCodec, decode
