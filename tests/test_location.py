@@ -54,6 +54,16 @@ def test_040_fail_closed_outside_repo(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "AGENTOS_REPO" in str(info.value)
 
 
+def test_agentos_repo_naming_a_file_is_refused(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file inside a repository is no repository: refused, not taken for the repository around it."""
+    (repo / "notes.txt").write_text("x\n")
+    monkeypatch.setenv("AGENTOS_REPO", str(repo / "notes.txt"))
+    with pytest.raises(gitstate.NotARepositoryError, match="points to a file"):
+        gitstate.open_store()
+    monkeypatch.setenv("AGENTOS_REPO", str(repo))
+    assert gitstate.open_store().path == str(repo)
+
+
 def test_050_worktrees_are_isolated(repo: Path, tmp_path: Path) -> None:
     wt = tmp_path / "wt"
     git(repo, "worktree", "add", "-q", str(wt))

@@ -63,6 +63,8 @@ def _open(path: str) -> pygit2.Repository:
 def _discover(start: str, via: str | None = None) -> pygit2.Repository:
     if not os.path.exists(start):
         raise NotARepositoryError(start, f"{via} points to a path that does not exist" if via else "no such path")
+    if via and not os.path.isdir(start):
+        raise NotARepositoryError(start, f"{via} points to a file, not to a repository's directory")
     try:
         found = pygit2.discover_repository(start)
     except (pygit2.GitError, ValueError) as exc:
