@@ -305,3 +305,19 @@ def test_writes_that_come_after_the_next_put_are_shown_by_the_cli(repo: Path, mo
     broken = runner.invoke(cli, ["show", "w~1"], prog_name="git agentos")
     assert broken.exit_code == 1 and broken.stderr.startswith("error: ") and oid[:7] in broken.stderr
     assert "Traceback" not in broken.output
+
+
+def test_a_put_after_another_process_deleted_the_thread_makes_its_run_again(repo: Path) -> None:
+    """This process's index still lists the thread another process deleted: the put's
+    compare-and-swap fails, and the retry, finding no branch, records the run again before it
+    writes, so the thread stays a run the CLI and the store can open (not orphan branches)."""
+    saver, first = _start(repo)
+    second = _put(saver, first, 2)
+    GitCheckpointSaver(gitstate.open_store(repo)).delete_thread(THREAD)
+    assert git(repo, "for-each-ref", "refs/agentos/").strip() == ""
+    third = _put(saver, second, 3)
+    run = gitstate.open_store(repo).get_run(THREAD)
+    assert run.workflow == "langgraph" and run.head() is not None
+    got = GitCheckpointSaver(gitstate.open_store(repo)).get_tuple(third)
+    assert got is not None and got.checkpoint["channel_values"]["n"] == 3
+    git(repo, "fsck", "--strict", "--no-dangling")

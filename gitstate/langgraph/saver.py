@@ -110,6 +110,10 @@ _TRIGGER_PREFIX = "branch:to:"
 _TRIGGERS = ("__start__", "__pregel_tasks")  # LangGraph's input and Send channels
 
 
+class _ThreadGone(Exception):
+    """A put found the thread it knew deleted by another process (its branches are gone)."""
+
+
 def _status(values: Mapping[str, object], writes: Mapping[tuple[str, int], list[Any]]) -> str:
     """A checkpoint's run status as LangGraph left it: ``failed`` or ``interrupted`` when a task
     wrote an error or an interrupt, ``running`` while a trigger channel (``branch:to:<node>``,
@@ -244,15 +248,17 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             idx.set_writes(writes, {name: self._pending_blob(oid)[:2] for name, oid in writes.items()})
 
     def _known_index(self, thread_id: str, key: tuple[str, str] | None) -> ThreadIndex:
-        """The thread's index as this process last knew it, if it knows the checkpoint ``key`` (or
-        ``key`` is ``None``), without reading its branch refs; else :meth:`_index`. For writes only: every
-        ref a write moves is a compare-and-swap on the value this index holds, and one that moved
-        meanwhile (another process wrote the thread) makes the store run the write again on refs
-        read afresh, so a stale index costs a retry, never a lost or misplaced checkpoint. Its
-        pending writes refs are listed afresh (one directory listing), so a put folds those another
-        process added too."""
+        """The thread's index as this process last knew it, if it knows the checkpoint ``key``,
+        without reading its branch refs; else (or with no ``key``) :meth:`_index`. Only for a write
+        that appends to a known checkpoint (a put with a parent, a regular ``put_writes``): each ref
+        it moves is a compare-and-swap on the value this index holds, and one that moved meanwhile
+        (another process wrote, rolled back or deleted the thread) makes the store run the write
+        again on refs read afresh, so a stale index costs a retry. Writes that rewrite descendants
+        on every branch (a re-put, a special write) read the refs first: a branch this index does
+        not know would be left out. Its pending writes refs are listed afresh (one directory
+        listing), so a put folds those another process added too."""
         idx = self._indexes.get(thread_id)
-        if idx is None or (key is not None and key not in idx.entries):
+        if idx is None or key is None or key not in idx.entries:
             return self._index(thread_id)
         self._learn_writes(idx, self._refs.writes(self.store.repo, thread_id))
         return idx
@@ -397,13 +403,18 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         versions = dict(checkpoint["channel_versions"])
         with self._lock(thread_id):
             first = self._known_index(thread_id, (ns, parent_id) if parent_id else None)
+            if (ns, cid) in first.entries:
+                first = self._index(thread_id)  # a re-put rewrites its descendants on every branch
             if not first.tips:
                 self._ensure_run(thread_id)
                 first = self._index(thread_id)
             fresh = [first]  # the first attempt uses that index; a retry reads the refs again
+            had_tips = [bool(first.tips)]
 
             def build(tx: Transaction) -> str:
                 idx = fresh.pop() if fresh else self._index(thread_id)
+                if had_tips[0] and not idx.tips:
+                    raise _ThreadGone  # deleted by another process meanwhile: its run is made again first
                 parent = idx.entries.get((ns, parent_id)) if parent_id else None
                 existing = idx.entries.get((ns, cid))
                 values_tree = self._values(tx.writer, thread_id, ns, c, values, new_versions, parent)
@@ -423,7 +434,13 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 return self._stage_append(tx, thread_id, idx, ns, cid, parent, values_tree, payload, writes, md,
                                           lg_trailers, parent_id, status, fold)
 
-            oid = self.store.write(build)
+            while True:
+                try:
+                    oid = self.store.write(build)
+                    break
+                except _ThreadGone:
+                    self._ensure_run(thread_id)
+                    had_tips[0] = False
             self._orphan_writes.pop((thread_id, ns, cid), None)
             self._remember_versions(oid, versions)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
@@ -681,7 +698,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         encoded = [(channel, self.serde.dumps_typed(value)) for channel, value in writes]
         special = any(channel in WRITES_IDX_MAP for channel, _ in writes)
         with self._lock(thread_id):
-            fresh = [self._known_index(thread_id, key)]  # a retry reads the refs again
+            # a special write may rewrite descendants on every branch: it reads them all
+            fresh = [self._index(thread_id) if special else self._known_index(thread_id, key)]
 
             def build(tx: Transaction) -> None:
                 idx = fresh.pop() if fresh else self._index(thread_id)
