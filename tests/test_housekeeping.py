@@ -409,3 +409,24 @@ def test_pack_records_its_own_pack_not_a_concurrent_one(store: gitstate.Store, r
     assert all((pack_dir / f"{n}.idx").exists() for n in foreign)  # theirs untouched
     assert not [p for p in (common / "objects").iterdir() if p.name.startswith(housekeeping.PACK_TMP_PREFIX)]
     git(repo, "fsck", "--strict")
+
+
+def test_a_path_git_cannot_take_as_a_name_does_not_stop_merges(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names are hints for pack-objects' line-based input: a path holding a newline, or one that is
+    not UTF-8 (kept as surrogates), is left out, and the merge goes on."""
+    names = housekeeping._object_names
+
+    def odd(common: str, commits: list[str], wanted: set[str]) -> dict[str, str]:
+        found = names(common, commits, wanted)
+        return {oid: ("state/new\nline" if i % 2 else "state/\udcffbytes") for i, oid in enumerate(found)}
+
+    monkeypatch.setattr(housekeeping, "_object_names", odd)
+    store = gitstate.open_store(repo, fsync=False)
+    store.pack_in_background = False
+    run = store.create_run(run_id="odd")
+    for i in range(housekeeping.TX_MERGE_AT):
+        run.checkpoint({"i": i})
+    pack_dir = repo / ".git" / "objects" / "pack"
+    assert len(list(pack_dir.glob("*.idx"))) < housekeeping.TX_MERGE_AT  # merged
+    assert [cp.state["i"] for cp in run.history()] == list(range(housekeeping.TX_MERGE_AT))[::-1]
+    git(repo, "fsck", "--strict")

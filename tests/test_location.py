@@ -64,6 +64,16 @@ def test_agentos_repo_naming_a_file_is_refused(repo: Path, monkeypatch: pytest.M
     assert gitstate.open_store().path == str(repo)
 
 
+def test_agentos_repo_naming_a_linked_worktrees_git_file_opens_that_worktree(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wt = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", str(wt))
+    assert (wt / ".git").is_file()
+    monkeypatch.setenv("AGENTOS_REPO", str(wt / ".git"))
+    store = gitstate.open_store()
+    assert store.worktree != "main" and os.path.realpath(store.path) == os.path.realpath(wt)
+
+
 def test_050_worktrees_are_isolated(repo: Path, tmp_path: Path) -> None:
     wt = tmp_path / "wt"
     git(repo, "worktree", "add", "-q", str(wt))

@@ -330,9 +330,11 @@ class Checkpoint:
         if self.workflow != lgtree.WORKFLOW:
             return None
         reader = self._reader().reader
-        cid, ns = self.metadata.get("checkpoint_id"), self.metadata.get("checkpoint_ns") or ""
-        pending = lgwrites.ref_records(reader, self.run_id, str(ns), cid) if isinstance(cid, str) else None
-        return lgtree.details(reader, self.tree_id, read_meta(reader, reader.commit(self.id)), pending)
+        meta = read_meta(reader, reader.commit(self.id))
+        cid, ns, worktree = self.metadata.get("checkpoint_id"), self.metadata.get("checkpoint_ns") or "", meta.get("worktree")
+        pending = (lgwrites.ref_records(reader, worktree, self.run_id, str(ns), cid)
+                   if isinstance(cid, str) and isinstance(worktree, str) else None)
+        return lgtree.details(reader, self.tree_id, meta, pending)
 
     @property
     def files_tree_id(self) -> str | None:

@@ -64,10 +64,11 @@ def join_target(channel: str, value: Any) -> str | None:
         value = value.get("value")
     if not isinstance(value, (set, frozenset, list)):
         return None
-    try:
-        return node if set(value) == set(starts.split("+")) else None
-    except TypeError:  # unhashable items: not a barrier LangGraph wrote
-        return None
+    if not all(isinstance(name, str) for name in value):
+        return None  # not a barrier LangGraph wrote
+    # compared piece by piece: the channel joins the names with "+", which a node name may hold
+    pieces = {piece for name in value for piece in name.split("+")}
+    return node if pieces == set(starts.split("+")) else None
 
 
 def values_tree(root: TreeData) -> str | None:
@@ -171,7 +172,8 @@ def _with_pending(records: list[Any], pending: Mapping[tuple[str, int], list[Any
     (the saver's union: the first record of a key wins)."""
     if not pending:
         return records
-    own = {(r[0], r[5]) for r in records if isinstance(r, list) and len(r) == 6}
+    own = {(r[0], r[5]) for r in records
+           if isinstance(r, list) and len(r) == 6 and isinstance(r[0], str) and type(r[5]) is int}
     return records + [record for key, record in pending.items() if key not in own]
 
 

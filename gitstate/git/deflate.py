@@ -41,9 +41,9 @@ def stored(data: bytes) -> bytes:
 
 def compress(data: bytes, level: int = 1) -> bytes:
     """The zlib stream of ``data``: below :data:`STORED_BELOW` bytes one stored (uncompressed)
-    block, which costs no deflate at all; else deflated at ``level`` with a window just large
-    enough to reach back over all of ``data`` and, below 32 KiB, a smaller hash table (within about
-    1 % of ``zlib.compress``'s size, a few times faster for small objects). Any inflater (git,
+    block, which costs no deflate at all; else deflated at ``level`` with, below 32 KiB, a window
+    of the next power of two above the object's size and a smaller hash table (within a few percent
+    of ``zlib.compress``'s size, a few times faster for small objects). Any inflater (git,
     libgit2) reads each of them as the object's bytes.
 
     Why small objects are stored: in a checkpoint write, deflating each of its ten or so small
@@ -55,7 +55,7 @@ def compress(data: bytes, level: int = 1) -> bytes:
         return stored(data)
     if size >= _SMALL:
         return zlib.compress(data, level)
-    wbits = max(10, size.bit_length())  # 2**wbits > size; zlib's smallest usable window is 2**10
+    wbits = max(10, size.bit_length())  # 2**wbits > size (zlib's smallest usable window is 2**10)
     deflater = zlib.compressobj(level, zlib.DEFLATED, wbits, 4)
     return deflater.compress(data) + deflater.flush()
 

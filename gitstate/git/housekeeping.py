@@ -373,7 +373,8 @@ def _read_names(path: str) -> list[str]:
 def merge_tx_packs(common_dir: str) -> str | None:
     """Merge transaction packs geometrically (the packs ``git repack --geometric=2`` would choose,
     merged with deltas by :func:`_merge_with_deltas`) so their number stays logarithmic, and remove
-    what killed writers left (temporary pack files older than :data:`ORPHAN_AGE`). Runs under the
+    what killed writers left (temporary pack files older than :data:`ORPHAN_AGE`; at a process's
+    first merge, then at most every :data:`SWEEP_EVERY` seconds). Runs under the
     housekeeping lock; returns the merged pack's name, or ``None`` when nothing was merged (or
     another process is at it).
 
@@ -565,7 +566,10 @@ def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], counts
     names = _object_names(common_dir, sorted(set(commits)), wanted)
     private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
     try:
-        lines = "".join(f"{oid} {names[oid]}\n" if oid in names else f"{oid}\n" for oid in dict.fromkeys(oids))
+        # a path is a name hint only: one git's line-based input cannot carry (a newline, a name
+        # that is not UTF-8, kept as surrogates) is left out rather than failing every merge
+        lines = "".join(f"{oid} {names[oid]}\n" if names.get(oid, "\n").isprintable() else f"{oid}\n"
+                        for oid in dict.fromkeys(oids))
         done = run_git(common_dir, ["pack-objects", "-q", "--threads=1", "--delta-base-offset", "--depth=20",
                                     os.path.join(private, "pack")], stdin=lines)
         name = "pack-" + done.stdout.strip()

@@ -60,10 +60,20 @@ def _open(path: str) -> pygit2.Repository:
         raise NotARepositoryError(path, str(exc).strip() or None) from exc
 
 
+def _is_gitfile(path: str) -> bool:
+    """Whether ``path`` is a ``.git`` file naming a git dir elsewhere (``gitdir: <path>``, as a
+    linked worktree or a submodule has): git opens the repository it names."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8) == b"gitdir: "
+    except OSError:
+        return False
+
+
 def _discover(start: str, via: str | None = None) -> pygit2.Repository:
     if not os.path.exists(start):
         raise NotARepositoryError(start, f"{via} points to a path that does not exist" if via else "no such path")
-    if via and not os.path.isdir(start):
+    if via and not os.path.isdir(start) and not _is_gitfile(start):
         raise NotARepositoryError(start, f"{via} points to a file, not to a repository's directory")
     try:
         found = pygit2.discover_repository(start)

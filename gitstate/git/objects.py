@@ -124,9 +124,10 @@ class ObjectWriter:
         return oid
 
     def _write_loose(self, path: str, raw: bytes) -> None:
-        """Write a loose object as git does: zlib (level 1, git's ``core.looseCompression``
-        default) into a temporary file in the fan-out directory, read-only, then renamed into
-        place, so readers never see a partial object.
+        """Write a loose object as git does: a zlib stream (:func:`gitstate.git.deflate.compress`:
+        stored under 1 KiB, else level 1, git's ``core.looseCompression`` default) into a temporary
+        file in the fan-out directory, read-only, then renamed into place, so readers never see a
+        partial object.
 
         Written here rather than through ``Odb.write``: libgit2 1.9 costs about 0.6 ms per loose
         object on our test machine (existence checks with pack rescans, then its own temp-file

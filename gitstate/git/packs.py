@@ -144,8 +144,8 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
     Each object is ``(hex id, type, body)``: type 1 commit, 2 tree, 3 blob, 4 tag, and the body
     without git's ``"<type> <size>\\0"`` header. The id is trusted, not recomputed (see the module
     documentation). An id given twice is written once (its first occurrence). ``compression`` is the
-    zlib level (1, git's ``core.looseCompression`` default, is fast and small enough for small
-    objects). With ``fsync`` both files' contents are flushed (``fdatasync``, as git flushes the
+    zlib level of objects of 1 KiB or more (1, git's ``core.looseCompression`` default, is fast
+    and small enough); smaller ones are stored (:func:`gitstate.git.deflate.compress`). With ``fsync`` both files' contents are flushed (``fdatasync``, as git flushes the
     packs it writes) before they are renamed into place; with ``sync_dir`` the directory is flushed
     after the renames too, so the names survive a power loss as well (``core.fsync=all``).
 

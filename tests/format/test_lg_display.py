@@ -198,3 +198,20 @@ def test_write_records_and_payloads() -> None:
     assert shown[1]["node"] == "review" and shown[1]["value"][0]["value"] == "why?"
     payload = {"checkpoint": list(SERDE.dumps_typed({"id": "c1"})), "metadata": list(SERDE.dumps_typed({"step": 2}))}
     assert lgserde.show_payload(payload) == {"checkpoint": {"id": "c1"}, "metadata": {"step": 2}}
+
+
+def test_join_target_is_the_node_a_complete_barrier_triggers() -> None:
+    from gitstate.format.lgtree import join_target
+
+    shown = {"$type": "builtins.set", "value": ["a", "b"]}
+    assert join_target("join:a+b:join", {"a", "b"}) == "join"
+    assert join_target("join:a+b:join", shown) == "join"
+    assert join_target("join:a+b:join", {"a"}) is None  # still waiting for b
+    assert join_target("join:a+b:join", set()) is None  # consumed: the join ran
+    assert join_target("join:a+b:d", ({"a", "b"}, True)) == "d"  # a deferred node, finished
+    assert join_target("join:a+b:d", [["a", "b"], False]) is None  # not finished yet
+    assert join_target("join:x+y+c:d", {"x+y", "c"}) == "d"  # a node name holding "+"
+    assert join_target("branch:to:a", {"a"}) is None
+    assert join_target("join:nocolon", {"nocolon"}) is None
+    assert join_target("join:a+b:join", [["a"], "b"]) is None  # malformed: no exception
+    assert join_target("join:a+b:join", {"$type": "builtins.set", "value": "ab"}) is None
