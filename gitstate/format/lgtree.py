@@ -26,7 +26,7 @@ from gitstate.git.reader import ObjectReader, TreeData
 __all__ = [
     "CHUNK", "FANOUT", "JOIN_PREFIX", "LG_META", "LG_TREE", "LIST", "VALUE", "WORKFLOW", "WRITES_BLOB", "Boundary",
     "LineCheckpoint", "boundaries", "channel_entries", "details", "join_target", "next_nodes", "read_writes",
-    "show_chunk", "show_entry", "show_values", "values_tree",
+    "show_chunk", "show_entry", "show_values", "values_tree", "START", "TASKS", "TRIGGER_PREFIX",
 ]
 
 WORKFLOW = frameworks.LANGGRAPH

@@ -106,8 +106,7 @@ def _serializer(serde: SerializerProtocol | None, allowed: Iterable[type | tuple
     return serde
 
 
-_TRIGGER_PREFIX = "branch:to:"
-_TRIGGERS = ("__start__", "__pregel_tasks")  # LangGraph's input and Send channels
+_TRIGGERS = (lgtree.START, lgtree.TASKS)  # LangGraph's input and Send channels
 
 
 class _ThreadGone(Exception):
@@ -123,7 +122,7 @@ def _status(values: Mapping[str, object], writes: Mapping[tuple[str, int], list[
     from_writes = _status_of_writes(writes)
     if from_writes is not None:
         return from_writes
-    pending = any(ch.startswith(_TRIGGER_PREFIX) or ch in _TRIGGERS or lgtree.join_target(ch, value) is not None
+    pending = any(ch.startswith(lgtree.TRIGGER_PREFIX) or ch in _TRIGGERS or lgtree.join_target(ch, value) is not None
                   for ch, value in values.items())
     return "running" if pending else "completed"
 
@@ -603,7 +602,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         """The nodes that ran between the checkpoint ``parent`` and its child: those its pending
         trigger channels (``branch:to:<node>``) and complete join channels named, comma-separated."""
         entries = self._values_entries(parent)
-        names = {ch[len(_TRIGGER_PREFIX):] for ch in entries if ch.startswith(_TRIGGER_PREFIX)}
+        names = {ch[len(lgtree.TRIGGER_PREFIX):] for ch in entries if ch.startswith(lgtree.TRIGGER_PREFIX)}
         for channel, entry in entries.items():
             if channel.startswith(lgtree.JOIN_PREFIX):
                 shown = self._payloads.get("join:" + entry[1])
