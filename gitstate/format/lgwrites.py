@@ -9,7 +9,7 @@ A record is ``[task_id, channel, type, bytes, task_path, idx]`` (the value as th
   written by one ``put_writes`` (:func:`encode_pending`: format ``langgraph-writes``, version
   :data:`VERSION`, the checkpoint's namespace and id, the records it added). A writes ref is
   *created*, never moved, and deleted once the next checkpoint's ``put`` has folded its records
-  into the checkpoint's commit.
+  into the checkpoint's commit (one written after that ``put`` stays: :func:`ref_records`).
 
 A checkpoint's pending writes are the union of both, the commit's first, then the writes refs in
 name order; the first record of a key wins (LangGraph keeps the first write of a regular key; the
