@@ -43,7 +43,8 @@ def view(store: gitstate.Store, run_ids: tuple[str, ...], port: int, no_open: bo
       git agentos view my-run --port 8765 --no-open
       git agentos view my-run --html my-run.html
 
-    JSON: with --html, {"path", "runs", "checkpoints", "size"}; when serving, {"url"} once the
+    JSON: with --html, {"path", "runs", "checkpoints", "size", "errors"} ("errors": the runs
+    and checkpoints the page shows as unreadable, each also a warning on stderr); when serving, {"url"} once the
     server listens (it then serves until interrupted).
     """
     from gitstate.view import serve, write_html
@@ -53,9 +54,11 @@ def view(store: gitstate.Store, run_ids: tuple[str, ...], port: int, no_open: bo
     run_ids = tuple(get_run(store, r).id for r in run_ids)  # RUN@BRANCH names its run
     if html_path is not None:
         result = write_html(store, list(run_ids) or None, html_path, all_worktrees=all_worktrees)
+        for error in result.errors:
+            click.echo(f"warning: {out.safe(error)} (shown as unreadable in the page)", err=True)
         if as_json:
             out.emit_json({"path": result.path, "runs": list(result.runs), "checkpoints": result.checkpoints,
-                           "size": result.size})
+                           "size": result.size, "errors": list(result.errors)})
             return
         click.echo(f"wrote {result.path} ({len(result.runs)} run{'s' if len(result.runs) != 1 else ''}, "
                    f"{result.checkpoints} checkpoints, {result.size:,} bytes)")

@@ -179,3 +179,19 @@ def test_cli_ends_with_an_error_line(repo: Path, what: str) -> None:
     verify = _cli(repo, "verify")
     assert verify.returncode != 0 and "Traceback" not in verify.stderr
     assert "bad" in verify.stdout + verify.stderr
+
+
+@pytest.mark.parametrize("what", ["blob", "commit"])
+def test_view_export_warns_of_the_checkpoints_it_shows_as_unreadable(repo: Path, what: str) -> None:
+    """The one-file export still writes the page (the other runs are readable), but names each
+    checkpoint it could not read: a warning line on stderr and "errors" in --json."""
+    tip, _victim = _store_with_damage(repo, what)
+    page = repo.parent / f"view-{what}.html"
+    done = _cli(repo, "view", "--html", str(page), "--json")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert page.exists()
+    errors = json.loads(done.stdout)["errors"]
+    assert errors and all(e.startswith(("run bad: ", f"checkpoint {tip[:12]}: ")) for e in errors), errors
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == len(errors), done.stderr
+    assert not any("good" in e for e in errors)

@@ -54,6 +54,7 @@ class HtmlResult:
     runs: tuple[str, ...]
     checkpoints: int
     size: int
+    errors: tuple[str, ...] = ()  # what the page shows as unreadable: "run <id>: …", "checkpoint <id>: …"
 
 
 class Bundle:
@@ -292,5 +293,7 @@ def write_html(store: Store, run_ids: Sequence[str] | None, path: str | os.PathL
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
     os.replace(tmp, target)
+    errors = (tuple(f"run {r['id']}: {r['error']}" for r in data["runs"] if r.get("error"))
+              + tuple(f"checkpoint {c['short']}: {c['error']}" for c in data["checkpoints"].values() if "error" in c))
     return HtmlResult(target, tuple(r["id"] for r in data["graphs"]), len(data["checkpoints"]),
-                      len(text.encode("utf-8")))
+                      len(text.encode("utf-8")), errors)
