@@ -193,7 +193,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         self._blobs = ByteLRU(16 << 20)  # small immutable blobs (meta, writes) by id, written or read here
         # Parsed immutable objects by id, written or read here, so a put never reads back what this
         # process just wrote: commits and trees (CommitData / TreeData), the serde-typed payload of
-        # meta blobs, the records of writes blobs and of writes-ref blobs.
+        # meta blobs (and, keyed "join:<id>", the shown value of a join channel's blob), the records
+        # of writes blobs and of writes-ref blobs.
         self._objects = LRU(8192)
         self._payloads = LRU(8192)
         self._records = LRU(8192)
