@@ -194,3 +194,32 @@ def test_failed_lease_is_reported(tmp_path: Path, server: str, monkeypatch: pyte
     head = next(r for res in results for r in res.refs if r.ref.endswith("heads/main"))
     assert head.status == "rejected" and "lease" in head.message
     assert git(tmp_path / "A", "ls-remote", "origin", "refs/agentos/main/runs/x/heads/main")
+
+
+def test_pending_writes_no_put_folded_travel_with_the_thread(tmp_path: Path) -> None:
+    """A LangGraph writes ref that no put folded (writes stored after the checkpoint's child, as
+    asynchronous durability allows) is pushed and pulled like the thread's branches: created on
+    the other side, then up to date, and the pull succeeds (it was "skipped: object is a blob, not
+    a commit", which failed every pull of that thread)."""
+    pytest.importorskip("langgraph.checkpoint.base")
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from gitstate.langgraph import GitCheckpointSaver
+
+    url = bare(tmp_path / "server.git").as_uri()
+    a, b = stores(tmp_path, url)
+    saver = GitCheckpointSaver(a)
+    first = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, empty_checkpoint(),
+                      {"source": "input", "step": -1}, {})
+    saver.put(first, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    saver.put_writes(first, [("messages", "late")], "task-1", "~__pregel_pull, worker")
+    assert all(r.ok for r in gitstate.push(a))
+    pulled = gitstate.pull(b)
+    assert all(r.ok for r in pulled), [(r.ref, r.status, r.message) for res in pulled for r in res.refs]
+    writes = {k: v for k, v in statuses(pulled).items() if "/writes/" in k}
+    assert list(writes.values()) == ["created"], statuses(pulled)
+    other = GitCheckpointSaver(b)
+    assert other.get_tuple(first).pending_writes == [("task-1", "messages", "late")]  # type: ignore[union-attr]
+    again = gitstate.pull(b)
+    assert all(r.ok for r in again) and set(statuses(again).values()) == {"up-to-date"}
+    assert verify(b).ok

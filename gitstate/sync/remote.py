@@ -36,6 +36,7 @@ from gitstate.errors import (
     RemoteError,
     RunNotFound,
 )
+from gitstate.format import lgwrites
 from gitstate.format.names import (
     NAMESPACE,
     STAGING,
@@ -486,6 +487,8 @@ def _merge_one(store: Store, local: str, theirs: str, label: str) -> RefResult:
     parsed = parse_ref(local)
     if parsed is None:
         return RefResult(local, "skipped", None, theirs, "not a gitstate ref name")
+    if parsed.kind == lgwrites.REF_KIND:
+        return _merge_writes_ref(store, local, parsed.name, theirs, label)
     problem = _check_commit(reader, theirs)
     if problem is not None:
         return RefResult(local, "skipped", None, theirs, problem)
@@ -523,6 +526,28 @@ def _merge_one(store: Store, local: str, theirs: str, label: str) -> RefResult:
     what = "run record" if parsed.kind == "run" else f"{parsed.kind} ref"
     return RefResult(local, "conflict", ours, theirs,
                      f"the remote's {what} differs (created independently?); kept ours")
+
+
+def _merge_writes_ref(store: Store, local: str, name: str | None, theirs: str, label: str) -> RefResult:
+    """A LangGraph writes ref (``.../writes/<blob id>``, pending writes no put has folded yet):
+    created here when absent. It is named by the blob it holds and never moves, so one that holds
+    anything else (or a blob of another name) is refused, and one already here is up to date."""
+    try:
+        kind, _size = store.reader.header(theirs)
+    except CorruptObjectError as exc:
+        return RefResult(local, "skipped", None, theirs, exc.reason)
+    if kind != ObjectType.BLOB or name != theirs:
+        return RefResult(local, "skipped", None, theirs, "a writes ref must hold the blob it is named by")
+    ours = _read(store, local)
+    if ours == theirs:
+        return RefResult(local, "up-to-date", ours, theirs)
+    if ours is not None:
+        return RefResult(local, "conflict", ours, theirs, "the remote's writes ref differs; kept ours")
+    try:
+        store.move_ref(local, None, theirs, f"gitstate: pull from {label} (new)")
+    except ConflictError as exc:
+        return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")
+    return RefResult(local, "created", None, theirs)
 
 
 def _read(store: Store, name: str) -> str | None:
