@@ -30,13 +30,16 @@ _SMALL = 1 << 15  # objects below this size get a window and hash table sized to
 STORED_BELOW = 1024  # objects below this size are stored in their zlib stream, not deflated
 
 
-def stored(data: bytes) -> bytes:
-    """The zlib stream of ``data`` (at most :data:`MAX_HEAD` bytes) as one final stored block."""
+def _stored_block(data: bytes, final: bool) -> bytes:
+    """One deflate stored block holding ``data`` (at most :data:`MAX_HEAD` bytes), byte-aligned."""
     if len(data) > MAX_HEAD:
         raise ValueError(f"{len(data)} bytes: a stored block holds at most {MAX_HEAD}")
-    size = len(data)
-    return b"".join((_ZLIB_HEADER, b"\x01", struct.pack("<HH", size, size ^ 0xFFFF), data,
-                     struct.pack(">I", zlib.adler32(data))))
+    return (b"\x01" if final else b"\x00") + struct.pack("<HH", len(data), len(data) ^ 0xFFFF) + data
+
+
+def stored(data: bytes) -> bytes:
+    """The zlib stream of ``data`` (at most :data:`MAX_HEAD` bytes) as one final stored block."""
+    return b"".join((_ZLIB_HEADER, _stored_block(data, final=True), struct.pack(">I", zlib.adler32(data))))
 
 
 def compress(data: bytes, level: int = 1) -> bytes:
@@ -49,7 +52,7 @@ def compress(data: bytes, level: int = 1) -> bytes:
     Why small objects are stored: in a checkpoint write, deflating each of its ten or so small
     objects (metadata, trees, the commit, a message) took about 30-50 µs apiece on the test machine,
     a fifth of the whole write (``scripts/bench_langgraph.py``), and saved about 300 bytes each;
-    the background merge (``git pack-objects``) then stores most of them as deltas anyway."""
+    the background merge (``git pack-objects``) then stores many of them as deltas."""
     size = len(data)
     if size < STORED_BELOW:
         return stored(data)
@@ -95,8 +98,6 @@ class AppendDeflater:
 
     def stream(self, head: bytes) -> bytes:
         """The zlib stream of ``head`` followed by every part appended so far."""
-        if len(head) > MAX_HEAD:
-            raise ValueError(f"head of {len(head)} bytes: at most {MAX_HEAD}")
-        stored = b"\x00" + struct.pack("<HH", len(head), len(head) ^ 0xFFFF) + head
         adler = adler32_combine(zlib.adler32(head), self._adler, self.length)
-        return b"".join((_ZLIB_HEADER, stored, *self._out, _FINAL_EMPTY_BLOCK, struct.pack(">I", adler)))
+        return b"".join((_ZLIB_HEADER, _stored_block(head, final=False), *self._out, _FINAL_EMPTY_BLOCK,
+                         struct.pack(">I", adler)))
