@@ -95,6 +95,7 @@ def test_sigkill_at_random_points(repo: Path) -> None:
         assert isinstance(cp.state["log"], list)  # every visible checkpoint decodes fully
     nxt = run.checkpoint({"after": "crash"})
     assert nxt.parent_ids == (hist[0].id,)
+    store.wait_for_housekeeping()  # a merge this write started would delete packs under fsck
     git(repo, "fsck", "--strict")
 
 
