@@ -317,13 +317,14 @@ def test_pack_refs_races_with_updates_and_deletes(store: gitstate.Store, repo: P
 
 
 def _checkpoints(store: gitstate.Store, n: int = 10) -> None:
-    """Checkpoints whose workspace snapshots leave loose objects for housekeeping to pack (the
-    private index writes them loose; transactions themselves write packs)."""
+    """Checkpoints whose workspace snapshots leave loose objects for housekeeping to pack (a
+    partial snapshot goes through libgit2's add_all, which writes them loose; transactions and
+    whole-worktree snapshots write packs)."""
     run = store.create_run(run_id="hk")
     work = Path(store.path)
     for i in range(n):
         (work / f"file-{i}.txt").write_text(f"content {i}\n" * (i + 1))
-        run.checkpoint({"i": i, "log": list(range(i * 3))}, files=True)
+        run.checkpoint({"i": i, "log": list(range(i * 3))}, files=[f"file-{i}.txt"])
 
 
 def _lock_path(store: gitstate.Store) -> Path:

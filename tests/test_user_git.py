@@ -5,6 +5,7 @@ catches up in bounded steps and removes what killed writers left."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import socket
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import git
@@ -137,14 +139,35 @@ def test_snapshot_objects_of_a_failed_write_are_not_journaled(repo: Path) -> Non
     lock.write_text("")  # held (as git holds one): the write times out
     (repo / "new.txt").write_text("written while the branch was locked\n")
     with pytest.raises(gitstate.LockTimeoutError):
-        run.checkpoint({"n": 1}, files=True)
+        run.checkpoint({"n": 1}, files=["new.txt"])  # a partial snapshot: libgit2 writes it loose
     lock.unlink()
     journal = repo / ".git" / "agentos" / "loose.journal"
     blob = git(repo, "hash-object", "new.txt").strip()
     assert not journal.exists() or blob not in journal.read_text().split()
     assert (repo / ".git" / "objects" / blob[:2] / blob[2:]).exists()  # loose: safe from repack -a -d
-    cp = run.checkpoint({"n": 1}, files=True)
+    cp = run.checkpoint({"n": 1}, files=["new.txt"])
     assert blob in journal.read_text().split()  # journaled once a write of this thread is published
+    assert git(repo, "cat-file", "-p", f"{cp.id}:files/new.txt").startswith("written while")
+    _fsck(repo)
+
+
+def test_snapshot_of_a_failed_write_then_repack_then_the_next_snapshot(repo: Path) -> None:
+    """A whole-worktree snapshot packs its objects before the checkpoint's ref moves; when that
+    write fails, a ``git repack -a -d`` drops them (nothing names them), and the next snapshot,
+    whose stat cache still names them, must store them again rather than trust the cache."""
+    store = gitstate.open_store(repo, lock_timeout=0.2, stale_lock_age=3600)
+    run = store.create_run(run_id="busy")
+    run.checkpoint({"n": 0})
+    lock = Path(store.location.common_dir, run.ref("main") + ".lock")
+    lock.write_text("")  # held (as git holds one): the write times out
+    (repo / "new.txt").write_text("written while the branch was locked\n")
+    with pytest.raises(gitstate.LockTimeoutError):
+        run.checkpoint({"n": 1}, files=True)
+    lock.unlink()
+    blob = git(repo, "hash-object", "new.txt").strip()
+    git(repo, "repack", "-a", "-d", "-q")
+    assert subprocess.run(["git", "cat-file", "-e", blob], cwd=repo).returncode != 0  # dropped
+    cp = run.checkpoint({"n": 1}, files=True)
     assert git(repo, "cat-file", "-p", f"{cp.id}:files/new.txt").startswith("written while")
     _fsck(repo)
 
@@ -212,7 +235,7 @@ def test_packing_a_backlog_is_bounded_per_step_and_catches_up(repo: Path, monkey
     run = store.create_run(run_id="backlog")
     for i in range(6):
         (repo / f"f{i}.txt").write_text(f"file {i}\n" * (i + 1))
-        run.checkpoint({"i": i}, files=True)
+        run.checkpoint({"i": i}, files=[f"f{i}.txt"])  # a partial snapshot: libgit2 writes loose objects
     common = Path(store.location.common_dir)
     journal = common / "agentos" / "loose.journal"
     ids = journal.read_text().split()
@@ -347,8 +370,28 @@ def test_a_snapshot_libgit2_cannot_write_is_a_store_write_error(repo: Path, monk
 
     (repo / "a.txt").write_text("a\n")
     monkeypatch.setattr(Workspace, "_write_tree", staticmethod(read_only))
+    with pytest.raises(gitstate.StoreWriteError, match="Read-only file system"):  # a partial one: libgit2's
+        gitstate.open_store(repo).create_run(run_id="ro").checkpoint({"n": 1}, files=["a.txt"])
+
+
+def test_a_snapshot_whose_pack_cannot_be_written_is_a_store_write_error(repo: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from gitstate.git import packs
+
+    def read_only(*_args: object) -> tuple[str, int]:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    (repo / "a.txt").write_text("a\n")
+    store = gitstate.open_store(repo)
+    run = store.create_run(run_id="ro")
+    monkeypatch.setattr(packs, "_open_temp", read_only)
     with pytest.raises(gitstate.StoreWriteError, match="Read-only file system"):
-        gitstate.open_store(repo).create_run(run_id="ro").checkpoint({"n": 1}, files=True)
+        run.checkpoint({"n": 1}, files=True)
+    monkeypatch.undo()
+    assert run.head() is None  # nothing recorded
+    cp = run.checkpoint({"n": 1}, files=True)
+    assert git(repo, "cat-file", "-p", f"{cp.id}:files/a.txt") == "a\n"
+    _fsck(repo)
 
 
 def test_a_killed_merge_leaves_no_temporary_list_behind(repo: Path) -> None:
@@ -364,3 +407,43 @@ def test_a_killed_merge_leaves_no_temporary_list_behind(repo: Path) -> None:
     housekeeping.merge_tx_packs(str(repo / ".git"))
     assert not old.exists()
     assert young.exists()  # perhaps a merge on another machine whose lock was broken by age
+
+
+def test_repack_between_a_snapshot_and_its_checkpoint_drops_nothing(repo: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole-worktree snapshot's objects are packed before the checkpoint naming them is
+    written; a `git repack -a -d` in between (which drops what nothing names) must not take them:
+    their pack stays kept until the checkpoint (or a restore's safety checkpoint) is written."""
+    from gitstate.store.run import Run
+
+    (repo / "d").mkdir()
+    (repo / "d" / "new.txt").write_text("new in the snapshot\n")
+    store = gitstate.open_store(repo)
+    run = store.create_run(run_id="r")
+    first = run.checkpoint({"n": 0}, files=True)
+    original_commit, original_safety = Run.commit_checkpoint, Run._safety_checkpoint
+    repacks: list[str] = []
+
+    def repack_first(self: Run, *args: Any, **kwargs: Any) -> Any:
+        git(repo, "repack", "-a", "-d", "-q")
+        repacks.append("commit")
+        return original_commit(self, *args, **kwargs)
+
+    def repack_before_safety(self: Run, *args: Any, **kwargs: Any) -> Any:
+        git(repo, "repack", "-a", "-d", "-q")
+        repacks.append("safety")
+        return original_safety(self, *args, **kwargs)
+
+    monkeypatch.setattr(Run, "commit_checkpoint", repack_first)
+    (repo / "d" / "new.txt").write_text("changed, then a repack before the checkpoint\n")
+    cp = run.checkpoint({"n": 1}, files=True)
+    assert git(repo, "cat-file", "-p", f"{cp.id}:files/d/new.txt").startswith("changed, then")
+    _fsck(repo)
+    monkeypatch.setattr(Run, "commit_checkpoint", original_commit)
+    monkeypatch.setattr(Run, "_safety_checkpoint", repack_before_safety)
+    (repo / "d" / "new.txt").write_text("unsaved, then a repack before the safety checkpoint\n")
+    result = run.restore(first, force=True)
+    assert repacks == ["commit", "safety"]
+    assert result.safety is not None
+    assert git(repo, "cat-file", "-p", f"{result.safety}:files/d/new.txt").startswith("unsaved, then")
+    _fsck(repo)

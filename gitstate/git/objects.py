@@ -64,6 +64,10 @@ class ObjectWriter:
         # over, and what they hold is trusted only once it is published (see published/abandoned).
         self._unpublished: set[str] = set()
         self._keeps: list[str] = []
+        # while held (see hold_keeps): .keep files of published writes, and what their packs hold
+        self._holding = 0
+        self._held_keeps: list[str] = []
+        self._held: set[str] = set()
         self._epoch = gc_epoch(self.objects)
 
     def _expire(self) -> None:
@@ -187,9 +191,37 @@ class ObjectWriter:
         return written.name
 
     def published(self) -> None:
-        """The write's refs moved: what its packs hold is reachable now; drop their ``.keep``."""
+        """The write's refs moved: what its packs hold is reachable now; drop their ``.keep``
+        (unless held: :meth:`hold_keeps`)."""
+        if self._holding:
+            self._held.update(self._unpublished)
+            self._held_keeps.extend(self._keeps)
+            self._keeps = []
         self._unpublished.clear()
         self._drop_keeps()
+
+    def hold_keeps(self) -> None:
+        """From now until the matching :meth:`release_keeps`, packs of writes that move no ref
+        (objects a later write will name, such as a workspace snapshot's before its checkpoint)
+        keep their ``.keep``: a concurrent ``git repack -a -d`` would drop their objects, which
+        nothing names yet. Holds nest."""
+        self._holding += 1
+
+    def release_keeps(self, reached: bool) -> None:
+        """End a :meth:`hold_keeps`; at the outermost one, drop the held ``.keep`` files.
+        ``reached``: the write that names the held objects was published; if not, they are
+        forgotten (nothing names them: a ``git repack -a -d`` may drop them from now on)."""
+        self._holding -= 1
+        if self._holding:
+            return
+        held, self._held = self._held, set()
+        if not reached:
+            for oid in held:
+                self._known.pop(oid, None)
+        keeps, self._held_keeps = self._held_keeps, []
+        self._keeps.extend(keeps)
+        if self._staged is None:
+            self._drop_keeps()
 
     def abandoned(self) -> None:
         """The write failed: forget the objects its packs hold (nothing names them, so a

@@ -10,7 +10,8 @@ import dataclasses
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Self, TypeVar
 
 import pygit2
@@ -153,9 +154,25 @@ class StoreCore:
                                         store_objects=self.store_objects)
         return self._workspace
 
+    @contextmanager
+    def keeping_objects(self) -> Iterator[None]:
+        """Inside the block, packs this thread writes without moving a ref (:meth:`store_objects`)
+        stay kept (their ``.keep``) until the block ends, so a concurrent ``git repack -a -d``
+        cannot drop objects that a later write of the block will name (a workspace snapshot, then
+        the checkpoint holding it). If the block raises, the writer forgets those objects."""
+        writer = self.object_writer()
+        writer.hold_keeps()
+        reached = False
+        try:
+            yield
+            reached = True
+        finally:
+            writer.release_keeps(reached)
+
     def store_objects(self, objects: list[tuple[int, bytes]]) -> None:
         """Store ``(type, body)`` objects as one pack through :meth:`write` (no ref moves: like any
-        object no ref names yet, they are ``git gc``'s to prune until one does)."""
+        object no ref names yet, they are ``git gc``'s to prune until one does, unless written
+        inside :meth:`keeping_objects`)."""
 
         def build(tx: Transaction) -> None:
             for kind, body in objects:

@@ -229,28 +229,32 @@ class Run:
             raise UsageError("give files or files_tree, not both")
         tools_list = _optional_list("tools", tools)
         audit_list = _optional_list("audit", audit)
-        extra: list[TreeEntry] = []
-        scope: tuple[str, ...] | None = None
+
+        def write(extra: list[TreeEntry], scope: tuple[str, ...] | None) -> Checkpoint:
+            def entries(tx: Transaction) -> tuple[TreeEntry, list[TreeEntry]]:
+                more = list(extra)
+                if tools_list:
+                    more.append((cpfmt.TOOLS, tx.blob(cpfmt.encode_list(tools_list, "tools")), MODE_BLOB))
+                if audit_list:
+                    more.append((cpfmt.AUDIT, tx.blob(cpfmt.encode_list(audit_list, "audit")), MODE_BLOB))
+                return cpfmt.state_entry(tx.writer, state), more
+
+            return self.commit_checkpoint(
+                entries, branch=branch, expect=expect, node=node, trigger=trigger,
+                status=cpfmt.normalize_status(status), metadata=metadata, files_paths=scope, mark_node=mark_node)
+
         if files:
-            snap = self.store.workspace.snapshot(None if files is True else list(files), progress=progress)
-            extra.append((cpfmt.FILES, snap.tree, MODE_TREE))
-            scope = snap.paths
-        elif files_tree is not None:
+            # the snapshot's objects stay kept from a concurrent `git repack -a -d` (which drops
+            # objects nothing names) until the checkpoint naming them is written
+            with self.store.keeping_objects():
+                snap = self.store.workspace.snapshot(None if files is True else list(files), progress=progress,
+                                                     fast=True)
+                return write([(cpfmt.FILES, snap.tree, MODE_TREE)], snap.paths)
+        if files_tree is not None:
             if self.store.reader.header(files_tree)[0] != ObjectType.TREE:
                 raise UsageError(f"files_tree {files_tree} is not a tree")
-            extra.append((cpfmt.FILES, files_tree, MODE_TREE))
-
-        def entries(tx: Transaction) -> tuple[TreeEntry, list[TreeEntry]]:
-            more = list(extra)
-            if tools_list:
-                more.append((cpfmt.TOOLS, tx.blob(cpfmt.encode_list(tools_list, "tools")), MODE_BLOB))
-            if audit_list:
-                more.append((cpfmt.AUDIT, tx.blob(cpfmt.encode_list(audit_list, "audit")), MODE_BLOB))
-            return cpfmt.state_entry(tx.writer, state), more
-
-        return self.commit_checkpoint(
-            entries, branch=branch, expect=expect, node=node, trigger=trigger,
-            status=cpfmt.normalize_status(status), metadata=metadata, files_paths=scope, mark_node=mark_node)
+            return write([(cpfmt.FILES, files_tree, MODE_TREE)], None)
+        return write([], None)
 
     def commit_checkpoint(
         self,
@@ -508,48 +512,51 @@ class Run:
         if wanted is not None:
             restoring.check_paths_known(reader, cp, target, workdir, wanted)
         prefixes = restoring.restore_scope(cp, wanted)
-        reading = _Counter("reading", progress)
-        # a dry run writes nothing, not even the objects of a snapshot, where the scan can tell
-        # without one (else it snapshots as a restore does: unreferenced objects, no ref moved)
-        survey = workspace.survey(progress=reading.tick, announce=reading.announce,
-                                  prefixes=prefixes) if dry_run else None
-        if survey is not None:
-            plan = restoring.plan_against(store.repo, survey.entries, target, prefixes)
-            skipped = survey.skipped
-        else:
-            # the whole worktree: the safety checkpoint covers any scope
-            try:
-                snap = workspace.snapshot(progress=reading.tick, fast=True, announce=reading.announce)
-            except StoreWriteError as exc:
-                if not dry_run or isinstance(exc, WorktreeWriteError):
-                    raise
-                raise StoreWriteError(exc.path, "a dry run of this worktree needs a snapshot (no stat cache yet, "
-                                      f"or checkout filters apply), which cannot be written: {exc.reason}") from exc
-            plan = restoring.make_plan(store.repo, snap.tree, target, prefixes)
-            skipped = snap.skipped
-        # one listing of the loose objects for both passes over the blobs (sizes, then contents),
-        # taken before the writer threads start
-        with restoring.reading_many(reader, len(plan.writes)):
-            sizes = restoring.check_blobs(reader, plan)
-            nested = [p for p in (*plan.writes, *plan.deletes) if any(restoring.matches(p, [s]) for s in skipped)]
-            blocked = sorted(set(restoring.find_obstacles(workdir, plan)) | set(nested))
-            if blocked:
-                raise RestoreConflictError(blocked, "ignored files, nested repositories or directories are in the way")
-            lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
-            if lost and not dry_run:
-                raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True)
-            unchanged = restoring.count_files(store.repo, target, prefixes) - len(plan.writes)
-            result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
-                                   removed=tuple(plan.deletes), dry_run=dry_run, skipped=skipped,
-                                   unsaved=tuple(lost), unchanged=unchanged)
-            if dry_run or not (plan.writes or plan.deletes):
-                return result
-            safety = self._safety_checkpoint(snap.tree, cp)
-            filters = not snap.scanned or restoring.filters_possible(store.repo, store.location.common_dir, plan)
-            written = restoring.apply(store.repo, store.location.common_dir, workdir, plan, progress,
-                                      filters=filters, sizes=sizes, reader=reader)
-            workspace.record(written, plan.deletes)
-            return dataclasses.replace(result, safety=safety.id, safety_branch=SAFETY_BRANCH, unsaved=())
+        # the safety snapshot's objects stay kept from a concurrent `git repack -a -d` until the
+        # safety checkpoint names them
+        with store.keeping_objects():
+            reading = _Counter("reading", progress)
+            # a dry run writes nothing, not even the objects of a snapshot, where the scan can tell
+            # without one (else it snapshots as a restore does: unreferenced objects, no ref moved)
+            survey = workspace.survey(progress=reading.tick, announce=reading.announce,
+                                      prefixes=prefixes) if dry_run else None
+            if survey is not None:
+                plan = restoring.plan_against(store.repo, survey.entries, target, prefixes)
+                skipped = survey.skipped
+            else:
+                # the whole worktree: the safety checkpoint covers any scope
+                try:
+                    snap = workspace.snapshot(progress=reading.tick, fast=True, announce=reading.announce)
+                except StoreWriteError as exc:
+                    if not dry_run or isinstance(exc, WorktreeWriteError):
+                        raise
+                    raise StoreWriteError(exc.path, "a dry run of this worktree needs a snapshot (no stat cache yet, "
+                                          f"or checkout filters apply), which cannot be written: {exc.reason}") from exc
+                plan = restoring.make_plan(store.repo, snap.tree, target, prefixes)
+                skipped = snap.skipped
+            # one listing of the loose objects for both passes over the blobs (sizes, then contents),
+            # taken before the writer threads start
+            with restoring.reading_many(reader, len(plan.writes)):
+                sizes = restoring.check_blobs(reader, plan)
+                nested = [p for p in (*plan.writes, *plan.deletes) if any(restoring.matches(p, [s]) for s in skipped)]
+                blocked = sorted(set(restoring.find_obstacles(workdir, plan)) | set(nested))
+                if blocked:
+                    raise RestoreConflictError(blocked, "ignored files, nested repositories or directories are in the way")
+                lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
+                if lost and not dry_run:
+                    raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True)
+                unchanged = restoring.count_files(store.repo, target, prefixes) - len(plan.writes)
+                result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
+                                       removed=tuple(plan.deletes), dry_run=dry_run, skipped=skipped,
+                                       unsaved=tuple(lost), unchanged=unchanged)
+                if dry_run or not (plan.writes or plan.deletes):
+                    return result
+                safety = self._safety_checkpoint(snap.tree, cp)
+                filters = not snap.scanned or restoring.filters_possible(store.repo, store.location.common_dir, plan)
+                written = restoring.apply(store.repo, store.location.common_dir, workdir, plan, progress,
+                                          filters=filters, sizes=sizes, reader=reader)
+                workspace.record(written, plan.deletes)
+                return dataclasses.replace(result, safety=safety.id, safety_branch=SAFETY_BRANCH, unsaved=())
 
     def _saved_trees(self, user_head_tree: str | None) -> Iterator[str]:
         """Files trees of every checkpoint of the run (each distinct tree once), then HEAD's tree."""

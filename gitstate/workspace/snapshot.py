@@ -185,7 +185,8 @@ class Workspace:
         except pygit2.GitError:
             index.clear()  # unreadable (torn by a crash): rebuilt from the worktree
         epoch = gc_epoch(objects_dir(repo))
-        if epoch != self._saved_epoch():
+        cleared = epoch != self._saved_epoch()
+        if cleared:
             # The index trusts the blob and tree ids of earlier snapshots (its stat and tree caches);
             # a `git gc` since may have pruned those no checkpoint keeps: hash everything again.
             index.clear()
@@ -193,7 +194,7 @@ class Workspace:
         big: list[str] = []
         for attempt in (1, 2):
             skipped, ignore_changed = self._add_all_retrying(index, prefixes or [], progress)
-            exclude_changed, _added = self._add_tracked(repo, index)
+            exclude_changed, _added = self._add_tracked(repo, index, cleared=cleared)
             if exclude_changed or ignore_changed:
                 self._drop_ignored(repo, index)
             self._write_index(index, epoch)
@@ -206,6 +207,7 @@ class Workspace:
             # An id the index trusted is gone (a `git gc` the epoch did not reveal pruned it):
             # hash everything again, once.
             index.clear()
+            cleared = True
             progress = None
         if prefixes is None:
             self._journal(repo, tree, self._last_tree() or head_tree(repo), big)
@@ -283,7 +285,8 @@ class Workspace:
         return read_index_paths(os.path.join(self.location.git_dir, "index"))
 
     def _add_tracked(self, repo: pygit2.Repository, index: pygit2.Index,
-                     captured: Callable[[], set[str]] | None = None) -> tuple[bool, list[str]]:
+                     captured: Callable[[], set[str]] | None = None,
+                     cleared: bool = False) -> tuple[bool, list[str]]:
         """Tracked-but-ignored files are captured as git captures them: paths that appeared in the
         user's index since the last look are added to the private index (libgit2 then keeps them
         even though they match an ignore rule). Returns whether ``info/exclude`` changed since the
@@ -292,7 +295,7 @@ class Workspace:
 
         The last look survives the process (``index-<wt>.user``): a fresh process whose user index
         and ``info/exclude`` did not change since does not read the user's index again."""
-        exclude_changed, todo = self._tracked_news(len(index) > 0, remember=True)
+        exclude_changed, todo = self._tracked_news(len(index) > 0 and not cleared, remember=True)
         added: list[str] = []
         if todo and captured is not None:
             todo -= captured()
@@ -445,8 +448,6 @@ class Workspace:
         and trees stored as one pack; ``None`` where the scan does not apply (nothing written)."""
         assert self._store_objects is not None
         epoch = gc_epoch(objects_dir(repo))
-        if epoch != self._saved_epoch():
-            return None  # a `git gc` may have pruned ids the stat cache trusts: the full path rehashes
         try:
             # the scan reads the file: memory must hold exactly that (it holds more only after a
             # write failed; otherwise re-reading is needed only if another process wrote the file)
@@ -454,12 +455,22 @@ class Workspace:
         except pygit2.GitError:
             return None
         self._local.unsaved = False
+        # no stat cache yet, or a `git gc` since it was saved (it may have pruned ids the cache
+        # trusts): every file is hashed, blobs the user's index names are known to be stored
+        trust = len(index) > 0 and epoch == self._saved_epoch()
+        stored: set[bytes] = set()
+        if not trust:
+            user = scan.read_stat_cache(os.path.join(self.location.git_dir, "index")) or {}
+            stored = {raw for _key, raw in user.values() if pygit2.Oid(raw=raw) in repo.odb}
         cap = scan.capture(repo, self.index_path, self.workdir, self.location.common_dir, BIG_BLOB,
-                           announce=announce, progress=progress, store=self._store_objects, batch=PACK_BATCH)
+                           announce=announce, progress=progress, store=self._store_objects, batch=PACK_BATCH,
+                           trust_cache=trust, stored=stored)
         if cap is None:
             return None
+        if not trust:
+            index.clear()  # every file was hashed: the index is built from the capture alone
         entries = cap.entries
-        odb = repo.odb
+        odb = repo.odb if trust else None
         # libgit2 adds an index entry only for a stored object: blobs first, with the trees when
         # nothing else can change them (no big file for libgit2 to add)
         pending: list[tuple[int, bytes]] = list(cap.objects)
@@ -481,7 +492,7 @@ class Workspace:
             entry = index[name]
             entries[raw] = (int(entry.mode), entry.id.raw)
         exclude_changed, added = self._add_tracked(
-            repo, index, lambda: {os.fsdecode(p) for p in entries})
+            repo, index, lambda: {os.fsdecode(p) for p in entries}, cleared=not trust)
         for name in added:
             entry = index[name]
             entries[os.fsencode(name)] = (int(entry.mode), entry.id.raw)
@@ -507,10 +518,15 @@ class Workspace:
         return Snapshot(tree, tuple(cap.skipped), None, scanned=True)
 
     @staticmethod
-    def _new_trees(entries: dict[bytes, tuple[int, bytes]], odb: pygit2.Odb, out: list[tuple[int, bytes]]) -> str:
-        """The root tree of ``entries`` (hex id); the trees not stored yet are appended to ``out``."""
+    def _new_trees(entries: dict[bytes, tuple[int, bytes]], odb: pygit2.Odb | None,
+                   out: list[tuple[int, bytes]]) -> str:
+        """The root tree of ``entries`` (hex id); the trees not stored yet are appended to ``out``
+        (all of them with no ``odb``: after a ``git gc``, this handle's pack list may still hold
+        packs the gc deleted, and so answer for objects that are gone)."""
         root, trees = scan.build_trees(entries)
-        if root.hex() not in odb:  # else every tree below it is stored too (git's write-tree trusts the same)
+        if odb is None:
+            out.extend((int(ObjectType.TREE), body) for body in trees.values())
+        elif root.hex() not in odb:  # else every tree below it is stored too (git's write-tree trusts the same)
             out.extend((int(ObjectType.TREE), body) for oid, body in trees.items() if oid.hex() not in odb)
         return root.hex()
 
