@@ -131,7 +131,8 @@ def test_a_run_deleted_by_another_process_then_gc_then_the_same_write(repo: Path
     _fsck(repo)
 
 
-def test_snapshot_objects_of_a_failed_write_are_not_journaled(repo: Path) -> None:
+def _snapshot_of_a_failed_write(repo: Path, files: bool | list[str]) -> gitstate.Run:
+    """A checkpoint of ``new.txt`` whose write times out on a held branch lock (then released)."""
     store = gitstate.open_store(repo, lock_timeout=0.2, stale_lock_age=3600)
     run = store.create_run(run_id="busy")
     run.checkpoint({"n": 0})
@@ -139,8 +140,13 @@ def test_snapshot_objects_of_a_failed_write_are_not_journaled(repo: Path) -> Non
     lock.write_text("")  # held (as git holds one): the write times out
     (repo / "new.txt").write_text("written while the branch was locked\n")
     with pytest.raises(gitstate.LockTimeoutError):
-        run.checkpoint({"n": 1}, files=["new.txt"])  # a partial snapshot: libgit2 writes it loose
+        run.checkpoint({"n": 1}, files=files)
     lock.unlink()
+    return run
+
+
+def test_snapshot_objects_of_a_failed_write_are_not_journaled(repo: Path) -> None:
+    run = _snapshot_of_a_failed_write(repo, ["new.txt"])  # a partial snapshot: libgit2 writes it loose
     journal = repo / ".git" / "agentos" / "loose.journal"
     blob = git(repo, "hash-object", "new.txt").strip()
     assert not journal.exists() or blob not in journal.read_text().split()
@@ -155,15 +161,7 @@ def test_snapshot_of_a_failed_write_then_repack_then_the_next_snapshot(repo: Pat
     """A whole-worktree snapshot packs its objects before the checkpoint's ref moves; when that
     write fails, a ``git repack -a -d`` drops them (nothing names them), and the next snapshot,
     whose stat cache still names them, must store them again rather than trust the cache."""
-    store = gitstate.open_store(repo, lock_timeout=0.2, stale_lock_age=3600)
-    run = store.create_run(run_id="busy")
-    run.checkpoint({"n": 0})
-    lock = Path(store.location.common_dir, run.ref("main") + ".lock")
-    lock.write_text("")  # held (as git holds one): the write times out
-    (repo / "new.txt").write_text("written while the branch was locked\n")
-    with pytest.raises(gitstate.LockTimeoutError):
-        run.checkpoint({"n": 1}, files=True)
-    lock.unlink()
+    run = _snapshot_of_a_failed_write(repo, True)
     blob = git(repo, "hash-object", "new.txt").strip()
     git(repo, "repack", "-a", "-d", "-q")
     assert subprocess.run(["git", "cat-file", "-e", blob], cwd=repo).returncode != 0  # dropped
