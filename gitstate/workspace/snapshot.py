@@ -169,8 +169,11 @@ class Workspace:
         that has to be hashed (new or changed since the last snapshot), for a progress display.
 
         ``fast`` (a whole-worktree snapshot only): capture with :func:`gitstate.workspace.scan.capture`
-        where it applies (one ``lstat`` per file, new objects stored as one pack through the store),
-        else as usual; ``announce`` is then told first how many files will be hashed.
+        where it applies (one ``lstat`` per file, new objects stored as one pack through the store,
+        libgit2 reading no file of the worktree), else as usual; ``announce`` is then told first how
+        many files will be hashed. That pack is unreferenced until a checkpoint names the tree: take
+        the snapshot and write that checkpoint inside :meth:`Store.keeping_objects`, as
+        ``checkpoint(files=True)`` does, so a concurrent ``git repack -a -d`` cannot drop it.
 
         Nothing of the user's is written: not ``.git/index``, not HEAD, not a file of the worktree."""
         prefixes = self.resolve_paths(paths)
