@@ -100,9 +100,9 @@ def test_fast_capture_matches_add_all(work: Path) -> None:
 
 
 def test_first_capture_needs_no_stat_cache_and_no_add_all(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no stat cache yet, the fast capture hashes every file itself (libgit2 never reads the
-    worktree: its add_all was seen dying of SIGBUS on files truncated under it), stores one pack
-    and leaves out the blobs the user's index already names; libgit2 then agrees with the cache."""
+    """With no stat cache yet, the fast capture hashes every file itself (not libgit2's add_all,
+    which was seen dying of SIGBUS on files truncated under it), packs what is new, leaving out
+    the blobs the user's index already names; libgit2 then agrees with the cache it wrote."""
     store = gitstate.open_store(work)
     assert not any(p.startswith("index-") for p in os.listdir(store.workspace.location.common_dir + "/agentos"))
     (work / "keep.log").write_text("tracked although ignored\n")
