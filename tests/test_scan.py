@@ -86,7 +86,7 @@ def edit_everything(repo: Path) -> None:
 
 def test_fast_capture_matches_add_all(work: Path) -> None:
     store = gitstate.open_store(work)
-    first = store.workspace.snapshot()  # without fast=True, libgit2's add_all
+    first = store.workspace.snapshot()  # the first capture is libgit2's: it hashes everything
     assert not first.scanned
     assert fast(store).tree == first.tree == reference_tree(work).tree
     edit_everything(work)
@@ -99,73 +99,17 @@ def test_fast_capture_matches_add_all(work: Path) -> None:
     assert git(work, "fsck", "--strict", "--no-dangling") == ""
 
 
-def test_first_capture_needs_no_stat_cache_and_no_add_all(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no stat cache yet, the fast capture hashes every file itself (not libgit2's add_all,
-    which was seen dying of SIGBUS on files truncated under it), packs what is new, leaving out
-    the blobs the user's index already names; libgit2 then agrees with the cache it wrote."""
-    store = gitstate.open_store(work)
-    assert not any(p.startswith("index-") for p in os.listdir(store.workspace.location.common_dir + "/agentos"))
-    (work / "keep.log").write_text("tracked although ignored\n")
-    git(work, "add", "-f", "keep.log")
-    reference = reference_tree(work)
-    committed = git(work, "rev-parse", "HEAD:README").strip()
-    loose = loose_objects(work)
-    packs = {p for p in os.listdir(work / ".git" / "objects" / "pack") if p.endswith(".pack")}
-
-    def refused(*args: object, **kwargs: object) -> None:
-        raise AssertionError("add_all ran")
-
-    monkeypatch.setattr(snapshot_module.Workspace, "_add_all", refused)
-    snap = fast(store)
-    assert snap.tree == reference.tree and snap.skipped == reference.skipped
-    assert "keep.log" in git(work, "ls-tree", "--name-only", snap.tree).split()
-    assert loose_objects(work) == loose
-    new = {p for p in os.listdir(work / ".git" / "objects" / "pack") if p.endswith(".pack")} - packs
-    assert 1 <= len(new) <= 2  # the blobs and trees, then the trees again with the tracked-but-ignored file
-    for name in new:
-        in_pack = git(work, "verify-pack", "-v", str(work / ".git" / "objects" / "pack" / name)).split()
-        assert committed not in in_pack  # in the user's index: stored already, not packed again
-    assert git(work, "fsck", "--strict", "--no-dangling") == ""
-    monkeypatch.undo()
-    hashed: list[int] = []
-    assert store.workspace.snapshot(progress=hashed.append).tree == snap.tree
-    assert hashed == []  # the stat cache it wrote satisfies libgit2
-
-
-def test_checkpoint_with_files_uses_the_fast_capture(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``checkpoint(files=True)`` captures the whole worktree without libgit2's add_all, the first
-    time and after edits; a partial one (``files=[paths]``) still goes through add_all."""
-    calls: list[object] = []
-    original = snapshot_module.Workspace._add_all
-
-    def counted(self: object, *args: object, **kwargs: object) -> object:
-        calls.append(args)
-        return original(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(snapshot_module.Workspace, "_add_all", counted)
-    run = gitstate.open_store(work).create_run(run_id="r")
-    first = run.checkpoint({"n": 1}, files=True)
-    edit_everything(work)
-    second = run.checkpoint({"n": 2}, files=True)
-    assert calls == []
-    assert second.files_tree_id == reference_tree(work).tree != first.files_tree_id  # add_all, once
-    run.checkpoint({"n": 3}, files=["src"])
-    assert [args[1] for args in calls] == [[], ["src"]]
-
-
-def test_capture_after_gc_hashes_everything_and_keeps_tracked_ignored(work: Path) -> None:
-    """A ``git gc`` since the stat cache was saved: nothing the cache holds is trusted (the gc may
-    have pruned its ids), and files the user tracks although ignored are still captured."""
+def test_snapshot_after_gc_keeps_tracked_but_ignored_files(work: Path) -> None:
+    """A ``git gc`` since the stat cache was saved: the private index is cleared and everything
+    hashed again, and files the user tracks although ignored are still captured."""
     (work / "keep.log").write_text("tracked although ignored\n")
     git(work, "add", "-f", "keep.log")
     store = gitstate.open_store(work)
-    first = fast(store)
-    git(work, "gc", "--quiet", "--prune=now")  # the first snapshot is in no checkpoint: pruned
-    assert fast(store).tree == first.tree
+    first = store.workspace.snapshot()
     assert "keep.log" in git(work, "ls-tree", "--name-only", first.tree).split()
+    git(work, "gc", "--quiet", "--prune=now")  # the first snapshot is in no checkpoint: pruned
+    assert store.workspace.snapshot().tree == first.tree
     assert git(work, "fsck", "--strict", "--no-dangling") == ""
-    git(work, "gc", "--quiet", "--prune=now")
-    assert store.workspace.snapshot().tree == first.tree  # libgit2's add_all after a gc: the same
 
 
 def test_stat_cache_written_by_the_fast_capture_satisfies_libgit2(work: Path) -> None:

@@ -5,7 +5,6 @@ catches up in bounded steps and removes what killed writers left."""
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import socket
@@ -157,17 +156,6 @@ def test_snapshot_objects_of_a_failed_write_are_not_journaled(repo: Path) -> Non
     _fsck(repo)
 
 
-def test_snapshot_of_a_failed_write_then_repack_then_the_next_snapshot(repo: Path) -> None:
-    """A whole-worktree snapshot packs its objects before the checkpoint's ref moves; when that
-    write fails, a ``git repack -a -d`` drops them (nothing names them), and the next snapshot,
-    whose stat cache still names them, must store them again rather than trust the cache."""
-    run = _snapshot_of_a_failed_write(repo, True)
-    blob = git(repo, "hash-object", "new.txt").strip()
-    git(repo, "repack", "-a", "-d", "-q")
-    assert subprocess.run(["git", "cat-file", "-e", blob], cwd=repo).returncode != 0  # dropped
-    cp = run.checkpoint({"n": 1}, files=True)
-    assert git(repo, "cat-file", "-p", f"{cp.id}:files/new.txt").startswith("written while")
-    _fsck(repo)
 
 
 _KEEPER = r"""
@@ -370,26 +358,6 @@ def test_a_snapshot_libgit2_cannot_write_is_a_store_write_error(repo: Path, monk
     monkeypatch.setattr(Workspace, "_write_tree", staticmethod(read_only))
     with pytest.raises(gitstate.StoreWriteError, match="Read-only file system"):  # a partial one: libgit2's
         gitstate.open_store(repo).create_run(run_id="ro").checkpoint({"n": 1}, files=["a.txt"])
-
-
-def test_a_snapshot_whose_pack_cannot_be_written_is_a_store_write_error(repo: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from gitstate.git import packs
-
-    def read_only(*_args: object) -> tuple[str, int]:
-        raise OSError(errno.EROFS, "Read-only file system")
-
-    (repo / "a.txt").write_text("a\n")
-    store = gitstate.open_store(repo)
-    run = store.create_run(run_id="ro")
-    monkeypatch.setattr(packs, "_open_temp", read_only)
-    with pytest.raises(gitstate.StoreWriteError, match="Read-only file system"):
-        run.checkpoint({"n": 1}, files=True)
-    monkeypatch.undo()
-    assert run.head() is None  # nothing recorded
-    cp = run.checkpoint({"n": 1}, files=True)
-    assert git(repo, "cat-file", "-p", f"{cp.id}:files/a.txt") == "a\n"
-    _fsck(repo)
 
 
 def test_a_killed_merge_leaves_no_temporary_list_behind(repo: Path) -> None:

@@ -244,12 +244,8 @@ class Run:
                 status=cpfmt.normalize_status(status), metadata=metadata, files_paths=scope, mark_node=mark_node)
 
         if files:
-            # the snapshot's objects stay kept from a concurrent `git repack -a -d` (which drops
-            # objects nothing names) until the checkpoint naming them is written
-            with self.store.keeping_objects():
-                snap = self.store.workspace.snapshot(None if files is True else list(files), progress=progress,
-                                                     fast=True)
-                return write([(cpfmt.FILES, snap.tree, MODE_TREE)], snap.paths)
+            snap = self.store.workspace.snapshot(None if files is True else list(files), progress=progress)
+            return write([(cpfmt.FILES, snap.tree, MODE_TREE)], snap.paths)
         if files_tree is not None:
             if self.store.reader.header(files_tree)[0] != ObjectType.TREE:
                 raise UsageError(f"files_tree {files_tree} is not a tree")

@@ -15,13 +15,8 @@ do something it does not: any attributes file (filters: ``.gitattributes``, ``in
 ``core.attributesFile``, the global and system files), ``core.autocrlf``, ``core.filemode`` or
 ``core.symlinks`` off, ``core.ignorecase`` or ``core.precomposeUnicode`` on, an index with
 conflicts, extended flags or a version other than 2, a directory that is tracked and holds a
-``.git``, a file it cannot read, a platform other than POSIX. With no stat cache to trust (the
-first snapshot, or one after a ``git gc``) it hashes every file, as ``add_all`` would, and hands
-back only blobs not known to be stored; so the first snapshot is one pack, not a loose object per
-file, and libgit2 does not read the worktree's files (a ``kill -9`` soak saw libgit2's ``add_all``
-die of ``SIGBUS`` while other processes truncated worktree files in place, most likely a file
-mapped in memory shrinking under it; a short read here is only a short read).
-What it captures is what ``add_all`` captures: tracked and
+``.git``, a file it cannot read, a platform other than POSIX, an empty private index (the first
+snapshot hashes everything anyway). What it captures is what ``add_all`` captures: tracked and
 untracked files, ignore rules through libgit2's own matcher (an ignored directory is not entered,
 an untracked directory holding ``.git`` is skipped and reported), exec bits and symbolic links as
 git records them; ``tests/test_scan.py`` compares the two on the same worktrees. Files larger than
@@ -34,7 +29,7 @@ import hashlib
 import os
 import stat
 import struct
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pygit2
@@ -173,8 +168,7 @@ def capture(repo: pygit2.Repository, index_path: str, workdir: str, common_dir: 
             announce: Callable[[int], None] | None = None,
             progress: Callable[[int], None] | None = None,
             store: Callable[[list[tuple[int, bytes]]], None] | None = None,
-            batch: int = 64 << 20, scope: Callable[[bytes], bool] | None = None,
-            trust_cache: bool = True, stored: Collection[bytes] = ()) -> Capture | None:
+            batch: int = 64 << 20, scope: Callable[[bytes], bool] | None = None) -> Capture | None:
     """Scan the worktree against the private index at ``index_path`` (as ``repo`` sees it: its
     workdir is the worktree, its index that file). ``announce`` is told how many files will be
     hashed, ``progress`` gets ``1`` per file hashed. ``None``: a case left to ``add_all`` (see the
@@ -182,21 +176,15 @@ def capture(repo: pygit2.Repository, index_path: str, workdir: str, common_dir: 
     ``batch`` bytes they are handed to ``store`` (and the rest are returned in
     :attr:`Capture.objects`), so memory stays bounded however much changed. ``scope``: hash only
     the changed files it accepts (a dry run limited to some paths); the others are left out of
-    :attr:`Capture.entries`, so such a capture describes only that part of the worktree.
-
-    ``trust_cache`` false (the caller's first snapshot, or one after a ``git gc`` that may have
-    pruned ids the cache holds): the stat cache is not read, every file is hashed, and a blob whose
-    id is in ``stored`` (ids known to be in the object store, such as the user's index's) is not
-    handed back as a new object. Otherwise a missing or empty stat cache gives ``None``."""
+    :attr:`Capture.entries`, so such a capture describes only that part of the worktree."""
     if os.name != "posix" or not _config_allows(repo) or attribute_files(common_dir):
         return None
-    cache = read_stat_cache(index_path) if trust_cache else {}
-    if cache is None or (trust_cache and not cache):
+    cache = read_stat_cache(index_path)
+    if not cache:
         return None
     try:
-        index_mtime = os.stat(index_path).st_mtime_ns if cache else 0  # racy-clean checks need a cache
+        index_mtime = os.stat(index_path).st_mtime_ns
         scanner = _Scanner(repo, os.fsencode(workdir), cache, index_mtime, big)
-        scanner.stored = stored
         scanner.store, scanner.batch = store, batch
         return scanner.run(announce, progress, scope)
     except (_GiveUp, OSError):
@@ -226,7 +214,6 @@ class _Scanner:
         self.store: Callable[[list[tuple[int, bytes]]], None] | None = None
         self.batch = 64 << 20
         self.held = 0  # bytes of new blobs not handed to ``store`` yet
-        self.stored: Collection[bytes] = ()  # blob ids not to hand back as new (already stored)
 
     def ignored(self, rel: bytes) -> bool:
         try:
@@ -339,7 +326,7 @@ class _Scanner:
         oid.update(data)
         raw = oid.digest()
         known = self.cache.get(path)
-        if (known is None or known[1] != raw) and raw not in self.stored:
+        if known is None or known[1] != raw:
             result.objects.append((int(ObjectType.BLOB), data))
             self.held += len(data)
             if self.store is not None and self.held >= self.batch:

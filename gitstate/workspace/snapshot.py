@@ -169,11 +169,11 @@ class Workspace:
         that has to be hashed (new or changed since the last snapshot), for a progress display.
 
         ``fast`` (a whole-worktree snapshot only): capture with :func:`gitstate.workspace.scan.capture`
-        where it applies (one ``lstat`` per file, new objects stored as one pack through the store,
-        libgit2 reading no file of the worktree), else as usual; ``announce`` is then told first how
-        many files will be hashed. That pack is unreferenced until a checkpoint names the tree: take
-        the snapshot and write that checkpoint inside :meth:`Store.keeping_objects`, as
-        ``checkpoint(files=True)`` does, so a concurrent ``git repack -a -d`` cannot drop it.
+        where it applies (one ``lstat`` per file, new objects stored as one pack through the store),
+        else as usual; ``announce`` is then told first how many files will be hashed. That pack is
+        unreferenced until a checkpoint names the tree: take the snapshot and write that checkpoint
+        inside :meth:`Store.keeping_objects`, as a restore does with its safety checkpoint, so a
+        concurrent ``git repack -a -d`` cannot drop it.
 
         Nothing of the user's is written: not ``.git/index``, not HEAD, not a file of the worktree."""
         prefixes = self.resolve_paths(paths)
@@ -451,6 +451,8 @@ class Workspace:
         and trees stored as one pack; ``None`` where the scan does not apply (nothing written)."""
         assert self._store_objects is not None
         epoch = gc_epoch(objects_dir(repo))
+        if epoch != self._saved_epoch():
+            return None  # a `git gc` may have pruned ids the stat cache trusts: the full path rehashes
         try:
             # the scan reads the file: memory must hold exactly that (it holds more only after a
             # write failed; otherwise re-reading is needed only if another process wrote the file)
@@ -458,22 +460,12 @@ class Workspace:
         except pygit2.GitError:
             return None
         self._local.unsaved = False
-        # no stat cache yet, or a `git gc` since it was saved (it may have pruned ids the cache
-        # trusts): every file is hashed, blobs the user's index names are known to be stored
-        trust = len(index) > 0 and epoch == self._saved_epoch()
-        stored: set[bytes] = set()
-        if not trust:
-            user = scan.read_stat_cache(os.path.join(self.location.git_dir, "index")) or {}
-            stored = {raw for _key, raw in user.values() if pygit2.Oid(raw=raw) in repo.odb}
         cap = scan.capture(repo, self.index_path, self.workdir, self.location.common_dir, BIG_BLOB,
-                           announce=announce, progress=progress, store=self._store_objects, batch=PACK_BATCH,
-                           trust_cache=trust, stored=stored)
+                           announce=announce, progress=progress, store=self._store_objects, batch=PACK_BATCH)
         if cap is None:
             return None
-        if not trust:
-            index.clear()  # every file was hashed: the index is built from the capture alone
         entries = cap.entries
-        odb = repo.odb if trust else None
+        odb = repo.odb
         # libgit2 adds an index entry only for a stored object: blobs first, with the trees when
         # nothing else can change them (no big file for libgit2 to add)
         pending: list[tuple[int, bytes]] = list(cap.objects)
@@ -495,7 +487,7 @@ class Workspace:
             entry = index[name]
             entries[raw] = (int(entry.mode), entry.id.raw)
         exclude_changed, added = self._add_tracked(
-            repo, index, lambda: {os.fsdecode(p) for p in entries}, cleared=not trust)
+            repo, index, lambda: {os.fsdecode(p) for p in entries})
         for name in added:
             entry = index[name]
             entries[os.fsencode(name)] = (int(entry.mode), entry.id.raw)
@@ -521,15 +513,10 @@ class Workspace:
         return Snapshot(tree, tuple(cap.skipped), None, scanned=True)
 
     @staticmethod
-    def _new_trees(entries: dict[bytes, tuple[int, bytes]], odb: pygit2.Odb | None,
-                   out: list[tuple[int, bytes]]) -> str:
-        """The root tree of ``entries`` (hex id); the trees not stored yet are appended to ``out``
-        (all of them with no ``odb``: after a ``git gc``, this handle's pack list may still hold
-        packs the gc deleted, and so answer for objects that are gone)."""
+    def _new_trees(entries: dict[bytes, tuple[int, bytes]], odb: pygit2.Odb, out: list[tuple[int, bytes]]) -> str:
+        """The root tree of ``entries`` (hex id); the trees not stored yet are appended to ``out``."""
         root, trees = scan.build_trees(entries)
-        if odb is None:
-            out.extend((int(ObjectType.TREE), body) for body in trees.values())
-        elif root.hex() not in odb:  # else every tree below it is stored too (git's write-tree trusts the same)
+        if root.hex() not in odb:  # else every tree below it is stored too (git's write-tree trusts the same)
             out.extend((int(ObjectType.TREE), body) for oid, body in trees.items() if oid.hex() not in odb)
         return root.hex()
 
