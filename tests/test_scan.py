@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pygit2
 import pytest
 
 import gitstate
@@ -182,6 +183,30 @@ def test_big_files_are_left_to_libgit2(work: Path, monkeypatch: pytest.MonkeyPat
     blob = git(work, "rev-parse", f"{snap.tree}:big.bin").strip()
     assert blob in loose_objects(work)  # streamed by libgit2, never packed whole
     assert snap.tree == reference_tree(work).tree
+
+
+def test_a_big_file_libgit2_cannot_read_is_retried_then_a_store_write_error(work: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snapshot_module, "BIG_BLOB", 1000)
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    (work / "big.bin").write_bytes(os.urandom(50_000))
+    original = pygit2.Index.add
+    failures = [2]
+
+    def flaky(self: pygit2.Index, path: object) -> None:
+        if path == "big.bin" and failures[0]:
+            failures[0] -= 1
+            raise pygit2.GitError("failed to read file into stream: ")  # rewritten while read
+        original(self, path)
+
+    monkeypatch.setattr(pygit2.Index, "add", flaky)
+    snap = fast(store)  # two failures, then it reads
+    assert failures == [0] and git(work, "rev-parse", f"{snap.tree}:big.bin").strip()
+    (work / "big.bin").write_bytes(os.urandom(50_000))
+    failures[0] = 10
+    with pytest.raises(gitstate.StoreWriteError, match="big.bin.*failed to read file"):
+        store.workspace.snapshot(fast=True)
 
 
 @pytest.mark.parametrize("setup", ["gitattributes", "info-attributes", "autocrlf", "nested-gitattributes"])

@@ -209,3 +209,24 @@ def test_bench_script_runs_small(tmp_path: Path) -> None:
     assert out.count("peak RSS") == 2
     assert out.count("ratio gitstate API / git read-tree -u") == 2  # both restore scenarios
     assert out.count("ratio gitstate CLI / git checkout -f") == 2
+
+
+def test_a_tracked_directory_replaced_by_a_link_is_captured_as_the_link(repo: Path, tmp_path: Path) -> None:
+    """The user's index still names ``d/inner.txt``; ``d`` is now a link to a directory. git records
+    the link and nothing below it; the snapshot must not add ``d/inner.txt`` read through the link
+    (it replaced the link in the tree)."""
+    (repo / "d").mkdir()
+    (repo / "d" / "inner.txt").write_text("in\n")
+    git(repo, "add", "d/inner.txt")
+    git(repo, "commit", "-q", "-m", "d")
+    (repo / "real").mkdir()
+    (repo / "d" / "inner.txt").rename(repo / "real" / "inner.txt")
+    (repo / "d").rmdir()
+    os.symlink("real", repo / "d")
+    cp = gitstate.open_store(repo).create_run(run_id="r").checkpoint({}, files=True)
+    env = dict(os.environ, GIT_INDEX_FILE=str(tmp_path / "reference-index"))
+    subprocess.run(["git", "add", "-A"], cwd=repo, env=env, check=True)
+    reference = subprocess.run(["git", "write-tree"], cwd=repo, env=env, check=True, capture_output=True,
+                               text=True).stdout.strip()
+    assert cp.files_tree_id == reference
+    assert git(repo, "ls-tree", "-r", "--name-only", reference).split() == ["README", "d", "real/inner.txt"]

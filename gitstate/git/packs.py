@@ -163,6 +163,7 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
     chunks: list[bytes] = []
     index: list[tuple[bytes, int, int]] = []
     offset = _PACK_HEADER.size
+    first_head = 0  # the length of the first entry's header (before its zlib stream)
     for oid, kind, body in objects:
         if oid in seen:
             continue
@@ -173,18 +174,30 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
         deflated = compressed.get(oid) if compressed else None
         if deflated is None:
             deflated = deflate.compress(body, compression)
-        entry = _entry_header(kind, len(body)) + deflated
+        head = _entry_header(kind, len(body))
+        if not chunks:
+            first_head = len(head)
+        entry = head + deflated
         index.append((raw, offset, zlib.crc32(entry)))
         chunks.append(entry)
         offset += len(entry)
     if not chunks:
         raise UsageError("write_pack needs at least one object")
-    hasher = hashlib.sha1(usedforsecurity=False)
     header = _PACK_HEADER.pack(b"PACK", 2, len(chunks))
-    hasher.update(header)
-    for chunk in chunks:
-        hasher.update(chunk)
-    checksum = hasher.digest()
+    checksum = _checksum(header, chunks)
+    if keep is not None:
+        # A transaction's pack is never an existing pack of the same bytes (its objects written
+        # again): a `git repack -a -d` that listed that pack as unkept when it started deletes it
+        # even after our .keep appears, and leaves out of its own pack what no ref named when it
+        # walked, such as the objects our refs are about to name. The first entry's zlib header
+        # takes another of its valid forms instead (the level hint, which inflaters ignore): other
+        # bytes, checksum and name, the same objects.
+        for other in _other_zlib_headers(chunks[0][first_head:first_head + 2]):
+            if not os.path.exists(os.path.join(pack_dir, "pack-" + checksum.hex() + ".idx")):
+                break
+            chunks[0] = chunks[0][:first_head] + other + chunks[0][first_head + 2:]
+            index[0] = (index[0][0], index[0][1], zlib.crc32(chunks[0]))
+            checksum = _checksum(header, chunks)
     index.sort()
     idx = _idx_bytes(index, checksum)
     name = "pack-" + checksum.hex()
@@ -223,6 +236,28 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
     except OSError as exc:
         raise StoreWriteError(pack_dir, str(exc)) from exc
     return PackWritten(name, len(index), tuple(raw.hex() for raw, _, _ in index), existed, kept)
+
+
+def _checksum(header: bytes, chunks: Sequence[bytes]) -> bytes:
+    """The SHA-1 trailer of a pack: of its header and entries."""
+    hasher = hashlib.sha1(header, usedforsecurity=False)
+    for chunk in chunks:
+        hasher.update(chunk)
+    return hasher.digest()
+
+
+def _other_zlib_headers(current: bytes) -> list[bytes]:
+    """The other valid two-byte zlib headers with the same method and window as ``current``: the
+    four compression-level hints (``FLEVEL``), no preset dictionary, the check bits set so that the
+    pair is a multiple of 31 (RFC 1950)."""
+    cmf = current[0]
+    out = []
+    for level in range(4):
+        flg = level << 6
+        flg |= (31 - (cmf * 256 + flg) % 31) % 31
+        if bytes((cmf, flg)) != current:
+            out.append(bytes((cmf, flg)))
+    return out
 
 
 def is_pack_name(name: str) -> bool:

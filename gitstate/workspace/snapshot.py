@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from stat import S_ISLNK, S_ISREG
+from stat import S_ISDIR, S_ISLNK, S_ISREG
 from typing import Any
 
 import pygit2
@@ -303,7 +303,8 @@ class Workspace:
         if todo and captured is not None:
             todo -= captured()
         for path in todo:
-            if path not in index and os.path.lexists(os.path.join(self.workdir, path)):
+            if path not in index and _in_real_dirs(self.workdir, path) \
+                    and os.path.lexists(os.path.join(self.workdir, path)):
                 try:
                     index.add(path)  # add by path: ignore rules do not apply
                 except (pygit2.GitError, OSError):
@@ -483,7 +484,7 @@ class Workspace:
             name = os.fsdecode(raw)
             if name in index:
                 index.remove(name)
-            index.add(name)
+            self._add_big(index, name)
             entry = index[name]
             entries[raw] = (int(entry.mode), entry.id.raw)
         exclude_changed, added = self._add_tracked(
@@ -511,6 +512,19 @@ class Workspace:
         if big or self._big_stats():
             self._save_big(index, big)
         return Snapshot(tree, tuple(cap.skipped), None, scanned=True)
+
+    def _add_big(self, index: pygit2.Index, name: str) -> None:
+        """Add a file above :data:`BIG_BLOB` through libgit2 (streamed), again after a failure as
+        :meth:`_add_all_retrying` does (a file rewritten while libgit2 reads it fails the read);
+        a lasting failure is :class:`StoreWriteError`."""
+        for delay in (0.02, 0.1, 0.3, None):
+            try:
+                index.add(name)
+                return
+            except (pygit2.GitError, OSError) as exc:
+                if delay is None:
+                    raise StoreWriteError(os.path.join(self.workdir, name), f"cannot snapshot it: {exc}") from exc
+                time.sleep(delay)
 
     @staticmethod
     def _new_trees(entries: dict[bytes, tuple[int, bytes]], odb: pygit2.Odb, out: list[tuple[int, bytes]]) -> str:
@@ -635,6 +649,20 @@ class Workspace:
         _new_objects(repo, tree, old, common, found, "", big)
         if found and self._on_new_objects is not None:
             self._on_new_objects(found)
+
+
+def _in_real_dirs(workdir: str, path: str) -> bool:
+    """Whether every folder above ``path`` is a directory, not a link to one (git records a
+    link to a directory as the link: nothing below it is in the worktree as git sees it)."""
+    folder = path.rpartition("/")[0]
+    while folder:
+        try:
+            if not S_ISDIR(os.lstat(os.path.join(workdir, folder)).st_mode):
+                return False
+        except OSError:
+            return False
+        folder = folder.rpartition("/")[0]
+    return True
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:

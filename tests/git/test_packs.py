@@ -617,3 +617,25 @@ def test_bench_script_quick_run(tmp_path: Path) -> None:
     assert figures["writes"]["write_pack"]["n"] == 12
     assert figures["handle"]["deleted_pack_fds_held"] > 0 and figures["handle"]["after_set_odb_fds"] == 0
     assert figures["fsck_clean"] is True
+
+
+def test_a_transaction_pack_never_reuses_a_pack_of_the_same_bytes(repo: Path) -> None:
+    """A ``git repack -a -d`` that listed a pack as unkept when it started deletes it even once a
+    ``.keep`` appears, so a transaction's pack (``keep``) holding objects already written in the
+    same order gets its own name: the first entry's zlib header differs, the objects are the same.
+    Without ``keep`` (a merge) the existing pack is still reused."""
+    d = str(pack_dir(repo))
+    for objects in (blobs("again", 3), blobs("one", 1)):
+        first = packs.write_pack(d, objects, keep=b"test\n")
+        names = {first.name}
+        for _ in range(3):
+            again = packs.write_pack(d, objects, keep=b"test\n")
+            assert not again.existed and again.name not in names
+            assert sorted(again.oids) == sorted(oid for oid, _, _ in objects)
+            names.add(again.name)
+            verify_pack(repo, again.name)
+        reused = packs.write_pack(d, objects)
+        assert reused.existed and reused.name in names
+        for oid, kind, _body in objects:
+            assert run_git(repo, "cat-file", "-t", oid).strip() == TYPE_NAMES[kind]
+    fsck_clean(repo)
