@@ -230,3 +230,23 @@ def test_a_tracked_directory_replaced_by_a_link_is_captured_as_the_link(repo: Pa
                                text=True).stdout.strip()
     assert cp.files_tree_id == reference
     assert git(repo, "ls-tree", "-r", "--name-only", reference).split() == ["README", "d", "real/inner.txt"]
+
+
+def test_a_name_that_is_not_utf8_survives_new_ignore_rules(repo: Path) -> None:
+    """Ignore rules changed while the worktree holds a file whose name is not UTF-8: libgit2 cannot
+    be asked whether it is ignored (pygit2 passes names as UTF-8), so it is kept, as add_all kept
+    it; every later checkpoint and a dry-run restore still work."""
+    (repo / ".gitignore").write_text("*.log\n")
+    run = gitstate.open_store(repo).create_run(run_id="r")
+    first = run.checkpoint({}, files=True)
+    with open(os.path.join(os.fsencode(repo), b"bad\xff.txt"), "wb") as fh:
+        fh.write(b"x\n")
+    run.checkpoint({}, files=True)
+    run.checkpoint({}, files=True)
+    (repo / ".gitignore").write_text("*.log\n*.tmp\n")
+    cp = run.checkpoint({}, files=True)
+    names = subprocess.run(["git", "ls-tree", "-z", "--name-only", cp.files_tree_id], cwd=repo, check=True,
+                           capture_output=True).stdout.split(b"\0")
+    assert b"bad\xff.txt" in names
+    plan = run.restore(first, dry_run=True)
+    assert plan.dry_run and ".gitignore" in plan.changed

@@ -366,7 +366,7 @@ class Workspace:
     def _ignored(self, repo: pygit2.Repository, names: list[str]) -> list[str]:
         """The ``names`` an ignore rule matches now that the user's git does not track."""
         tracked = self._user_paths()
-        return [name for name in names if name not in tracked and repo.path_is_ignored(name)]
+        return [name for name in names if name not in tracked and _is_ignored(repo, name)]
 
     def _write_index(self, index: pygit2.Index, epoch: str | None = None) -> None:
         """Save the private index (and ``epoch``, the :func:`gc_epoch` its ids were checked against)."""
@@ -424,11 +424,8 @@ class Workspace:
             if found is not None:
                 entries[name] = found
         if exclude_changed or cap.ignore_changed:
-            try:
-                for name in self._ignored(repo, list(entries)):
-                    del entries[name]
-            except UnicodeError:
-                return None  # a name libgit2 cannot be asked about from here: the snapshot can
+            for name in self._ignored(repo, list(entries)):
+                del entries[name]
         return Survey(entries, tuple(cap.skipped))
 
     def _hashed(self, name: str) -> tuple[str, int] | None:
@@ -649,6 +646,15 @@ class Workspace:
         _new_objects(repo, tree, old, common, found, "", big)
         if found and self._on_new_objects is not None:
             self._on_new_objects(found)
+
+
+def _is_ignored(repo: pygit2.Repository, name: str) -> bool:
+    """Whether an ignore rule matches ``name``; a name that is not UTF-8 (pygit2 cannot pass it to
+    libgit2) is kept, as ``add_all`` kept it."""
+    try:
+        return bool(repo.path_is_ignored(name))
+    except UnicodeError:
+        return False
 
 
 def _in_real_dirs(workdir: str, path: str) -> bool:
