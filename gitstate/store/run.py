@@ -229,28 +229,28 @@ class Run:
             raise UsageError("give files or files_tree, not both")
         tools_list = _optional_list("tools", tools)
         audit_list = _optional_list("audit", audit)
-
-        def write(extra: list[TreeEntry], scope: tuple[str, ...] | None) -> Checkpoint:
-            def entries(tx: Transaction) -> tuple[TreeEntry, list[TreeEntry]]:
-                more = list(extra)
-                if tools_list:
-                    more.append((cpfmt.TOOLS, tx.blob(cpfmt.encode_list(tools_list, "tools")), MODE_BLOB))
-                if audit_list:
-                    more.append((cpfmt.AUDIT, tx.blob(cpfmt.encode_list(audit_list, "audit")), MODE_BLOB))
-                return cpfmt.state_entry(tx.writer, state), more
-
-            return self.commit_checkpoint(
-                entries, branch=branch, expect=expect, node=node, trigger=trigger,
-                status=cpfmt.normalize_status(status), metadata=metadata, files_paths=scope, mark_node=mark_node)
-
+        extra: list[TreeEntry] = []
+        scope: tuple[str, ...] | None = None
         if files:
             snap = self.store.workspace.snapshot(None if files is True else list(files), progress=progress)
-            return write([(cpfmt.FILES, snap.tree, MODE_TREE)], snap.paths)
-        if files_tree is not None:
+            extra.append((cpfmt.FILES, snap.tree, MODE_TREE))
+            scope = snap.paths
+        elif files_tree is not None:
             if self.store.reader.header(files_tree)[0] != ObjectType.TREE:
                 raise UsageError(f"files_tree {files_tree} is not a tree")
-            return write([(cpfmt.FILES, files_tree, MODE_TREE)], None)
-        return write([], None)
+            extra.append((cpfmt.FILES, files_tree, MODE_TREE))
+
+        def entries(tx: Transaction) -> tuple[TreeEntry, list[TreeEntry]]:
+            more = list(extra)
+            if tools_list:
+                more.append((cpfmt.TOOLS, tx.blob(cpfmt.encode_list(tools_list, "tools")), MODE_BLOB))
+            if audit_list:
+                more.append((cpfmt.AUDIT, tx.blob(cpfmt.encode_list(audit_list, "audit")), MODE_BLOB))
+            return cpfmt.state_entry(tx.writer, state), more
+
+        return self.commit_checkpoint(
+            entries, branch=branch, expect=expect, node=node, trigger=trigger,
+            status=cpfmt.normalize_status(status), metadata=metadata, files_paths=scope, mark_node=mark_node)
 
     def commit_checkpoint(
         self,
