@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from stat import S_ISDIR, S_ISLNK, S_ISREG
-from typing import Any
+from typing import Any, TypeVar
 
 import pygit2
 from pygit2.enums import ObjectType
@@ -237,14 +237,7 @@ class Workspace:
         """:meth:`_add_all`, again after a failure: a file that another program rewrites or
         removes while libgit2 hashes it fails the pass ("failed to read file into stream"), and the
         next pass sees it settled. A lasting failure (an unreadable file) is raised after the last."""
-        for delay in (0.02, 0.1, 0.3, None):
-            try:
-                return self._add_all(index, pathspecs, progress=progress)
-            except StoreWriteError:
-                if delay is None:
-                    raise
-                time.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return _retrying(lambda: self._add_all(index, pathspecs, progress=progress))
 
     def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int = 0,
                  progress: Callable[[int], None] | None = None) -> tuple[list[str], bool]:
@@ -514,14 +507,14 @@ class Workspace:
         """Add a file above :data:`BIG_BLOB` through libgit2 (streamed), again after a failure as
         :meth:`_add_all_retrying` does (a file rewritten while libgit2 reads it fails the read);
         a lasting failure is :class:`StoreWriteError`."""
-        for delay in (0.02, 0.1, 0.3, None):
+
+        def add() -> None:
             try:
                 index.add(name)
-                return
             except (pygit2.GitError, OSError) as exc:
-                if delay is None:
-                    raise StoreWriteError(os.path.join(self.workdir, name), f"cannot snapshot it: {exc}") from exc
-                time.sleep(delay)
+                raise StoreWriteError(os.path.join(self.workdir, name), f"cannot snapshot it: {exc}") from exc
+
+        _retrying(add)
 
     @staticmethod
     def _new_trees(entries: dict[bytes, tuple[int, bytes]], odb: pygit2.Odb, out: list[tuple[int, bytes]]) -> str:
@@ -646,6 +639,21 @@ class Workspace:
         _new_objects(repo, tree, old, common, found, "", big)
         if found and self._on_new_objects is not None:
             self._on_new_objects(found)
+
+
+T = TypeVar("T")
+
+
+def _retrying(call: Callable[[], T]) -> T:
+    """``call()``, again after a :class:`StoreWriteError`, a few times with growing pauses (a file
+    another program rewrites while libgit2 reads it fails the read; the next try sees it settled);
+    the last failure is raised."""
+    for delay in (0.02, 0.1, 0.3):
+        try:
+            return call()
+        except StoreWriteError:
+            time.sleep(delay)
+    return call()
 
 
 def _is_ignored(repo: pygit2.Repository, name: str) -> bool:
