@@ -265,3 +265,52 @@ def test_memory_stays_bounded_by_the_batch(work: Path, monkeypatch: pytest.Monke
     assert len(batches) >= 3 and max(batches) <= 3000 + 1000
     assert snap.tree == reference_tree(work).tree
     assert git(work, "fsck", "--strict", "--no-dangling") == ""
+
+
+def _rewriting_reads(monkeypatch: pytest.MonkeyPatch, target: Path, times: int) -> list[int]:
+    """Make the capture's reads of ``target`` race a writer: right after each of the first
+    ``times`` reads of it, the file is rewritten in place (longer), as a program writing it would."""
+    original = scan._read_all
+    left = [times]
+    inode = target.stat().st_ino
+
+    def racing(fd: int, size: int) -> bytes:
+        data = original(fd, size)
+        if left[0] and os.fstat(fd).st_ino == inode:
+            left[0] -= 1
+            with open(target, "r+b") as fh:  # in place: same inode, new bytes, new size
+                fh.write(b"rewritten %d " % left[0] + target.read_bytes())
+        return data
+
+    monkeypatch.setattr(scan, "_read_all", racing)
+    monkeypatch.setattr(scan, "SETTLE_DELAYS", (0.0, 0.0, 0.0))
+    return left
+
+
+def test_a_file_rewritten_while_read_is_read_again(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    target = work / "src" / "b.py"
+    target.write_bytes(b"old content " * 100)
+    left = _rewriting_reads(monkeypatch, target, 2)
+    snap = fast(store)
+    assert left == [0]
+    stored = git(work, "cat-file", "blob", f"{snap.tree}:src/b.py")
+    assert stored.encode() == target.read_bytes()  # the settled file, not a mix of two versions
+
+
+def test_a_file_that_never_settles_stops_the_restore_before_it_writes(work: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    store = gitstate.open_store(work)
+    run = store.create_run(run_id="r")
+    cp = run.checkpoint({}, files=True)
+    store.workspace.snapshot()
+    target = work / "src" / "b.py"
+    target.write_bytes(b"unsaved " * 100)
+    (work / "run.sh").write_text("also unsaved\n")
+    _rewriting_reads(monkeypatch, target, 100)
+    with pytest.raises(gitstate.StoreWriteError, match="b.py.*kept changing"):
+        run.restore(cp, force=True)
+    assert (work / "run.sh").read_text() == "also unsaved\n"  # nothing was written
+    assert target.read_bytes().endswith(b"unsaved " * 100)
+    assert "restore-safety" not in run.branches()

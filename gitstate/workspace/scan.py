@@ -29,12 +29,14 @@ import hashlib
 import os
 import stat
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pygit2
 from pygit2.enums import ConfigLevel, ObjectType, Option
 
+from gitstate.errors import StoreWriteError
 from gitstate.git.objects import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE
 
 # One index entry of version 2: ctime s, ns, mtime s, ns, dev, ino, mode, uid, gid, size, id, flags.
@@ -318,7 +320,7 @@ class _Scanner:
                     result.big.append(path)
                     result.entries.pop(path, None)
                     return
-                data = _read_all(fd, st.st_size)
+                data, st = _read_settled(fd, full, st)
             finally:
                 os.close(fd)
             mode = git_mode(st.st_mode)
@@ -335,6 +337,31 @@ class _Scanner:
                 self.held = 0
         result.entries[path] = (mode, raw)
         result.stats[path] = st
+
+
+#: Pauses before reading again a file seen changing while it was read (then it is an error).
+SETTLE_DELAYS = (0.01, 0.05, 0.2)
+
+
+def _read_settled(fd: int, full: bytes, st: os.stat_result) -> tuple[bytes, os.stat_result]:
+    """The bytes of the open file ``fd`` and its ``fstat``, read whole while no one changed it: a
+    file another program rewrites during the read (its size, mtime or ctime differ after it, or the
+    bytes read are not its size) is read again after a pause, a few times; one that never settles is
+    a :class:`StoreWriteError` (before a restore has written anything). Without this a snapshot
+    could store half of the old bytes and half of the new as a version that never existed."""
+    for delay in (*SETTLE_DELAYS, None):
+        data = _read_all(fd, st.st_size)
+        after = os.fstat(fd)
+        if (len(data) == after.st_size == st.st_size and after.st_mtime_ns == st.st_mtime_ns
+                and after.st_ctime_ns == st.st_ctime_ns):
+            return data, after
+        if delay is None:
+            break
+        time.sleep(delay)
+        os.lseek(fd, 0, os.SEEK_SET)
+        st = after
+    raise StoreWriteError(os.fsdecode(full), "it kept changing while it was read (another program is writing "
+                          "it); nothing was changed, try again when it is written")
 
 
 def _read_all(fd: int, size: int) -> bytes:
