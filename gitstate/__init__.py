@@ -21,6 +21,7 @@ from gitstate.errors import (
     ConflictError,
     CorruptObjectError,
     EncodingError,
+    FileChangingError,
     ForeignRunError,
     GitStateError,
     HookInstallError,
@@ -45,6 +46,7 @@ from gitstate.errors import (
     UnsupportedFormatError,
     UnsupportedRepositoryError,
     UsageError,
+    WorktreeBusyError,
     WorktreeWriteError,
 )
 
@@ -111,6 +113,7 @@ __all__ = [
     "Diff",
     "EncodingError",
     "FileChange",
+    "FileChangingError",
     "FileVersion",
     "ForeignRunError",
     "GitStateError",
@@ -149,6 +152,7 @@ __all__ = [
     "UnsupportedFormatError",
     "UnsupportedRepositoryError",
     "UsageError",
+    "WorktreeBusyError",
     "WorktreeWriteError",
     "Workspace",
     "Transaction",

@@ -258,6 +258,31 @@ class WorktreeWriteError(StoreWriteError):
         self.reason = reason
 
 
+class FileChangingError(StoreWriteError):
+    """A worktree file kept changing while a snapshot read it (another program is writing it): it
+    was read again a few times and never settled, so no version of it could be saved. Nothing was
+    changed (a restore stops before it writes)."""
+
+    def __init__(self, path: str) -> None:
+        GitStateError.__init__(self, f"cannot save {path}: it kept changing while it was read (another "
+                               "program is writing it); nothing was changed, try again when it is written")
+        self.path = path
+        self.reason = "it kept changing while it was read"
+
+
+class WorktreeBusyError(LockTimeoutError):
+    """Another restore of the same worktree (another process or thread) held it for longer than a
+    restore waits; ``pid`` is its process when known. Nothing was changed."""
+
+    def __init__(self, workdir: str, seconds: float, pid: int | None) -> None:
+        holder = f" (pid {pid})" if pid is not None else ""
+        GitStateError.__init__(self, f"another restore of the worktree {workdir} is running{holder}; waited "
+                               f"{seconds:.0f}s, nothing was changed: try again when it has finished")
+        self.ref = workdir
+        self.seconds = seconds
+        self.pid = pid
+
+
 class UsageError(GitStateError, ValueError):
     """An argument is out of range or of the wrong kind (``keep_latest=0``, an empty node name)."""
 

@@ -754,3 +754,77 @@ def test_large_restore_still_checks_a_damaged_loose_blob(work: Path) -> None:
         bounded(lambda: run.restore(c1, force=True), seconds=30)
     assert caught.value.oid == oid
     assert worktree_files(work) == before
+
+
+def test_two_restores_of_one_worktree_at_once_take_turns(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restore started while another one of the same worktree is writing (another process, or
+    here another store on another thread) waits for it, then runs whole: the worktree ends as the
+    second one's checkpoint, never a mix (before, both wrote at once: 'File exists' failures, and
+    the first one's remaining files overwrote the second's)."""
+    from gitstate.workspace import restore as restoring
+
+    _many_files(work)
+    run = gitstate.open_store(work).create_run(run_id="r")
+    c1 = run.checkpoint({}, files=True)
+    for i in range(0, 300, 3):
+        path = work / f"pkg{i % 7}" / f"sub{i % 3}" / f"m{i:03d}.py"
+        path.write_text(f"second version {i}\n" * 20)
+    c2 = run.checkpoint({}, files=True)
+    state2 = worktree_files(work)
+    run.restore(c1, force=True)
+    for i in range(1, 300, 3):
+        (work / f"pkg{i % 7}" / f"sub{i % 3}" / f"m{i:03d}.py").write_text("unsaved\n")
+    place = restoring._place
+    first_writing, go_on = threading.Event(), threading.Event()
+
+    def pausing(*args: object) -> os.stat_result:
+        if not first_writing.is_set():  # the first file of the first restore: it waits there
+            first_writing.set()
+            go_on.wait(10)
+        return place(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(restoring, "_place", pausing)
+    failures: list[BaseException] = []
+    done: list[str] = []
+
+    def restore(cp: gitstate.Checkpoint, name: str) -> None:
+        store = gitstate.open_store(work)
+        try:
+            store.get_run("r").restore(cp.id, force=True)
+            done.append(name)
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            failures.append(exc)
+        finally:
+            store.close()
+
+    one = threading.Thread(target=restore, args=(c1, "first"))
+    one.start()
+    assert first_writing.wait(10)  # the first restore is writing files, paused
+    two = threading.Thread(target=restore, args=(c2, "second"))
+    two.start()
+    two.join(1.0)
+    assert done == [], "the second restore ran while the first one was writing"
+    go_on.set()
+    one.join(30)
+    two.join(30)
+    assert not failures, failures
+    assert done == ["first", "second"]
+    assert worktree_files(work) == state2
+
+
+def test_a_restore_waits_for_another_then_says_it_is_busy(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gitstate.workspace import snapshot as snapshots
+
+    run = gitstate.open_store(work).create_run(run_id="r")
+    cp = run.checkpoint({}, files=True)
+    (work / "src" / "a.py").write_text("unsaved\n")
+    other = gitstate.open_store(work)
+    monkeypatch.setattr(snapshots, "RESTORE_WAIT", 0.3)
+    with other.workspace.restoring():  # another restore is running
+        with pytest.raises(gitstate.WorktreeBusyError, match=f"another restore of the worktree .* is running "
+                           f"\\(pid {os.getpid()}\\).*nothing was changed"):
+            bounded(lambda: run.restore(cp, force=True))
+        assert (work / "src" / "a.py").read_text() == "unsaved\n"
+        assert run.restore(cp, dry_run=True).changed == ("src/a.py",)  # a dry run writes nothing: no wait
+    assert run.restore(cp, force=True).changed == ("src/a.py",)
+    assert (work / "src" / "a.py").read_text() == "a = 1\n"

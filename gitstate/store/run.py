@@ -4,6 +4,7 @@ objects first, then one compare-and-swap of the branch ref."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -508,9 +509,9 @@ class Run:
         if wanted is not None:
             restoring.check_paths_known(reader, cp, target, workdir, wanted)
         prefixes = restoring.restore_scope(cp, wanted)
-        # the safety snapshot's objects stay kept from a concurrent `git repack -a -d` until the
-        # safety checkpoint names them
-        with store.keeping_objects():
+        # one restore of a worktree at a time; the safety snapshot's objects stay kept from a
+        # concurrent `git repack -a -d` until the safety checkpoint names them
+        with contextlib.nullcontext() if dry_run else workspace.restoring(), store.keeping_objects():
             reading = _Counter("reading", progress)
             # a dry run writes nothing, not even the objects of a snapshot, where the scan can tell
             # without one (else it snapshots as a restore does: unreferenced objects, no ref moved)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import pygit2
 from pygit2.enums import ConfigLevel, ObjectType, Option
 
-from gitstate.errors import StoreWriteError
+from gitstate.errors import FileChangingError
 from gitstate.git.objects import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE
 
 # One index entry of version 2: ctime s, ns, mtime s, ns, dev, ino, mode, uid, gid, size, id, flags.
@@ -347,7 +347,7 @@ def _read_settled(fd: int, full: bytes, st: os.stat_result) -> tuple[bytes, os.s
     """The bytes of the open file ``fd`` and its ``fstat``, read whole while no one changed it: a
     file another program rewrites during the read (its size, mtime or ctime differ after it, or the
     bytes read are not its size) is read again after a pause, a few times; one that never settles is
-    a :class:`StoreWriteError` (before a restore has written anything). Without this a snapshot
+    a :class:`FileChangingError` (before a restore has written anything). Without this a snapshot
     could store half of the old bytes and half of the new as a version that never existed."""
     for delay in (*SETTLE_DELAYS, None):
         data = _read_all(fd, st.st_size)
@@ -360,8 +360,7 @@ def _read_settled(fd: int, full: bytes, st: os.stat_result) -> tuple[bytes, os.s
         time.sleep(delay)
         os.lseek(fd, 0, os.SEEK_SET)
         st = after
-    raise StoreWriteError(os.fsdecode(full), "it kept changing while it was read (another program is writing "
-                          "it); nothing was changed, try again when it is written")
+    raise FileChangingError(os.fsdecode(full))
 
 
 def _read_all(fd: int, size: int) -> bytes:

@@ -26,11 +26,12 @@ Choices:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from stat import S_ISDIR, S_ISLNK, S_ISREG
 from typing import Any, TypeVar
@@ -41,8 +42,8 @@ from pygit2.errors import check_error
 from pygit2.ffi import C, ffi
 from pygit2.utils import StrArray
 
-from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError
-from gitstate.git import privateindex
+from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError, WorktreeBusyError
+from gitstate.git import lockfile, privateindex
 from gitstate.git.location import Location
 from gitstate.git.objects import MODE_COMMIT, MODE_TREE, gc_epoch, objects_dir
 from gitstate.git.reader import ObjectReader
@@ -52,6 +53,11 @@ BIG_BLOB = 32 * 1024 * 1024  # bytes; larger blobs are not packed by gitstate
 PACK_BATCH = 64 * 1024 * 1024  # bytes of new objects a fast snapshot holds in memory per pack
 _ADD_LITERAL = 2  # GIT_INDEX_ADD_DISABLE_PATHSPEC_MATCH
 _ENTRY_UPTODATE = 1 << 2  # GIT_INDEX_ENTRY_UPTODATE: in memory only; libgit2 skips its racy check
+#: Seconds a restore waits for another restore of the same worktree to finish.
+RESTORE_WAIT = 10.0
+#: Age after which a restore lock whose owner cannot be checked (another machine) is broken; a lock
+#: of a live process on this machine is never broken, one of a dead process at once.
+RESTORE_LOCK_STALE = 600.0
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,29 @@ class Workspace:
             raise StoreWriteError(self.index_path, f"cannot open the private index: {exc}") from exc
         self._local.repo = repo
         return repo
+
+    @contextlib.contextmanager
+    def restoring(self, wait: float | None = None) -> Iterator[None]:
+        """Hold the worktree's restore lock (``<private index>.restore.lock``, an owned lock file)
+        for a restore's snapshot, writes and stat cache: two restores of one worktree at once (two
+        processes, or two threads) would unlink and create the same files under each other. A
+        second restore waits up to ``wait`` seconds (:data:`RESTORE_WAIT`) for the first to end,
+        then raises :class:`WorktreeBusyError` having changed nothing; a lock left by a killed
+        restore is broken at once (see :class:`lockfile.OwnedLock`)."""
+        path = self.index_path + ".restore.lock"
+        limit = RESTORE_WAIT if wait is None else wait
+        deadline = time.monotonic() + limit
+        pause = 0.005
+        while (lock := lockfile.acquire(path, stale_after=RESTORE_LOCK_STALE)) is None:
+            if time.monotonic() >= deadline:
+                owner = lockfile.read_owner(path)
+                raise WorktreeBusyError(self.workdir, limit, owner.pid if owner is not None else None)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+        try:
+            yield
+        finally:
+            lock.release()
 
     # -- capture ----------------------------------------------------------------------------------
 
