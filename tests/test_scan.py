@@ -173,6 +173,49 @@ def test_tracked_but_ignored_and_new_ignore_rules(work: Path) -> None:
     assert snap.tree == reference_tree(work).tree
 
 
+def _take(store: gitstate.Store, fast_path: bool) -> set[str]:
+    snap = fast(store) if fast_path else store.workspace.snapshot()
+    return set(git(store.location.workdir, "ls-tree", "-r", "--name-only", snap.tree).split())
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["scan", "add_all"])
+@pytest.mark.parametrize("fresh", [False, True], ids=["same-store", "new-process"])
+def test_untracking_an_ignored_file_leaves_it_out(work: Path, fast_path: bool, fresh: bool) -> None:
+    """``git rm --cached`` of a file the user tracked although ignored: from then on it is an
+    ignored file like any other, and the next snapshot leaves it out (it stayed in until a gc)."""
+    (work / "keep.log").write_text("tracked although ignored\n")
+    git(work, "add", "-f", "keep.log")
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    assert "keep.log" in _take(store, fast_path)
+    git(work, "rm", "-q", "--cached", "keep.log")
+    if fresh:
+        store.close()
+        store = gitstate.open_store(work)
+    names = _take(store, fast_path)
+    assert "keep.log" not in names and "src/b.py" in names
+    assert store.workspace.snapshot().tree == reference_tree(work).tree
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["scan", "add_all"])
+@pytest.mark.parametrize("fresh", [False, True], ids=["same-store", "new-process"])
+def test_a_change_of_the_global_excludes_file_applies(work: Path, fast_path: bool, fresh: bool) -> None:
+    excludes = work.parent / "global-ignore"
+    excludes.write_text("")
+    git(work, "config", "core.excludesFile", str(excludes))
+    (work / "scratch.tmp").write_text("scratch\n")
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    assert "scratch.tmp" in _take(store, fast_path)
+    excludes.write_text("*.tmp\n")
+    if fresh:
+        store.close()
+        store = gitstate.open_store(work)
+    names = _take(store, fast_path)
+    assert "scratch.tmp" not in names and "src/b.py" in names
+    assert store.workspace.snapshot().tree == reference_tree(work).tree
+
+
 def test_big_files_are_left_to_libgit2(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(snapshot_module, "BIG_BLOB", 1000)
     store = gitstate.open_store(work)

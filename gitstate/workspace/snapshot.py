@@ -226,8 +226,8 @@ class Workspace:
         big: list[str] = []
         for attempt in (1, 2):
             skipped, ignore_changed = self._add_all_retrying(index, prefixes or [], progress)
-            exclude_changed, _added = self._add_tracked(repo, index, cleared=cleared)
-            if exclude_changed or ignore_changed:
+            rules_changed, _added = self._add_tracked(repo, index, cleared=cleared)
+            if rules_changed or ignore_changed:
                 self._drop_ignored(repo, index)
             self._write_index(index, epoch)
             try:
@@ -296,15 +296,30 @@ class Workspace:
         return skipped, state["ignore"]
 
     def _signature(self) -> tuple[Any, ...]:
+        """``(mtime_ns, size, inode)`` (``None`` when absent) of the user's index, ``info/exclude``
+        and the global excludes file (``core.excludesFile``, else git's default), in that order."""
         loc = self.location
         sig: list[Any] = []
-        for path in (os.path.join(loc.git_dir, "index"), os.path.join(loc.common_dir, "info", "exclude")):
+        for path in (os.path.join(loc.git_dir, "index"), os.path.join(loc.common_dir, "info", "exclude"),
+                     self._excludes_file()):
             try:
-                st = os.stat(path)
-                sig.append((st.st_mtime_ns, st.st_size, st.st_ino))
+                st = os.stat(path) if path is not None else None
+                sig.append(None if st is None else (st.st_mtime_ns, st.st_size, st.st_ino))
             except OSError:
                 sig.append(None)
         return tuple(sig)
+
+    def _excludes_file(self) -> str | None:
+        """The global ignore file git reads: ``core.excludesFile`` (``~`` expanded), else
+        ``$XDG_CONFIG_HOME/git/ignore`` or ``~/.config/git/ignore``."""
+        try:
+            value = self._repo().config["core.excludesFile"]
+        except (KeyError, pygit2.GitError, ValueError):
+            value = None
+        if value:
+            return os.path.expanduser(str(value))
+        base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+        return os.path.join(base, "git", "ignore")
 
     def _user_paths(self) -> set[str]:
         return read_index_paths(os.path.join(self.location.git_dir, "index"))
@@ -314,13 +329,14 @@ class Workspace:
                      cleared: bool = False) -> tuple[bool, list[str]]:
         """Tracked-but-ignored files are captured as git captures them: paths that appeared in the
         user's index since the last look are added to the private index (libgit2 then keeps them
-        even though they match an ignore rule). Returns whether ``info/exclude`` changed since the
-        last call (ignore rules must be re-applied), and the paths added. ``captured`` gives the
+        even though they match an ignore rule). Returns whether ignore rules must be applied again
+        (see :meth:`_tracked_news`), and the paths added. ``captured`` gives the
         paths already in the private index (cheaper than asking it one by one).
 
-        The last look survives the process (``index-<wt>.user``): a fresh process whose user index
-        and ``info/exclude`` did not change since does not read the user's index again."""
-        exclude_changed, todo = self._tracked_news(len(index) > 0 and not cleared, remember=True)
+        The last look survives the process (``index-<wt>.user``): a fresh process whose user index,
+        ``info/exclude`` and global excludes file did not change since does not read the user's
+        index again."""
+        rules_changed, todo = self._tracked_news(len(index) > 0 and not cleared, remember=True)
         added: list[str] = []
         if todo and captured is not None:
             todo -= captured()
@@ -332,25 +348,31 @@ class Workspace:
                 except (pygit2.GitError, OSError):
                     continue  # a directory now, or unreadable: left out as git would
                 added.append(path)
-        return exclude_changed, added
+        return rules_changed, added
 
     def _tracked_news(self, cached: bool, remember: bool) -> tuple[bool, set[str]]:
-        """Whether ``info/exclude`` changed since the last look, and the paths that appeared in the
-        user's index since (all of them when there was no last look, or ``cached`` is false: the
-        private index is empty). With ``remember``, this look becomes the last one."""
+        """Whether ignore rules must be applied again to the private index, and the paths that
+        appeared in the user's index since the last look (all of them when there was no last look,
+        or ``cached`` is false: the private index is empty). Rules apply again when ``info/exclude``
+        or the global excludes file changed, or when paths may have left the user's index (``git rm
+        --cached`` of a tracked-but-ignored file: it is ignored from then on); ``.gitignore`` files
+        are the scan's and ``add_all``'s to notice. With ``remember``, this look becomes the last one."""
         sig = self._signature()
         old = self._tracked_sig
         if old is None and cached:
             old = self._saved_signature()
         if remember:
             self._tracked_sig = sig
+        rules_changed = old is not None and sig[1:] != old[1:]
         if old is not None and sig[0] == old[0] and cached:
-            return sig[1] != old[1], set()
+            return rules_changed, set()
         users = self._user_paths()
         known = self._user_known if self._user_known and cached else set()
         if remember:
             self._user_known = users
-        return old is not None and sig[1] != old[1], users - known
+        # paths the user untracked: known precisely in a process that looked before, else possible
+        untracked = old is not None and cached and (not known or not known <= users)
+        return rules_changed or untracked, users - known
 
     def _saved_signature(self) -> tuple[Any, ...] | None:
         try:
@@ -362,7 +384,7 @@ class Workspace:
             values = [None if p == "-" else tuple(int(x) for x in p.split(",")) for p in parts]
         except ValueError:
             return None
-        return tuple(values) if len(values) == 2 else None
+        return tuple(values) if len(values) == 3 else None
 
     def _save_signature(self) -> None:
         sig = self._tracked_sig
@@ -440,12 +462,12 @@ class Workspace:
             if found is not None:
                 entries[name] = found
         # what _add_tracked and _drop_ignored do to the private index, in memory
-        exclude_changed, todo = self._tracked_news(True, remember=False)
+        rules_changed, todo = self._tracked_news(True, remember=False)
         for name in sorted(filter(wanted, todo - set(entries))):
             found = self._hashed(name)
             if found is not None:
                 entries[name] = found
-        if exclude_changed or cap.ignore_changed:
+        if rules_changed or cap.ignore_changed:
             for name in self._ignored(repo, list(entries)):
                 del entries[name]
         return Survey(entries, tuple(cap.skipped))
@@ -506,13 +528,13 @@ class Workspace:
             self._add_big(index, name)
             entry = index[name]
             entries[raw] = (int(entry.mode), entry.id.raw)
-        exclude_changed, added = self._add_tracked(
+        rules_changed, added = self._add_tracked(
             repo, index, lambda: {os.fsdecode(p) for p in entries})
         for name in added:
             entry = index[name]
             entries[os.fsencode(name)] = (int(entry.mode), entry.id.raw)
             changed = True
-        if exclude_changed or cap.ignore_changed:
+        if rules_changed or cap.ignore_changed:
             for name in self._drop_ignored(repo, index):
                 entries.pop(os.fsencode(name), None)
                 changed = True
