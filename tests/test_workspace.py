@@ -250,3 +250,25 @@ def test_a_name_that_is_not_utf8_survives_new_ignore_rules(repo: Path) -> None:
     assert b"bad\xff.txt" in names
     plan = run.restore(first, dry_run=True)
     assert plan.dry_run and ".gitignore" in plan.changed
+
+
+def test_read_index_paths_of_a_split_index(work: Path) -> None:
+    """``core.splitIndex``: most entries live in a shared index; the paths still all come back
+    (before, only the split part's few were read, so tracked-but-ignored files were lost)."""
+    from gitstate.workspace.snapshot import read_index_paths
+
+    (work / "later.log").write_text("tracked although ignored\n")
+    (work / ".git" / "info" / "exclude").write_text("*.log\n")
+    git(work, "add", "-A")
+    git(work, "add", "-f", "later.log")
+    git(work, "update-index", "--split-index")  # everything so far goes to the shared index
+    (work / "newer.txt").write_text("in the split part\n")
+    git(work, "add", "newer.txt")
+    assert any(p.name.startswith("sharedindex.") for p in (work / ".git").iterdir())
+    expected = set(git(work, "ls-files", "-z").split("\0")) - {""}
+    assert len(expected) > 2 and "later.log" in expected
+    index = str(work / ".git" / "index")
+    assert read_index_paths(index, str(work / ".git"), str(work)) == expected
+    store = gitstate.open_store(work)
+    names = set(git(work, "ls-tree", "-r", "--name-only", store.workspace.snapshot().tree).split())
+    assert expected <= names

@@ -44,6 +44,7 @@ from pygit2.utils import StrArray
 
 from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError, WorktreeBusyError
 from gitstate.git import lockfile, privateindex
+from gitstate.git.command import run_git
 from gitstate.git.location import Location
 from gitstate.git.objects import MODE_COMMIT, MODE_TREE, gc_epoch, objects_dir
 from gitstate.git.reader import ObjectReader
@@ -322,7 +323,7 @@ class Workspace:
         return os.path.join(base, "git", "ignore")
 
     def _user_paths(self) -> set[str]:
-        return read_index_paths(os.path.join(self.location.git_dir, "index"))
+        return read_index_paths(os.path.join(self.location.git_dir, "index"), self.location.git_dir, self.workdir)
 
     def _add_tracked(self, repo: pygit2.Repository, index: pygit2.Index,
                      captured: Callable[[], set[str]] | None = None,
@@ -742,10 +743,15 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
     return value, pos
 
 
-def read_index_paths(path: str) -> set[str]:
+def read_index_paths(path: str, git_dir: str | None = None, workdir: str | None = None) -> set[str]:
     """Paths of the regular entries of a git index file (versions 2–4), read without libgit2 and
     without writing anything; gitlinks and sparse directory entries are left out. An absent or
-    unreadable index gives an empty set."""
+    unreadable index gives an empty set.
+
+    A split index (``core.splitIndex``: a ``link`` extension, most entries in a
+    ``sharedindex.<id>`` file) is listed by ``git ls-files`` when ``git_dir`` and ``workdir`` are
+    given: decoding the shared index and its EWAH bitmaps here would be more code than the one
+    call, and neither libgit2 nor pygit2 reads split indexes."""
     try:
         with open(path, "rb") as fh:
             data = fh.read()
@@ -775,10 +781,38 @@ def read_index_paths(path: str) -> set[str]:
                 pos += (start - pos + len(name) + 8) & ~7
             prev = name
             kind = mode & 0o170000
-            if kind in (0o100000, 0o120000):
+            if name and kind in (0o100000, 0o120000):  # a split index's replacing entries have no name
                 out.add(name.decode("utf-8", "surrogateescape"))
     except (struct.error, ValueError, IndexError):
         return out
+    if git_dir is not None and workdir is not None and _has_extension(data, pos, b"link"):
+        return _listed_by_git(git_dir, workdir, path) or out
+    return out
+
+
+def _has_extension(data: bytes, pos: int, signature: bytes) -> bool:
+    """Whether the index extensions from ``pos`` (up to the trailing checksum) hold ``signature``."""
+    end = len(data) - 20
+    while pos + 8 <= end:
+        if data[pos:pos + 4] == signature:
+            return True
+        pos += 8 + struct.unpack_from(">I", data, pos + 4)[0]
+    return False
+
+
+def _listed_by_git(git_dir: str, workdir: str, index: str) -> set[str]:
+    """The regular files and links of the index at ``index``, as ``git ls-files`` lists them (the
+    fallback for a split index; empty when git fails)."""
+    proc = run_git(git_dir, ["ls-files", "-z", "--stage"], cwd=workdir, work_tree=workdir, text=False,
+                   env={"GIT_INDEX_FILE": index})
+    if proc.returncode != 0:
+        return set()
+    listing: bytes = proc.stdout  # type: ignore[assignment]  # text=False: bytes
+    out: set[str] = set()
+    for record in listing.split(b"\0"):
+        info, _, name = record.partition(b"\t")
+        if name and info[:6] in (b"100644", b"100755", b"120000"):
+            out.add(name.decode("utf-8", "surrogateescape"))
     return out
 
 
