@@ -828,3 +828,23 @@ def test_a_restore_waits_for_another_then_says_it_is_busy(work: Path, monkeypatc
         assert run.restore(cp, dry_run=True).changed == ("src/a.py",)  # a dry run writes nothing: no wait
     assert run.restore(cp, force=True).changed == ("src/a.py",)
     assert (work / "src" / "a.py").read_text() == "a = 1\n"
+
+
+def test_a_held_restore_lock_is_renewed(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that cannot tell whether the holder lives (another machine or container) judges
+    the lock by its age: a long restore keeps it young, and releases it at the end."""
+    import time
+
+    from gitstate.workspace import snapshot as snapshots
+
+    monkeypatch.setattr(snapshots, "RESTORE_LOCK_STALE", 0.2)
+    workspace = gitstate.open_store(work).workspace
+    lock = Path(workspace.index_path + ".restore.lock")
+    with workspace.restoring():
+        os.utime(lock, (0, 0))  # as if taken long ago
+        deadline = time.monotonic() + 5
+        while lock.stat().st_mtime == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert lock.stat().st_mtime > 0
+    assert not lock.exists()
+    assert not [t for t in threading.enumerate() if t.name == "gitstate-restore-lock"]

@@ -199,21 +199,48 @@ def test_untracking_an_ignored_file_leaves_it_out(work: Path, fast_path: bool, f
 
 @pytest.mark.parametrize("fast_path", [True, False], ids=["scan", "add_all"])
 @pytest.mark.parametrize("fresh", [False, True], ids=["same-store", "new-process"])
-def test_a_change_of_the_global_excludes_file_applies(work: Path, fast_path: bool, fresh: bool) -> None:
-    excludes = work.parent / "global-ignore"
-    excludes.write_text("")
-    git(work, "config", "core.excludesFile", str(excludes))
+@pytest.mark.parametrize("change", ["edited", "created", "configured"])
+def test_a_change_of_the_global_excludes_file_applies(work: Path, fast_path: bool, fresh: bool, change: str) -> None:
+    """The global excludes file edited, created where it is configured, or configured (as a path
+    relative to the worktree's top) while a store is open: the next snapshot follows the new rules
+    (libgit2 settles which file it reads, and whether it exists, when its handle is opened)."""
+    excludes = work / "global-ignore"
+    if change == "edited":
+        excludes.write_text("")
+    if change != "configured":
+        git(work, "config", "core.excludesFile", str(excludes))
     (work / "scratch.tmp").write_text("scratch\n")
     store = gitstate.open_store(work)
     store.workspace.snapshot()
     assert "scratch.tmp" in _take(store, fast_path)
-    excludes.write_text("*.tmp\n")
+    excludes.write_text("*.tmp\nglobal-ignore\n")
+    if change == "configured":
+        git(work, "config", "core.excludesFile", "global-ignore")
     if fresh:
         store.close()
         store = gitstate.open_store(work)
     names = _take(store, fast_path)
-    assert "scratch.tmp" not in names and "src/b.py" in names
+    assert "scratch.tmp" not in names and "global-ignore" not in names and "src/b.py" in names
     assert store.workspace.snapshot().tree == reference_tree(work).tree
+
+
+def test_a_path_untracked_and_tracked_again_by_turns_of_two_processes(work: Path) -> None:
+    """A store kept open (one process) while another process drops a tracked-but-ignored file the
+    user untracked, then the user tracks it again: the first store captures it again (it trusted
+    its own list of the user's paths, which still held the file, and left it out for good)."""
+    (work / "keep.log").write_text("tracked although ignored\n")
+    git(work, "add", "-f", "keep.log")
+    first = gitstate.open_store(work)
+    first.workspace.snapshot()
+    assert "keep.log" in _take(first, True)
+    git(work, "rm", "-q", "--cached", "keep.log")
+    other = gitstate.open_store(work)
+    assert "keep.log" not in _take(other, True)
+    other.close()
+    git(work, "add", "-f", "keep.log")
+    assert "keep.log" in _take(first, True)
+    assert "keep.log" in _take(first, False)
+    assert first.workspace.snapshot().tree == reference_tree(work).tree
 
 
 def test_big_files_are_left_to_libgit2(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -310,9 +337,10 @@ def test_memory_stays_bounded_by_the_batch(work: Path, monkeypatch: pytest.Monke
     assert git(work, "fsck", "--strict", "--no-dangling") == ""
 
 
-def _rewriting_reads(monkeypatch: pytest.MonkeyPatch, target: Path, times: int) -> list[int]:
+def _rewriting_reads(monkeypatch: pytest.MonkeyPatch, target: Path, times: int, append: bool = False) -> list[int]:
     """Make the capture's reads of ``target`` race a writer: right after each of the first
-    ``times`` reads of it, the file is rewritten in place (longer), as a program writing it would."""
+    ``times`` reads of it, the file is rewritten in place (longer), as a program writing it would
+    (or, with ``append``, a line is appended to it, as to a log)."""
     original = scan._read_all
     left = [times]
     inode = target.stat().st_ino
@@ -321,8 +349,12 @@ def _rewriting_reads(monkeypatch: pytest.MonkeyPatch, target: Path, times: int) 
         data = original(fd, size)
         if left[0] and os.fstat(fd).st_ino == inode:
             left[0] -= 1
-            with open(target, "r+b") as fh:  # in place: same inode, new bytes, new size
-                fh.write(b"rewritten %d " % left[0] + target.read_bytes())
+            if append:
+                with open(target, "ab") as fh:
+                    fh.write(b"appended line %d\n" % left[0])
+            else:
+                with open(target, "r+b") as fh:  # in place: same inode, new bytes, new size
+                    fh.write(b"rewritten %d " % left[0] + target.read_bytes())
         return data
 
     monkeypatch.setattr(scan, "_read_all", racing)
@@ -340,6 +372,23 @@ def test_a_file_rewritten_while_read_is_read_again(work: Path, monkeypatch: pyte
     assert left == [0]
     stored = git(work, "cat-file", "blob", f"{snap.tree}:src/b.py")
     assert stored.encode() == target.read_bytes()  # the settled file, not a mix of two versions
+
+
+def test_a_file_appended_to_while_read_is_stored_as_read(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log a program keeps appending to never settles, but what was read is a version it had:
+    stored as such, and a restore goes on (it failed with FileChangingError); the next snapshot
+    reads the file again."""
+    store = gitstate.open_store(work)
+    run = store.create_run(run_id="r")
+    cp = run.checkpoint({}, files=True)
+    target = work / "server.out"
+    target.write_bytes(b"line\n" * 1000)
+    left = _rewriting_reads(monkeypatch, target, 100, append=True)
+    result = run.restore(cp, force=True)
+    assert left[0] < 100 and target.exists() is False  # read while growing, then removed by the restore
+    assert result.safety is not None
+    saved = git(work, "cat-file", "blob", f"{run.load(result.safety).files_tree_id}:server.out")
+    assert saved.encode() == b"line\n" * 1000  # the bytes as read: the file's first 5,000 bytes
 
 
 def test_a_file_that_never_settles_stops_the_restore_before_it_writes(work: Path,

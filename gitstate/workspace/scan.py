@@ -344,10 +344,13 @@ SETTLE_DELAYS = (0.01, 0.05, 0.2)
 
 
 def _read_settled(fd: int, full: bytes, st: os.stat_result) -> tuple[bytes, os.stat_result]:
-    """The bytes of the open file ``fd`` and its ``fstat``, read whole while no one changed it: a
-    file another program rewrites during the read (its size, mtime or ctime differ after it, or the
-    bytes read are not its size) is read again after a pause, a few times; one that never settles is
-    a :class:`FileChangingError` (before a restore has written anything). Without this a snapshot
+    """The bytes of the open file ``fd`` and the stat data that go with them, read whole while no
+    one changed them. A file another program changes during the read (its size, mtime or ctime
+    differ after it, or the bytes read are not its size) is accepted if it only grew and the bytes
+    read are still its beginning (a log being appended to: what was read is a version the file
+    had; the stat data returned are those before the read, so the next snapshot reads it again);
+    else it is read again after a pause, a few times, and one that never settles is a
+    :class:`FileChangingError` (before a restore has written anything). Without this a snapshot
     could store half of the old bytes and half of the new as a version that never existed."""
     for delay in (*SETTLE_DELAYS, None):
         data = _read_all(fd, st.st_size)
@@ -355,6 +358,8 @@ def _read_settled(fd: int, full: bytes, st: os.stat_result) -> tuple[bytes, os.s
         if (len(data) == after.st_size == st.st_size and after.st_mtime_ns == st.st_mtime_ns
                 and after.st_ctime_ns == st.st_ctime_ns):
             return data, after
+        if len(data) == st.st_size <= after.st_size and os.pread(fd, len(data), 0) == data:
+            return data, st  # grew by appending (checked again after the growth was seen)
         if delay is None:
             break
         time.sleep(delay)

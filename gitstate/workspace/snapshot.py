@@ -126,21 +126,35 @@ class Workspace:
         self.index_path = os.path.join(agentos, f"index-{loc.worktree}")
         self._local = threading.local()
         self._tracked_sig: tuple[Any, ...] | None = None
-        self._user_known: set[str] = set()
 
     # -- the private repository handle ---------------------------------------------------------
 
-    def _repo(self) -> pygit2.Repository:
+    def _repo(self, check_rules: bool = False) -> pygit2.Repository:
+        """This thread's handle on the private index. ``check_rules``: first open a new one if the
+        global excludes file changed since this one was opened (libgit2 settles which file that is,
+        and whether it exists, once per handle; it notices later edits of that file by itself)."""
         repo = getattr(self._local, "repo", None)
         if repo is not None:
-            return repo
+            if not check_rules or self._local.excludes == self._excludes_state(repo):
+                return repo
+            self._local.repo = None
         loc = self.location
         try:
             repo = privateindex.open_with_index(loc.git_dir, self.workdir, self.index_path)
         except (pygit2.GitError, OSError) as exc:
             raise StoreWriteError(self.index_path, f"cannot open the private index: {exc}") from exc
         self._local.repo = repo
+        self._local.excludes = self._excludes_state(repo)
         return repo
+
+    def _excludes_state(self, repo: pygit2.Repository) -> tuple[str, tuple[int, int, int] | None]:
+        """The global excludes file's path and ``(mtime_ns, size, inode)`` (``None``: absent)."""
+        path = self._excludes_file(repo)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return path, None
+        return path, (st.st_mtime_ns, st.st_size, st.st_ino)
 
     @contextlib.contextmanager
     def restoring(self, wait: float | None = None) -> Iterator[None]:
@@ -149,7 +163,9 @@ class Workspace:
         processes, or two threads) would unlink and create the same files under each other. A
         second restore waits up to ``wait`` seconds (:data:`RESTORE_WAIT`) for the first to end,
         then raises :class:`WorktreeBusyError` having changed nothing; a lock left by a killed
-        restore is broken at once (see :class:`lockfile.OwnedLock`)."""
+        restore is broken at once (see :class:`lockfile.OwnedLock`). The lock's mtime is renewed
+        while it is held, so one whose owner cannot be checked (another machine or container) is
+        broken by age only when its restore no longer runs."""
         path = self.index_path + ".restore.lock"
         limit = RESTORE_WAIT if wait is None else wait
         deadline = time.monotonic() + limit
@@ -160,9 +176,19 @@ class Workspace:
                 raise WorktreeBusyError(self.workdir, limit, owner.pid if owner is not None else None)
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
+        done = threading.Event()
+
+        def renew() -> None:  # a long restore's lock stays young for those who can only judge its age
+            while not done.wait(RESTORE_LOCK_STALE / 4):
+                lock.refresh()
+
+        renewer = threading.Thread(target=renew, name="gitstate-restore-lock", daemon=True)
+        renewer.start()
         try:
             yield
         finally:
+            done.set()
+            renewer.join()
             lock.release()
 
     # -- capture ----------------------------------------------------------------------------------
@@ -207,7 +233,7 @@ class Workspace:
 
         Nothing of the user's is written: not ``.git/index``, not HEAD, not a file of the worktree."""
         prefixes = self.resolve_paths(paths)
-        repo = self._repo()
+        repo = self._repo(check_rules=True)
         index = repo.index
         if fast and prefixes is None and self._store_objects is not None:
             snap = self._fast_snapshot(repo, index, announce, progress)
@@ -304,21 +330,22 @@ class Workspace:
         for path in (os.path.join(loc.git_dir, "index"), os.path.join(loc.common_dir, "info", "exclude"),
                      self._excludes_file()):
             try:
-                st = os.stat(path) if path is not None else None
-                sig.append(None if st is None else (st.st_mtime_ns, st.st_size, st.st_ino))
+                st = os.stat(path)
+                sig.append((st.st_mtime_ns, st.st_size, st.st_ino))
             except OSError:
                 sig.append(None)
         return tuple(sig)
 
-    def _excludes_file(self) -> str | None:
-        """The global ignore file git reads: ``core.excludesFile`` (``~`` expanded), else
-        ``$XDG_CONFIG_HOME/git/ignore`` or ``~/.config/git/ignore``."""
+    def _excludes_file(self, repo: pygit2.Repository | None = None) -> str:
+        """The global ignore file git reads: ``core.excludesFile`` (``~`` expanded, a relative path
+        taken from the worktree's top, where git runs), else ``$XDG_CONFIG_HOME/git/ignore`` or
+        ``~/.config/git/ignore``."""
         try:
-            value = self._repo().config["core.excludesFile"]
+            value = (repo or self._repo()).config["core.excludesFile"]
         except (KeyError, pygit2.GitError, ValueError):
             value = None
         if value:
-            return os.path.expanduser(str(value))
+            return os.path.join(self.workdir, os.path.expanduser(str(value)))
         base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
         return os.path.join(base, "git", "ignore")
 
@@ -352,12 +379,14 @@ class Workspace:
         return rules_changed, added
 
     def _tracked_news(self, cached: bool, remember: bool) -> tuple[bool, set[str]]:
-        """Whether ignore rules must be applied again to the private index, and the paths that
-        appeared in the user's index since the last look (all of them when there was no last look,
-        or ``cached`` is false: the private index is empty). Rules apply again when ``info/exclude``
-        or the global excludes file changed, or when paths may have left the user's index (``git rm
-        --cached`` of a tracked-but-ignored file: it is ignored from then on); ``.gitignore`` files
-        are the scan's and ``add_all``'s to notice. With ``remember``, this look becomes the last one."""
+        """Whether ignore rules must be applied again to the private index, and the paths of the
+        user's index to make sure of in it (none while the user's index is unchanged since the last
+        look, else all of them). Rules apply again when ``info/exclude`` or the global excludes
+        file changed, or when the user's index changed: a path may have left it (``git rm --cached``
+        of a tracked-but-ignored file: ignored from then on), and another process may have added
+        or dropped any of them in the private index since this one looked (so no list of the
+        user's paths is kept between looks). ``.gitignore`` files are the scan's and ``add_all``'s
+        to notice. With ``remember``, this look becomes the last one."""
         sig = self._signature()
         old = self._tracked_sig
         if old is None and cached:
@@ -367,13 +396,7 @@ class Workspace:
         rules_changed = old is not None and sig[1:] != old[1:]
         if old is not None and sig[0] == old[0] and cached:
             return rules_changed, set()
-        users = self._user_paths()
-        known = self._user_known if self._user_known and cached else set()
-        if remember:
-            self._user_known = users
-        # paths the user untracked: known precisely in a process that looked before, else possible
-        untracked = old is not None and cached and (not known or not known <= users)
-        return rules_changed or untracked, users - known
+        return rules_changed or cached, self._user_paths()
 
     def _saved_signature(self) -> tuple[Any, ...] | None:
         try:
@@ -422,7 +445,6 @@ class Workspace:
             # saved; the next look at the user's index starts afresh (what was added is not on disk)
             self._local.unsaved = True
             self._tracked_sig = None
-            self._user_known = set()
             try:
                 os.unlink(self.index_path + ".user")
             except OSError:
@@ -447,7 +469,7 @@ class Workspace:
         tell: no stat cache yet, or filters or attribute files (see :func:`scan.capture`).
         ``prefixes``: hash only changed files under these paths (see :func:`matches`); the survey
         then describes only that part of the worktree."""
-        repo = self._repo()
+        repo = self._repo(check_rules=True)
 
         def wanted(name: str) -> bool:
             return prefixes is None or matches(name, prefixes)
