@@ -178,16 +178,23 @@ def _take(store: gitstate.Store, fast_path: bool) -> set[str]:
     return set(git(store.location.workdir, "ls-tree", "-r", "--name-only", snap.tree).split())
 
 
-@pytest.mark.parametrize("fast_path", [True, False], ids=["scan", "add_all"])
-@pytest.mark.parametrize("fresh", [False, True], ids=["same-store", "new-process"])
-def test_untracking_an_ignored_file_leaves_it_out(work: Path, fast_path: bool, fresh: bool) -> None:
-    """``git rm --cached`` of a file the user tracked although ignored: from then on it is an
-    ignored file like any other, and the next snapshot leaves it out (it stayed in until a gc)."""
+def _tracking_an_ignored_file(work: Path, fast_path: bool) -> gitstate.Store:
+    """A store whose snapshots hold ``keep.log``, which the user tracks although ``*.log`` is
+    ignored."""
     (work / "keep.log").write_text("tracked although ignored\n")
     git(work, "add", "-f", "keep.log")
     store = gitstate.open_store(work)
     store.workspace.snapshot()
     assert "keep.log" in _take(store, fast_path)
+    return store
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["scan", "add_all"])
+@pytest.mark.parametrize("fresh", [False, True], ids=["same-store", "new-process"])
+def test_untracking_an_ignored_file_leaves_it_out(work: Path, fast_path: bool, fresh: bool) -> None:
+    """``git rm --cached`` of a file the user tracked although ignored: from then on it is an
+    ignored file like any other, and the next snapshot leaves it out (it stayed in until a gc)."""
+    store = _tracking_an_ignored_file(work, fast_path)
     git(work, "rm", "-q", "--cached", "keep.log")
     if fresh:
         store.close()
@@ -228,11 +235,7 @@ def test_a_path_untracked_and_tracked_again_by_turns_of_two_processes(work: Path
     """A store kept open (one process) while another process drops a tracked-but-ignored file the
     user untracked, then the user tracks it again: the first store captures it again (it trusted
     its own list of the user's paths, which still held the file, and left it out for good)."""
-    (work / "keep.log").write_text("tracked although ignored\n")
-    git(work, "add", "-f", "keep.log")
-    first = gitstate.open_store(work)
-    first.workspace.snapshot()
-    assert "keep.log" in _take(first, True)
+    first = _tracking_an_ignored_file(work, True)
     git(work, "rm", "-q", "--cached", "keep.log")
     other = gitstate.open_store(work)
     assert "keep.log" not in _take(other, True)

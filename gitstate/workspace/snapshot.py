@@ -126,6 +126,7 @@ class Workspace:
         self.index_path = os.path.join(agentos, f"index-{loc.worktree}")
         self._local = threading.local()
         self._tracked_sig: tuple[Any, ...] | None = None
+        self._user_cache: tuple[tuple[int, int, int] | None, frozenset[str]] | None = None
 
     # -- the private repository handle ---------------------------------------------------------
 
@@ -150,11 +151,7 @@ class Workspace:
     def _excludes_state(self, repo: pygit2.Repository) -> tuple[str, tuple[int, int, int] | None]:
         """The global excludes file's path and ``(mtime_ns, size, inode)`` (``None``: absent)."""
         path = self._excludes_file(repo)
-        try:
-            st = os.stat(path)
-        except OSError:
-            return path, None
-        return path, (st.st_mtime_ns, st.st_size, st.st_ino)
+        return path, _file_state(path)
 
     @contextlib.contextmanager
     def restoring(self, wait: float | None = None) -> Iterator[None]:
@@ -207,7 +204,7 @@ class Workspace:
         prefixes = sorted({rel for _, rel in given})
         if "" in prefixes:
             return None
-        tracked: set[str] | None = None
+        tracked: frozenset[str] | None = None
         for text, rel in given:
             if os.path.lexists(os.path.join(self.workdir, rel)):
                 continue
@@ -324,24 +321,19 @@ class Workspace:
 
     def _signature(self) -> tuple[Any, ...]:
         """``(mtime_ns, size, inode)`` (``None`` when absent) of the user's index, ``info/exclude``
-        and the global excludes file (``core.excludesFile``, else git's default), in that order."""
+        and the global excludes file (``core.excludesFile``, else git's default), in that order; the
+        last as :meth:`_repo` found it when it last checked (each snapshot and survey starts so)."""
         loc = self.location
-        sig: list[Any] = []
-        for path in (os.path.join(loc.git_dir, "index"), os.path.join(loc.common_dir, "info", "exclude"),
-                     self._excludes_file()):
-            try:
-                st = os.stat(path)
-                sig.append((st.st_mtime_ns, st.st_size, st.st_ino))
-            except OSError:
-                sig.append(None)
-        return tuple(sig)
+        self._repo()
+        return (_file_state(os.path.join(loc.git_dir, "index")),
+                _file_state(os.path.join(loc.common_dir, "info", "exclude")), self._local.excludes[1])
 
-    def _excludes_file(self, repo: pygit2.Repository | None = None) -> str:
+    def _excludes_file(self, repo: pygit2.Repository) -> str:
         """The global ignore file git reads: ``core.excludesFile`` (``~`` expanded, a relative path
         taken from the worktree's top, where git runs), else ``$XDG_CONFIG_HOME/git/ignore`` or
         ``~/.config/git/ignore``."""
         try:
-            value = (repo or self._repo()).config["core.excludesFile"]
+            value = repo.config["core.excludesFile"]
         except (KeyError, pygit2.GitError, ValueError):
             value = None
         if value:
@@ -349,8 +341,17 @@ class Workspace:
         base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
         return os.path.join(base, "git", "ignore")
 
-    def _user_paths(self) -> set[str]:
-        return read_index_paths(os.path.join(self.location.git_dir, "index"), self.location.git_dir, self.workdir)
+    def _user_paths(self) -> frozenset[str]:
+        """The paths of the user's index, read again only when that file changed (git replaces it
+        whole, so its stat data change): a snapshot asks for them more than once."""
+        path = os.path.join(self.location.git_dir, "index")
+        key = _file_state(path)
+        cached = self._user_cache
+        if key is not None and cached is not None and cached[0] == key:
+            return cached[1]
+        users = frozenset(read_index_paths(path, self.location.git_dir, self.workdir))
+        self._user_cache = (key, users)
+        return users
 
     def _add_tracked(self, repo: pygit2.Repository, index: pygit2.Index,
                      captured: Callable[[], set[str]] | None = None,
@@ -378,7 +379,7 @@ class Workspace:
                 added.append(path)
         return rules_changed, added
 
-    def _tracked_news(self, cached: bool, remember: bool) -> tuple[bool, set[str]]:
+    def _tracked_news(self, cached: bool, remember: bool) -> tuple[bool, frozenset[str]]:
         """Whether ignore rules must be applied again to the private index, and the paths of the
         user's index to make sure of in it (none while the user's index is unchanged since the last
         look, else all of them). Rules apply again when ``info/exclude`` or the global excludes
@@ -395,7 +396,7 @@ class Workspace:
             self._tracked_sig = sig
         rules_changed = old is not None and sig[1:] != old[1:]
         if old is not None and sig[0] == old[0] and cached:
-            return rules_changed, set()
+            return rules_changed, frozenset()
         return rules_changed or cached, self._user_paths()
 
     def _saved_signature(self) -> tuple[Any, ...] | None:
@@ -871,6 +872,16 @@ def add_entry(index: pygit2.Index, path: bytes, oid: bytes, mode: int, st: os.st
     cpath = ffi.new("char[]", path)
     centry.path = cpath
     check_error(C.git_index_add(index._index, centry))
+
+
+def _file_state(path: str) -> tuple[int, int, int] | None:
+    """``(mtime_ns, size, inode)`` of the file at ``path`` (through links), ``None`` when absent:
+    how the ``.user`` record tells that the user's index or an excludes file changed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def _stat_key(path: str) -> tuple[int, ...] | None:
