@@ -65,3 +65,13 @@ def test_wheel_holds_every_package_and_a_regular_install_imports_them(tmp_path: 
                           timeout=600)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "git agentos" in demo.stdout
+
+
+def test_without_langgraph_the_import_error_names_this_project() -> None:
+    """The hint must not send users to ``pip install gitstate[...]``: that PyPI name is another
+    project's."""
+    code = ("import sys; sys.modules['langchain_core'] = None\n"
+            "try:\n    import gitstate.langgraph\nexcept ImportError as exc:\n    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "needs LangGraph: install the langgraph extra of git-agentos" in proc.stdout
+    assert "pip install '.[langgraph]'" in proc.stdout and "gitstate[" not in proc.stdout
