@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer  # noqa: E402
 
 import gitstate  # noqa: E402
+from gitstate.format.lgserde import array_header  # noqa: E402
 from gitstate.langgraph import GitCheckpointSaver, StrictSerializer  # noqa: E402
 
 
@@ -56,6 +57,9 @@ class CraftingSerde(JsonPlusSerializer):
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         if isinstance(obj, Evil) or (isinstance(obj, dict) and any(isinstance(v, Evil) for v in obj.values())):
             return "msgpack", ormsgpack.packb(self._swap(obj))
+        if isinstance(obj, list) and any(isinstance(v, Evil) for v in obj):
+            # a msgpack array is its header and its items, each encoded as if alone
+            return "msgpack", array_header(len(obj)) + b"".join(self.dumps_typed(v)[1] for v in obj)
         return super().dumps_typed(obj)
 
 

@@ -3,14 +3,21 @@ trees reused from the previous write) is stored exactly as the same list written
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
+from typing import Annotated, TypedDict
 
 import pytest
 from conftest import git
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
 
 import gitstate
-from gitstate.langgraph import values
+from gitstate.errors import TypeNotAllowedError
+from gitstate.langgraph import GitCheckpointSaver, values
 from gitstate.langgraph.serde import StrictSerializer
 from gitstate.langgraph.values import ValueCodec
 
@@ -47,3 +54,85 @@ def test_appended_list_trees_equal_trees_written_from_scratch(repo: Path, monkey
             assert reader.read(store.reader, entry[0], entry[1], entry[2]) == ("messages", items)
     store.wait_for_housekeeping()  # a background merge replacing packs under fsck makes it fail to open one
     git(repo, "fsck", "--strict", "--no-dangling")
+
+
+def _chunk_ids(store: gitstate.Store, tree: str) -> list[str]:
+    return [entry.id for entry in store.reader.tree(tree)]
+
+
+def test_items_changed_in_place_are_stored(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An earlier item edited in place (the same Python object, other contents) is stored as it is
+    now: only the chunks whose bytes changed get new blobs, the others keep theirs."""
+    monkeypatch.setattr(values, "CHUNK", 4)
+    store = gitstate.open_store(repo)
+    serde = StrictSerializer()
+    codec = ValueCodec(serde.dumps_typed_unchecked, serde.loads_typed, check=serde.check_typed)
+    key = ("t", "", "items")
+    items: list[dict[str, object]] = [{"n": i} for i in range(10)]
+    first = store.write(lambda tx: codec.write(tx.writer, key, items, None))
+    items[1]["seen"] = True  # chunk 0, in place
+    items = [*items, {"n": 10}]  # and an append (chunk 2)
+    second = store.write(lambda tx: codec.write(tx.writer, key, items, first))
+    reader = ValueCodec(serde.dumps_typed, serde.loads_typed)
+    assert reader.read(store.reader, second[0], second[1], second[2]) == ("items", items)
+    before, after = _chunk_ids(store, first[1]), _chunk_ids(store, second[1])
+    assert after[0] != before[0] and after[1] == before[1] and after[2] != before[2]
+    fresh = ValueCodec(serde.dumps_typed, serde.loads_typed)
+    assert store.write(lambda tx: fresh.write(tx.writer, key, items, None)) == second
+
+
+def test_an_item_changed_in_place_to_a_refused_type_is_refused(repo: Path) -> None:
+    """The write-time type check covers chunks stored anew, however the item changed."""
+    store = gitstate.open_store(repo)
+    serde = StrictSerializer()
+    codec = ValueCodec(serde.dumps_typed_unchecked, serde.loads_typed, check=serde.check_typed)
+    key = ("t", "", "items")
+    items: list[dict[str, object]] = [{"n": i} for i in range(3)]
+    first = store.write(lambda tx: codec.write(tx.writer, key, items, None))
+    items[0]["when"] = Path("/x")  # allowed (LangGraph's safe list)
+    store.write(lambda tx: codec.write(tx.writer, key, [*items, {"n": 3}], first))
+    items[0]["plan"] = _Plan(1)
+    with pytest.raises(TypeNotAllowedError, match="_Plan"):
+        store.write(lambda tx: codec.write(tx.writer, key, [*items, {"n": 4}], first))
+
+
+class _State(TypedDict):
+    items: list[dict[str, int]]
+    messages: Annotated[list[AnyMessage], add_messages]
+    n: int
+
+
+@dataclasses.dataclass
+class _Plan:
+    step: int
+
+
+def test_a_graph_that_edits_earlier_state_in_place_reads_back_as_in_memory(tmp_path: Path) -> None:
+    """A node that changes an earlier list item and an earlier message in place, then appends: every
+    checkpoint of the history reads back as LangGraph's own in-memory saver has it."""
+    def step(state: _State) -> dict[str, object]:
+        n = state["n"] + 1
+        state["items"][0]["seen"] = n
+        state["messages"][0].content = f"edited {n}"
+        return {"items": [*state["items"], {"k": n}], "messages": [AIMessage(f"reply {n}", id=f"a{n}")], "n": n}
+
+    def build(saver: object) -> object:
+        graph = StateGraph(_State)
+        graph.add_node("step", step)
+        graph.add_edge(START, "step")
+        graph.add_conditional_edges("step", lambda s: "step" if s["n"] < 40 else END, ["step", END])
+        return graph.compile(checkpointer=saver)
+
+    git(tmp_path, "init", "-q")
+    config = {"configurable": {"thread_id": "t"}}
+    histories = []
+    for saver in (InMemorySaver(), GitCheckpointSaver.from_path(tmp_path)):
+        app = build(saver)
+        app.invoke({"items": [{"seen": 0}], "messages": [HumanMessage("hi", id="h")], "n": 0},  # type: ignore[attr-defined]
+                   config, durability="sync")
+        histories.append([s.values for s in app.get_state_history(config)])  # type: ignore[attr-defined]
+    fresh = build(GitCheckpointSaver.from_path(tmp_path))
+    histories.append([s.values for s in fresh.get_state_history(config)])  # type: ignore[attr-defined]
+    assert histories[0][0]["messages"][0].content == "edited 40"
+    assert histories[1] == histories[0]
+    assert histories[2] == histories[0]

@@ -96,6 +96,10 @@ class AppendDeflater:
         self.length += len(part)
         self._adler = zlib.adler32(part, self._adler)
 
+    def joined(self) -> bytes:
+        """Every part appended so far, as one ``bytes``."""
+        return b"".join(self.parts)
+
     def stream(self, head: bytes) -> bytes:
         """The zlib stream of ``head`` followed by every part appended so far."""
         adler = adler32_combine(zlib.adler32(head), self._adler, self.length)

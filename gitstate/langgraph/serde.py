@@ -92,8 +92,19 @@ class StrictSerializer(JsonPlusSerializer):
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         """Encode a value, refusing (:class:`TypeNotAllowedError`, nothing written) one that names a
         type :meth:`loads_typed` would refuse to read back."""
-        kind, data = super().dumps_typed(obj)
-        if kind == "msgpack":  # one C-speed parse of what was just written: a few µs per message
+        kind, data = self.dumps_typed_unchecked(obj)
+        self.check_typed(kind, data)
+        return kind, data
+
+    def dumps_typed_unchecked(self, obj: Any) -> tuple[str, bytes]:
+        """LangGraph's encoding of a value, without :meth:`check_typed` (for a caller that checks
+        only what it stores anew)."""
+        return super().dumps_typed(obj)
+
+    def check_typed(self, kind: str, data: bytes) -> None:
+        """Raise :class:`TypeNotAllowedError` when an encoded value names a type :meth:`loads_typed`
+        would refuse to build (one C-speed parse: a few µs per message)."""
+        if kind == "msgpack":
             blocked: list[str] = []
             try:
                 ormsgpack.unpackb(data, ext_hook=self._checker(blocked, []), option=_OPTS)
@@ -101,7 +112,6 @@ class StrictSerializer(JsonPlusSerializer):
                 if blocked:
                     raise TypeNotAllowedError(blocked[0]) from None
                 raise
-        return kind, data
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         """Decode a typed value; raises :class:`UnsafeValueError` for a type outside the allowlist

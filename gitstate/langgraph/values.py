@@ -16,7 +16,6 @@ Nothing is ever unpickled here: decoding goes through the saver's serde, whose p
 from __future__ import annotations
 
 import copy
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -60,14 +59,13 @@ def _const(value: bytes) -> Callable[[], bytes]:
 
 @dataclass
 class _ListMemo:
-    """What was written last for one list channel: the stored tree, the items (kept by reference,
-    so identity comparisons are meaningful), the chunk ids and the item bytes of the last chunk."""
+    """What was written last for one list channel: the stored tree, its chunk ids, the item bytes
+    of its last chunk, that chunk compressed so far, and the chunk tree's serialised entries."""
 
     tree: str
-    items: list[Any]
     chunks: list[str]
-    last_bytes: list[bytes] = field(default_factory=list)
-    deflater: AppendDeflater | None = None  # the last chunk's items compressed so far
+    last_body: bytes = b""
+    deflater: AppendDeflater | None = None  # the last chunk's bytes compressed so far
     entry_bytes: list[bytes] = field(default_factory=list)  # the chunk tree's entries, serialised
 
 
@@ -129,20 +127,24 @@ class ValueCodec:
     methods). Caches: the last list written per (thread, namespace, channel), and raw chunk bytes."""
 
     def __init__(self, dumps: Callable[[Any], Typed], loads: Callable[[Typed], Any],
-                 cache_bytes: int = 64 << 20) -> None:
+                 cache_bytes: int = 64 << 20, check: Callable[[str, bytes], None] | None = None) -> None:
         self.dumps = dumps
         self.loads = loads
+        # ``check``: the serde's write-time refusal (see StrictSerializer.check_typed), when
+        # ``dumps`` does not run it itself; applied to what is stored anew, not to unchanged chunks
+        self.check = check
         self._memo: OrderedDict[tuple[str, str, str], _ListMemo] = OrderedDict()  # bounded: MEMO_LISTS
         self._memo_lock = threading.Lock()
         self._chunks = ByteLRU(cache_bytes)
         self._trees: OrderedDict[str, list[tuple[str, str, int]]] = OrderedDict()
         self._trees_lock = threading.Lock()
 
-    def with_serde(self, dumps: Callable[[Any], Typed], loads: Callable[[Typed], Any]) -> ValueCodec:
-        """A codec using other serde methods but sharing this one's caches (they hold only bytes,
-        ids and the items this saver wrote)."""
+    def with_serde(self, dumps: Callable[[Any], Typed], loads: Callable[[Typed], Any],
+                   check: Callable[[str, bytes], None] | None = None) -> ValueCodec:
+        """A codec using other serde methods but sharing this one's caches (they hold only bytes
+        and ids)."""
         clone = copy.copy(self)
-        clone.dumps, clone.loads = dumps, loads
+        clone.dumps, clone.loads, clone.check = dumps, loads, check
         return clone
 
     def forget(self, thread_id: str) -> None:
@@ -161,69 +163,86 @@ class ValueCodec:
             tree = self._write_list(w, key, value, parent)
             if tree is not None:
                 return (name + LIST, tree, MODE_TREE)
-        return (name + VALUE, w.blob(typed_blob(self.dumps(value))), MODE_BLOB)
+        kind, data = self.dumps(value)
+        if self.check is not None:
+            self.check(kind, data)
+        return (name + VALUE, w.blob(typed_blob((kind, data))), MODE_BLOB)
 
     def _write_list(self, w: ObjectWriter, key: tuple[str, str, str], items: list[Any],
                     parent: TreeEntry | None) -> str | None:
+        """Store a list chunk by chunk; ``None`` when an item does not serialise to msgpack.
+
+        Every chunk is encoded again on every write (the items may have been changed in place: an
+        earlier message edited by a node is the same Python object with other contents), and a
+        chunk whose bytes equal the one at its place in the list written last (the parent's) keeps
+        its blob: not hashed, checked, compressed or stored again. An append changes the last
+        chunk only, whose compression goes on from the previous one's."""
         with self._memo_lock:
             memo = self._memo.get(key)
-        shared = 0
-        if memo is not None and parent is not None and parent[1] == memo.tree:
-            old = memo.items
-            limit = min(len(old), len(items))
-            if all(map(operator.is_, items[:limit], old[:limit])):
-                shared = limit  # the usual case (the list appended to), checked at C speed
-            else:
-                while shared < limit and items[shared] is old[shared]:
-                    shared += 1
-            if shared == len(old) and shared:
-                shared -= 1  # the last stored item is re-encoded: it is the one most likely mutated
-        first = shared // CHUNK
-        chunks = list(memo.chunks[:first]) if memo is not None and shared else []
-        reuse_tail = memo is not None and shared and first == len(memo.chunks) - 1
-        encoded: list[bytes] = list(memo.last_bytes[: shared - first * CHUNK]) if reuse_tail and memo else []
-        start = first * CHUNK + len(encoded)
-        for item in items[start:]:
-            kind, data = self.dumps(item)
+        if memo is not None and (parent is None or parent[1] != memo.tree):
+            memo = None
+        old = memo.chunks if memo is not None else []
+        chunks: list[str] = []
+        kept = 0  # leading chunks unchanged since the memo's tree (their tree entries are reused)
+        last_body = b""
+        deflater: AppendDeflater | None = None
+        total = len(items)
+        for number, offset in enumerate(range(0, total, CHUNK)):
+            part = items[offset:offset + CHUNK]
+            kind, data = self.dumps(part)
             if kind != MSGPACK:
                 return None
-            encoded.append(bytes(data))
-        last: list[bytes] = []
-        deflater: AppendDeflater | None = None
-        for offset in range(0, len(encoded), CHUNK):
-            part = encoded[offset:offset + CHUNK]
+            data = bytes(data)
             header = array_header(len(part))
-            blob = header + b"".join(part)
-            stream: bytes | None = None
-            if offset + CHUNK >= len(encoded):  # the last chunk, which the next append rewrites
-                deflater = self._deflater(memo.deflater if reuse_tail and memo and not offset else None, part)
-                stream = deflater.stream(header)
-            oid = w.blob(blob, _const(stream) if stream is not None else None)
-            self._chunks.put(oid, (len(part), blob[len(header):]))
+            if not data.startswith(header):
+                return None
+            body = data[len(header):]
+            final = offset + CHUNK >= total
+            previous = old[number] if number < len(old) else None
+            if previous is not None and self._holds(previous, body):
+                oid = previous
+                if final and memo is not None and number == len(old) - 1:
+                    deflater = memo.deflater
+            else:
+                if self.check is not None:
+                    self.check(kind, data)
+                stream: bytes | None = None
+                if final:
+                    reuse = memo.deflater if memo is not None and number == len(old) - 1 else None
+                    deflater = self._deflater(reuse, body)
+                    stream = deflater.stream(header)
+                oid = w.blob(data, _const(stream) if stream is not None else None)
+                self._chunks.put(oid, (len(part), body))
+            if kept == number and oid == previous:
+                kept += 1
             chunks.append(oid)
-            last = part
-        known = memo.entry_bytes[:first] if memo is not None and shared else []
+            if final:
+                last_body = body
+        known = memo.entry_bytes[:kept] if memo is not None else []
         tree, serialised = self._chunk_tree(w, chunks, known)
         with self._memo_lock:
-            self._memo[key] = _ListMemo(tree, list(items), chunks, last, deflater, serialised)
+            self._memo[key] = _ListMemo(tree, chunks, last_body, deflater, serialised)
             self._memo.move_to_end(key)
             while len(self._memo) > MEMO_LISTS:
                 self._memo.popitem(last=False)
         return tree
 
+    def _holds(self, oid: str, body: bytes) -> bool:
+        """Whether the chunk ``oid`` is known (cached) to hold exactly ``body``."""
+        hit = self._chunks.get(oid)
+        return hit is not None and hit[1] == body
+
     @staticmethod
-    def _deflater(known: AppendDeflater | None, part: list[bytes]) -> AppendDeflater:
-        """A deflater holding the items of ``part``: ``known`` (the previous last chunk's) with
-        the new items appended when what it holds is a prefix of ``part``, else a new one."""
+    def _deflater(known: AppendDeflater | None, body: bytes) -> AppendDeflater:
+        """A deflater holding ``body``: ``known`` (the previous last chunk's) with the rest appended
+        when what it holds is a prefix of ``body`` (an append), else a new one."""
         if known is not None:
-            n = len(known.parts)
-            if n <= len(part) and known.parts == part[:n]:
-                for item in part[n:]:
-                    known.append(item)
+            held = known.joined()
+            if body.startswith(held):
+                known.append(body[len(held):])
                 return known
         deflater = AppendDeflater()
-        for item in part:
-            deflater.append(item)
+        deflater.append(body)
         return deflater
 
     def _chunk_tree(self, w: ObjectWriter, chunks: list[str], known: list[bytes]) -> tuple[str, list[bytes]]:
