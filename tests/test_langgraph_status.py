@@ -17,7 +17,7 @@ import gitstate
 pytest.importorskip("langgraph")
 
 from langgraph.graph import END, START, StateGraph  # noqa: E402
-from langgraph.types import Command, interrupt  # noqa: E402
+from langgraph.types import Command, Send, interrupt  # noqa: E402
 
 from gitstate.langgraph import GitCheckpointSaver  # noqa: E402
 from gitstate_cli.main import cli  # noqa: E402
@@ -177,3 +177,48 @@ def test_a_thread_is_summarised_on_its_latest_line(repo: Path, monkeypatch: pyte
     summary = _runs(repo, monkeypatch)["tt"]
     assert summary["branch"].startswith("main~") and summary["status"] == "interrupted"
     assert summary["step"] == latest.metadata["step"]
+
+
+def test_a_thread_that_sent_tasks_and_reached_end_is_completed_and_names_them(repo: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Send`` fans out to a node: once the sent tasks ran, LangGraph keeps ``__pregel_tasks`` as
+    an empty list, which is no pending task; the checkpoint the sent tasks wrote names their node,
+    and so does one reached through ``Command(goto=Send(...))``."""
+
+    def plan(state: S) -> dict[str, list[str]]:
+        return {}
+
+    def work(arg: int) -> dict[str, list[str]]:
+        return {"msgs": [f"work {arg}"]}
+
+    def route(state: S) -> Command[str]:
+        return Command(goto=Send("work", 9))
+
+    graph = StateGraph(S)
+    graph.add_node("plan", plan)
+    graph.add_node("work", work)
+    graph.add_node("route", route)
+    graph.add_edge(START, "plan")
+    graph.add_conditional_edges("plan", lambda s: [Send("work", i) for i in range(2)], ["work"])
+    graph.add_edge("work", END)
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    app = graph.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "fan"}}
+    app.invoke({"msgs": []}, config)
+    assert app.get_state(config).next == ()
+    assert _runs(repo, monkeypatch)["fan"]["status"] == "completed"
+    run = saver.store.open_run("fan")
+    assert [cp.node for cp in run.history()][0] == "work"
+    assert [n.node for n in run.nodes()] == ["plan", "work"]
+
+    other = StateGraph(S)
+    other.add_node("route", route, destinations=("work",))
+    other.add_node("work", work)
+    other.add_edge(START, "route")
+    other.add_edge("work", END)
+    app = other.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "goto"}}
+    app.invoke({"msgs": []}, config)
+    assert app.get_state(config).values == {"msgs": ["work 9"]}
+    assert _runs(repo, monkeypatch)["goto"]["status"] == "completed"
+    assert [cp.node for cp in saver.store.open_run("goto").history()][0] == "work"

@@ -159,12 +159,19 @@ def next_nodes(reader: ObjectReader, values: str) -> list[str]:
     if START in entries:
         names.add(START)
     if TASKS in entries:
-        packets = show_entry(reader, *entries[TASKS])
-        for packet in packets if isinstance(packets, list) else []:
-            args = packet.get("args") if isinstance(packet, dict) else None
-            if isinstance(args, list) and args and isinstance(args[0], str):
-                names.add(args[0])
+        names.update(send_targets(show_entry(reader, *entries[TASKS])))
     return sorted(names)
+
+
+def send_targets(packets: Any) -> set[str]:
+    """The nodes that pending ``Send`` packets (``__pregel_tasks`` as :func:`show_entry` shows it)
+    are addressed to."""
+    names: set[str] = set()
+    for packet in packets if isinstance(packets, list) else []:
+        args = packet.get("args") if isinstance(packet, dict) else None
+        if isinstance(args, list) and args and isinstance(args[0], str):
+            names.add(args[0])
+    return names
 
 
 def _with_pending(records: list[Any], pending: Mapping[tuple[str, int], list[Any]] | None) -> list[Any]:

@@ -115,7 +115,6 @@ def _codec_serde(serde: SerializerProtocol) -> tuple[Callable[[Any], tuple[str, 
     return serde.dumps_typed, serde.loads_typed, 64 << 20, None
 
 
-_TRIGGERS = (lgtree.START, lgtree.TASKS)  # LangGraph's input and Send channels
 
 
 class _ThreadGone(Exception):
@@ -125,14 +124,15 @@ class _ThreadGone(Exception):
 def _status(values: Mapping[str, object], writes: Mapping[tuple[str, int], list[Any]]) -> str:
     """A checkpoint's run status as LangGraph left it: ``failed`` or ``interrupted`` when a task
     wrote an error or an interrupt, ``running`` while a trigger channel (``branch:to:<node>``,
-    ``__start__``, ``__pregel_tasks``) holds a value or a join channel is complete
+    ``__start__``) holds a value, ``Send`` packets are pending (a non-empty ``__pregel_tasks``:
+    LangGraph keeps it as an empty list once they ran) or a join channel is complete
     (:func:`lgtree.join_target`), so a next task is pending, else ``completed`` (the graph reached
     END)."""
     from_writes = _status_of_writes(writes)
     if from_writes is not None:
         return from_writes
-    pending = any(ch.startswith(lgtree.TRIGGER_PREFIX) or ch in _TRIGGERS or lgtree.join_target(ch, value) is not None
-                  for ch, value in values.items())
+    pending = any(ch.startswith(lgtree.TRIGGER_PREFIX) or ch == lgtree.START or (ch == lgtree.TASKS and bool(value))
+                  or lgtree.join_target(ch, value) is not None for ch, value in values.items())
     return "running" if pending else "completed"
 
 
@@ -202,7 +202,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         self._blobs = ByteLRU(16 << 20)  # small immutable blobs (meta, writes) by id, written or read here
         # Parsed immutable objects by id, written or read here, so a put never reads back what this
         # process just wrote: commits and trees (CommitData / TreeData), the serde-typed payload of
-        # meta blobs (and, keyed "join:<id>", the shown value of a join channel's blob), the records
+        # meta blobs (and, keyed "shown:<id>", the shown value of a join or Send channel's entry), the records
         # of writes blobs and of writes-ref blobs.
         self._objects = LRU(8192)
         self._payloads = LRU(8192)
@@ -611,19 +611,26 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
     def _ran(self, parent: str) -> str | None:
         """The nodes that ran between the checkpoint ``parent`` and its child: those its pending
-        trigger channels (``branch:to:<node>``) and complete join channels named, comma-separated."""
+        trigger channels (``branch:to:<node>``), complete join channels and pending ``Send``
+        packets named, comma-separated."""
         entries = self._values_entries(parent)
         names = {ch[len(lgtree.TRIGGER_PREFIX):] for ch in entries if ch.startswith(lgtree.TRIGGER_PREFIX)}
         for channel, entry in entries.items():
             if channel.startswith(lgtree.JOIN_PREFIX):
-                shown = self._payloads.get("join:" + entry[1])
-                if shown is None:
-                    shown = (lgtree.show_entry(self.store.reader, *entry),)
-                    self._payloads.put("join:" + entry[1], shown)
-                node = lgtree.join_target(channel, shown[0])
+                node = lgtree.join_target(channel, self._shown(entry))
                 if node is not None:
                     names.add(node)
+            elif channel == lgtree.TASKS:
+                names.update(lgtree.send_targets(self._shown(entry)))
         return ",".join(sorted(names)) or None
+
+    def _shown(self, entry: TreeEntry) -> Any:
+        """A values-tree entry as :func:`lgtree.show_entry` shows it (cached by object id)."""
+        shown = self._payloads.get("shown:" + entry[1])
+        if shown is None:
+            shown = (lgtree.show_entry(self.store.reader, *entry),)
+            self._payloads.put("shown:" + entry[1], shown)
+        return shown[0]
 
     def _forget_index(self, thread_id: str) -> None:
         self._indexes.pop(thread_id, None)
