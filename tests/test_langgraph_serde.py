@@ -18,6 +18,7 @@ import ormsgpack  # noqa: E402
 from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
 
 import gitstate  # noqa: E402
 from gitstate.format.lgserde import array_header  # noqa: E402
@@ -140,6 +141,27 @@ def test_user_types_need_opting_in(repo: Path) -> None:
                    GitCheckpointSaver(store).with_allowlist([(Point.__module__, "Point")])):
         got = reader.get_tuple(config)
         assert got is not None and got.checkpoint["channel_values"] == {"p": Point(1, 2)}
+
+
+class Plan(BaseModel):
+    steps: list[str]
+
+
+def test_a_pydantic_model_is_named_as_its_type(repo: Path) -> None:
+    """A pydantic v2 record also names the method that rebuilds it; the refusals name the type, and
+    the fix they suggest works."""
+    store = gitstate.open_store(repo)
+    name = f"{Plan.__module__}.Plan"
+    with pytest.raises(gitstate.TypeNotAllowedError) as refused:
+        _put(GitCheckpointSaver(store), {"plan": Plan(steps=["a"])})
+    assert refused.value.type_name == name
+    assert f"allowed_types=[Plan]) (or the tuple ({Plan.__module__!r}, 'Plan'))" in str(refused.value)
+    config = _put(GitCheckpointSaver(store, allowed_types=[(Plan.__module__, "Plan")]), {"plan": Plan(steps=["a"])})
+    with pytest.raises(gitstate.UnsafeValueError) as unread:
+        GitCheckpointSaver(store).get_tuple(config)
+    assert unread.value.type_name == name
+    got = GitCheckpointSaver(store, allowed_types=[Plan]).get_tuple(config)
+    assert got is not None and got.checkpoint["channel_values"] == {"plan": Plan(steps=["a"])}
 
 
 def test_pickle_fallback_is_refused(repo: Path) -> None:

@@ -73,7 +73,8 @@ class StrictSerializer(JsonPlusSerializer):
             else:
                 ok = self._allows((record[0], record[1]))
             if not ok:
-                blocked.append(".".join(str(p) for p in (record[0], record[1], *record[3:4])))
+                # a method record names module.type.method; a constructor's (pydantic's too) the type
+                blocked.append(".".join(str(p) for p in (record[0], record[1], *(record[3:4] if code == _METHOD else ()))))
                 raise ValueError(blocked[-1])
             return None
 
