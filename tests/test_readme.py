@@ -166,3 +166,25 @@ def test_every_readme_example_runs_as_written(tmp_path: Path) -> None:
                                           f"{done.stdout}\n{done.stderr}")
             ran += 1
     assert ran >= 20
+
+
+def test_the_python_example_does_what_its_comments_say(tmp_path: Path) -> None:
+    """The first Python block, alone in a fresh repository: its rollback moved main back to the
+    plan checkpoint and its undo moved it forward again, so main ends at the edit's checkpoint, with
+    the edit node recorded and both moves in main's reflog."""
+    repo, env = _fresh_repository(tmp_path)
+    block = next(b for b in examples() if b.lang == "python")
+    script = tmp_path / "example.py"
+    script.write_text(block.text, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    import gitstate
+
+    run = gitstate.open_store(repo).get_run("issue-78")
+    plan, edit = run.load("node:plan"), run.load("node:edit")
+    assert run.head().id == edit.id and edit.state == {"messages": ["patched"]}
+    assert [cp.id for cp in run.history()] == [edit.id, plan.id]
+    assert [(b.node, b.entry, b.exit, b.status) for b in run.nodes()] == [("edit", edit.id, edit.id, "completed")]
+    undo, rollback = [entry.message for entry in run.store.reflog(run.ref("main"))][:2]  # newest first
+    assert rollback.startswith("gitstate: rollback to " + plan.short_id) and "undo" in undo, (rollback, undo)
