@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from gitstate.format.encoding import JSON_SURROGATE_ESCAPES
+
 
 def _default(value: Any) -> Any:
     if isinstance(value, bytes):
@@ -67,9 +69,9 @@ def _key_names(keys: list[Any]) -> list[str]:
 
 def dumps(value: Any) -> str:
     """The stable JSON form used by every ``--json`` output (see :func:`jsonable`); always valid,
-    strict JSON."""
+    strict JSON, encodable as UTF-8 (a lone surrogate in stored text is written as its escape)."""
     return json.dumps(jsonable(value), indent=2, sort_keys=True, ensure_ascii=False, default=_default,
-                      allow_nan=False)
+                      allow_nan=False).translate(JSON_SURROGATE_ESCAPES)
 
 
 def emit_json(value: Any) -> None:
@@ -164,9 +166,17 @@ def shell_arg(text: str) -> str:
 
 
 def width(text: str) -> int:
-    """Columns ``text`` takes on a terminal (wide East Asian characters take two)."""
-    plain = click.unstyle(text)
-    return sum(2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1 for ch in plain)
+    """Columns ``text`` takes on a terminal (wide East Asian characters take two; combining marks
+    and other zero-width characters none)."""
+    return sum(_columns(ch) for ch in click.unstyle(text))
+
+
+def _columns(ch: str) -> int:
+    if ch.isascii():
+        return 1
+    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

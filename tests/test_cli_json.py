@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from conftest import git
 from remote_helpers import bare
 
+import gitstate
 from gitstate_cli.main import COMMANDS, cli
 
 BIN = Path(sys.executable).parent
@@ -170,3 +171,30 @@ def test_partial_push_failure_prints_the_report_then_the_error(scene: dict[str, 
     code, out, err = invoke("push", "origin")
     assert code == 1 and "pushed origin:" not in out and "rejected" in out
     assert "git agentos pull origin r" in out and "git agentos fork r @main" in out
+
+
+def test_stored_text_that_is_not_unicode_is_printed_escaped(repo: Path, tmp_path: Path) -> None:
+    """A key holding a lone surrogate, refused on write but possible in data pulled from elsewhere:
+    every output escapes it (JSON stays strict and says the same), no command crashes."""
+    from gitstate.format import encoding
+
+    store = gitstate.open_store(repo)
+    run = store.create_run(run_id="r")
+    check = encoding.check_value
+    encoding.check_value = lambda *args, **kwargs: None  # write what an older or foreign writer could
+    try:
+        run.checkpoint({"\ud800": "a"})
+    finally:
+        encoding.check_value = check
+    run.checkpoint({"a": 1})
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONIOENCODING="utf-8")
+    for args in (["show", "r~1", "--json"], ["diff", "r~1", "r", "--json"], ["show", "r~1"], ["diff", "r~1", "r"],
+                 ["log", "r"], ["view", "--html", str(tmp_path / "v.html")]):
+        done = subprocess.run(["git", "agentos", *args], cwd=repo, capture_output=True, env=env, check=False)
+        assert done.returncode == 0 and not done.stderr, (args, done.stderr)
+        text = done.stdout.decode("utf-8")  # valid UTF-8
+        if "--json" in args:
+            assert "\\ud800" in text
+    assert strict(subprocess.run(["git", "agentos", "show", "r~1", "--json"], cwd=repo, capture_output=True,
+                                 env=env, check=True).stdout)["state"] == {"\ud800": "a"}
+    assert "\\ud800" in (tmp_path / "v.html").read_text(encoding="utf-8")

@@ -62,6 +62,7 @@ def test_store_text_cannot_drive_the_terminal(repo: Path, monkeypatch: pytest.Mo
     hostile = "evil\x1b]0;pwned\x07\x1b[31mred\tcol\nline"
     store.create_run(run_id=hostile, workflow="w\x1b[2J").checkpoint({"a": 1}, node="n\x1b[1A")
     store.create_run(run_id="日本語のラン").checkpoint({"a": 1})
+    store.create_run(run_id="cafe\u0301s").checkpoint({"a": 1})  # a combining accent takes no column
     monkeypatch.chdir(repo)
     out = CliRunner().invoke(cli, ["runs"], prog_name="git agentos").stdout
     assert "\x1b" not in out and "\x07" not in out
@@ -69,8 +70,9 @@ def test_store_text_cannot_drive_the_terminal(repo: Path, monkeypatch: pytest.Mo
     from gitstate_cli.output import width
 
     rows = [line for line in out.splitlines()[1:] if "running" in line]
-    assert len(rows) == 2
+    assert len(rows) == 3
     assert len({width(row[: row.index("running")]) for row in rows}) == 1  # columns line up (CJK ids too)
+    assert (width("cafe\u0301s"), width("日本語"), width("a\u200bb")) == (5, 6, 2)
 
 
 def test_command_hints_quote_hostile_names_safely(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:

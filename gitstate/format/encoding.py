@@ -66,6 +66,8 @@ def check_value(value: Any, path: str = "", depth: int = 0) -> None:
             for key, item in items:
                 if not isinstance(key, str | int) or isinstance(key, bool):
                     raise EncodingError(where, f"dict key {key!r} of type {type(key).__name__}; use str or int")
+                if isinstance(key, str) and not _is_text(key):
+                    raise EncodingError(where, f"dict key {key!r} is not valid Unicode text (a lone surrogate)")
                 if not isinstance(item, _SCALARS):
                     stack.append(_frame(item, f"{where}.{key}" if where else str(key), level + 1))
                     break
@@ -102,6 +104,21 @@ def dumps(value: Any, path: str = "") -> bytes:
         return cbor2.dumps(value, canonical=True)
     except (cbor2.CBOREncodeError, ValueError, TypeError, OverflowError) as exc:  # pragma: no cover
         raise EncodingError(path, str(exc)) from exc
+
+
+def _is_text(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+#: ``str.translate`` table writing each lone surrogate as its JSON escape (``\\udc80``): applied
+#: to JSON text, whose strings are the only place one can be, it makes the text encodable as UTF-8
+#: and still the same JSON (data pulled from elsewhere may hold such keys or strings).
+JSON_SURROGATE_ESCAPES = {code: f"\\u{code:04x}" for code in range(0xD800, 0xE000)}
 
 
 class _Slow(Exception):

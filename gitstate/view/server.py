@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 from gitstate.errors import GitStateError, UsageError
+from gitstate.format.encoding import JSON_SURROGATE_ESCAPES
 from gitstate.store.store import Store
 from gitstate.view.data import ViewData, not_found
 
@@ -33,11 +34,12 @@ ASSETS = {"/": ("index.html", "text/html; charset=utf-8"),
           "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
           "/static/app.css": ("app.css", "text/css; charset=utf-8")}
 _JSON_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026",
-                 0x2028: "\\u2028", 0x2029: "\\u2029"}
+                 0x2028: "\\u2028", 0x2029: "\\u2029", **JSON_SURROGATE_ESCAPES}
 
 
 def safe_json(value: Any) -> str:
-    """JSON that is also safe inside HTML (``<``, ``>``, ``&``, U+2028/9 escaped; no NaN)."""
+    """JSON that is also safe inside HTML (``<``, ``>``, ``&``, U+2028/9 escaped; no NaN) and
+    encodable as UTF-8 (a lone surrogate in stored text is written as its escape)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).translate(_JSON_ESCAPES)
 
 

@@ -377,6 +377,9 @@ def test_fast_path_refuses_what_check_value_refuses() -> None:
     assert dumps({Sub("k"): Sub("v")}) == cbor2.dumps({"k": "v"}, canonical=True)
     with pytest.raises(EncodingError):
         dumps({"a": "\udc80"})  # a lone surrogate is not UTF-8
+    with pytest.raises(EncodingError, match="lone surrogate") as info:
+        dumps({"b": {"\ud800": 1}}, "x")  # nor in a key
+    assert info.value.path == "x.b"
 
 
 def test_mutated_payloads_are_refused_or_canonical() -> None:
