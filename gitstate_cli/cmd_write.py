@@ -74,6 +74,8 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
     """
     if paths and not with_files:
         raise click.UsageError("PATHs are only accepted with --files")
+    if node == "":
+        raise click.BadParameter("a node name cannot be empty", param_hint="'--node'")
     metadata = parse_meta(meta)
     names.check_name("run id", run_id)
     if branch is not None:

@@ -125,6 +125,7 @@ def test_nan_state_prints_as_a_string(repo: Path, monkeypatch: pytest.MonkeyPatc
     (["export", "nope", "-o", "x.bundle"], 1, "RunNotFound"),
     (["import", "missing.bundle"], 2, "UsageError"),
     (["checkpoint", "r", "--state", "/does/not/exist.json"], 2, "UsageError"),
+    (["checkpoint", "r", "--node", ""], 2, "UsageError"),
     (["runs", "--bogus"], 2, "UsageError"),
     (["help", "nosuchtopic"], 2, "UsageError"),
 ])
