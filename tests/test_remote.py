@@ -223,3 +223,22 @@ def test_pending_writes_no_put_folded_travel_with_the_thread(tmp_path: Path) -> 
     again = gitstate.pull(b)
     assert all(r.ok for r in again) and set(statuses(again).values()) == {"up-to-date"}
     assert verify(b).ok
+
+
+def test_a_ref_of_unknown_kind_under_a_run_is_not_pulled(tmp_path: Path) -> None:
+    """``runs/<run>/<kind>`` with a kind gitstate does not write (a hostile or newer peer) is no
+    gitstate ref: a pull skips it instead of creating a run that nothing lists rightly or removes,
+    and verify reports one made locally."""
+    url = bare(tmp_path / "server.git").as_uri()
+    a, b = stores(tmp_path, url)
+    tip = a.create_run(run_id="r").checkpoint({"a": 1}).id
+    assert all(r.ok for r in gitstate.push(a))
+    git(tmp_path / "server.git", "update-ref", "refs/agentos/main/runs/x/weird", tip)
+    pulled = gitstate.pull(b)
+    weird = [r for res in pulled for r in res.refs if r.ref.endswith("/runs/x/weird")]
+    assert [(r.status, r.message) for r in weird] == [("skipped", "not a gitstate ref name")]
+    assert not git(b.path, "for-each-ref", "refs/agentos/main/runs/x/")
+    assert [s.id for s in b.list_runs()] == ["r"]
+    git(b.path, "update-ref", "refs/agentos/main/runs/y/other", tip)
+    report = verify(b)
+    assert not report.ok and any("runs/y/other" in str(problem) for problem in report.problems)

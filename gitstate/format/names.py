@@ -59,8 +59,14 @@ class ParsedRef:
     name: str | None  # branch name for kind == "heads"
 
 
+#: The kinds of refs under ``refs/agentos/<worktree>/runs/<run>/``: the run record, branch tips,
+#: node logs, session files and (the LangGraph saver's) pending writes.
+REF_KINDS = frozenset({"run", "heads", "nodes", "files", "writes"})
+
+
 def parse_ref(refname: str) -> ParsedRef | None:
-    """Parse a gitstate ref name; ``None`` for anything that is not one (foreign or malformed refs)."""
+    """Parse a gitstate ref name; ``None`` for anything that is not one (foreign or malformed refs,
+    a kind not in :data:`REF_KINDS`)."""
     if not refname.startswith(NAMESPACE):
         return None
     parts = refname[len(NAMESPACE):].split("/")
@@ -74,8 +80,10 @@ def parse_ref(refname: str) -> ParsedRef | None:
             return ParsedRef(parts[0], run_id, parts[3], decode_component(parts[4])) if len(parts) == 5 else None
     except ValueError:
         return None
+    if parts[3] not in REF_KINDS:
+        return None
     return ParsedRef(parts[0], run_id, parts[3], "/".join(parts[4:]) or None)
 
 
-__all__ = ["MAX_COMPONENT", "NAMESPACE", "STAGING", "ParsedRef", "branch_ref", "check_name",
+__all__ = ["MAX_COMPONENT", "NAMESPACE", "REF_KINDS", "STAGING", "ParsedRef", "branch_ref", "check_name",
            "decode_component", "encode_component", "node_log_ref", "parse_ref", "run_info_ref", "run_prefix", "worktree_prefix"]
