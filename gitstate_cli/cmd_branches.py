@@ -73,7 +73,7 @@ def branch(store: gitstate.Store, refs: tuple[str, ...], delete: bool, force_del
     force = force or force_delete
     located = []
     for text in refs:
-        loc = locate_branch(store, text)
+        loc = locate_branch(store, text, read_tip=False)
         if not loc.named_branch:
             raise click.UsageError(f"name the branch to delete: {out.safe(text)}@BRANCH "
                                    f"({out.safe(text)} alone is its run; delete a run with: git agentos delete)")

@@ -361,8 +361,7 @@ def delete(store: gitstate.Store, run_id: str, yes: bool, as_json: bool) -> None
         if not sys.stdin.isatty():
             raise click.UsageError(f"deleting run {out.safe(run.id)!r} needs --yes when not on a terminal")
         click.confirm(f"delete run {out.safe(run.id)!r} and all its branches?", abort=True)
-    branches = sorted(run.branches())
-    store.delete_run(run.id)
+    branches = store.delete_run(run.id)
     if as_json:
         out.emit_json({"run": run.id, "deleted": True, "branches": branches})
         return

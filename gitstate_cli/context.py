@@ -68,9 +68,9 @@ def locate(store: gitstate.Store, text: str, branch: str | None = None) -> refsp
 
 
 def locate_branch(store: gitstate.Store, text: str, branch: str | None = None, *,
-                  create: bool = False) -> refspec.Located:
+                  create: bool = False, read_tip: bool = True) -> refspec.Located:
     """A ``RUN`` or ``RUN@BRANCH`` argument (``--branch`` applies to a bare RUN)."""
-    loc = refspec.locate_branch(store, text, _default_branch(branch), create=create)
+    loc = refspec.locate_branch(store, text, _default_branch(branch), create=create, read_tip=read_tip)
     _check_branch(loc, branch)
     return loc
 

@@ -195,3 +195,24 @@ def test_view_export_warns_of_the_checkpoints_it_shows_as_unreadable(repo: Path,
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
     assert len(warnings) == len(errors), done.stderr
     assert not any("good" in e for e in errors)
+
+
+def test_a_run_or_branch_whose_tip_is_missing_can_be_deleted(repo: Path) -> None:
+    """Deleting reads no checkpoint: a branch naming a missing object goes with ``branch -D`` (``-d``
+    cannot tell it is merged: refused), and a run with one goes with ``delete``."""
+    store = gitstate.open_store(repo)
+    run = store.create_run(run_id="gone")
+    cp = run.checkpoint({"a": 1})
+    run.fork(cp.id, "side")
+    run.fork(cp.id, "other")
+    heads = repo / ".git" / "refs" / "agentos" / "main" / "runs" / "gone" / "heads"
+    for name, missing in (("side", "01234567" * 5), ("main", "89abcdef" * 5)):
+        (heads / name).write_text(missing + "\n")
+    refused = _cli(repo, "branch", "-d", "gone@side")
+    assert refused.returncode == 1 and "use -D" in refused.stderr, refused.stderr
+    done = _cli(repo, "branch", "-D", "gone@side")
+    assert done.returncode == 0, done.stderr
+    done = _cli(repo, "delete", "gone", "--yes", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"run": "gone", "deleted": True, "branches": ["main", "other"]}
+    assert not git(repo, "for-each-ref", "refs/agentos/")

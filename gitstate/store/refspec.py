@@ -197,13 +197,16 @@ def locate(store: Store, text: str, branch: str = "main") -> Located:
     return Located(p.run, p.branch, p.named, p.is_branch, cp)
 
 
-def locate_branch(store: Store, text: str, branch: str = "main", *, create: bool = False) -> Located:
+def locate_branch(store: Store, text: str, branch: str = "main", *, create: bool = False,
+                  read_tip: bool = True) -> Located:
     """The run and branch ``RUN`` or ``RUN@BRANCH`` names, for commands that act on a branch
     (undo, prune, rollback, checkpoint, nodes, branch deletion). Other forms (``~N``,
     ``:node:``, ids) are an :class:`InvalidReferenceError`. With ``create`` (checkpoint) the run
     or branch need not exist yet: a text that names no existing run is a new run id, and
     ``RUN@BRANCH`` of an existing run may name a new branch. ``checkpoint`` is the branch tip, or
-    ``None`` when the branch has none. ``branch`` is the branch of a bare ``RUN``."""
+    ``None`` when the branch has none (or when not ``read_tip``: a branch deletion reads no
+    object, so a branch whose tip is missing or damaged can still be deleted). ``branch`` is the
+    branch of a bare ``RUN``."""
     if not isinstance(text, str) or not text:
         raise InvalidReferenceError(str(text), "empty reference")
     splits = list(_splits(store, text, branch))
@@ -220,6 +223,10 @@ def locate_branch(store: Store, text: str, branch: str = "main", *, create: bool
     found = max(splits, key=lambda p: (_branch_exists(store, p.run or "", p.branch), len(p.run or "")))
     assert found.run is not None
     run = store.get_run(found.run)
+    if not read_tip:
+        if run.tip(found.branch) is None and not create:
+            raise BranchNotFound(run.id, found.branch)
+        return Located(run.id, found.branch, found.named, True, None)
     tip = run.head(found.branch)
     if tip is None and not create:
         raise BranchNotFound(run.id, found.branch)

@@ -29,7 +29,15 @@ from gitstate.format import checkpoint as cpfmt
 from gitstate.format import encoding
 from gitstate.format import nodes as nodefmt
 from gitstate.format.checkpoint import Checkpoint, parse_time
-from gitstate.format.names import NAMESPACE, check_name, parse_ref, run_info_ref, run_prefix, worktree_prefix
+from gitstate.format.names import (
+    NAMESPACE,
+    check_name,
+    decode_component,
+    parse_ref,
+    run_info_ref,
+    run_prefix,
+    worktree_prefix,
+)
 from gitstate.format.nodes import NodeRecord
 from gitstate.git.location import open_repository
 from gitstate.git.objects import MODE_BLOB
@@ -196,9 +204,10 @@ class Store(StoreCore):
             except RunExistsError:
                 return self.get_run(run_id)
 
-    def delete_run(self, run_id: str) -> None:
-        """Delete every ref of a run (each by compare-and-swap). Its objects become unreachable and
-        are left to ``git gc``."""
+    def delete_run(self, run_id: str) -> list[str]:
+        """Delete every ref of a run (each by compare-and-swap) and return the names of the branches
+        it had. Its objects become unreachable and are left to ``git gc``; none is read, so a run
+        whose objects are missing or damaged is deleted too."""
         check_name("run id", run_id)
         prefix = run_prefix(self.worktree, run_id)
         found = list_refs(self.repo, prefix)
@@ -217,6 +226,8 @@ class Store(StoreCore):
         if found:
             self.write(build)
         self.forget_objects()
+        heads = prefix + "heads/"
+        return sorted(decode_component(name[len(heads):]) for name, _oid in found if name.startswith(heads))
 
     def list_runs(self, all_worktrees: bool = False) -> list[RunSummary]:
         """Summaries of the runs of this worktree (or of all), most recently updated first. A run
