@@ -161,6 +161,11 @@ def test_copy_prune_and_delete_for_runs_carry_pending_writes(repo: Path) -> None
     kept = saver.get_tuple({"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}})
     assert kept is not None and kept.pending_writes == [("task-2", "n", 20)]
     git(repo, "fsck", "--strict", "--no-dangling")
+    # the kept checkpoint is the first of its line: runs and branches count one checkpoint
+    store = gitstate.open_store(repo)
+    assert [(s.id, s.checkpoints) for s in store.list_runs() if s.id == THREAD] == [(THREAD, 1)]
+    assert [(b.name, b.checkpoints) for b in store.get_run(THREAD).branch_list()] == [("main", 1)]
+    assert store.get_run(THREAD).head().step == 0
 
 
 def test_delete_for_runs_drops_the_writes_of_dropped_checkpoints(repo: Path) -> None:

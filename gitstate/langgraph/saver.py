@@ -319,7 +319,10 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         return commit
 
     def _root(self, commit: CommitData) -> TreeData:
-        oid = commit.tree_id
+        return self._root_tree(commit.tree_id)
+
+    def _root_tree(self, oid: str) -> TreeData:
+        """A root tree, parsed (those staged by :meth:`_tree` included)."""
         hit = self._objects.get(oid)
         if isinstance(hit, TreeData):
             return hit
@@ -991,8 +994,13 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                         latest = idx.namespace(ns)[0]
                         commit = reader.commit(latest.oid)
                         tree, message = commit.tree_id, commit.message
+                        meta = read_meta(reader, commit)
                         if idx.pending.get((latest.ns, latest.checkpoint_id)):
-                            tree, message = self._amended_tree(tx, commit, self._writes_of(idx, latest, commit))
+                            records = self._writes_of(idx, latest, commit)
+                            tree, message = self._amended_tree(tx, commit, records)
+                            meta = self._with_status(commit, records)[0]  # the meta the amended tree holds
+                        if meta.get("step") != 0 or meta.get("base"):
+                            tree, message = self._first_of_line(tx, tree, message, meta)
                         if not commit.parent_ids and tree == commit.tree_id:
                             keep[line_name(ns)] = latest.oid
                             continue
@@ -1012,6 +1020,16 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 self.store.write(build)
                 self.store.forget_objects()
                 self._indexes.pop(thread_id, None)
+
+    def _first_of_line(self, tx: Transaction, tree: str, message: str, meta: dict[str, Any]) -> tuple[str, str]:
+        """``tree`` (whose ``meta.cbor`` is ``meta``) and ``message`` of a checkpoint that becomes
+        the first of its line (a prune kept it alone): its core ``step`` (the position on the
+        line, which ``runs`` and ``branches`` count checkpoints by) is 0."""
+        meta = {**meta, "step": 0}
+        meta.pop("base", None)
+        entries = [(e.name, e.id, e.filemode) for e in self._root_tree(tree) if e.name != cpfmt.META]
+        entries.append((cpfmt.META, self._put_blob(tx, cpfmt.encode_meta(meta)), MODE_BLOB))
+        return self._tree(tx, entries), cpfmt.message(meta) + _own_trailers(message)
 
     # -- versions -----------------------------------------------------------------------------
 
