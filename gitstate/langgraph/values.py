@@ -59,12 +59,11 @@ def _const(value: bytes) -> Callable[[], bytes]:
 
 @dataclass
 class _ListMemo:
-    """What was written last for one list channel: the stored tree, its chunk ids, the item bytes
-    of its last chunk, that chunk compressed so far, and the chunk tree's serialised entries."""
+    """What was written last for one list channel: the stored tree, its chunk ids, its last chunk
+    compressed so far, and the chunk tree's serialised entries."""
 
     tree: str
     chunks: list[str]
-    last_body: bytes = b""
     deflater: AppendDeflater | None = None  # the last chunk's bytes compressed so far
     entry_bytes: list[bytes] = field(default_factory=list)  # the chunk tree's entries, serialised
 
@@ -184,7 +183,6 @@ class ValueCodec:
         old = memo.chunks if memo is not None else []
         chunks: list[str] = []
         kept = 0  # leading chunks unchanged since the memo's tree (their tree entries are reused)
-        last_body = b""
         deflater: AppendDeflater | None = None
         total = len(items)
         for number, offset in enumerate(range(0, total, CHUNK)):
@@ -192,18 +190,18 @@ class ValueCodec:
             kind, data = self.dumps(part)
             if kind != MSGPACK:
                 return None
-            data = bytes(data)
+            data = bytes(data)  # (the same object when it is bytes already)
             header = array_header(len(part))
             if not data.startswith(header):
                 return None
-            body = data[len(header):]
             final = offset + CHUNK >= total
             previous = old[number] if number < len(old) else None
-            if previous is not None and self._holds(previous, body):
+            if previous is not None and self._holds(previous, data, len(header)):
                 oid = previous
                 if final and memo is not None and number == len(old) - 1:
                     deflater = memo.deflater
             else:
+                body = data[len(header):]
                 if self.check is not None:
                     self.check(kind, data)
                 stream: bytes | None = None
@@ -216,21 +214,20 @@ class ValueCodec:
             if kept == number and oid == previous:
                 kept += 1
             chunks.append(oid)
-            if final:
-                last_body = body
         known = memo.entry_bytes[:kept] if memo is not None else []
         tree, serialised = self._chunk_tree(w, chunks, known)
         with self._memo_lock:
-            self._memo[key] = _ListMemo(tree, chunks, last_body, deflater, serialised)
+            self._memo[key] = _ListMemo(tree, chunks, deflater, serialised)
             self._memo.move_to_end(key)
             while len(self._memo) > MEMO_LISTS:
                 self._memo.popitem(last=False)
         return tree
 
-    def _holds(self, oid: str, body: bytes) -> bool:
-        """Whether the chunk ``oid`` is known (cached) to hold exactly ``body``."""
+    def _holds(self, oid: str, data: bytes, head: int) -> bool:
+        """Whether the chunk ``oid`` is known (cached) to hold exactly ``data`` after its first
+        ``head`` bytes (compared in place: no copy)."""
         hit = self._chunks.get(oid)
-        return hit is not None and hit[1] == body
+        return hit is not None and len(hit[1]) + head == len(data) and data.endswith(hit[1])
 
     @staticmethod
     def _deflater(known: AppendDeflater | None, body: bytes) -> AppendDeflater:
