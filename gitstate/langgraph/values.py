@@ -34,6 +34,7 @@ from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry, 
 from gitstate.git.reader import ObjectReader
 
 MEMO_LISTS = 256  # lists remembered for appending (one per thread, namespace and channel)
+MEMO_BYTES = 64 << 20  # at most this many bytes of encoded lists remembered (see _ListMemo.encoded)
 
 Typed = tuple[str, bytes]
 
@@ -66,6 +67,7 @@ class _ListMemo:
     chunks: list[str]
     deflater: AppendDeflater | None = None  # the last chunk's bytes compressed so far
     entry_bytes: list[bytes] = field(default_factory=list)  # the chunk tree's entries, serialised
+    encoded: bytes | None = None  # the items' msgpack bytes (without the array header), if kept
 
 
 class ByteLRU:
@@ -133,6 +135,7 @@ class ValueCodec:
         # ``dumps`` does not run it itself; applied to what is stored anew, not to unchanged chunks
         self.check = check
         self._memo: OrderedDict[tuple[str, str, str], _ListMemo] = OrderedDict()  # bounded: MEMO_LISTS
+        self._memo_bytes = [0]  # of the memos' ``encoded`` (bounded: MEMO_BYTES); a list: clones share it
         self._memo_lock = threading.Lock()
         self._chunks = ByteLRU(cache_bytes)
         self._trees: OrderedDict[str, list[tuple[str, str, int]]] = OrderedDict()
@@ -150,7 +153,7 @@ class ValueCodec:
         """Drop the write memos of a thread (after it was deleted or rewritten)."""
         with self._memo_lock:
             for key in [k for k in self._memo if k[0] == thread_id]:
-                del self._memo[key]
+                self._memo_bytes[0] -= len(self._memo.pop(key).encoded or b"")
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -171,26 +174,38 @@ class ValueCodec:
                     parent: TreeEntry | None) -> str | None:
         """Store a list chunk by chunk; ``None`` when an item does not serialise to msgpack.
 
-        Every chunk is encoded again on every write (the items may have been changed in place: an
-        earlier message edited by a node is the same Python object with other contents), and a
-        chunk whose bytes equal the one at its place in the list written last (the parent's) keeps
-        its blob: not hashed, checked, compressed or stored again. An append changes the last
-        chunk only, whose compression goes on from the previous one's."""
+        The whole list is encoded again on every write, as the other LangGraph savers serialise it
+        (the items may have been changed in place: an earlier message edited by a node is the same
+        Python object with other contents). When the list written last (the parent's) encodes to
+        a prefix of it (items were only appended), every chunk before that list's last one keeps
+        its blob; otherwise each chunk is encoded and compared on its own, and one whose bytes are
+        unchanged keeps its blob too (not hashed, checked, compressed or stored again). The last
+        chunk's compression goes on from the previous one's."""
         with self._memo_lock:
             memo = self._memo.get(key)
         if memo is not None and (parent is None or parent[1] != memo.tree):
             memo = None
-        old = memo.chunks if memo is not None else []
-        chunks: list[str] = []
-        kept = 0  # leading chunks unchanged since the memo's tree (their tree entries are reused)
-        deflater: AppendDeflater | None = None
         total = len(items)
-        for number, offset in enumerate(range(0, total, CHUNK)):
+        kind, whole = self.dumps(items)
+        if kind != MSGPACK:
+            return None
+        whole = bytes(whole)  # (the same object when it is bytes already)
+        head = array_header(total)
+        if not whole.startswith(head):
+            return None
+        old = memo.chunks if memo is not None else []
+        first = 0  # chunks known unchanged without encoding them apart
+        if memo is not None and memo.encoded is not None and whole.startswith(memo.encoded, len(head)):
+            first = max(len(old) - 1, 0)
+        chunks: list[str] = list(old[:first])
+        kept = first  # leading chunks unchanged since the memo's tree (their tree entries are reused)
+        deflater: AppendDeflater | None = None
+        for number, offset in enumerate(range(first * CHUNK, total, CHUNK), start=first):
             part = items[offset:offset + CHUNK]
             kind, data = self.dumps(part)
             if kind != MSGPACK:
                 return None
-            data = bytes(data)  # (the same object when it is bytes already)
+            data = bytes(data)
             header = array_header(len(part))
             if not data.startswith(header):
                 return None
@@ -216,11 +231,16 @@ class ValueCodec:
             chunks.append(oid)
         known = memo.entry_bytes[:kept] if memo is not None else []
         tree, serialised = self._chunk_tree(w, chunks, known)
+        encoded = whole[len(head):] if len(whole) <= MEMO_BYTES // 8 else None
         with self._memo_lock:
-            self._memo[key] = _ListMemo(tree, chunks, deflater, serialised)
-            self._memo.move_to_end(key)
-            while len(self._memo) > MEMO_LISTS:
-                self._memo.popitem(last=False)
+            replaced = self._memo.pop(key, None)
+            if replaced is not None:
+                self._memo_bytes[0] -= len(replaced.encoded or b"")
+            self._memo[key] = _ListMemo(tree, chunks, deflater, serialised, encoded)
+            self._memo_bytes[0] += len(encoded or b"")
+            while len(self._memo) > MEMO_LISTS or (self._memo_bytes[0] > MEMO_BYTES and len(self._memo) > 1):
+                _key, dropped = self._memo.popitem(last=False)
+                self._memo_bytes[0] -= len(dropped.encoded or b"")
         return tree
 
     def _holds(self, oid: str, data: bytes, head: int) -> bool:
