@@ -107,13 +107,12 @@ def _serializer(serde: SerializerProtocol | None, allowed: Iterable[type | tuple
 
 
 def _codec_serde(serde: SerializerProtocol) -> tuple[Callable[[Any], tuple[str, bytes]], Callable[[tuple[str, bytes]], Any],
-                                                     int, Callable[[str, bytes], None] | None]:
-    """``ValueCodec``'s arguments for ``serde``: a :class:`StrictSerializer`'s refusal check runs
-    apart from its encoding, so the codec checks only the chunks it stores anew."""
+                                                     Callable[[str, bytes], None] | None]:
+    """``ValueCodec``'s ``dumps``, ``loads`` and ``check`` for ``serde``: a :class:`StrictSerializer`'s
+    refusal check runs apart from its encoding, so the codec checks only the chunks it stores anew."""
     if isinstance(serde, StrictSerializer):
-        return serde.dumps_typed_unchecked, serde.loads_typed, 64 << 20, serde.check_typed
-    return serde.dumps_typed, serde.loads_typed, 64 << 20, None
-
+        return serde.dumps_typed_unchecked, serde.loads_typed, serde.check_typed
+    return serde.dumps_typed, serde.loads_typed, None
 
 
 
@@ -191,7 +190,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=_serializer(serde, allowed_types))
         self.store = store if isinstance(store, Store) else open_store(store)
         self.store.pack_in_background = True
-        self.value_codec = ValueCodec(*_codec_serde(self.serde))
+        dumps, loads, check = _codec_serde(self.serde)
+        self.value_codec = ValueCodec(dumps, loads, check=check)
         self._refs = RefReader(self.store.location.common_dir, self.store.worktree)
         self._indexes: OrderedDict[str, ThreadIndex] = OrderedDict()  # bounded: MAX_INDEXES
         self._locks: dict[str, threading.RLock] = {}
@@ -220,8 +220,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         with a graph's state types in strict mode). The clone shares this saver's caches."""
         clone = cast(GitCheckpointSaver, super().with_allowlist(extra_allowlist))
         if clone is not self:
-            dumps, loads, _cache, check = _codec_serde(clone.serde)
-            clone.value_codec = self.value_codec.with_serde(dumps, loads, check)
+            clone.value_codec = self.value_codec.with_serde(*_codec_serde(clone.serde))
         return clone
 
     # -- plumbing -----------------------------------------------------------------------------
