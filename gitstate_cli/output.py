@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from gitstate.format.encoding import JSON_SURROGATE_ESCAPES
+from gitstate.format.encoding import escape_surrogates
 
 
 def _default(value: Any) -> Any:
@@ -70,8 +70,8 @@ def _key_names(keys: list[Any]) -> list[str]:
 def dumps(value: Any) -> str:
     """The stable JSON form used by every ``--json`` output (see :func:`jsonable`); always valid,
     strict JSON, encodable as UTF-8 (a lone surrogate in stored text is written as its escape)."""
-    return json.dumps(jsonable(value), indent=2, sort_keys=True, ensure_ascii=False, default=_default,
-                      allow_nan=False).translate(JSON_SURROGATE_ESCAPES)
+    return escape_surrogates(json.dumps(jsonable(value), indent=2, sort_keys=True, ensure_ascii=False,
+                                        default=_default, allow_nan=False))
 
 
 def emit_json(value: Any) -> None:
