@@ -60,14 +60,20 @@ def _chunk_ids(store: gitstate.Store, tree: str) -> list[str]:
     return [entry.id for entry in store.reader.tree(tree)]
 
 
+def _checking_codec(repo: Path) -> tuple[gitstate.Store, StrictSerializer, ValueCodec, tuple[str, str, str]]:
+    """A store, the saver's default serde and a codec wired as the saver wires it (the type check
+    apart from the encoding), and a list channel's key."""
+    store = gitstate.open_store(repo)
+    serde = StrictSerializer()
+    return store, serde, ValueCodec(serde.dumps_typed_unchecked, serde.loads_typed, check=serde.check_typed), \
+        ("t", "", "items")
+
+
 def test_items_changed_in_place_are_stored(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An earlier item edited in place (the same Python object, other contents) is stored as it is
     now: only the chunks whose bytes changed get new blobs, the others keep theirs."""
     monkeypatch.setattr(values, "CHUNK", 4)
-    store = gitstate.open_store(repo)
-    serde = StrictSerializer()
-    codec = ValueCodec(serde.dumps_typed_unchecked, serde.loads_typed, check=serde.check_typed)
-    key = ("t", "", "items")
+    store, serde, codec, key = _checking_codec(repo)
     items: list[dict[str, object]] = [{"n": i} for i in range(10)]
     first = store.write(lambda tx: codec.write(tx.writer, key, items, None))
     items[1]["seen"] = True  # chunk 0, in place
@@ -83,10 +89,7 @@ def test_items_changed_in_place_are_stored(repo: Path, monkeypatch: pytest.Monke
 
 def test_an_item_changed_in_place_to_a_refused_type_is_refused(repo: Path) -> None:
     """The write-time type check covers chunks stored anew, however the item changed."""
-    store = gitstate.open_store(repo)
-    serde = StrictSerializer()
-    codec = ValueCodec(serde.dumps_typed_unchecked, serde.loads_typed, check=serde.check_typed)
-    key = ("t", "", "items")
+    store, _serde, codec, key = _checking_codec(repo)
     items: list[dict[str, object]] = [{"n": i} for i in range(3)]
     first = store.write(lambda tx: codec.write(tx.writer, key, items, None))
     items[0]["when"] = Path("/x")  # allowed (LangGraph's safe list)

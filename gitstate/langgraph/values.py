@@ -161,18 +161,19 @@ class ValueCodec:
         """Store one channel value; ``parent`` is the entry the same channel had in the parent
         checkpoint (lets an appended list reuse its chunks). Returns the values-tree entry."""
         name = encode_component(key[2])
-        if type(value) is list and value:
-            tree = self._write_list(w, key, value, parent)
+        kind, data = self.dumps(value)
+        if type(value) is list and value and kind == MSGPACK:
+            tree = self._write_list(w, key, value, bytes(data), parent)
             if tree is not None:
                 return (name + LIST, tree, MODE_TREE)
-        kind, data = self.dumps(value)
         if self.check is not None:
             self.check(kind, data)
         return (name + VALUE, w.blob(typed_blob((kind, data))), MODE_BLOB)
 
-    def _write_list(self, w: ObjectWriter, key: tuple[str, str, str], items: list[Any],
+    def _write_list(self, w: ObjectWriter, key: tuple[str, str, str], items: list[Any], whole: bytes,
                     parent: TreeEntry | None) -> str | None:
-        """Store a list chunk by chunk; ``None`` when an item does not serialise to msgpack.
+        """Store a list chunk by chunk (``whole``: its msgpack encoding); ``None`` when a chunk does
+        not serialise to msgpack.
 
         The whole list is encoded again on every write, as the other LangGraph savers serialise it
         (the items may have been changed in place: an earlier message edited by a node is the same
@@ -186,10 +187,6 @@ class ValueCodec:
         if memo is not None and (parent is None or parent[1] != memo.tree):
             memo = None
         total = len(items)
-        kind, whole = self.dumps(items)
-        if kind != MSGPACK:
-            return None
-        whole = bytes(whole)  # (the same object when it is bytes already)
         head = array_header(total)
         if not whole.startswith(head):
             return None
