@@ -75,8 +75,11 @@ def files(store: gitstate.Store, run_id: str, path: str | None, history: bool, v
     """List, read or show the history of a run's session files.
 
     Without PATH: every path with its latest version. With PATH: its content (latest, or
-    --version N) on stdout. With --history: every version of PATH. RUN may be RUN@BRANCH
-    (session files belong to the run, whatever the branch).
+    --version N) on stdout, byte for byte into a pipe or a file. On a terminal a text file is
+    shown with its control characters escaped (newlines and tabs kept), so a file pulled from
+    elsewhere cannot drive the terminal, and a binary file (NUL bytes, or not UTF-8) is refused:
+    redirect stdout to a file, or use --json. With --history: every version of PATH. RUN may be
+    RUN@BRANCH (session files belong to the run, whatever the branch).
 
     \b
     Examples:
@@ -123,4 +126,24 @@ def files(store: gitstate.Store, run_id: str, path: str | None, history: bool, v
             doc["content"] = {"$bytes": data.hex()}
         out.emit_json(doc)
         return
-    click.echo(data, nl=False)
+    if out.is_tty():
+        click.echo(_for_terminal(data, run_id, path, version), nl=False)
+        return
+    click.echo(data, nl=False)  # a pipe or a file: the bytes exactly
+
+
+def _for_terminal(data: bytes, run_id: str, path: str, version: int | None) -> str:
+    """A session file's content for a terminal: text with its control characters escaped as
+    everything from the store is (:func:`output.safe`), newlines and tabs kept; a binary file
+    (NUL bytes, or not UTF-8) is a usage error saying how to get its bytes."""
+    try:
+        text = None if b"\0" in data else data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None:
+        command = " ".join(["git agentos files", out.shell_arg(run_id), out.shell_arg(path),
+                            *(["--version", str(version)] if version is not None else [])])
+        raise click.UsageError(f"{out.safe(path)} is a binary file (NUL bytes or not UTF-8): not printed on a "
+                               f"terminal; redirect it to a file ({command} > FILE), or use --json "
+                               "(its content as {\"$bytes\": hex})")
+    return "\n".join("\t".join(out.safe(part) for part in line.split("\t")) for line in text.split("\n"))

@@ -110,3 +110,34 @@ def test_diff_file_names_cannot_drive_the_terminal(repo: Path, monkeypatch: pyte
     assert done.exit_code == 0, done.output
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout and "\t" not in done.stdout, done.stdout
     assert "+ file  evil\\x1b]0;pwned\\x07name" in done.stdout and "+ file  tab\\tname" in done.stdout
+
+
+def test_session_file_cannot_drive_the_terminal(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`files RUN PATH` (a session file, possibly pulled from an untrusted remote) writes its bytes
+    exactly into a pipe or a file; on a terminal (a real pty here) text has its control characters
+    escaped, newlines and tabs kept, and a binary file is refused with one error line saying how to
+    get it (redirect, or --json), printing none of its bytes."""
+    import os
+
+    from test_cli_pager import EXE, on_a_terminal
+
+    hostile = "title\x1b]0;pwned\x07\n\tred\x1b[31m text\r\u009b2J\n".encode()
+    binary = {"nul.bin": b"PNG\x00\x1b[2J", "latin1.txt": b"caf\xe9 \x1b[2J\n"}
+    run = gitstate.open_store(repo).create_run(run_id="r")
+    for name, data in {"evil.txt": hostile, **binary}.items():
+        run.files.write(name, data, author="peer", reason="pulled")  # type: ignore[attr-defined]
+    monkeypatch.chdir(repo)
+    for name, data in {"evil.txt": hostile, **binary}.items():  # not a terminal: exact bytes
+        piped = CliRunner().invoke(cli, ["files", "r", name], prog_name="git agentos")
+        assert piped.exit_code == 0 and piped.stdout_bytes == data, piped.output
+
+    env = dict(os.environ, PATH=f"{Path(EXE).parent}{os.pathsep}{os.environ['PATH']}")
+    code, shown = on_a_terminal([EXE, "files", "r", "evil.txt"], repo, env)
+    assert code == 0, shown
+    assert shown == "title\\x1b]0;pwned\\x07\n\tred\\x1b[31m text\\r\\x9b2J\n"
+    for name in binary:
+        code, shown = on_a_terminal([EXE, "files", "r", name, "--version", "1"], repo, env)
+        assert code == 2, shown
+        assert shown.startswith(f"error: {name} is a binary file") and shown.count("\n") == 1, shown
+        assert f"git agentos files r {name} --version 1 > FILE" in shown and "--json" in shown
+        assert "\x1b" not in shown and "\x00" not in shown
