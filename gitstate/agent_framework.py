@@ -1,6 +1,6 @@
 """Microsoft Agent Framework workflow checkpoints on gitstate: :class:`GitCheckpointStorage`
 implements the framework's ``CheckpointStorage`` protocol (install the
-``gitstate[agent-framework]`` extra).
+``agent-framework`` extra of ``git-agentos``).
 
 A workflow name is a gitstate run (run id = ``workflow_name``, workflow ``agent-framework``); each
 saved ``WorkflowCheckpoint`` is a commit whose parent is the commit of its
@@ -31,8 +31,13 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from agent_framework import WorkflowCheckpoint
-from agent_framework.exceptions import WorkflowCheckpointException
+try:
+    from agent_framework import WorkflowCheckpoint
+    from agent_framework.exceptions import WorkflowCheckpointException
+except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+    # not "pip install gitstate[...]": that name on PyPI is another project's
+    raise ImportError("gitstate.agent_framework needs Microsoft Agent Framework: install the agent-framework extra of git-agentos "
+                      f"(from a checkout: pip install '.[agent-framework]') ({exc})") from exc
 
 from gitstate.errors import (
     CheckpointNotFound,

@@ -1,5 +1,5 @@
 """CrewAI flow state on gitstate: :class:`GitFlowPersistence` is a ``FlowPersistence`` (install the
-``gitstate[crewai]`` extra) for ``@persist(GitFlowPersistence())``.
+``crewai`` extra of ``git-agentos``) for ``@persist(GitFlowPersistence())``.
 
 A flow instance (its state ``id``) is a gitstate run (run id = the flow's uuid, workflow ``crewai``);
 every ``save_state`` after a flow method is one checkpoint named after the method, so
@@ -14,8 +14,13 @@ import os
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
-from crewai.flow.persistence.base import FlowPersistence
-from pydantic import BaseModel, Field, PrivateAttr
+try:
+    from crewai.flow.persistence.base import FlowPersistence
+    from pydantic import BaseModel, Field, PrivateAttr
+except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+    # not "pip install gitstate[...]": that name on PyPI is another project's
+    raise ImportError("gitstate.crewai needs CrewAI: install the crewai extra of git-agentos "
+                      f"(from a checkout: pip install '.[crewai]') ({exc})") from exc
 
 from gitstate.errors import EncodingError, UsageError
 from gitstate.format import frameworks

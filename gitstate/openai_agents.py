@@ -1,5 +1,5 @@
 """OpenAI Agents SDK sessions on gitstate: :class:`GitSession` implements the SDK's
-``agents.memory.Session`` protocol (install the ``gitstate[openai-agents]`` extra) and the branching
+``agents.memory.Session`` protocol (install the ``openai-agents`` extra of ``git-agentos``) and the branching
 of its ``AdvancedSQLiteSession``.
 
 A session is a gitstate run (run id = ``session_id``, workflow ``openai-agents``); a branch of the
@@ -24,8 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from agents.memory import SessionSettings
-from agents.memory.session_settings import resolve_session_limit
+try:
+    from agents.memory import SessionSettings
+    from agents.memory.session_settings import resolve_session_limit
+except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+    # not "pip install gitstate[...]": that name on PyPI is another project's
+    raise ImportError("gitstate.openai_agents needs the OpenAI Agents SDK: install the openai-agents extra of git-agentos "
+                      f"(from a checkout: pip install '.[openai-agents]') ({exc})") from exc
 
 from gitstate.errors import BranchNotFound, ConflictError, CorruptObjectError, UsageError
 from gitstate.format import checkpoint as cpfmt

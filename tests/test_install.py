@@ -11,6 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -75,3 +77,19 @@ def test_without_langgraph_the_import_error_names_this_project() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "needs LangGraph: install the langgraph extra of git-agentos" in proc.stdout
     assert "pip install '.[langgraph]'" in proc.stdout and "gitstate[" not in proc.stdout
+
+
+@pytest.mark.parametrize(("module", "blocked", "words", "extra"), [
+    ("gitstate.openai_agents", "agents", "needs the OpenAI Agents SDK", "openai-agents"),
+    ("gitstate.agent_framework", "agent_framework", "needs Microsoft Agent Framework", "agent-framework"),
+    ("gitstate.crewai", "crewai", "needs CrewAI", "crewai"),
+])
+def test_without_its_framework_an_integration_names_the_extra(module: str, blocked: str, words: str,
+                                                                extra: str) -> None:
+    """Each framework integration imported without its framework says which extra of this project
+    brings it (not a bare ``No module named ...``, and not the ``gitstate`` name on PyPI)."""
+    code = (f"import sys; sys.modules[{blocked!r}] = None\n"
+            f"try:\n    import {module}\nexcept ImportError as exc:\n    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert f"{words}: install the {extra} extra of git-agentos" in proc.stdout, proc.stdout + proc.stderr
+    assert f"pip install '.[{extra}]'" in proc.stdout and "gitstate[" not in proc.stdout
