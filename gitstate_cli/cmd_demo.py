@@ -21,6 +21,7 @@ import gitstate
 from gitstate.git.environ import scoped_environ
 
 from . import output as out
+from .context import PathParam
 
 RUN = "demo-run"
 _IDENTITY = ("-c", "user.name=gitstate demo", "-c", "user.email=demo@gitstate.invalid")
@@ -132,7 +133,7 @@ def _run_workflow(repo: Path) -> gitstate.Run:
 
 
 @click.command()
-@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
+@click.option("--dir", "directory", type=PathParam(file_okay=False), default=None,
               help="Run in this directory (a new or empty one, or one an earlier demo made) instead of a "
                    "fresh temp dir.")
 @out.json_option

@@ -11,12 +11,13 @@ import gitstate
 
 from . import output as out
 from .cmd_write import RESTORE_PHASES, print_restore, verbose_option
-from .context import get_run, pass_store, resolve
+from .context import PathParam, get_run, pass_store, resolve
 
 
 @click.command()
 @click.argument("ref", metavar="REF")
-@click.argument("paths", nargs=-1, metavar="[PATH]...")
+@click.argument("paths", nargs=-1, metavar="[PATH]...",
+                type=PathParam(empty_hint=" (use . for the current directory)"))
 @click.option("--dry-run", is_flag=True, help="List what would change; change nothing.")
 @click.option("--force", is_flag=True, help="Overwrite files with uncommitted changes.")
 @verbose_option

@@ -9,7 +9,7 @@ import click
 import gitstate
 
 from . import output as out
-from .context import get_run, pass_store
+from .context import PathParam, get_run, pass_store
 
 
 @click.command()
@@ -17,7 +17,7 @@ from .context import get_run, pass_store
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default="a free port",
               help="Port on 127.0.0.1 to serve on.")
 @click.option("--no-open", is_flag=True, help="Do not open a browser (print the address only).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True), default=None,
+@click.option("--html", "html_path", type=PathParam(dir_okay=False, writable=True, in_existing_dir=True), default=None,
               help="Write the view of the runs (every run of the worktree when none is named) to this "
                    "self-contained HTML file instead of serving.")
 @click.option("--all", "all_worktrees", is_flag=True, help="With --html and no RUN: the runs of every worktree.")

@@ -17,7 +17,7 @@ from gitstate.git.refs import list_refs
 from gitstate.store import refspec
 
 from . import output as out
-from .context import get_run, locate, locate_branch, parse_meta, pass_store, read_state
+from .context import PathParam, get_run, locate, locate_branch, parse_meta, pass_store, read_state
 
 branch_option = click.option("--branch", "-b", default=None,
                              help="Branch of the run when RUN names none (default: main).")
@@ -31,7 +31,8 @@ def _describe(cp: gitstate.Checkpoint) -> str:
 
 @click.command()
 @click.argument("run_id", metavar="RUN")
-@click.argument("paths", nargs=-1, metavar="[PATH]...")
+@click.argument("paths", nargs=-1, metavar="[PATH]...",
+                type=PathParam(empty_hint=" (use . for the current directory)"))
 @click.option("--workflow", "-w", default=None, help="Workflow name, recorded when the run is created.")
 @click.option("--state", "state_file", metavar="FILE|-", default=None,
               help="State as JSON (CBOR if FILE ends in .cbor); '-' reads stdin. Default: the branch's current state.")

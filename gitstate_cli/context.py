@@ -75,8 +75,33 @@ def locate_branch(store: gitstate.Store, text: str, branch: str | None = None, *
     return loc
 
 
+class PathParam(click.Path):
+    """``click.Path`` for file system paths given on the command line: an empty one (``''``) is a
+    usage error naming the option or argument, as git refuses an empty pathspec (it would
+    otherwise stand for the current directory, or for no path at all). With ``in_existing_dir``
+    (a file the command writes) the directory it goes in must exist."""
+
+    def __init__(self, *, in_existing_dir: bool = False, empty_hint: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.in_existing_dir = in_existing_dir
+        self.empty_hint = empty_hint
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str | bytes) and not value:
+            self.fail(f"the path is empty{self.empty_hint}", param, ctx)
+        path = super().convert(value, param, ctx)
+        if self.in_existing_dir:
+            parent = os.path.dirname(os.path.abspath(os.fsdecode(path)))
+            if not os.path.isdir(parent):
+                why = "is not a directory" if os.path.exists(parent) else "does not exist"
+                self.fail(f"cannot write {os.fsdecode(path)!r}: {parent!r} {why}", param, ctx)
+        return path
+
+
 def read_state(source: str) -> Any:
     """Read ``--state``: a path or ``-`` (stdin); JSON, or CBOR when the path ends in ``.cbor``."""
+    if not source:
+        raise click.BadParameter("the path is empty (give a file, or - for stdin)", param_hint="'--state'")
     is_cbor = source.endswith(".cbor")
     try:
         if source == "-":

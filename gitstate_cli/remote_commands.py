@@ -14,7 +14,7 @@ from gitstate.format import names
 from gitstate.sync.remote import RefResult, SyncResult, is_safety_ref
 
 from . import output as out
-from .context import pass_store
+from .context import PathParam, pass_store
 
 _ALL_HELP = "Every worktree's runs, not only the current worktree's."
 
@@ -178,7 +178,7 @@ def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
 
 @click.command("export")
 @click.argument("runs", nargs=-1)
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, writable=True),
+@click.option("--output", "-o", required=True, type=PathParam(dir_okay=False, writable=True, in_existing_dir=True),
               help="The bundle file to write.")
 @click.option("--include-safety", is_flag=True,
               help="Also export the restore-safety branches (unsaved work a restore set aside; left out by default).")
@@ -209,7 +209,7 @@ def export(store: gitstate.Store, runs: tuple[str, ...], output: str, include_sa
 
 
 @click.command("import")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("file", type=PathParam(exists=True, dir_okay=False))
 @out.json_option
 @pass_store
 def import_(store: gitstate.Store, file: str, as_json: bool) -> None:

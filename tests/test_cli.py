@@ -217,6 +217,16 @@ def _error(result: Result) -> str:
     (["delete", "r"], 2, "--yes"),
     (["log"], 2, "Missing argument"),
     (["frobnicate"], 2, "No such command"),
+    # an empty path is a usage error naming its option, never the current directory or no path
+    (["export", "-o", ""], 2, "'--output' / '-o': the path is empty"),
+    (["export", "r", "--output", "/does/not/exist/r.bundle"], 2, "'--output' / '-o': cannot write"),
+    (["import", ""], 2, "'FILE': the path is empty"),
+    (["view", "--html", ""], 2, "'--html': the path is empty"),
+    (["view", "--html", "/does/not/exist/v.html"], 2, "'--html': cannot write"),
+    (["checkpoint", "r", "--state", ""], 2, "'--state': the path is empty"),
+    (["checkpoint", "r", "--files", ""], 2, "the path is empty (use . for the current directory)"),
+    (["restore", "r", ""], 2, "the path is empty (use . for the current directory)"),
+    (["demo", "--dir", ""], 2, "'--dir': the path is empty"),
 ])
 def test_bad_input(at_repo: Path, tmp_path: Path, args: list[str], code: int, needle: str) -> None:
     old = as_json("checkpoint", "r", "--state", "-", input='{"a": 1}')["id"]
