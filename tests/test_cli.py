@@ -251,6 +251,45 @@ def test_show_of_a_user_commit_is_refused(at_repo: Path) -> None:
     assert result.exit_code == 1 and "no such checkpoint" in _error(result)
 
 
+def test_import_says_what_is_wrong_with_the_file(at_repo: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`import` of what is not a whole git bundle says what is wrong (/dev/null was "no such file";
+    a bundle cut short imported nothing, or failed with git's "index-pack died"), exits 1 and
+    changes nothing, in a repository with or without the bundle's objects."""
+    from conftest import make_repo
+
+    agentos("checkpoint", "r", "--state", "-", input='{"a": 1}')
+    bundle = tmp_path / "r.bundle"
+    agentos("export", "r", "-o", str(bundle))
+    data = bundle.read_bytes()
+    pack = data.index(b"\n\n") + 2
+    flipped = bytearray(data)
+    flipped[pack + 40] ^= 0xFF
+    cases = {"empty.bundle": (b"", "not a git bundle: the file is empty"),
+             "notes.txt": (b"just some text\n", "does not start with '# v2 git bundle'"),
+             "head.bundle": (data[: pack - 30], "its header ends before the pack"),
+             "nopack.bundle": (data[:pack], "no whole pack"),
+             "cut.bundle": (data[:-30], "checksum does not match"),
+             "flipped.bundle": (bytes(flipped), "checksum does not match")}
+    for name, (content, _) in cases.items():
+        (tmp_path / name).write_bytes(content)
+    (tmp_path / "a-directory").mkdir()
+    fresh = make_repo(tmp_path / "fresh")
+    for repo in (at_repo, fresh):
+        monkeypatch.chdir(repo)
+        before, user = store_snapshot(repo), user_snapshot(repo)
+        for path, (code, needle) in {"/dev/null": (1, "not a git bundle: a character device"),
+                                     str(tmp_path / "a-directory"): (2, "is a directory"),
+                                     **{str(tmp_path / name): (1, needle) for name, (_, needle) in cases.items()}
+                                     }.items():
+            result = CliRunner().invoke(cli, ["import", path], prog_name="git agentos")
+            assert result.exit_code == code, (path, result.stdout, result.stderr)
+            assert needle in _error(result), path
+            assert result.stdout == ""
+        assert store_snapshot(repo) == before and user_snapshot(repo) == user
+    assert "created r" in agentos("import", str(bundle)).stdout  # the whole bundle imports
+
+
 def test_unreadable_state_file(at_repo: Path, tmp_path: Path) -> None:
     directory = tmp_path / "a-directory.json"  # unreadable as a file, even for root
     directory.mkdir()

@@ -5,7 +5,9 @@ fetches them from the file into the staging namespace and applies the same no-ov
 
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
 from collections.abc import Iterable
 
 from gitstate.errors import RemoteError, RunNotFound, UsageError
@@ -58,9 +60,71 @@ def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.Pat
 
 def import_bundle(store: Store, file: str | os.PathLike[str]) -> list[PullResult]:
     """Bring the runs of a bundle in (every ``refs/agentos/…`` it holds), fast-forward only; a
-    branch that advanced on both sides keeps the bundle's line as ``<branch>@bundle``."""
+    branch that advanced on both sides keeps the bundle's line as ``<branch>@bundle``.
+    :class:`RemoteError`, with nothing changed, when the file is not a whole git bundle (not a
+    regular file, empty, not a bundle, its header or pack cut short or damaged) and what it is."""
     path = os.path.abspath(os.fspath(file))
-    if not os.path.isfile(path):
-        raise RemoteError(path, "read bundle", "no such file")
+    why = _not_a_bundle(path)
+    if why:
+        raise RemoteError(path, "read bundle", why)
     run_git(store, ["bundle", "verify", "--quiet", path], action="verify bundle", remote=path)
     return fetch_and_merge(store, path, BUNDLE_LABEL, [NAMESPACE], action="import bundle")
+
+
+_SIGNATURES = (b"# v2 git bundle\n", b"# v3 git bundle\n")
+_HASHES = {"sha1": 20, "sha256": 32}
+_MAX_LINE = 1 << 16  # a header line: an object id and a ref name
+
+
+def _not_a_bundle(path: str) -> str | None:
+    """Why ``path`` is not a whole git bundle file, or None: checked before git reads it, because
+    ``git bundle verify`` reads only the header (a bundle whose header or pack was cut short
+    passed it, and importing it said "no such file", imported nothing without a word, or failed
+    with git's "index-pack died")."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc))
+    if stat.S_ISDIR(st.st_mode):
+        return "not a git bundle: a directory"
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a pipe" if stat.S_ISFIFO(st.st_mode) else "a character device" if stat.S_ISCHR(st.st_mode)
+                else "a block device" if stat.S_ISBLK(st.st_mode) else "a socket")
+        return f"not a git bundle: {kind}, not a regular file (save the bundle to a file first)"
+    if st.st_size == 0:
+        return "not a git bundle: the file is empty"
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(64)
+            if first not in _SIGNATURES:
+                return "not a git bundle: it does not start with '# v2 git bundle' or '# v3 git bundle'"
+            hash_size = _HASHES["sha1"]
+            while True:  # capabilities (v3), prerequisites and refs, up to an empty line
+                line = fh.readline(_MAX_LINE)
+                if not line.endswith(b"\n"):
+                    if len(line) == _MAX_LINE:
+                        return "not a git bundle: a header line is too long"
+                    return "truncated bundle: its header ends before the pack (the file was cut short)"
+                if line == b"\n":
+                    break
+                if line.startswith(b"@object-format="):
+                    hash_size = _HASHES.get(line[len(b"@object-format="):].strip().decode("ascii", "replace"), 0)
+                    if not hash_size:
+                        return f"unsupported bundle: object format {line.strip().decode('ascii', 'replace')!r}"
+            size = st.st_size - fh.tell()
+            if size < 12 + hash_size or fh.read(4) != b"PACK":
+                return "truncated or damaged bundle: no whole pack after its header"
+            fh.seek(-4, os.SEEK_CUR)
+            digest = hashlib.sha256() if hash_size == 32 else hashlib.sha1()  # noqa: S324 - git's checksum
+            left = size - hash_size
+            while left > 0:
+                chunk = fh.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                left -= len(chunk)
+            if left or digest.digest() != fh.read(hash_size):
+                return "truncated or damaged bundle: its pack's checksum does not match (the file was cut short or changed)"
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror or exc}"
+    return None
