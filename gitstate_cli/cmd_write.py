@@ -33,7 +33,9 @@ def _describe(cp: gitstate.Checkpoint) -> str:
 @click.argument("run_id", metavar="RUN")
 @click.argument("paths", nargs=-1, metavar="[PATH]...",
                 type=PathParam(empty_hint=" (use . for the current directory)"))
-@click.option("--workflow", "-w", default=None, help="Workflow name, recorded when the run is created.")
+@click.option("--workflow", "-w", default=None,
+              help="Workflow name, recorded when the run is created; on an existing run it must be the "
+                   "run's own (another one is a usage error: a run's workflow never changes).")
 @click.option("--state", "state_file", metavar="FILE|-", default=None,
               help="State as JSON (CBOR if FILE ends in .cbor); '-' reads stdin. Default: the branch's current state.")
 @click.option("--node", default=None,
@@ -107,6 +109,11 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
         raise click.UsageError(f"run {out.safe(run.id)} belongs to the {run.workflow} integration (workflow "
                                f"{run.workflow!r}); only it writes checkpoints its reader understands, so a "
                                "checkpoint from the command line is refused; write to another run id")
+    if workflow is not None and not created and workflow != run.workflow:
+        recorded = f"workflow {out.safe(run.workflow)!r}" if run.workflow is not None else "no workflow"
+        raise click.BadParameter(f"run {out.safe(run.id)!r} exists with {recorded}, not {out.safe(workflow)!r}: a "
+                                 "run's workflow is recorded when it is created and never changes; drop -w, "
+                                 "or write to another run id", param_hint="'--workflow' / '-w'")
     try:
         if state_file is None:
             head = run.head(branch)

@@ -227,6 +227,7 @@ def _error(result: Result) -> str:
     (["checkpoint", "r", "--files", ""], 2, "the path is empty (use . for the current directory)"),
     (["restore", "r", ""], 2, "the path is empty (use . for the current directory)"),
     (["demo", "--dir", ""], 2, "'--dir': the path is empty"),
+    (["checkpoint", "r", "-w", "other"], 2, "run 'r' exists with no workflow, not 'other'"),
 ])
 def test_bad_input(at_repo: Path, tmp_path: Path, args: list[str], code: int, needle: str) -> None:
     old = as_json("checkpoint", "r", "--state", "-", input='{"a": 1}')["id"]
@@ -288,6 +289,21 @@ def test_import_says_what_is_wrong_with_the_file(at_repo: Path, tmp_path: Path,
             assert result.stdout == ""
         assert store_snapshot(repo) == before and user_snapshot(repo) == user
     assert "created r" in agentos("import", str(bundle)).stdout  # the whole bundle imports
+
+
+def test_checkpoint_workflow_of_an_existing_run(at_repo: Path) -> None:
+    """-w records the workflow when the run is created; on an existing run the same workflow is
+    accepted without a word, and another one (it used to be ignored silently) is a usage error
+    naming both, that writes nothing."""
+    as_json("checkpoint", "r", "-w", "triage", "--state", "-", input='{"a": 1}')
+    assert agentos("checkpoint", "r", "--workflow", "triage").stderr == ""
+    before = store_snapshot(at_repo)
+    for args in (["r", "-w", "review"], ["r@new-branch", "--workflow", "review"], ["r", "-w", "review", "--expect", "0" * 12]):
+        result = CliRunner().invoke(cli, ["checkpoint", *args], prog_name="git agentos")
+        assert result.exit_code == 2, (args, result.stdout, result.stderr)
+        assert "'--workflow' / '-w': run 'r' exists with workflow 'triage', not 'review'" in _error(result)
+    assert store_snapshot(at_repo) == before
+    assert as_json("runs")[0]["workflow"] == "triage"
 
 
 def test_unreadable_state_file(at_repo: Path, tmp_path: Path) -> None:
