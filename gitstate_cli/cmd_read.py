@@ -16,7 +16,8 @@ from .pager import paged
 
 json_option = out.json_option
 branch_option = click.option("--branch", "-b", default=None,
-                             help="Branch of the run when RUN names none (default: main).")
+                             help="Branch of the run when RUN names none (default: main; a LangGraph "
+                                  "thread's latest line).")
 no_pager_option = click.option("--no-pager", is_flag=True, help="Do not pipe the output into a pager.")
 
 
@@ -95,10 +96,10 @@ def log(store: gitstate.Store, ref: str, branch: str | None, limit: int | None, 
         as_json: bool) -> None:
     """List the checkpoints of a run's branch, newest first.
 
-    REF is RUN (its main branch, or --branch), RUN@BRANCH, or any checkpoint (RUN~N, an id, ...)
-    to list from there back. On a terminal the list goes through git's pager (GIT_PAGER,
-    core.pager, PAGER, else less -FRX); --no-pager or 'git agentos --no-pager log' prints it as
-    it is.
+    REF is RUN (its main branch, or --branch; a LangGraph thread's latest line, as `runs` shows
+    it), RUN@BRANCH, or any checkpoint (RUN~N, an id, ...) to list from there back. On a
+    terminal the list goes through git's pager (GIT_PAGER, core.pager, PAGER, else less -FRX);
+    --no-pager or 'git agentos --no-pager log' prints it as it is.
 
     For a LangGraph thread, STEP is LangGraph's step (-1 for the input checkpoint), NODE the
     node(s) whose step produced the checkpoint, and STATUS what was recorded (running: tasks were
@@ -178,7 +179,9 @@ def _detail_lines(kind: str, old: Any, new: Any) -> list[str]:
 def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
     """Show one checkpoint: metadata, decoded state, files.
 
-    REF is an id or unique prefix, RUN, RUN@BRANCH, RUN~N or RUN:node:NAME ('git agentos help refs').
+    REF is an id or unique prefix, RUN, RUN@BRANCH, RUN~N or RUN:node:NAME ('git agentos help refs';
+    RUN of a LangGraph thread is the tip of its latest line, the checkpoint LangGraph's get_state
+    returns).
 
     A LangGraph checkpoint shows its channel values decoded for display (messages as {type,
     content, ...}, other objects as {"$type": "module.Name", fields}; nothing is imported or
@@ -298,21 +301,24 @@ _MARKS = {"added": ("+", "green"), "removed": ("-", "red"), "deleted": ("-", "re
 def nodes(store: gitstate.Store, run_id: str, branch: str | None, as_json: bool) -> None:
     """List the node boundaries of a run's branch.
 
-    Boundaries are listed in execution order. RUN may be RUN@BRANCH.
+    Boundaries are listed in execution order. RUN may be RUN@BRANCH; a bare RUN is its main
+    branch (a LangGraph thread: its latest line, 'git agentos help refs').
 
     \b
     Example:
       git agentos nodes my-run
 
-    JSON: a list of {"node", "entry", "exit", "status"}; entry and exit are checkpoint ids (exit
-    is null while the node is running); status is completed, failed or running. A LangGraph
+    JSON: a list of {"node", "entry", "exit", "status", "branch"}; entry and exit are checkpoint
+    ids (exit is null while the node is running); status is completed, failed or running; branch
+    is the branch listed. A LangGraph
     thread's nodes come from its checkpoints: entry and exit are the checkpoint a node step
     produced (or where it failed or stopped; status failed or interrupted).
     """
     loc = locate_branch(store, run_id, branch)
     boundaries = store.get_run(loc.run).nodes(loc.branch)
     if as_json:
-        out.emit_json([{"node": b.node, "entry": b.entry, "exit": b.exit, "status": b.status} for b in boundaries])
+        out.emit_json([{"node": b.node, "entry": b.entry, "exit": b.exit, "status": b.status, "branch": loc.branch}
+                       for b in boundaries])
         return
     out.table(["node", "status", "entry", "exit"],
               [[b.node, out.status(b.status), out.short(b.entry), out.short(b.exit)] for b in boundaries])

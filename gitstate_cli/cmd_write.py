@@ -20,7 +20,8 @@ from . import output as out
 from .context import PathParam, get_run, locate, locate_branch, parse_meta, pass_store, read_state
 
 branch_option = click.option("--branch", "-b", default=None,
-                             help="Branch of the run when RUN names none (default: main).")
+                             help="Branch of the run when RUN names none (default: main; a LangGraph "
+                                  "thread's latest line).")
 json_option = out.json_option
 
 
@@ -233,12 +234,7 @@ def rollback(store: gitstate.Store, run_id: str, target: str | None, branch: str
     click.echo(f"rolled back {where}: {tip.short_id} -> {_describe(new)}")
     if restored is not None:
         print_restore(restored, verbose=verbose)
-    click.echo(f"undo with: git agentos undo {out.shell_arg(_branch_ref(run.id, branch))}")
-
-
-def _branch_ref(run_id: str, branch: str) -> str:
-    """How to name a branch on the command line (RUN for main, else RUN@BRANCH)."""
-    return run_id if branch == "main" else f"{run_id}@{branch}"
+    click.echo(f"undo with: git agentos undo {out.shell_arg(refspec.branch_text(run, branch))}")
 
 
 def _rollback_doc(run: gitstate.Run, branch: str, tip: gitstate.Checkpoint, cp: gitstate.Checkpoint,
@@ -321,15 +317,16 @@ def undo(store: gitstate.Store, run_id: str, branch: str | None, as_json: bool) 
 def fork(store: gitstate.Store, run_id: str, target: str, new_branch: str, as_json: bool) -> None:
     """Create a new branch of a run at a checkpoint.
 
-    RUN may be RUN@BRANCH; TARGET is relative to that branch (main by default): ~N, node:NAME,
-    @OTHER[~N], an id, a REF of the same run.
+    RUN may be RUN@BRANCH; TARGET is relative to that branch (main by default; a LangGraph
+    thread's latest line): ~N, node:NAME, @OTHER[~N], an id, a REF of the same run.
 
     \b
     Examples:
       git agentos fork my-run node:plan try-other-tool
       git agentos fork my-run @main@origin theirs
 
-    JSON: {"run", "branch" (the new one), "at" (the checkpoint, shaped as in `log --json`)}.
+    JSON: {"run", "branch" (the new one), "at" (the checkpoint, shaped as in `log --json`),
+    "from_branch" (the branch TARGET was read against)}.
     """
     loc = locate_branch(store, run_id)
     run = store.get_run(loc.run)
@@ -337,7 +334,7 @@ def fork(store: gitstate.Store, run_id: str, target: str, new_branch: str, as_js
     names.check_name("branch name", new_branch)
     run.fork(cp.id, new_branch)
     if as_json:
-        out.emit_json({"run": run.id, "branch": new_branch, "at": cp.to_dict()})
+        out.emit_json({"run": run.id, "branch": new_branch, "at": cp.to_dict(), "from_branch": loc.branch})
         return
     click.echo(f"forked branch {out.safe(new_branch)} of run {out.safe(run.id)} at "
                f"{out.style(cp.short_id, fg='yellow')}")

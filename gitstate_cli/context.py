@@ -50,10 +50,6 @@ def resolve(store: gitstate.Store, text: str) -> gitstate.Checkpoint:
     return refspec.resolve(store, text)
 
 
-def _default_branch(option: str | None) -> str:
-    return option if option is not None else "main"
-
-
 def _check_branch(loc: refspec.Located, option: str | None) -> None:
     if option is not None and loc.named_branch and option != loc.branch:
         raise click.UsageError(f"the reference names branch {out.safe(loc.branch)!r} but --branch says "
@@ -61,16 +57,18 @@ def _check_branch(loc: refspec.Located, option: str | None) -> None:
 
 
 def locate(store: gitstate.Store, text: str, branch: str | None = None) -> refspec.Located:
-    """A REF argument as run, branch and checkpoint (``--branch`` applies when REF names none)."""
-    loc = refspec.locate(store, text, _default_branch(branch))
+    """A REF argument as run, branch and checkpoint (``--branch`` applies when REF names none; without
+    it, the run's default branch: main, a LangGraph thread's latest line)."""
+    loc = refspec.locate(store, text, branch)
     _check_branch(loc, branch)
     return loc
 
 
 def locate_branch(store: gitstate.Store, text: str, branch: str | None = None, *,
                   create: bool = False, read_tip: bool = True) -> refspec.Located:
-    """A ``RUN`` or ``RUN@BRANCH`` argument (``--branch`` applies to a bare RUN)."""
-    loc = refspec.locate_branch(store, text, _default_branch(branch), create=create, read_tip=read_tip)
+    """A ``RUN`` or ``RUN@BRANCH`` argument (``--branch`` applies to a bare RUN; without it, the
+    run's default branch)."""
+    loc = refspec.locate_branch(store, text, branch, create=create, read_tip=read_tip)
     _check_branch(loc, branch)
     return loc
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 REFS = """\
 Naming runs, branches and checkpoints (one grammar for every command)
 
-  RUN                   a run id: the tip of the run's main branch
+  RUN                   a run id: the tip of the run's main branch (a LangGraph thread: of the
+                        line holding its latest checkpoint, see below)
   RUN@BRANCH            the tip of another branch; BRANCH may hold '@' and '~' (main@origin,
                         a LangGraph fork main~1ef4f797-8335-6428-8001-8a1503f9b875)
   RUN~N, RUN@BRANCH~N   N checkpoints back along first parents
@@ -37,6 +38,12 @@ What each command takes:
 
 --branch B, where a command has it, is the branch of a bare RUN; a RUN@BRANCH and a --branch
 that name different branches are a usage error.
+
+A LangGraph thread's bare RUN (in RUN, RUN~N, RUN:node:NAME and as the branch of nodes, fork,
+rollback, undo and prune) is the line holding its latest checkpoint: the one LangGraph's
+get_state returns and runs summarises. After time travel (a graph run again from an earlier
+checkpoint, update_state on one) that is a fork line main~<checkpoint id>; RUN@main is the first
+line. Every other run's bare RUN is its main branch.
 
 Run ids and branch names may contain any character, '@', '~' and ':' included, so a reference
 is read in this order, the first match winning:

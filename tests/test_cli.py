@@ -72,8 +72,8 @@ def test_checkpoint_with_node_is_a_node_boundary(at_repo: Path) -> None:
     cp2 = as_json("checkpoint", "my-run", "--state", "-", "--node", "edit", input='{"m": [1, 2]}')
     cp3 = as_json("checkpoint", "my-run", "--state", "-", input='{"m": [1, 2, 3]}')  # no node: no boundary
     assert as_json("nodes", "my-run") == [
-        {"node": "plan", "entry": cp0["id"], "exit": cp1["id"], "status": "completed"},
-        {"node": "edit", "entry": cp2["id"], "exit": cp2["id"], "status": "completed"}]
+        {"node": "plan", "entry": cp0["id"], "exit": cp1["id"], "status": "completed", "branch": "main"},
+        {"node": "edit", "entry": cp2["id"], "exit": cp2["id"], "status": "completed", "branch": "main"}]
     rows = agentos("nodes", "my-run").stdout.splitlines()
     assert len(rows) == 3 and rows[1].split()[:2] == ["plan", "completed"], rows
     assert as_json("show", "my-run:node:plan")["id"] == cp1["id"]
@@ -81,7 +81,7 @@ def test_checkpoint_with_node_is_a_node_boundary(at_repo: Path) -> None:
     # the same node after another one is a boundary of its own; a failed checkpoint fails its node
     cp4 = as_json("checkpoint", "my-run", "--state", "-", "--node", "plan", "--status", "failed", input="{}")
     nodes = as_json("nodes", "my-run")
-    assert nodes[-1] == {"node": "plan", "entry": cp4["id"], "exit": cp4["id"], "status": "failed"}
+    assert nodes[-1] == {"node": "plan", "entry": cp4["id"], "exit": cp4["id"], "status": "failed", "branch": "main"}
     assert len(nodes) == 3 and as_json("runs")[0]["status"] == "failed"
     store = gitstate.open_store(at_repo)
     history = [cp.id for cp in store.get_run("my-run").history()]
@@ -91,11 +91,11 @@ def test_checkpoint_with_node_is_a_node_boundary(at_repo: Path) -> None:
     assert [n["node"] for n in as_json("nodes", "my-run")] == ["plan"]
     cp5 = as_json("checkpoint", "my-run", "--state", "-", "--node", "plan", input='{"again": 1}')
     assert as_json("nodes", "my-run") == [  # the log's newest boundary (the failed one) ended elsewhere
-        {"node": "plan", "entry": cp0["id"], "exit": cp1["id"], "status": "completed"},
-        {"node": "plan", "entry": cp5["id"], "exit": cp5["id"], "status": "completed"}]
+        {"node": "plan", "entry": cp0["id"], "exit": cp1["id"], "status": "completed", "branch": "main"},
+        {"node": "plan", "entry": cp5["id"], "exit": cp5["id"], "status": "completed", "branch": "main"}]
     cp6 = as_json("checkpoint", "my-run", "--state", "-", "--node", "plan", input='{"again": 2}')
     assert as_json("nodes", "my-run")[-1] == {"node": "plan", "entry": cp5["id"], "exit": cp6["id"],
-                                              "status": "completed"}
+                                              "status": "completed", "branch": "main"}
     log = git(at_repo, "log", "--format=%s", "refs/agentos/main/runs/my-run/nodes/main").split("\n")
     assert log[0] == "node plan · completed"
     assert verify(store).ok
@@ -134,7 +134,8 @@ def test_scenario_matches_library(at_repo: Path) -> None:
     with run.node("review") as scope:
         scope.checkpoint({"reviewed": True})
     nodes = as_json("nodes", "r1")
-    assert nodes == [{"node": b.node, "entry": b.entry, "exit": b.exit, "status": b.status} for b in run.nodes()]
+    assert nodes == [{"node": b.node, "entry": b.entry, "exit": b.exit, "status": b.status, "branch": "main"}
+                     for b in run.nodes()]
     assert nodes[-1]["node"] == "review" and nodes[-1]["status"] == "completed"
     table = agentos("nodes", "r1").stdout.splitlines()
     assert table[0].split() == ["NODE", "STATUS", "ENTRY", "EXIT"]

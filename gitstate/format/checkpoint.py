@@ -378,6 +378,13 @@ def latest_line(tips: Mapping[str, Checkpoint]) -> str | None:
     return best[2] if best is not None else None
 
 
+def summary_line(tips: Mapping[str, Checkpoint]) -> str:
+    """The branch a run is summarised on (``git agentos runs``, the view's runs page): a LangGraph
+    thread's :func:`latest_line`, else ``main``, else the branch whose tip was written last.
+    ``tips`` (branch name → tip checkpoint) must not be empty."""
+    return latest_line(tips) or ("main" if "main" in tips else max(tips, key=lambda b: tips[b].created_at))
+
+
 def state_entry(writer: ObjectWriter, state: Any) -> TreeEntry:
     """Write a state and return its entry in a checkpoint tree: a mapping with string keys becomes
     the ``state/`` tree (one entry per key, for structural sharing), anything else ``state.cbor``."""

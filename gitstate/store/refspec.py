@@ -7,7 +7,8 @@ Grammar::
     TARGET := REF of the same run | ID | '~' N | '@' BRANCH [ '~' N | ':node:' NAME ] | 'node:' NAME
 
 ``ID`` is a full checkpoint id or a unique prefix of 4+ hex digits (an ambiguous prefix is an error
-that lists the candidates); ``RUN`` alone is the tip of its ``main`` branch; ``~N`` goes N
+that lists the candidates); ``RUN`` alone is the tip of its ``main`` branch, or for a LangGraph
+thread of the line holding its latest checkpoint (:func:`default_branch`); ``~N`` goes N
 checkpoints back along first parents; ``:node:NAME`` is the latest exit checkpoint of node NAME on
 that branch. A TARGET is read relative to a run and a branch: ``~2`` is two back from that branch's
 tip, ``@fix`` the tip of branch ``fix`` of the same run.
@@ -16,7 +17,8 @@ Run ids and branch names may contain any character, including ``@``, ``~`` and `
 fork branches are ``main~<checkpoint id>``, a pull keeps a diverged line as ``main@origin``), so
 the text is read in this order, the first match winning:
 
-1. the whole text is an existing run id of this worktree → its main tip (an exact run id wins);
+1. the whole text is an existing run id of this worktree → the tip of its default branch (an
+   exact run id wins);
 2. every way of reading the text as ``RUN@BRANCH``, ``…~N`` or ``…:node:NAME`` with an existing
    run is a candidate; the winner is the one whose branch exists, then the one with the longest
    run id (``a@b@c`` is branch ``c`` of run ``a@b`` when that run exists, else branch ``b@c`` of run
@@ -38,10 +40,13 @@ from typing import TYPE_CHECKING
 from gitstate.errors import (
     BranchNotFound,
     CheckpointNotFound,
+    CorruptObjectError,
     InvalidNameError,
     InvalidReferenceError,
     RunNotFound,
 )
+from gitstate.format import lgtree
+from gitstate.format.checkpoint import latest_line
 
 if TYPE_CHECKING:
     from gitstate.format.checkpoint import Checkpoint
@@ -49,7 +54,8 @@ if TYPE_CHECKING:
     from gitstate.store.run import Run
     from gitstate.store.store import Store
 
-__all__ = ["Located", "Parsed", "locate", "locate_branch", "parse", "resolve", "resolve_target"]
+__all__ = ["Located", "Parsed", "branch_text", "default_branch", "locate", "locate_branch", "parse", "resolve",
+           "resolve_target"]
 
 _STEPS = re.compile(r"~(\d+)$")
 _NODE = ":node:"
@@ -59,7 +65,7 @@ _HEX = re.compile(r"[0-9a-fA-F]{4,40}")
 @dataclass(frozen=True)
 class Parsed:
     """A reference split into its parts (``run`` is ``None`` for a checkpoint id); ``named`` is
-    whether the text named the branch (``RUN@BRANCH``) rather than defaulting to ``main``."""
+    whether the text named the branch (``RUN@BRANCH``) rather than taking the default one."""
 
     run: str | None
     branch: str = "main"
@@ -77,7 +83,7 @@ class Parsed:
 @dataclass(frozen=True)
 class Located:
     """What a reference names, for commands that act on a run or a branch: the run, the branch
-    (``main`` unless named), whether the text named that branch, whether it names the branch tip
+    (the run's :func:`default_branch` unless named or given), whether the text named that branch, whether it names the branch tip
     itself (``RUN`` or ``RUN@BRANCH``, not ``~N``, ``:node:`` or an id), and the checkpoint
     (``None`` for a branch or run that does not exist yet, see :func:`locate_branch`)."""
 
@@ -86,6 +92,36 @@ class Located:
     named_branch: bool
     is_branch: bool
     checkpoint: Checkpoint | None
+
+
+def default_branch(run: Run) -> str:
+    """The branch a bare ``RUN`` names: ``main``, except for a LangGraph thread (a run of workflow
+    ``langgraph``), whose bare ``RUN`` is the line holding its latest checkpoint of the root
+    namespace (:func:`~gitstate.format.checkpoint.latest_line`: the checkpoint LangGraph's
+    ``get_state`` returns, the line ``git agentos runs`` summarises), which after time travel is a
+    fork line ``main~<checkpoint id>``; ``main`` when no tip is such a checkpoint. Reads the
+    thread's branch tips (a damaged one is an error: the latest line cannot be told)."""
+    if run.workflow != lgtree.WORKFLOW:
+        return "main"
+    return latest_line(run.branches()) or "main"
+
+
+def branch_text(run: Run, branch: str) -> str:
+    """How to name a branch of ``run`` on the command line so that the text keeps naming it: the
+    run id alone for a plain run's ``main``, else ``RUN@BRANCH`` (a LangGraph thread's bare
+    ``RUN`` follows its latest line, which another write or a rollback may move elsewhere)."""
+    if branch == "main" and run.workflow != lgtree.WORKFLOW:
+        return run.id
+    return f"{run.id}@{branch}"
+
+
+def _default_of(store: Store, run_id: str) -> str:
+    """:func:`default_branch` of a run by id (``main`` when its record is damaged: resolving it
+    then reports the damage)."""
+    try:
+        return default_branch(store.get_run(run_id))
+    except CorruptObjectError:
+        return "main"
 
 
 def _branch_exists(store: Store, run: str, branch: str) -> bool:
@@ -97,18 +133,18 @@ def _branch_exists(store: Store, run: str, branch: str) -> bool:
         return False
 
 
-def _splits(store: Store, base: str, default: str = "main") -> Iterator[Parsed]:
-    """``base`` read as ``RUN`` (branch ``default``) or ``RUN@BRANCH`` with an existing run (an
-    exact run id alone)."""
+def _splits(store: Store, base: str, default: str | None = None) -> Iterator[Parsed]:
+    """``base`` read as ``RUN`` (branch ``default``, else the run's :func:`default_branch`) or
+    ``RUN@BRANCH`` with an existing run (an exact run id alone)."""
     if store.has_run(base):
-        yield Parsed(base, default)
+        yield Parsed(base, default if default is not None else _default_of(store, base))
         return
     for i, ch in enumerate(base):
         if ch == "@" and i + 1 < len(base) and store.has_run(base[:i]):
             yield Parsed(base[:i], base[i + 1:], named=True)
 
 
-def _candidates(store: Store, text: str, default: str) -> list[Parsed]:
+def _candidates(store: Store, text: str, default: str | None) -> list[Parsed]:
     out = list(_splits(store, text, default))
     m = _STEPS.search(text)
     if m:
@@ -122,14 +158,15 @@ def _candidates(store: Store, text: str, default: str) -> list[Parsed]:
     return out
 
 
-def parse(store: Store, text: str, branch: str = "main") -> Parsed:
+def parse(store: Store, text: str, branch: str | None = None) -> Parsed:
     """Split ``text`` into run, branch, steps back and node, by the rules of the module docstring
     (runs and branches are looked up in ``store`` to settle how separators inside names are read).
-    ``branch`` is the branch of a reference that names none (``RUN``, ``RUN~N``)."""
+    ``branch`` is the branch of a reference that names none (``RUN``, ``RUN~N``); ``None``: the
+    run's :func:`default_branch`."""
     if not isinstance(text, str) or not text:
         raise InvalidReferenceError(str(text), "empty reference")
     if store.has_run(text):
-        return Parsed(text, branch)
+        return Parsed(text, branch if branch is not None else _default_of(store, text))
     candidates = _candidates(store, text, branch)
     if candidates:
         exists: dict[tuple[str, str], bool] = {}
@@ -183,8 +220,9 @@ def resolve(store: Store, text: str) -> Checkpoint:
     return _resolve_parsed(store, parse(store, text), text)
 
 
-def locate(store: Store, text: str, branch: str = "main") -> Located:
-    """The run, branch and checkpoint a REF names (``branch`` when it names none). For a checkpoint
+def locate(store: Store, text: str, branch: str | None = None) -> Located:
+    """The run, branch and checkpoint a REF names (``branch`` when it names none; ``None``: the
+    run's :func:`default_branch`). For a checkpoint
     id, the run and branch are the ones the checkpoint recorded when it was written. A plain word
     that names nothing is an unknown run (:class:`RunNotFound`)."""
     if isinstance(text, str) and text and not _HEX.fullmatch(text) and not any(c in text for c in "@~:") \
@@ -197,7 +235,7 @@ def locate(store: Store, text: str, branch: str = "main") -> Located:
     return Located(p.run, p.branch, p.named, p.is_branch, cp)
 
 
-def locate_branch(store: Store, text: str, branch: str = "main", *, create: bool = False,
+def locate_branch(store: Store, text: str, branch: str | None = None, *, create: bool = False,
                   read_tip: bool = True) -> Located:
     """The run and branch ``RUN`` or ``RUN@BRANCH`` names, for commands that act on a branch
     (undo, prune, rollback, checkpoint, nodes, branch deletion). Other forms (``~N``,
@@ -206,14 +244,14 @@ def locate_branch(store: Store, text: str, branch: str = "main", *, create: bool
     ``RUN@BRANCH`` of an existing run may name a new branch. ``checkpoint`` is the branch tip, or
     ``None`` when the branch has none (or when not ``read_tip``: a branch deletion reads no
     object, so a branch whose tip is missing or damaged can still be deleted). ``branch`` is the
-    branch of a bare ``RUN``."""
+    branch of a bare ``RUN`` (``None``: the run's :func:`default_branch`; ``main`` for a new run)."""
     if not isinstance(text, str) or not text:
         raise InvalidReferenceError(str(text), "empty reference")
     splits = list(_splits(store, text, branch))
     if not splits:
         if create:
-            return Located(text, branch, False, True, None)
-        candidates = _candidates(store, text, branch)
+            return Located(text, branch if branch is not None else "main", False, True, None)
+        candidates = _candidates(store, text, branch or "main")  # only for the message: no tip read
         if not candidates:
             raise RunNotFound(text, store.worktree)
         p = max(candidates, key=lambda c: len(c.run or ""))

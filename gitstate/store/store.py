@@ -326,8 +326,7 @@ class Store(StoreCore):
         if not tips:
             return RunSummary(run_id, workflow, None, None, None, derive_status(None), created, 0, worktree,
                               created, 0)
-        branch = cpfmt.latest_line(tips) or ("main" if "main" in tips
-                                             else max(tips, key=lambda b: tips[b].created_at))
+        branch = cpfmt.summary_line(tips)
         tip = tips[branch]
         updated = max(cp.created_at for cp in tips.values())
         try:

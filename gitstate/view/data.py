@@ -36,12 +36,12 @@ from gitstate.errors import (
 )
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import lgtree
-from gitstate.format.checkpoint import Checkpoint, latest_line, parse_time
+from gitstate.format.checkpoint import Checkpoint, parse_time, summary_line
 from gitstate.format.names import NAMESPACE, decode_component, parse_ref, run_prefix, worktree_prefix
 from gitstate.format.statetree import StateReader
 from gitstate.git.command import run_git
 from gitstate.git.objects import MODE_TREE
-from gitstate.store import sessionfiles
+from gitstate.store import refspec, sessionfiles
 from gitstate.store.run import Run
 from gitstate.store.store import RunSummary, Store, derive_status
 from gitstate.view import values
@@ -362,8 +362,7 @@ class ViewData:
                 summary = RunSummary(refs.run_id, workflow, None, None, None, derive_status(None), created, 0,
                                      refs.worktree, created, 0)
             else:
-                branch = latest_line(tips) or ("main" if "main" in tips
-                                               else max(tips, key=lambda b: tips[b].created_at))
+                branch = summary_line(tips)
                 tip = tips[branch]
                 tip_meta = tip.metadata
                 summary = RunSummary(refs.run_id, workflow or tip.workflow, branch, tip.node, tip.display_step,
@@ -511,13 +510,15 @@ class ViewData:
         if fresh:
             self._walk_git(fresh, known[:200])
 
+        current = self._current_line(run)
+
         def tip_order(item: tuple[str, str]) -> tuple[int, int, str]:
             name, oid = item
             try:
                 when = self.commit(oid).time
             except GitStateError:
                 when = 0
-            return (0 if name == "main" else 1, -when, name)
+            return (0 if name == current else 1, -when, name)
 
         ordered_heads = sorted(heads.items(), key=tip_order)
         parents = self._walk([oid for _, oid in ordered_heads])
@@ -580,11 +581,20 @@ class ViewData:
                 item["node_status"] = "failed"
             rows.append(item)
         refnames = " ".join(git_quote(b["ref"]) for b in data.branches)
+        current = data.branches[0]["name"] if data.branches else "main"
         return {"run": self.run_info(run), "total": len(data.rows), "offset": offset, "width": data.width,
                 "rows": rows, "branches": data.branches,
                 "reflog_lines": sum(1 for refs in data.refs.values() for r in refs if r["kind"] == "reflog"),
                 "git": [{"label": "the graph", "command": f"git log --graph --oneline {refnames}"},
-                        {"label": "every move of main", "command": f"git reflog {git_quote(run.ref('main'))}"}]}
+                        {"label": f"every move of {current}", "command": f"git reflog {git_quote(run.ref(current))}"}]}
+
+    def _current_line(self, run: Run) -> str:
+        """The branch shown first (its tip the first row, the lane on the left): the one a bare RUN
+        names (``main``; a LangGraph thread's latest line, :func:`refspec.default_branch`)."""
+        try:
+            return refspec.default_branch(run)
+        except GitStateError:  # a damaged tip: the graph shows it as unreadable; main first
+            return "main"
 
     def nodes(self, run_id: str, worktree: str | None = None) -> dict[str, Any]:
         """Node boundaries of every branch (``Run.nodes``), each once: spans over checkpoints."""
@@ -595,7 +605,8 @@ class ViewData:
         if hit is None:
             seen: set[tuple[str | None, str | None, str]] = set()
             hit = []
-            for branch in sorted(heads, key=lambda b: (b != "main", b)):
+            current = self._current_line(run)
+            for branch in sorted(heads, key=lambda b: (b != current, b)):
                 try:
                     boundaries = run.nodes(branch)
                 except GitStateError:
