@@ -247,6 +247,16 @@ class StoreWriteError(GitStateError):
         super().__init__(f"cannot write the store at {path}: {reason}")
 
 
+class OutputWriteError(GitStateError):
+    """A file gitstate was asked to write outside the store (``view --html``) could not be written;
+    ``path`` is that file. Nothing is left half-written in its place."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot write {path}: {reason}")
+
+
 class WorktreeWriteError(StoreWriteError):
     """A restore could not write or remove a file of the worktree (permissions, disk full, a file
     made meanwhile in its place); ``path`` is that file. A :class:`StoreWriteError` (as it was

@@ -8,7 +8,10 @@ import base64
 import hashlib
 import http.client
 import json
+import os
 import re
+import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +20,7 @@ from click.testing import CliRunner
 
 import gitstate
 from gitstate.view.server import ViewServer, make_server, safe_json
-from gitstate.view.static import build, render
+from gitstate.view.static import build, render, write_html
 from gitstate_cli.main import cli
 
 HOSTILE = "</script><script>window.PWNED=1</script> <img src=x onerror=alert(1)> javascript:alert(1) {{template}}"
@@ -161,6 +164,32 @@ def test_cli_writes_the_html_file(repo: Path, store: gitstate.Store, hostile_run
     assert res.exit_code == 1 and "no-such-run" in res.output
     res = CliRunner().invoke(cli, ["view", "a", "b"])
     assert res.exit_code == 2
+
+
+def test_html_output_is_written_through_links_and_into_pipes(store: gitstate.Store, hostile_run: gitstate.Run,
+                                                             tmp_path: Path) -> None:
+    """``view --html`` writes as a shell's ``>`` would: through a symbolic link (the link stays), into
+    a pipe or device (never replaced by a file); a path that cannot be written is one
+    :class:`OutputWriteError`, with no temporary file left behind."""
+    tmp_path = tmp_path / "out"
+    tmp_path.mkdir()
+    real = tmp_path / "real.html"
+    link = tmp_path / "link.html"
+    link.symlink_to(real)
+    write_html(store, [hostile_run.id], link)
+    assert link.is_symlink() and real.read_text().startswith("<!DOCTYPE html>")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    write_html(store, [hostile_run.id], fifo)
+    reader.join(timeout=30)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and got and got[0].startswith(b"<!DOCTYPE html>")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(gitstate.OutputWriteError, match="cannot write .*afile/v.html"):
+        write_html(store, [hostile_run.id], tmp_path / "afile" / "v.html")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "link.html", "pipe", "real.html"]
 
 
 def test_static_size_grows_with_what_changed(store: gitstate.Store) -> None:

@@ -17,12 +17,13 @@ import base64
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gitstate.errors import CorruptObjectError, GitStateError, RunNotFound
+from gitstate.errors import CorruptObjectError, GitStateError, OutputWriteError, RunNotFound
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.statetree import StateReader
@@ -289,11 +290,42 @@ def write_html(store: Store, run_ids: Sequence[str] | None, path: str | os.PathL
     data = build(store, run_ids, all_worktrees=all_worktrees)
     text = render(data)
     target = os.fspath(path)
-    tmp = f"{target}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, target)
+    _write_output(target, text.encode("utf-8"))
     errors = (tuple(f"run {r['id']}: {r['error']}" for r in data["runs"] if r.get("error"))
               + tuple(f"checkpoint {c['short']}: {c['error']}" for c in data["checkpoints"].values() if "error" in c))
     return HtmlResult(target, tuple(r["id"] for r in data["graphs"]), len(data["checkpoints"]),
                       len(text.encode("utf-8")), errors)
+
+
+def _write_output(target: str, data: bytes) -> None:
+    """Write ``data`` to ``target`` as a shell's ``>`` would, never half-written: a regular file (or
+    a new one) is replaced whole through a temporary file beside it (a symbolic link is written
+    through, not replaced); anything else that exists there (``/dev/stdout``, a pipe, a device) is
+    opened and written, never replaced by a file. :class:`OutputWriteError` names the path."""
+    real = os.path.realpath(target)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise OutputWriteError(target, exc.strerror or str(exc)) from exc
+    try:
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            if stat.S_ISDIR(st.st_mode):
+                raise OutputWriteError(target, "it is a directory")
+            with open(real, "wb") as fh:
+                fh.write(data)
+            return
+        tmp = f"{real}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, real)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError as exc:
+        raise OutputWriteError(target, exc.strerror or str(exc)) from exc
