@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -103,6 +105,25 @@ def test_bundle_round_trip(tmp_path: Path) -> None:
     (tmp_path / "junk.bundle").write_bytes(b"not a bundle")
     with pytest.raises(gitstate.RemoteError):
         gitstate.import_bundle(b, tmp_path / "junk.bundle")
+
+
+def test_bundle_is_written_through_links_and_into_pipes(tmp_path: Path) -> None:
+    """export writes as a shell's ``>`` would: through a symbolic link (the link stays; git's lock
+    file and rename would replace it by a file) and into a pipe (never replaced by a file)."""
+    a = gitstate.open_store(machine(tmp_path / "A", "file:///nonexistent"))
+    a.create_run(run_id="r1").checkpoint({"x": 1})
+    real, link = tmp_path / "real.bundle", tmp_path / "link.bundle"
+    link.symlink_to(real)
+    gitstate.export_bundle(a, ["r1"], link)
+    assert link.is_symlink() and "refs/agentos/main/runs/r1/run" in git(tmp_path, "bundle", "list-heads", str(real))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    gitstate.export_bundle(a, ["r1"], fifo)
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and got and got[0] == real.read_bytes()
 
 
 def _hostile_remote(tmp_path: Path) -> Path:

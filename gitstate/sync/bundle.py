@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterable
 
 from gitstate.errors import RemoteError, RunNotFound, UsageError
@@ -52,9 +54,27 @@ def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.Pat
     if not chosen:
         raise UsageError("nothing to export: the runs hold only restore-safety branches, which stay local "
                          "unless you export with --include-safety")
-    path = os.path.abspath(os.fspath(output))
-    run_git(store, ["bundle", "create", "--quiet", path, "--stdin"], action="write bundle", remote=path,
-            stdin="".join(f"{name}\n" for name in chosen))
+    # written as a shell's > would: through a symbolic link (git would replace the link by a file),
+    # and into a pipe or device by copying (git's lock file and rename would replace it)
+    path = os.path.realpath(os.fspath(output))
+    try:
+        kind = os.stat(path).st_mode
+    except OSError:
+        kind = None
+    names = "".join(f"{name}\n" for name in chosen)
+    if kind is None or stat.S_ISREG(kind) or stat.S_ISDIR(kind):
+        run_git(store, ["bundle", "create", "--quiet", path, "--stdin"], action="write bundle", remote=path,
+                stdin=names)
+        return BundleExport(chosen, left_out)
+    with tempfile.TemporaryDirectory(prefix="gitstate-bundle-") as tmp:
+        staged = os.path.join(tmp, "runs.bundle")
+        run_git(store, ["bundle", "create", "--quiet", staged, "--stdin"], action="write bundle", remote=path,
+                stdin=names)
+        try:
+            with open(staged, "rb") as src, open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        except OSError as exc:
+            raise RemoteError(path, "write bundle", exc.strerror or str(exc)) from exc
     return BundleExport(chosen, left_out)
 
 
