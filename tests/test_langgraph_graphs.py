@@ -226,13 +226,14 @@ def test_cli_lists_threads_subgraphs_and_forks(repo: Path, monkeypatch: pytest.M
     run = gitstate.open_store(repo).get_run("nested")
     sub = next(b for b in run.branches() if b.startswith("ns:sub:"))
     rows = json.loads(agentos("log", "nested", "--branch", sub, "--json"))
-    assert rows and rows[-1]["trigger"] == "input" and rows[-1]["node"] == "sub"  # the subgraph's node
-    assert {"inner_a", "inner_ask"} <= {r["node"] for r in rows[:-1]} <= {"inner_a", "inner_ask", "sub"}
+    assert rows and rows[-1]["trigger"] == "input" and rows[-1]["node"] is None  # no node ran (not "sub")
+    assert {"inner_a", "inner_ask"} <= {r["node"] for r in rows[:-1]} <= {"inner_a", "inner_ask", None}
+    assert rows[-1]["metadata"]["checkpoint_ns"].startswith("sub:")  # the subgraph's node in its parent
     # "step" is LangGraph's own (-1 for the subgraph's input), as log and show print it
     assert [r["step"] for r in rows] == list(range(len(rows) - 2, -2, -1))
     assert [r["step"] for r in rows] == [r["metadata"]["langgraph_step"] for r in rows]
     table = agentos("log", "nested", "--branch", sub)
-    assert "sub" in table and "input" in table and "loop" in table
+    assert "inner_a" in table and "input" in table and "loop" in table
     main_rows = json.loads(agentos("log", "nested", "--json"))
     assert all(r["metadata"].get("checkpoint_id") for r in main_rows)
     fork = next(b for b in gitstate.open_store(repo).get_run("thread-a").branches() if b.startswith("main~"))
@@ -240,7 +241,7 @@ def test_cli_lists_threads_subgraphs_and_forks(repo: Path, monkeypatch: pytest.M
     assert "fork" in {r["trigger"] for r in fork_rows} or "update" in {r["trigger"] for r in fork_rows}
     assert "thread-a" in agentos("show", f"thread-a@{fork}")
     subjects = git(repo, "log", "--format=%s", run.ref(sub)).splitlines()
-    assert subjects and all(s.split(" · ")[0] in ("sub", "inner_a", "inner_ask") and " · step " in s
+    assert subjects and all(s.split(" · ")[0] in ("checkpoint", "inner_a", "inner_ask") and " · step " in s
                             for s in subjects), subjects
     assert subjects[0].endswith(" · completed") and any(s.endswith(" · interrupted") for s in subjects)
 

@@ -26,7 +26,8 @@ from gitstate.git.reader import ObjectReader, TreeData
 __all__ = [
     "CHUNK", "FANOUT", "JOIN_PREFIX", "LG_META", "LG_TREE", "LIST", "VALUE", "WORKFLOW", "WRITES_BLOB", "Boundary",
     "LineCheckpoint", "boundaries", "channel_entries", "details", "join_target", "next_nodes", "read_writes",
-    "show_chunk", "show_entry", "show_values", "values_tree", "START", "TASKS", "TRIGGER_PREFIX",
+    "seen_since", "show_chunk", "show_entry", "show_values", "subgraph_node", "values_tree", "START", "TASKS",
+    "TRIGGER_PREFIX",
 ]
 
 WORKFLOW = frameworks.LANGGRAPH
@@ -174,6 +175,38 @@ def send_targets(packets: Any) -> set[str]:
     return names
 
 
+def seen_since(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """The nodes that ran between two checkpoints of a namespace, read from LangGraph's
+    ``versions_seen`` (node → the versions of its trigger channels when it last ran) of each: those
+    whose entry is new or changed, LangGraph's own (``__start__``, ``__input__``, ``__interrupt__``)
+    left out, in the order of their last runs (a later step saw greater versions: the saver's
+    versions are text that sorts by their counter), then by name. A node reached only by ``Send``
+    records no version (an empty entry): it is named only the first time it runs, after the
+    others (when it ran is not recorded)."""
+
+    def last(name: str) -> tuple[int, Any]:
+        versions = after[name]
+        found = list(versions.values()) if isinstance(versions, Mapping) else []
+        if found and all(isinstance(v, int | float) and not isinstance(v, bool) for v in found):
+            return (0, max(found))
+        if found and all(isinstance(v, str) for v in found):
+            return (1, max(found))
+        return (2, "")
+
+    names = [name for name, versions in after.items()
+             if isinstance(name, str) and not (name.startswith("__") and name.endswith("__"))
+             and (name not in before or before[name] != versions)]
+    return sorted(names, key=lambda n: (*last(n), n))
+
+
+def subgraph_node(ns: str) -> str | None:
+    """The node of the parent graph a subgraph namespace runs in (``child:<task id>`` → ``child``;
+    the innermost of nested ones), ``None`` for the root namespace."""
+    if not ns:
+        return None
+    return ns.split("|")[-1].split(":")[0] or None
+
+
 def _with_pending(records: list[Any], pending: Mapping[tuple[str, int], list[Any]] | None) -> list[Any]:
     """The commit's write records, then those of ``pending`` whose key (task id, index) it lacks
     (the saver's union: the first record of a key wins)."""
@@ -230,7 +263,8 @@ class Boundary:
 class LineCheckpoint(Protocol):
     """What :func:`boundaries` needs of one checkpoint (a :class:`~gitstate.format.checkpoint.
     Checkpoint` has it): its id, the nodes that produced it (the core ``node`` field,
-    comma-separated), its status and its tree."""
+    comma-separated), its status, its tree, its trigger (LangGraph's ``source``) and its core
+    metadata (``checkpoint_ns``, ``langgraph_step``)."""
 
     @property
     def id(self) -> str: ...  # noqa: D102
@@ -243,6 +277,35 @@ class LineCheckpoint(Protocol):
 
     @property
     def tree_id(self) -> str: ...  # noqa: D102
+
+    @property
+    def trigger(self) -> str | None: ...  # noqa: D102
+
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...  # noqa: D102
+
+
+def _ran(reader: ObjectReader, cp: LineCheckpoint, parent: LineCheckpoint | None) -> list[str]:
+    """The nodes ``cp`` names as having produced it. A checkpoint of a subgraph namespace written
+    before the saver stopped doing so names the subgraph's node in its parent graph where none of
+    the subgraph's nodes ran (its input, an update, its first step after the input): such a name
+    is dropped when that is certain: not a ``loop`` checkpoint, or one a LangGraph step after its
+    parent whose next nodes did not include it."""
+    names = [n for n in (cp.node or "").split(",") if n]
+    info = cp.metadata if isinstance(cp.metadata, Mapping) else {}
+    ns = info.get("checkpoint_ns")
+    own = subgraph_node(ns) if isinstance(ns, str) else None
+    if own is None or names != [own]:
+        return names
+    if cp.trigger != "loop":
+        return []
+    step = info.get("langgraph_step")
+    before = parent.metadata.get("langgraph_step") if parent is not None and isinstance(parent.metadata, Mapping) \
+        else None
+    if parent is None or not isinstance(step, int) or not isinstance(before, int) or step != before + 1:
+        return names  # not certain (durability "exit" left steps out): as recorded
+    values = values_tree(reader.tree(parent.tree_id))
+    return names if values is not None and own in next_nodes(reader, values) else []
 
 
 def _stopped(reader: ObjectReader, cp: LineCheckpoint) -> list[tuple[str, str]]:
@@ -264,8 +327,10 @@ def boundaries(reader: ObjectReader, line: Sequence[LineCheckpoint]) -> list[Bou
     interrupt (a node that completes later, resumed, replaces its stopped boundary)."""
     out: list[Boundary] = []
     open_: dict[str, int] = {}  # node -> index in out of its failed/interrupted boundary
+    parent: LineCheckpoint | None = None
     for cp in line:
-        for name in [n for n in (cp.node or "").split(",") if n]:
+        names, parent = _ran(reader, cp, parent), cp
+        for name in names:
             at = open_.pop(name, None)
             if at is not None:
                 out[at] = Boundary(name, cp.id, cp.id, "completed")

@@ -164,12 +164,6 @@ class _Fold:
     refs: tuple[tuple[str, str], ...]  # the writes refs folded: (name, blob id)
 
 
-def _node_of(ns: str) -> str | None:
-    if not ns:
-        return None
-    return ns.split("|")[-1].split(":")[0] or None
-
-
 class GitCheckpointSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpoint saver that stores threads as gitstate runs in a git repository.
 
@@ -444,7 +438,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 fold = (self._stage_fold(tx, thread_id, idx, parent)
                         if parent is not None and parent.oid in idx.tip_of else None)
                 return self._stage_append(tx, thread_id, idx, ns, cid, parent, values_tree, payload, writes, md,
-                                          lg_trailers, parent_id, status, fold)
+                                          lg_trailers, parent_id, status, fold, c.get("versions_seen"))
 
             while True:
                 try:
@@ -504,7 +498,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         return {
             "format": cpfmt.CHECKPOINT_KIND, "v": cpfmt.FORMAT_VERSION, "run": thread_id, "branch": branch,
             "workflow": WORKFLOW, "worktree": self.store.worktree,
-            "node": (node if source == "loop" else None) or _node_of(ns), "step": step,  # only a loop step ran nodes
+            "node": node if source == "loop" else None, "step": step,  # only a loop step ran nodes
             "base": base or None, "trigger": str(source) if isinstance(source, str) else None, "status": status,
             "metadata": info, "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             LG_META: payload,
@@ -568,12 +562,13 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     def _stage_append(self, tx: Transaction, thread_id: str, idx: ThreadIndex, ns: str, cid: str,
                       parent: Entry | None, values_tree: str, payload: dict[str, Any], writes: TreeEntry | None,
                       md: dict[str, Any], lg_trailers: str, parent_id: str | None, status: str,
-                      fold: _Fold | None = None) -> str:
+                      fold: _Fold | None = None, seen: Any = None) -> str:
         """Stage a new checkpoint: on its parent's branch when the parent is a tip, else on a new
         branch (a fork line). With ``fold``, the new commit's parent is the parent checkpoint's
         commit with its pending writes folded in, and the folded writes refs are deleted after the
         branch moved. The index learns it once the ref moved; a lost race re-runs the transaction,
-        which re-reads the refs (and then forks instead of overwriting)."""
+        which re-reads the refs (and then forks instead of overwriting). ``seen`` is the new
+        checkpoint's ``versions_seen`` (:meth:`_nodes_ran`)."""
         store = self.store
         if parent is not None and parent.oid in idx.tip_of:
             branch, expected = idx.tip_of[parent.oid], parent.oid
@@ -586,7 +581,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             step, base = store.position(parent.oid)
             step += 1
         now = time.time()
-        ran = self._ran(parent.oid) if parent is not None else None
+        ran = self._nodes_ran(parent, md, seen)
         meta = self._meta(thread_id, ns, cid, branch, step, base, md, payload, now, ran, status)
         entries = [(cpfmt.META, self._put_blob(tx, cpfmt.encode_meta(meta)), MODE_BLOB), self._state(tx),
                    (LG_TREE, values_tree, MODE_TREE)]
@@ -610,6 +605,38 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
         tx.after(learned)
         return oid
+
+    def _nodes_ran(self, parent: Entry | None, md: Mapping[str, Any], seen: Any) -> str | None:
+        """The nodes that ran to produce a ``loop`` checkpoint (``None`` for another source: no node
+        ran), comma-separated. Its parent stored one LangGraph step before it: :meth:`_ran`. Steps
+        in between not stored (``durability="exit"`` puts one checkpoint per invocation) or no
+        parent: the nodes whose ``versions_seen`` changed since the parent
+        (:func:`lgtree.seen_since`), after the parent's next nodes that are not among them (its
+        pending ``Send`` targets: a node only ``Send`` reaches records no version)."""
+        if md.get("source") != "loop":
+            return None
+        step = md.get("step")
+        if parent is not None:
+            before = self._lg_step(parent.oid)
+            if before is None or not isinstance(step, int) or step == before + 1:
+                return self._ran(parent.oid)
+        prior = self._payload(self._commit(parent.oid))[0].get("versions_seen") if parent is not None else None
+        names = lgtree.seen_since(prior if isinstance(prior, Mapping) else {}, seen if isinstance(seen, Mapping) else {})
+        if parent is not None:
+            first = [n for n in (self._ran(parent.oid) or "").split(",") if n and n not in names]
+            names = first + names
+        return ",".join(names) or None
+
+    def _lg_step(self, oid: str) -> int | None:
+        """A stored checkpoint's LangGraph step: its commit's ``LangGraph-Step`` trailer (the meta of
+        a commit written before it had one)."""
+        message = self._commit(oid).message
+        at = message.rfind("\nLangGraph-Step: ")
+        if at >= 0:
+            text = message[at + len("\nLangGraph-Step: "):].split("\n", 1)[0]
+            return int(text) if text.lstrip("-").isdigit() else None
+        meta = read_meta(self.store.reader, self._commit(oid))
+        return cpfmt.langgraph_step(meta.get("workflow"), meta.get("metadata"))
 
     def _ran(self, parent: str) -> str | None:
         """The nodes that ran between the checkpoint ``parent`` and its child: those its pending
