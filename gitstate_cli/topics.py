@@ -15,8 +15,9 @@ Naming runs, branches and checkpoints (one grammar for every command)
   RUN~N, RUN@BRANCH~N   N checkpoints back along first parents
   RUN:node:NAME, RUN@BRANCH:node:NAME
                         the exit (last) checkpoint of the latest boundary of node NAME
-  ID, ID~N              a checkpoint id or a unique prefix of 4+ hex digits, as in git; an
-                        ambiguous prefix is refused with the list of candidates
+  ID, ID~N              a checkpoint id or a prefix of 4+ hex digits naming one checkpoint
+                        (other objects sharing it are passed over, as git log does); a
+                        prefix of several checkpoints is refused with the list of candidates
 
 Relative forms (TARGET of rollback and fork, read against RUN's branch):
 

@@ -326,13 +326,12 @@ def test_unreadable_state_file(at_repo: Path, tmp_path: Path) -> None:
 
 
 def test_ambiguous_ref(at_repo: Path) -> None:
-    from test_refspec import make_colliding_blob
+    from test_refspec import colliding_checkpoints
 
-    cp = as_json("checkpoint", "r", "--state", "-", input="{}")
     store = gitstate.open_store(at_repo)
-    make_colliding_blob(store, cp["id"])
+    first, _second = colliding_checkpoints(store, "r")
     store.close()
-    result = CliRunner().invoke(cli, ["show", cp["id"][:4]])
+    result = CliRunner().invoke(cli, ["show", first.id[:4]])
     assert result.exit_code == 1 and "ambiguous" in _error(result)
 
 

@@ -123,20 +123,32 @@ def test_commands_that_take_a_branch_refuse_other_forms(at_repo: Path) -> None:
 
 
 def test_ambiguous_prefix_lists_the_candidates(at_repo: Path) -> None:
-    from test_refspec import make_colliding_blob
+    from test_refspec import colliding_checkpoints, make_colliding_blob
 
-    cp = as_json("checkpoint", "r", "--state", "-", input="{}")
     store = gitstate.open_store(at_repo)
-    blob = make_colliding_blob(store, cp["id"])
+    first, second = colliding_checkpoints(store, "r")
+    blob = make_colliding_blob(store, first.id)
     store.close()
-    for args in (["show", cp["id"][:4]], ["log", cp["id"][:4]], ["restore", cp["id"][:4]], ["rollback", "r", cp["id"][:4]]):
+    for args in (["show", first.id[:4]], ["log", first.id[:4]], ["restore", first.id[:4]], ["rollback", "r", first.id[:4]]):
         line = error_line(agentos(*args, code=1))
-        assert "ambiguous" in line and cp["id"][:12] in line and blob[:12] in line, line
-        assert "checkpoint (run 'r', branch 'main', step 0)" in line and "blob" in line
-    result = CliRunner().invoke(cli, ["show", cp["id"][:4], "--json"])
+        assert "ambiguous" in line and first.id[:12] in line and second.id[:12] in line and blob[:12] in line, line
+        assert f"checkpoint (run 'r', branch 'main', step {first.step})" in line and "blob" in line
+    result = CliRunner().invoke(cli, ["show", first.id[:4], "--json"])
     doc = json.loads(result.stdout)
     assert doc["type"] == "AmbiguousReferenceError"
-    assert {c["id"] for c in doc["candidates"]} == {cp["id"], blob}
+    assert {c["id"] for c in doc["candidates"]} == {first.id, second.id, blob}
+
+
+def test_a_prefix_shared_by_one_checkpoint_and_other_objects_names_it(at_repo: Path) -> None:
+    """As ``git log PREFIX`` takes the one commit among objects sharing a prefix: state blobs and
+    trees of a long run share short prefixes with checkpoints all the time."""
+    from test_refspec import make_colliding_blob
+
+    cp = as_json("checkpoint", "r", "--state", "-", input='{"k": 1}')
+    store = gitstate.open_store(at_repo)
+    make_colliding_blob(store, cp["id"])
+    store.close()
+    assert as_json("show", cp["id"][:4])["id"] == cp["id"]
 
 
 PYTHONISMS = ("force=True", "files=", "Run.", "Store.", "keep_latest", "include_safety", "()")

@@ -111,12 +111,28 @@ def make_colliding_blob(store: gitstate.Store, oid: str, digits: int = 4) -> str
         i += 1
 
 
+def colliding_checkpoints(store: gitstate.Store, run_id: str = "amb") -> tuple[gitstate.Checkpoint, gitstate.Checkpoint]:
+    """Two checkpoints of ``run_id`` whose ids share their first 4 hex digits (written until two do)."""
+    run = store.open_run(run_id)
+    seen: dict[str, gitstate.Checkpoint] = {}
+    while True:
+        cp = run.checkpoint({"i": len(seen)})
+        if cp.id[:4] in seen:
+            return seen[cp.id[:4]], cp
+        seen[cp.id[:4]] = cp
+
+
 def test_ambiguous_prefix(store: gitstate.Store) -> None:
+    """A prefix shared by one checkpoint and other objects names the checkpoint (as ``git log``
+    takes the one commit); one shared by two checkpoints is ambiguous."""
     cps = _run(store, "amb", 1)
     make_colliding_blob(store, cps[0].id)
-    with pytest.raises(gitstate.AmbiguousReferenceError):
-        refspec.resolve(store, cps[0].id[:4])
+    assert refspec.resolve(store, cps[0].id[:4]).id == cps[0].id
     assert refspec.resolve(store, cps[0].id[:12]).id == cps[0].id
+    first, second = colliding_checkpoints(store, "two")
+    with pytest.raises(gitstate.AmbiguousReferenceError):
+        refspec.resolve(store, second.id[:4])
+    assert refspec.resolve(store, second.id[:12]).id == second.id
 
 
 def test_targets_relative_to_run(store: gitstate.Store) -> None:
@@ -197,11 +213,11 @@ def test_locate_and_locate_branch(store: gitstate.Store) -> None:
 
 
 def test_ambiguous_prefix_lists_candidates(store: gitstate.Store) -> None:
-    cps = _run(store, "amb", 1)
-    blob = make_colliding_blob(store, cps[0].id)
+    first, second = colliding_checkpoints(store)
+    blob = make_colliding_blob(store, first.id)
     with pytest.raises(gitstate.AmbiguousReferenceError) as info:
-        refspec.resolve(store, cps[0].id[:4])
+        refspec.resolve(store, first.id[:4])
     found = dict(info.value.candidates)
-    assert set(found) == {cps[0].id, blob}
-    assert found[blob] == "blob" and "run 'amb'" in found[cps[0].id]
-    assert cps[0].id[:12] in str(info.value) and blob[:12] in str(info.value)
+    assert set(found) == {first.id, second.id, blob}
+    assert found[blob] == "blob" and "run 'amb'" in found[first.id] and "run 'amb'" in found[second.id]
+    assert first.id[:12] in str(info.value) and blob[:12] in str(info.value)

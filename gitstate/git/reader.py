@@ -404,7 +404,11 @@ def expand_id(repo: pygit2.Repository, ref: str) -> str:
     return oid
 
 
-def ambiguous_ids(repo: pygit2.Repository, prefix: str, limit: int = 100) -> list[str]:
+#: Candidates of an ambiguous short id listed at most (:func:`ambiguous_ids`).
+AMBIGUOUS_LISTED = 100
+
+
+def ambiguous_ids(repo: pygit2.Repository, prefix: str, limit: int = AMBIGUOUS_LISTED) -> list[str]:
     """Every object id starting with ``prefix`` (at most ``limit``, sorted), as git lists the
     candidates of an ambiguous short id. libgit2 reports only that a prefix is ambiguous, so this
     asks ``git rev-parse --disambiguate`` (called only once a prefix proved ambiguous); an empty

@@ -32,7 +32,7 @@ from gitstate.git.command import check_git_version
 from gitstate.git.durability import Durability
 from gitstate.git.location import Location, check_present, locate
 from gitstate.git.objects import ObjectWriter, objects_dir
-from gitstate.git.reader import ObjectReader, expand_id
+from gitstate.git.reader import AMBIGUOUS_LISTED, ObjectReader, expand_id
 from gitstate.git.refs import (
     DEFAULT_STALE_LOCK_AGE,
     BrokenRef,
@@ -459,13 +459,29 @@ class StoreCore:
         self.remember_position(cp.id, cp.step, cp.base)
 
     def expand(self, ref: str) -> str:
-        """A full commit id from a full id or a unique prefix of 4+ hex digits; an ambiguous prefix
-        is an :class:`AmbiguousReferenceError` that lists its candidates (checkpoints with their
-        run, branch and step, other objects by type)."""
+        """A full commit id from a full id or a prefix of 4+ hex digits. A prefix shared by other
+        objects names the one checkpoint among them, as ``git log PREFIX`` takes the one commit (a
+        checkpoint's state blobs and trees make such collisions common); a prefix of several
+        checkpoints, or of none but several objects, is an :class:`AmbiguousReferenceError` that
+        lists the candidates (checkpoints with their run, branch and step, other objects by type)."""
         try:
             return expand_id(self.repo, ref)
         except AmbiguousReferenceError as exc:
-            raise AmbiguousReferenceError(ref, [(oid, self.describe_object(oid)) for oid, _ in exc.candidates]) from None
+            found = [oid for oid, _ in exc.candidates]
+            described = [(oid, self.describe_object(oid)) for oid in found]
+            checkpoints = [oid for oid in found if self._is_checkpoint(oid)]
+            if len(checkpoints) == 1 and len(found) < AMBIGUOUS_LISTED:  # the list is whole
+                return checkpoints[0]
+            raise AmbiguousReferenceError(ref, described) from None
+
+    def _is_checkpoint(self, oid: str) -> bool:
+        """Whether ``oid`` is a commit with a checkpoint's tree (``False`` when unreadable)."""
+        reader = self.reader
+        try:
+            kind, _size = reader.header(oid)
+            return kind == ObjectType.COMMIT and cpfmt.META in reader.tree(reader.commit(oid).tree_id)
+        except GitStateError:
+            return False
 
     def describe_object(self, oid: str) -> str:
         """A few words on what an object is: ``checkpoint (run 'r', branch 'main', step 3)`` for a
@@ -473,7 +489,7 @@ class StoreCore:
         reader = self.reader
         try:
             kind, _size = reader.header(oid)
-            if kind == ObjectType.COMMIT and cpfmt.META in reader.tree(reader.commit(oid).tree_id):
+            if self._is_checkpoint(oid):
                 cp = self.read_checkpoint(oid)
                 return f"checkpoint (run {cp.run_id!r}, branch {cp.branch!r}, step {cp.step})"
         except GitStateError:
