@@ -89,7 +89,13 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
     names.check_name("branch name", branch)
     if state_file is not None:
         state: Any = read_state(state_file)
-        encoding.check_value(state)
+        try:
+            encoding.check_value(state)
+            # every value encoded once, lone surrogates too ("\ud800" in JSON), named by its key
+            for key, value in (state.items() if isinstance(state, dict) else [("", state)]):
+                encoding.dumps(value, str(key))
+        except gitstate.EncodingError as exc:
+            raise click.BadParameter(f"{state_file}: {exc}", param_hint="'--state'") from None
     encoding.check_value(metadata)
     kwargs: dict[str, Any] = {}
     if with_files:

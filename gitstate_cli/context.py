@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -106,6 +107,12 @@ def read_state(source: str) -> Any:
             data = sys.stdin.buffer.read()
         else:
             with open(os.path.expanduser(source), "rb") as fh:
+                mode = os.fstat(fh.fileno()).st_mode
+                if stat.S_ISDIR(mode) or stat.S_ISBLK(mode) or (stat.S_ISCHR(mode) and not os.isatty(fh.fileno())):
+                    # /dev/zero would be read until memory runs out; a pipe (<(cmd)) or a terminal is fine
+                    kind = "a directory" if stat.S_ISDIR(mode) else "a device"
+                    raise click.BadParameter(f"cannot read {source}: it is {kind}, not a file",
+                                             param_hint="'--state'")
                 data = fh.read()
     except OSError as exc:  # a usage error like the others (exit 2), naming the file
         raise click.BadParameter(f"cannot read {source}: {exc.strerror or exc}", param_hint="'--state'") from None

@@ -85,7 +85,8 @@ Exit codes
   1    a store error: unknown run, branch or checkpoint, a lost compare-and-swap, corrupt data,
        a refused restore or branch deletion, a push, pull or import that did not fully succeed,
        problems found by verify, a setup --check that fails
-  2    a usage error: unknown command or option, missing argument, an unreadable --state file
+  2    a usage error: unknown command or option, missing argument, a --state file that cannot
+       be read (a device, bad JSON) or stored (text that is not Unicode)
   130  interrupted (Ctrl-C)
 
 Errors are one line, 'error: <message>', on stderr (plus the JSON object with --json). A bad

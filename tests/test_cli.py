@@ -229,6 +229,9 @@ def _error(result: Result) -> str:
     (["restore", "r", ""], 2, "the path is empty (use . for the current directory)"),
     (["demo", "--dir", ""], 2, "'--dir': the path is empty"),
     (["checkpoint", "r", "-w", "other"], 2, "run 'r' exists with no workflow, not 'other'"),
+    (["checkpoint", "r", "--state", "/dev/zero"], 2, "cannot read /dev/zero: it is a device, not a file"),
+    (["checkpoint", "r", "--state", "SURROGATE"], 2, "lone.json: cannot encode state at b"),
+    (["checkpoint", "r\udcff", "--state", "BAD"], 1, "invalid run id 'r\\\\xff': is not UTF-8 text"),
 ])
 def test_bad_input(at_repo: Path, tmp_path: Path, args: list[str], code: int, needle: str) -> None:
     old = as_json("checkpoint", "r", "--state", "-", input='{"a": 1}')["id"]
@@ -237,7 +240,9 @@ def test_bad_input(at_repo: Path, tmp_path: Path, args: list[str], code: int, ne
     bad.write_text("{not json")
     deep = tmp_path / "deep.json"  # beyond Python's recursion limit: json raises RecursionError
     deep.write_text("[" * 100_000 + "]" * 100_000)
-    args = [{"OLD": old, "BAD": str(bad), "DEEP": str(deep),
+    lone = tmp_path / "lone.json"  # strict JSON, but "\ud800" is no text: the state cannot be stored
+    lone.write_text('{"b": "\\ud800"}')
+    args = [{"OLD": old, "BAD": str(bad), "DEEP": str(deep), "SURROGATE": str(lone),
              "DEEPMETA": "k=" + "[" * 100_000 + "]" * 100_000}.get(a, a) for a in args]
     before, user = store_snapshot(at_repo), user_snapshot(at_repo)
     result = CliRunner().invoke(cli, args, prog_name="git agentos")

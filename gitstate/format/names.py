@@ -18,10 +18,25 @@ def check_name(kind: str, name: object) -> str:
         raise InvalidNameError(kind, repr(name), "must be a string")
     if name == "":
         raise InvalidNameError(kind, name, "must not be empty")
+    if not name.isascii():
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: bytes that were not UTF-8 (a command line's \xff)
+            raise InvalidNameError(kind, _shown_bytes(name), "is not UTF-8 text") from None
     enc = encode_component(name)
     if len(enc) > MAX_COMPONENT:
         raise InvalidNameError(kind, name, f"too long once encoded ({len(enc)} > {MAX_COMPONENT} bytes)")
     return enc
+
+
+def _shown_bytes(name: str) -> str:
+    """``name`` with each byte that is not UTF-8 shown as ``\\xNN`` (other lone surrogates as
+    ``\\uNNNN``), printable ASCII as it is."""
+    try:
+        raw = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return name.encode("ascii", "backslashreplace").decode("ascii")
+    return raw.decode("ascii", "backslashreplace")
 
 
 def worktree_prefix(worktree: str) -> str:
