@@ -222,3 +222,48 @@ def test_a_thread_that_sent_tasks_and_reached_end_is_completed_and_names_them(re
     assert app.get_state(config).values == {"msgs": ["work 9"]}
     assert _runs(repo, monkeypatch)["goto"]["status"] == "completed"
     assert [cp.node for cp in saver.store.open_run("goto").history()][0] == "work"
+
+
+class Q(TypedDict):
+    q: str
+
+
+def _asking(saver: GitCheckpointSaver) -> Any:
+    def ask(state: Q) -> dict[str, str]:
+        answer = interrupt("give number")
+        return {"q": str(int(answer))}
+
+    graph = StateGraph(Q)
+    graph.add_node("ask", ask)
+    graph.add_edge(START, "ask")
+    graph.add_edge("ask", END)
+    return graph.compile(checkpointer=saver)
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_a_node_that_raised_on_resume_failed(repo: Path, monkeypatch: pytest.MonkeyPatch, edited: bool) -> None:
+    """A node stopped at its interrupt, resumed, then raised: nodes says it failed, as runs, log
+    and LangGraph do (its interrupt write stays beside the error on the checkpoint). So too when the
+    state was updated while it waited (the error goes to the update's checkpoint, the interrupt
+    stays on the earlier one)."""
+    from gitstate.view.data import ViewData
+
+    app = _asking(GitCheckpointSaver(gitstate.open_store(repo)))
+    cfg = {"configurable": {"thread_id": "t"}}
+    app.invoke({"q": "x"}, cfg)
+    if edited:
+        app.update_state(cfg, {"q": "y"})
+    with pytest.raises(ValueError):
+        app.invoke(Command(resume="nan?"), cfg)
+    state = app.get_state(cfg)
+    assert [(t.name, bool(t.error)) for t in state.tasks] == [("ask", True)]
+    tip = state.config["configurable"]["checkpoint_id"]
+    assert _runs(repo, monkeypatch)["t"]["status"] == "failed"
+    assert _cli(repo, monkeypatch, "log", "t").splitlines()[1].split()[4] == "failed"
+    nodes = json.loads(_cli(repo, monkeypatch, "nodes", "t", "--json"))
+    assert [(n["node"], n["status"]) for n in nodes] == [("ask", "failed")]
+    shown = json.loads(_cli(repo, monkeypatch, "show", nodes[0]["exit"], "--json"))
+    assert shown["langgraph"]["checkpoint_id"] == tip  # where it failed: the thread's latest checkpoint
+    assert [line.split()[:2] for line in _cli(repo, monkeypatch, "nodes", "t").splitlines()[1:]] == [["ask", "failed"]]
+    view = ViewData(gitstate.open_store(repo)).nodes("t")["nodes"]
+    assert [(n["node"], n["status"]) for n in view] == [("ask", "failed")]

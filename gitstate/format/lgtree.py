@@ -309,22 +309,26 @@ def _ran(reader: ObjectReader, cp: LineCheckpoint, parent: LineCheckpoint | None
 
 
 def _stopped(reader: ObjectReader, cp: LineCheckpoint) -> list[tuple[str, str]]:
-    """``(node, failed|interrupted)`` for the tasks of ``cp`` that wrote an error or an interrupt."""
-    out: list[tuple[str, str]] = []
+    """``(node, failed|interrupted)`` for the nodes of ``cp``'s tasks that wrote an error or an
+    interrupt, in the order of their first such write. A node that wrote both failed, as the
+    checkpoint's status says: it stopped at an ``interrupt``, was resumed, then raised (its
+    interrupt write stays beside the error), and LangGraph reports the task's error."""
+    out: dict[str, str] = {}
     for record in read_writes(reader, reader.tree(cp.tree_id)):
         if not isinstance(record, list) or len(record) != 6:
             continue
         kind = {"__error__": "failed", "__interrupt__": "interrupted"}.get(record[1])
         node = lgserde.task_node(record[4])
-        if kind is not None and node is not None and (node, kind) not in out:
-            out.append((node, kind))
-    return out
+        if kind is not None and node is not None and out.get(node) != "failed":
+            out[node] = kind
+    return list(out.items())
 
 
 def boundaries(reader: ObjectReader, line: Sequence[LineCheckpoint]) -> list[Boundary]:
     """The node boundaries of a LangGraph line (``line`` oldest first), in execution order: each
     node that produced a checkpoint, and each node that stopped at a checkpoint with an error or an
-    interrupt (a node that completes later, resumed, replaces its stopped boundary)."""
+    interrupt (a node that completes later, resumed, replaces its stopped boundary; one that stops
+    again at a later checkpoint moves it there, with the status of that stop)."""
     out: list[Boundary] = []
     open_: dict[str, int] = {}  # node -> index in out of its failed/interrupted boundary
     parent: LineCheckpoint | None = None
@@ -338,7 +342,9 @@ def boundaries(reader: ObjectReader, line: Sequence[LineCheckpoint]) -> list[Bou
                 out.append(Boundary(name, cp.id, cp.id, "completed"))
         if cp.status in ("failed", "interrupted"):
             for name, kind in _stopped(reader, cp):
-                if name in open_:
+                at = open_.get(name)
+                if at is not None:  # stopped again (resumed after an update_state): the latest stop
+                    out[at] = Boundary(name, cp.id, cp.id, kind)
                     continue
                 open_[name] = len(out)
                 out.append(Boundary(name, cp.id, cp.id, kind))
