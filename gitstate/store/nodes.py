@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
+import weakref
 from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -158,6 +160,62 @@ def written_since(history: Iterable[Checkpoint], base: str | None, started_at: s
         out.append(cp)
     started = cpfmt.parse_time(started_at)
     return [cp for cp in out if cp.created_at >= started]
+
+
+class Written:
+    """The checkpoints one open :meth:`Run.node` block wrote, in order: those written on its branch
+    of its run by the thread that opened it (through any ``Run`` object of that run, and by asyncio
+    tasks started inside the block, which inherit its context), never another process's or
+    thread's writes on the same branch."""
+
+    def __init__(self, key: tuple[str, str, str], branch: str) -> None:
+        self.key = key  # (common git dir, worktree, run id)
+        self.branch = branch
+        self.ids: list[str] = []
+
+
+# The blocks open in this context (thread or asyncio task), innermost last; weak, so a block entered
+# and never left (a caller that dropped it) is forgotten with its scope.
+_OPEN: ContextVar[tuple[weakref.ref[Written], ...]] = ContextVar("gitstate_open_nodes", default=())
+
+
+def open_block(key: tuple[str, str, str], branch: str) -> Written:
+    """Start noting the checkpoints this context writes on ``branch`` of run ``key``."""
+    written = Written(key, branch)
+    _OPEN.set((*_OPEN.get(), weakref.ref(written)))
+    return written
+
+
+def close_block(written: Written) -> None:
+    """Stop noting checkpoints for ``written`` (in the context that left the block)."""
+    _OPEN.set(tuple(ref for ref in _OPEN.get() if ref() is not None and ref() is not written))
+
+
+def blocks_open() -> bool:
+    """Whether a node block is open in this context (else a checkpoint need not be noted)."""
+    return bool(_OPEN.get())
+
+
+def note_written(key: tuple[str, str, str], branch: str, oid: str) -> None:
+    """A checkpoint ``oid`` was written (its ref moved) on ``branch`` of run ``key`` in this
+    context: each block open here on that branch of that run wrote it."""
+    for ref in _OPEN.get():
+        written = ref()
+        if written is not None and written.key == key and written.branch == branch:
+            written.ids.append(oid)
+
+
+def block_bounds(written: list[str], inside: list[Checkpoint]) -> tuple[str, str] | None:
+    """The entry and exit of a block that wrote ``written`` (oldest first), given the checkpoints
+    of the branch written since the block began that are on its line when it ends (``inside``,
+    newest first, :func:`written_since`): the first and the last of its own checkpoints still on
+    the line; those it wrote but a rollback inside the block removed do not count, unless all did
+    (then the boundary points at them and is listed no more, as a rolled-back node is not)."""
+    if not written:
+        return None
+    on_line = {cp.id for cp in inside}
+    kept = [oid for oid in written if oid in on_line] or written
+    return kept[0], kept[-1]
 
 
 def legacy_boundaries(history: list[Checkpoint]) -> list[NodeBoundary]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,20 @@ from gitstate.format.nodes import NodeRecord
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
 from gitstate.git.reader import CommitData
 from gitstate.store.base import StoreCore
-from gitstate.store.nodes import NodeBoundary, NodeLog, legacy_boundaries, new_record, now_iso, written_since
+from gitstate.store.nodes import (
+    NodeBoundary,
+    NodeLog,
+    Written,
+    block_bounds,
+    blocks_open,
+    close_block,
+    legacy_boundaries,
+    new_record,
+    note_written,
+    now_iso,
+    open_block,
+    written_since,
+)
 from gitstate.store.transaction import Transaction
 from gitstate.workspace import restore as restoring
 from gitstate.workspace.restore import SAFETY_BRANCH, SAFETY_TRIGGER, RestoreResult
@@ -341,6 +355,8 @@ class Run:
         oid = tx.commit(root, [parent] if parent else [], cpfmt.message(meta), when=now)
         tx.set_ref(self.ref(branch), tip, oid, "gitstate: checkpoint " + cpfmt.subject(node, step, trigger, status),
                    strict=strict)
+        if blocks_open():  # a Run.node block of this thread counts it once the branch has moved
+            tx.after(functools.partial(note_written, self.block_key(), branch, oid))
         return Checkpoint(
             id=oid, run_id=self.id, branch=branch, node=node, step=step, trigger=trigger, status=status,
             metadata=meta_user, created_at=datetime.fromtimestamp(now, UTC),
@@ -611,9 +627,12 @@ class Run:
              files: bool | Sequence[str | os.PathLike[str]] | None = None) -> NodeScope:
         """Context manager marking a node boundary: a marker (not a checkpoint) in the branch's node
         log, ``running`` while the block runs, then ``completed`` (or ``failed`` if the block raised;
-        the exception propagates). Its entry and exit are the first and the last checkpoint written
-        on the branch inside the block (both the tip as it was when none was written), so history
-        holds exactly the checkpoints the caller wrote; ``node:NAME`` names the exit.
+        the exception propagates). Its entry and exit are the first and the last checkpoint the
+        block wrote on the branch (both the tip as it was when it wrote none), so history holds
+        exactly the checkpoints the caller wrote; ``node:NAME`` names the exit. The block's are
+        those written in the thread that entered it (through any ``Run`` of this run; asyncio tasks
+        started inside it count too), never those of another process or thread writing on the same
+        branch meanwhile.
 
         ``state``, if given, is written as the node's first checkpoint; ``files`` (as for
         :meth:`checkpoint`) is the default for checkpoints written through the scope's
@@ -622,6 +641,10 @@ class Run:
             raise UsageError("node name must be a non-empty string")
         check_name("branch name", branch)
         return NodeScope(self, name, branch, state, metadata, files)
+
+    def block_key(self) -> tuple[str, str, str]:
+        """What identifies this run across ``Run`` objects (for :class:`NodeScope`)."""
+        return (self.store.location.common_dir, self.worktree, self.id)
 
     def node_log(self, branch: str = "main") -> NodeLog:
         """The node log (boundary markers) of a branch."""
@@ -717,6 +740,7 @@ class NodeScope:
         self._metadata = dict(metadata or {})
         self._files = files
         self._record: NodeRecord | None = None
+        self._written: Written | None = None
         self.entry: Checkpoint | None = None
         self.exit: Checkpoint | None = None
 
@@ -725,8 +749,13 @@ class NodeScope:
         self._record = new_record(self.run.id, self.name, self.branch, self.run.tip(self.branch),
                                   self.run.store.read_ref(log.ref), self._metadata)
         log.append(self._record)
+        self._written = open_block(self.run.block_key(), self.branch)
         if self._state is not None:
-            self.checkpoint(self._state)
+            try:
+                self.checkpoint(self._state)
+            except BaseException:
+                close_block(self._written)
+                raise
         return self
 
     def checkpoint(self, state: Any, **kwargs: Any) -> Checkpoint:
@@ -739,11 +768,17 @@ class NodeScope:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> Literal[False]:
-        record = self._record
-        assert record is not None, "NodeScope.__exit__ without __enter__"
-        inside = written_since(self.run.history(self.branch), record.base, record.started_at)
-        if inside:
-            self.exit, self.entry = inside[0], inside[-1]
+        record, written = self._record, self._written
+        assert record is not None and written is not None, "NodeScope.__exit__ without __enter__"
+        close_block(written)
+        # the block's own checkpoints: with other writers on the branch (processes, threads), the
+        # branch's newest and oldest since the block began may be theirs
+        bounds = None
+        if written.ids:
+            bounds = block_bounds(written.ids, written_since(self.run.history(self.branch), record.base,
+                                                             record.started_at))
+        if bounds is not None:
+            self.entry, self.exit = (self.run.store.read_checkpoint(oid) for oid in bounds)
         elif record.base is not None:
             self.entry = self.exit = self.run.store.read_checkpoint(record.base)
         failed = exc_type is not None
