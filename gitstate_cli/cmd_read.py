@@ -309,8 +309,9 @@ def nodes(store: gitstate.Store, run_id: str, branch: str | None, as_json: bool)
       git agentos nodes my-run
 
     JSON: a list of {"node", "entry", "exit", "status", "branch"}; entry and exit are checkpoint
-    ids (exit is null while the node is running); status is completed, failed or running; branch
-    is the branch listed. A LangGraph
+    ids (exit is null while the node is running); status is completed, failed or running, or
+    interrupted when the process that opened the node ended inside it (killed; it is never
+    closed, 'git agentos help status'); branch is the branch listed. A LangGraph
     thread's nodes come from its checkpoints: entry and exit are the checkpoint a node step
     produced (or where it failed or stopped; status failed or interrupted).
     """

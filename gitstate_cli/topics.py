@@ -116,7 +116,8 @@ summarised, its main branch:
 
 log shows what each checkpoint recorded (a LangGraph checkpoint with tasks scheduled: running)
 and, on the branch's tip, the status of the line; show does the same for a tip. A node boundary
-(nodes) is running while its block is open, then completed or failed; a LangGraph node step is
+(nodes) is running while its block is open, then completed or failed (interrupted when the process
+that opened it ended inside the block, e.g. killed: it is never closed); a LangGraph node step is
 completed, failed (it wrote an error) or interrupted (stopped at an interrupt, not resumed yet).
 """
 

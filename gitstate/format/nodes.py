@@ -34,13 +34,16 @@ class NodeRecord:
     ended_at: str | None = None
     error: str | None = None
     metadata: dict[str, Any] | None = None
+    # the process that opened the boundary ({"pid", "start", "host", "boot", "pidns"}, the fields of
+    # a lock's owner record), so a reader can tell a ``running`` boundary whose writer is gone
+    owner: dict[str, Any] | None = None
 
     def to_payload(self, run_id: str) -> dict[str, Any]:
         """The ``node.cbor`` map (``None`` fields left out)."""
         out = {"format": NODE_KIND, "v": FORMAT_VERSION, "run": run_id, "id": self.id, "node": self.node,
                "branch": self.branch, "status": self.status, "entry": self.entry, "exit": self.exit,
                "base": self.base, "started_at": self.started_at, "ended_at": self.ended_at,
-               "error": self.error, "metadata": self.metadata or None}
+               "error": self.error, "metadata": self.metadata or None, "owner": self.owner or None}
         return {k: v for k, v in out.items() if v is not None}
 
 
@@ -68,11 +71,15 @@ def decode(data: bytes, oid: str) -> NodeRecord:
     metadata = payload.get("metadata")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise CorruptObjectError(oid, "node record metadata is not a map")
+    owner = payload.get("owner")
+    if owner is not None and not isinstance(owner, Mapping):
+        raise CorruptObjectError(oid, "node record owner is not a map")
     return NodeRecord(
         id=text("id", optional=False) or "", node=text("node", optional=False) or "",
         branch=text("branch", optional=False) or "", status=status, entry=text("entry"), exit=text("exit"),
         base=text("base"), started_at=text("started_at", optional=False) or "", ended_at=text("ended_at"),
-        error=text("error"), metadata=dict(metadata) if metadata is not None else None)
+        error=text("error"), metadata=dict(metadata) if metadata is not None else None,
+        owner=dict(owner) if owner is not None else None)
 
 
 def message(record: NodeRecord, run_id: str) -> str:

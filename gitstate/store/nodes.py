@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from gitstate.errors import CorruptObjectError
 from gitstate.format import checkpoint as cpfmt
@@ -22,6 +23,7 @@ from gitstate.format import nodes as nodefmt
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import node_log_ref
 from gitstate.format.nodes import NodeRecord
+from gitstate.git.lockfile import Owner
 from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, TreeEntry
 from gitstate.store.base import StoreCore
 from gitstate.store.transaction import Transaction
@@ -31,8 +33,9 @@ from gitstate.store.transaction import Transaction
 class NodeBoundary:
     """Where a node was entered and left: the first and the last checkpoint written inside it
     (entry and exit; both the branch tip as it was when the node wrote none) and the node's status
-    (``completed``, ``failed``, or ``running`` while it is open; a LangGraph node stopped at an
-    ``interrupt`` is ``interrupted``)."""
+    (``completed``, ``failed``, or ``running`` while it is open; ``interrupted`` when the process
+    that opened it provably ended without closing it, e.g. killed; a LangGraph node stopped at an
+    ``interrupt`` is ``interrupted`` too)."""
 
     node: str
     entry: str | None
@@ -45,16 +48,39 @@ def now_iso() -> str:
     return datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def this_process() -> dict[str, Any]:
+    """The owner field of a record this process opens: its pid, start time, host, boot id and pid
+    namespace (those known), as a lock's owner record names its holder."""
+    me = Owner.current()
+    found = {"pid": me.pid, "start": me.start, "host": me.host, "boot": me.boot, "pidns": me.pidns}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def writer_gone(owner: dict[str, Any] | None) -> bool:
+    """Whether the process a record's ``owner`` names provably no longer runs (same machine, boot
+    and pid namespace, and no process of that pid and start time). False when it runs, or when this
+    process cannot tell (no owner, another machine or container, or no start time to compare)."""
+    if not owner:
+        return False
+    pid, start, host = owner.get("pid"), owner.get("start"), owner.get("host")
+    boot, pidns = owner.get("boot"), owner.get("pidns")
+    if (type(pid) is not int or pid <= 0 or not isinstance(host, str) or not (start is None or type(start) is int)
+            or not all(v is None or isinstance(v, str) for v in (boot, pidns))):
+        return False
+    return Owner(pid=pid, start=start, host=host, time=0.0, boot=boot, pidns=pidns).alive() is False
+
+
 def new_record(run_id: str, node: str, branch: str, base: str | None, log_tip: str | None,
-               metadata: dict[str, object] | None) -> NodeRecord:
+               metadata: dict[str, object] | None, owner: dict[str, Any] | None = None) -> NodeRecord:
     """The record of a node being entered now on ``branch`` whose tip is ``base``, the node log's
-    tip being ``log_tip``. Its id is a digest of those and the time, so equal inputs give equal
-    objects and two entries never share an id (each one moves the log)."""
+    tip being ``log_tip``, by process ``owner`` (:func:`this_process`). Its id is a digest of those
+    (but the owner) and the time, so equal inputs give equal objects and two entries never share an
+    id (each one moves the log)."""
     started = now_iso()
     seed = "\0".join([run_id, branch, node, base or "", log_tip or "", started])
     rid = hashlib.sha1(seed.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()[:16]
     return NodeRecord(id=rid, node=node, branch=branch, status="running", entry=None, exit=None, base=base,
-                      started_at=started, metadata=dict(metadata) if metadata else None)
+                      started_at=started, metadata=dict(metadata) if metadata else None, owner=owner)
 
 
 class NodeLog:
@@ -128,7 +154,8 @@ class NodeLog:
     def boundaries(self, line: set[str]) -> list[tuple[NodeRecord, NodeBoundary]]:
         """The latest state of each boundary whose checkpoints are on the branch's current line
         (``line``: the ids of its history; a rolled-back node disappears with its checkpoints), in
-        the order the nodes were entered."""
+        the order the nodes were entered. A ``running`` boundary whose process provably ended
+        (:func:`writer_gone`) is ``interrupted``: it will never be closed."""
         latest: dict[str, NodeRecord] = {}
         order: list[str] = []
         for record in self.records():  # newest first: the first record seen of an id is its latest
@@ -145,7 +172,10 @@ class NodeLog:
             anchor = record.exit if record.status != "running" else record.base
             if anchor is not None and anchor not in line:
                 continue
-            out.append((record, NodeBoundary(record.node, record.entry, record.exit, record.status)))
+            status = record.status
+            if status == "running" and writer_gone(record.owner):
+                status = "interrupted"
+            out.append((record, NodeBoundary(record.node, record.entry, record.exit, status)))
         return out
 
 

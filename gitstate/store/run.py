@@ -50,6 +50,7 @@ from gitstate.store.nodes import (
     note_written,
     now_iso,
     open_block,
+    this_process,
     written_since,
 )
 from gitstate.store.transaction import Transaction
@@ -747,7 +748,7 @@ class NodeScope:
     def __enter__(self) -> NodeScope:
         log = self.run.node_log(self.branch)
         self._record = new_record(self.run.id, self.name, self.branch, self.run.tip(self.branch),
-                                  self.run.store.read_ref(log.ref), self._metadata)
+                                  self.run.store.read_ref(log.ref), self._metadata, owner=this_process())
         log.append(self._record)
         self._written = open_block(self.run.block_key(), self.branch)
         if self._state is not None:

@@ -1,16 +1,27 @@
 """Node boundaries with several writers on one branch: a block's entry and exit are the first and
 the last checkpoint *it* wrote, never another writer's that landed on the branch meanwhile (the
-writers here take turns in a fixed order, so each interleaving is deterministic)."""
+writers here take turns in a fixed order, so each interleaving is deterministic). A block left open
+by a process that died is ``interrupted``, not ``running`` forever."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
 from conftest import bounded
 
 import gitstate
+from gitstate.store.nodes import new_record
+from gitstate_cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Turns:
@@ -141,3 +152,42 @@ def test_rollback_inside_a_block_drops_what_it_removed(store: gitstate.Store) ->
         c = scope.checkpoint({"n": 3})
     assert (scope.entry.id, scope.exit.id) == (a.id, c.id)
     assert [(b.node, b.entry, b.exit) for b in run.nodes()] == [("n", a.id, c.id)]
+
+
+_KILLED = r"""
+import os, sys
+import gitstate
+run = gitstate.open_store(sys.argv[1]).open_run("k")
+with run.node("work") as scope:
+    scope.checkpoint({"step": 1})
+    print("inside", flush=True)
+    os._exit(0)  # as kill -9 would: the block is never left
+"""
+
+
+def test_block_of_a_dead_process_is_interrupted(store: gitstate.Store, repo: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    run = store.create_run(run_id="k")
+    run.checkpoint({"step": 0})
+    out = subprocess.run([sys.executable, "-c", _KILLED, str(repo)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
+    assert out.stdout == "inside\n", out.stderr
+    assert [(b.node, b.status) for b in run.nodes()] == [("work", "interrupted")]
+    assert run.load("node:work").state == {"step": 1}  # no closed boundary: the newest checkpoint of it
+    # a record without an owner (written before owners were recorded) cannot be judged: running
+    log = run.node_log()
+    log.append(new_record(run.id, "old", "main", run.tip(), store.read_ref(log.ref), None))
+    # one open by this (live) process stays running
+    scope = run.node("live")
+    scope.__enter__()
+    try:
+        assert [(b.node, b.status) for b in run.nodes()] == [
+            ("work", "interrupted"), ("old", "running"), ("live", "running")]
+        monkeypatch.chdir(repo)
+        result = CliRunner().invoke(cli, ["nodes", "k", "--json"], prog_name="git agentos")
+        assert result.exit_code == 0, result.output
+        assert [(b["node"], b["status"]) for b in json.loads(result.stdout)] == [
+            ("work", "interrupted"), ("old", "running"), ("live", "running")]
+    finally:
+        scope.__exit__(None, None, None)
+    assert run.nodes()[-1].status == "completed"
