@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 import gitstate
@@ -13,8 +15,8 @@ from .context import pass_store
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--repair", is_flag=True, help="Remove stale ref locks left by killed writers, and refs under "
-              "refs/agentos/ that hold no checkpoint (symbolic or unparsable).")
+@click.option("--repair", is_flag=True, help="Remove stale ref locks and temporary pack files left by killed "
+              "writers, and refs under refs/agentos/ that hold no checkpoint (symbolic or unparsable).")
 @pass_store
 def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     """Check every ref, object and payload of the store.
@@ -23,9 +25,11 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     is a commit whose payloads decode with a known format version, node boundaries point at
     earlier checkpoints of the same branch, snapshot objects exist, and no foreign or malformed
     ref names sit in the namespace, no ref there holds something other than an object id (a
-    symbolic ref, or a file git calls a "broken ref": listings skip them), and no stale .lock file
-    left by a killed writer blocks git's own gc (--repair removes those locks and refs; they hold
-    no checkpoint). Exits 1 when it finds a problem.
+    symbolic ref, or a file git calls a "broken ref": listings skip them), no stale .lock file
+    left by a killed writer blocks git's own gc, and no temporary pack file (objects/pack/tmp_*)
+    of a gitstate writer killed before it renamed it is older than an hour (a younger one may be a
+    running writer's; git's own are left to git gc). --repair removes those locks, files and refs;
+    they hold no checkpoint. Exits 1 when it finds a problem.
 
     \b
     Example:
@@ -33,7 +37,8 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
       git agentos verify --repair
 
     JSON: {"ok": bool, "refs": int, "checkpoints": int, "objects": int,
-    "problems": [{"ref", "oid", "message"}], "repaired": [path of a lock, or name of a ref]}.
+    "problems": [{"ref", "oid", "message"}], "repaired": [path of a lock or a temporary file, or
+    name of a ref]}; a problem's "ref" is the path of the lock or file for those.
     """
     with out.progress("verifying") as step:
         report = verify_store(store, all_worktrees=True, progress=step, repair=repair)
@@ -41,7 +46,8 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
         out.emit_json(report.to_dict())
     else:
         for path in report.repaired:
-            what = "stale lock" if path.endswith(".lock") else "broken ref"
+            what = ("stale lock" if path.endswith(".lock")
+                    else "temporary file" if path.startswith(os.path.join("objects", "pack", "")) else "broken ref")
             click.echo(f"removed {what}: {out.safe(path)}")
         for problem in report.problems:
             click.echo(f"problem: {problem}")

@@ -18,6 +18,7 @@ import glob
 import os
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import time
@@ -415,6 +416,44 @@ def remove_dead_keeps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]
                 removed.append(os.path.basename(path)[: -len(".keep")])
             except OSError:
                 pass
+    return removed
+
+
+def leftover_temps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]:
+    """gitstate's temporary pack files (``objects/pack/tmp_pack_*``, ``tmp_idx_*`` named as
+    :func:`packs.is_temp_name` says) last modified more than ``max_age`` seconds ago: what writers
+    killed between writing a pack and renaming it into place left (``git count-objects -v`` counts
+    them as garbage). A live writer renames its temporary files within seconds of its last write
+    to them. git's own temporary files there (six characters after the prefix) are never listed:
+    git's ``git prune`` removes those when older than ``gc.pruneExpire``."""
+    pack_dir = os.path.join(common_dir, "objects", "pack")
+    try:
+        names = [n for n in os.listdir(pack_dir) if packs.is_temp_name(n)]
+    except OSError:
+        return []
+    now = time.time()
+    found = []
+    for name in names:
+        path = os.path.join(pack_dir, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and now - info.st_mtime > max_age:
+            found.append(path)
+    return sorted(found)
+
+
+def remove_leftover_temps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]:
+    """Remove :func:`leftover_temps` (``verify --repair``; merges remove them too, see
+    :func:`merge_tx_packs`); returns the paths removed."""
+    removed = []
+    for path in leftover_temps(common_dir, max_age):
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
     return removed
 
 

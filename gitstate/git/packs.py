@@ -318,6 +318,20 @@ def _idx_bytes(index: Sequence[tuple[bytes, int, int]], pack_checksum: bytes) ->
     return body + hashlib.sha1(body, usedforsecurity=False).digest()
 
 
+# The temporary files gitstate writes here are named prefix + secrets.token_hex(8) (_open_temp,
+# _write_temp, _write_merged); git's own are tmp_pack_XXXXXX, tmp_idx_XXXXXX (mkstemp: six
+# characters), so the two are told apart by name.
+_TEMP_NAME = re.compile(r"tmp_(?:pack|idx)_[0-9a-f]{16}\Z")
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` (of a pack directory entry) is one of gitstate's temporary files:
+    ``tmp_pack_`` or ``tmp_idx_`` and 16 hex digits. git's own temporary files there never match;
+    git removes those itself (``git prune``, run by ``git gc``: ``tmp_*`` older than
+    ``gc.pruneExpire``, two weeks by default)."""
+    return _TEMP_NAME.match(name) is not None
+
+
 def _open_temp(pack_dir: str, prefix: str, data: bytes) -> tuple[str, int]:
     """A new temporary file holding ``data``: its path and its (open) descriptor."""
     path = os.path.join(pack_dir, prefix + secrets.token_hex(8))
@@ -813,10 +827,10 @@ def reindex_orphans(pack_dir: str) -> list[str]:
 
 
 def remove_orphans(pack_dir: str, max_age_seconds: float) -> int:
-    """Remove what dead writers left in ``pack_dir``: ``tmp_pack_*`` and ``tmp_idx_*`` files, and
-    ``.pack`` files without their ``.idx`` (and without a ``.keep``) that :func:`reindex_orphans`
-    cannot index, when last modified more than ``max_age_seconds`` ago. Nothing else is touched.
-    Returns how many files were removed.
+    """Remove what dead writers left in ``pack_dir``: gitstate's ``tmp_pack_*`` and ``tmp_idx_*``
+    files (:func:`is_temp_name`; git's own are git's to remove), and ``.pack`` files without their
+    ``.idx`` (and without a ``.keep``) that :func:`reindex_orphans` cannot index, when last modified
+    more than ``max_age_seconds`` ago. Nothing else is touched. Returns how many files were removed.
 
     A live writer's files are younger than that as long as ``max_age_seconds`` is far above the
     time between its writes and its last rename (use minutes at least; git prunes its temporary
@@ -833,7 +847,7 @@ def remove_orphans(pack_dir: str, max_age_seconds: float) -> int:
     removed = 0
     for entry in listing:
         is_pack = False
-        if entry.startswith(("tmp_pack_", "tmp_idx_")):
+        if is_temp_name(entry):
             pass
         elif entry.endswith(".pack") and entry[:-5].startswith("pack-"):
             stem = entry[:-5]

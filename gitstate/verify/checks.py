@@ -19,7 +19,7 @@ from gitstate.format import frameworks
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import NAMESPACE, STAGING, parse_ref, worktree_prefix
 from gitstate.format.statetree import MAX_TREE_DEPTH
-from gitstate.git import refs
+from gitstate.git import housekeeping, refs
 from gitstate.git.refs import list_refs
 from gitstate.store.sessionfiles import check_chain
 from gitstate.store.store import Store
@@ -298,7 +298,9 @@ def verify(store: Store, all_worktrees: bool = True,
     ``progress`` is called with ``1`` per checkpoint checked. Stale ``.lock`` files under
     ``refs/agentos/`` (left by killed writers; they make the user's ``git gc`` fail) and refs there
     that hold no object id (symbolic, or unparsable: listings skip them) are reported, or with
-    ``repair`` removed (and then listed in :attr:`VerifyReport.repaired`). Returns a
+    ``repair`` removed (and then listed in :attr:`VerifyReport.repaired`); so are gitstate's
+    temporary pack files that writers killed before renaming them left in ``objects/pack``, when
+    older than :data:`housekeeping.ORPHAN_AGE` (a younger one may be a live writer's). Returns a
     :class:`VerifyReport` whose ``problems`` list is empty when the store is sound."""
     report = VerifyReport()
     common = store.location.common_dir
@@ -307,6 +309,12 @@ def verify(store: Store, all_worktrees: bool = True,
     for path in refs.stale_locks(common, store.stale_lock_age):
         report.problems.append(Problem(os.path.relpath(path, common), "stale lock left by a killed writer "
                                        "(it blocks git gc; `git agentos verify --repair` removes it)"))
+    if repair:
+        report.repaired += [os.path.relpath(p, common) for p in housekeeping.remove_leftover_temps(common)]
+    for path in housekeeping.leftover_temps(common):
+        report.problems.append(Problem(os.path.relpath(path, common), "temporary pack file left by a killed "
+                                       "writer (git count-objects calls it garbage; `git agentos verify "
+                                       "--repair` removes it)"))
     checker = _Checker(store, report, progress)
     prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
     for name, oid in list_refs(store.repo, prefix):

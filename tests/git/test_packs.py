@@ -406,8 +406,11 @@ def test_remove_orphans_removes_only_old_orphans(repo: Path) -> None:
     old_orphan = "pack-" + "2" * 40
     new_orphan = "pack-" + "3" * 40
     files = {  # name: (made old, expected to be removed)
-        "tmp_pack_old1": (True, True), "tmp_idx_old2": (True, True), f"{old_orphan}.pack": (True, True),
-        "tmp_pack_new": (False, False), "tmp_idx_new": (False, False), f"{new_orphan}.pack": (False, False),
+        "tmp_pack_" + "a1" * 8: (True, True), "tmp_idx_" + "b2" * 8: (True, True), f"{old_orphan}.pack": (True, True),
+        "tmp_pack_" + "c3" * 8: (False, False), "tmp_idx_" + "d4" * 8: (False, False),
+        f"{new_orphan}.pack": (False, False),
+        # git's own temporary files (mkstemp's six characters): git prunes them, gitstate never does
+        "tmp_pack_Ab3xYz": (True, False), "tmp_idx_Q9wE2r": (True, False), "tmp_pack_old1": (True, False),
         f"{kept_orphan}.pack": (True, False), f"{kept_orphan}.keep": (True, False),
         "tmp_rev_old": (True, False), "multi-pack-index": (True, False), "notes.txt": (True, False),
         "old-pack.pack": (True, False),
