@@ -284,13 +284,19 @@ def print_restore(result: gitstate.RestoreResult, verbose: bool = False, headlin
 
 @click.command()
 @click.argument("run_id", metavar="RUN")
-@branch_option
+@click.option("--branch", "-b", default=None,
+              help="Branch of the run when RUN names none (default: main; a LangGraph thread's line "
+                   "that moved last).")
 @json_option
 @pass_store
 def undo(store: gitstate.Store, run_id: str, branch: str | None, as_json: bool) -> None:
     """Revert the last move of a branch (checkpoint, rollback, fork, prune or undo).
 
     The moves are read from the branch's reflog, so undoing twice redoes. RUN may be RUN@BRANCH.
+    A bare RUN of a LangGraph thread is the line that moved last (the newest reflog entry among
+    its lines): after `rollback RUN ~N` the line rolled back, even when another line now holds the
+    thread's latest checkpoint, so the undo puts the thread back; else the line the graph wrote
+    last.
 
     \b
     Example:
@@ -300,7 +306,7 @@ def undo(store: gitstate.Store, run_id: str, branch: str | None, as_json: bool) 
     JSON: {"run", "branch", "tip" (the branch's checkpoint now, shaped as in `log --json`, or
     null), "removed" (true when the undo removed a branch that was just created)}.
     """
-    loc = locate_branch(store, run_id, branch)
+    loc = locate_branch(store, run_id, branch, moved=True)
     run = store.get_run(loc.run)
     cp = run.undo(loc.branch)
     if as_json:

@@ -66,10 +66,10 @@ def locate(store: gitstate.Store, text: str, branch: str | None = None) -> refsp
 
 
 def locate_branch(store: gitstate.Store, text: str, branch: str | None = None, *,
-                  create: bool = False, read_tip: bool = True) -> refspec.Located:
+                  create: bool = False, read_tip: bool = True, moved: bool = False) -> refspec.Located:
     """A ``RUN`` or ``RUN@BRANCH`` argument (``--branch`` applies to a bare RUN; without it, the
-    run's default branch)."""
-    loc = refspec.locate_branch(store, text, branch, create=create, read_tip=read_tip)
+    run's default branch, or with ``moved`` (undo) the line that moved last)."""
+    loc = refspec.locate_branch(store, text, branch, create=create, read_tip=read_tip, moved=moved)
     _check_branch(loc, branch)
     return loc
 

@@ -41,10 +41,13 @@ What each command takes:
 that name different branches are a usage error.
 
 A LangGraph thread's bare RUN (in RUN, RUN~N, RUN:node:NAME and as the branch of nodes, fork,
-rollback, undo and prune) is the line holding its latest checkpoint: the one LangGraph's
-get_state returns and runs summarises. After time travel (a graph run again from an earlier
-checkpoint, update_state on one) that is a fork line main~<checkpoint id>; RUN@main is the first
-line. Every other run's bare RUN is its main branch.
+rollback and prune) is the line holding its latest checkpoint: the one LangGraph's get_state
+returns and runs summarises. After time travel (a graph run again from an earlier checkpoint,
+update_state on one) that is a fork line main~<checkpoint id>; RUN@main is the first line. For
+undo it is the line that moved last (the newest reflog entry among its lines): the one a
+rollback, fork or prune just moved, so rollback RUN ~N then undo RUN changes nothing even when
+the rollback left another line holding the latest checkpoint; else the line the graph wrote
+last. Every other run's bare RUN is its main branch.
 
 Run ids and branch names may contain any character, '@', '~' and ':' included, so a reference
 is read in this order, the first match winning:

@@ -149,3 +149,75 @@ def test_a_plain_run_keeps_main(repo: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert _json("fork", "r", "~1", "other")["from_branch"] == "main"
     out = _cli("rollback", "r", "~1")
     assert "undo with: git agentos undo r\n" in out and _json("show", "r")["id"] == first["id"]
+    _json("checkpoint", "r@alt", "--node", "d")  # alt moved last: undo r is still main's undo
+    undone = _json("undo", "r")
+    assert (undone["branch"], undone["tip"]["id"]) == ("main", second["id"])
+
+
+class L(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _three_lines(saver: Any) -> tuple[Any, dict[str, Any]]:
+    """START → a → b → c, run; run again from after a; update the state after b and run on from
+    there: three lines, main and two forks, the thread's latest checkpoint on the last one."""
+    graph = StateGraph(L)
+    for name in "abc":
+        graph.add_node(name, lambda s, name=name: {"log": [name]})
+    graph.add_edge(START, "a")
+    graph.add_edge("a", "b")
+    graph.add_edge("b", "c")
+    graph.add_edge("c", END)
+    app = graph.compile(checkpointer=saver)
+    cfg: dict[str, Any] = {"configurable": {"thread_id": "f"}}
+    app.invoke({"log": []}, cfg)
+    history = list(app.get_state_history(cfg))
+    after_a = next(s for s in history if s.next == ("b",))
+    after_b = next(s for s in history if s.next == ("c",))
+    app.invoke(None, after_a.config)
+    app.invoke(None, app.update_state(after_b.config, {"log": ["edited"]}, as_node="b"))
+    return app, cfg
+
+
+@pytest.mark.parametrize("same_second", [False, True])
+def test_undo_of_a_thread_reverts_the_line_that_moved_last(repo: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           same_second: bool) -> None:
+    """rollback RUN ~2 then undo RUN (the README's pattern) is no change on a thread with several
+    lines, even when the rollback left another line holding the thread's latest checkpoint (a bare
+    RUN of show, log and the rest now names that line): a bare RUN of undo is the line that moved
+    last. Undo again redoes; a fork then an undo removes the fork. With only the saver moving the
+    lines, that is the latest line. Reflog entries count whole seconds: ``same_second`` writes
+    every entry at one time, as a fast script does."""
+    if same_second:
+        import gitstate.git.refs as refs_module
+
+        monkeypatch.setattr(refs_module, "time", type("Frozen", (), {"time": staticmethod(lambda: 1_800_000_000.0)}))
+    store = gitstate.open_store(repo)
+    app, cfg = _three_lines(GitCheckpointSaver(store))
+    before = app.get_state(cfg)
+    run = store.get_run("f")
+    tips = {name: cp.id for name, cp in run.branches().items()}
+    assert len(tips) == 3
+    current = gitstate.store.refspec.default_branch(run)
+    assert current.startswith("main~") and gitstate.store.refspec.moved_branch(run) == current
+    monkeypatch.chdir(repo)
+    out = _cli("rollback", "f", "~2")
+    assert f"rolled back branch {current} of run f" in out and f"undo with: git agentos undo 'f@{current}'" in out
+    assert _json("show", "f")["branch"] != current  # another line holds the latest checkpoint now
+    undone = _json("undo", "f")
+    assert (undone["branch"], undone["tip"]["id"]) == (current, tips[current])
+    assert {name: cp.id for name, cp in run.branches().items()} == tips
+    after = app.get_state(cfg)
+    assert (after.values, after.config) == (before.values, before.config)
+    redone = _json("undo", "f")  # undoing twice redoes: the rollback again
+    assert redone["branch"] == current and redone["tip"]["id"] != tips[current]
+    assert _json("undo", "f")["tip"]["id"] == tips[current]
+    assert _json("fork", "f", "~1", "copy")["branch"] == "copy"
+    assert _json("undo", "f") == {"run": "f", "branch": "copy", "tip": None, "removed": True}
+    assert {name: cp.id for name, cp in run.branches().items()} == tips
+    # the graph goes on (on the latest line): undo f reverts its last write there
+    app.invoke({"log": ["again"]}, cfg)
+    tip = _json("show", "f")
+    assert tip["branch"] == current and tip["id"] != tips[current]
+    undone = _json("undo", "f")
+    assert undone["branch"] == current and undone["tip"]["id"] != tip["id"]

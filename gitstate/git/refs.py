@@ -202,6 +202,17 @@ def reflog(repo: pygit2.Repository, name: str) -> list[ReflogEntry]:
         raise CorruptObjectError(name, f"unreadable reflog: {exc}") from exc
 
 
+def reflog_mtime(common_dir: str, name: str) -> int:
+    """When the ref's reflog file last changed, in nanoseconds since the epoch (0 when it has none).
+    A reflog entry gives its time in whole seconds; this tells which of several refs moved last
+    within one second (on the same machine: copying the repository or ``git reflog expire`` resets
+    it)."""
+    try:
+        return os.stat(os.path.join(common_dir, "logs", *name.split("/"))).st_mtime_ns
+    except (OSError, ValueError):
+        return 0
+
+
 def _ensure_reflog(common_dir: str, name: str) -> None:
     path = os.path.join(common_dir, "logs", *name.split("/"))
     if not os.path.exists(path):

@@ -8,7 +8,8 @@ Grammar::
 
 ``ID`` is a full checkpoint id or a unique prefix of 4+ hex digits (an ambiguous prefix is an error
 that lists the candidates); ``RUN`` alone is the tip of its ``main`` branch, or for a LangGraph
-thread of the line holding its latest checkpoint (:func:`default_branch`); ``~N`` goes N
+thread of the line holding its latest checkpoint (:func:`default_branch`; for ``undo``, the line
+that moved last, :func:`moved_branch`); ``~N`` goes N
 checkpoints back along first parents; ``:node:NAME`` is the latest exit checkpoint of node NAME on
 that branch. A TARGET is read relative to a run and a branch: ``~2`` is two back from that branch's
 tip, ``@fix`` the tip of branch ``fix`` of the same run.
@@ -47,6 +48,7 @@ from gitstate.errors import (
 )
 from gitstate.format import lgtree
 from gitstate.format.checkpoint import latest_line
+from gitstate.git.refs import reflog_mtime
 
 if TYPE_CHECKING:
     from gitstate.format.checkpoint import Checkpoint
@@ -54,8 +56,8 @@ if TYPE_CHECKING:
     from gitstate.store.run import Run
     from gitstate.store.store import Store
 
-__all__ = ["Located", "Parsed", "branch_text", "default_branch", "locate", "locate_branch", "parse", "resolve",
-           "resolve_target"]
+__all__ = ["Located", "Parsed", "branch_text", "default_branch", "locate", "locate_branch", "moved_branch", "parse",
+           "resolve", "resolve_target"]
 
 _STEPS = re.compile(r"~(\d+)$")
 _NODE = ":node:"
@@ -106,6 +108,34 @@ def default_branch(run: Run) -> str:
     return latest_line(run.branches()) or "main"
 
 
+def moved_branch(run: Run) -> str:
+    """The branch a bare ``RUN`` of ``undo`` names: ``main``, except for a LangGraph thread, whose
+    bare ``RUN`` there is the line that moved last: of its branches (subgraph lines left out), the
+    one whose newest reflog entry is the newest; entries of the same second are ordered by when
+    each reflog file last changed, and a tie goes to :func:`default_branch`, then ``main``. Where
+    only the saver moved the lines that is the line it wrote last, which holds the latest
+    checkpoint (:func:`default_branch`); after a rollback, fork, prune or undo it is the line that
+    command moved, so ``rollback RUN ~N`` then ``undo RUN`` is no change even when the rollback left
+    another line holding the latest checkpoint. :func:`default_branch` when no line has a reflog."""
+    if run.workflow != lgtree.WORKFLOW:
+        return "main"
+    tips = run.branches()
+    latest = latest_line(tips) or "main"
+    common = run.store.location.common_dir
+    best: tuple[int, int, bool, bool, str] | None = None
+    for name, cp in tips.items():
+        if cp.workflow == lgtree.WORKFLOW and cp.metadata.get("checkpoint_ns"):
+            continue  # a subgraph's line: moved by the saver with its parent's, never the thread's line
+        ref = run.ref(name)
+        log = run.store.reflog(ref)
+        if not log:
+            continue
+        key = (log[0].time, reflog_mtime(common, ref), name == latest, name == "main", name)
+        if best is None or key > best:
+            best = key
+    return best[4] if best is not None else latest
+
+
 def branch_text(run: Run, branch: str) -> str:
     """How to name a branch of ``run`` on the command line so that the text keeps naming it: the
     run id alone for a plain run's ``main``, else ``RUN@BRANCH`` (a LangGraph thread's bare
@@ -115,11 +145,12 @@ def branch_text(run: Run, branch: str) -> str:
     return f"{run.id}@{branch}"
 
 
-def _default_of(store: Store, run_id: str) -> str:
-    """:func:`default_branch` of a run by id (``main`` when its record is damaged: resolving it
-    then reports the damage)."""
+def _default_of(store: Store, run_id: str, moved: bool = False) -> str:
+    """:func:`default_branch` of a run by id, or its :func:`moved_branch` when ``moved`` (``main``
+    when its record is damaged: resolving it then reports the damage)."""
     try:
-        return default_branch(store.get_run(run_id))
+        run = store.get_run(run_id)
+        return moved_branch(run) if moved else default_branch(run)
     except CorruptObjectError:
         return "main"
 
@@ -133,11 +164,12 @@ def _branch_exists(store: Store, run: str, branch: str) -> bool:
         return False
 
 
-def _splits(store: Store, base: str, default: str | None = None) -> Iterator[Parsed]:
-    """``base`` read as ``RUN`` (branch ``default``, else the run's :func:`default_branch`) or
-    ``RUN@BRANCH`` with an existing run (an exact run id alone)."""
+def _splits(store: Store, base: str, default: str | None = None, moved: bool = False) -> Iterator[Parsed]:
+    """``base`` read as ``RUN`` (branch ``default``, else the run's :func:`default_branch`, or its
+    :func:`moved_branch` when ``moved``) or ``RUN@BRANCH`` with an existing run (an exact run id
+    alone)."""
     if store.has_run(base):
-        yield Parsed(base, default if default is not None else _default_of(store, base))
+        yield Parsed(base, default if default is not None else _default_of(store, base, moved))
         return
     for i, ch in enumerate(base):
         if ch == "@" and i + 1 < len(base) and store.has_run(base[:i]):
@@ -236,7 +268,7 @@ def locate(store: Store, text: str, branch: str | None = None) -> Located:
 
 
 def locate_branch(store: Store, text: str, branch: str | None = None, *, create: bool = False,
-                  read_tip: bool = True) -> Located:
+                  read_tip: bool = True, moved: bool = False) -> Located:
     """The run and branch ``RUN`` or ``RUN@BRANCH`` names, for commands that act on a branch
     (undo, prune, rollback, checkpoint, nodes, branch deletion). Other forms (``~N``,
     ``:node:``, ids) are an :class:`InvalidReferenceError`. With ``create`` (checkpoint) the run
@@ -244,10 +276,11 @@ def locate_branch(store: Store, text: str, branch: str | None = None, *, create:
     ``RUN@BRANCH`` of an existing run may name a new branch. ``checkpoint`` is the branch tip, or
     ``None`` when the branch has none (or when not ``read_tip``: a branch deletion reads no
     object, so a branch whose tip is missing or damaged can still be deleted). ``branch`` is the
-    branch of a bare ``RUN`` (``None``: the run's :func:`default_branch`; ``main`` for a new run)."""
+    branch of a bare ``RUN`` (``None``: the run's :func:`default_branch`, or with ``moved`` (undo)
+    its :func:`moved_branch`; ``main`` for a new run)."""
     if not isinstance(text, str) or not text:
         raise InvalidReferenceError(str(text), "empty reference")
-    splits = list(_splits(store, text, branch))
+    splits = list(_splits(store, text, branch, moved))
     if not splits:
         if create:
             return Located(text, branch if branch is not None else "main", False, True, None)
