@@ -357,9 +357,15 @@ ORPHAN_AGE = 3600.0  # seconds before a dead writer's temporary pack files are r
 _MAX_NAME_DEPTH = 64  # trees deeper than this are not walked for names
 
 
+_TX_PACKS_PATHS: dict[str, str] = {}  # common dir -> its tx-packs list
+
+
 def record_tx_pack(common_dir: str, name: str) -> int:
     """Note a pack a transaction wrote; return how many transaction packs are listed."""
-    size = _append(os.path.join(_agentos_dir(common_dir), TX_PACKS), f"{name}\n".encode("ascii"))
+    path = _TX_PACKS_PATHS.get(common_dir)
+    if path is None:  # (a folder removed since is made again by _append)
+        path = _TX_PACKS_PATHS[common_dir] = os.path.join(_agentos_dir(common_dir), TX_PACKS)
+    size = _append(path, f"{name}\n".encode("ascii"))
     return size // (len(name) + 1)
 
 

@@ -323,11 +323,15 @@ def gc_epoch(objects: str) -> str:
     (a run deleted and collected twice: ``info/packs`` then stays as it was, byte for byte). libgit2
     writes none of them and gitstate only ``packed-refs`` (when it packs or deletes packed refs: the
     caches are then dropped once for nothing, which costs time, never correctness)."""
+    paths = _EPOCH_PATHS.get(objects)
+    if paths is None:
+        common = os.path.dirname(os.path.normpath(objects))
+        paths = _EPOCH_PATHS[objects] = (
+            os.path.join(objects, "info", "packs"), os.path.join(common, "packed-refs"),
+            os.path.join(objects, "info", "commit-graph"),
+            os.path.join(objects, "info", "commit-graphs", "commit-graph-chain"))
     parts = []
-    common = os.path.dirname(os.path.normpath(objects))
-    for path in (os.path.join(objects, "info", "packs"), os.path.join(common, "packed-refs"),
-                 os.path.join(objects, "info", "commit-graph"),
-                 os.path.join(objects, "info", "commit-graphs", "commit-graph-chain")):
+    for path in paths:
         try:
             st = os.stat(path)
         except OSError:
@@ -336,6 +340,8 @@ def gc_epoch(objects: str) -> str:
         parts.append(f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}")
     return "/".join(parts)
 
+
+_EPOCH_PATHS: dict[str, tuple[str, str, str, str]] = {}  # objects dir -> the files gc_epoch looks at
 
 KEEP_PREFIX = b"gitstate transaction "  # how a transaction's .keep starts; its owner record follows
 _KEEP: tuple[int, bytes] | None = None

@@ -95,6 +95,7 @@ OBJ_REF_DELTA = 7
 _WHOLE_TYPES = frozenset((OBJ_COMMIT, OBJ_TREE, OBJ_BLOB, OBJ_TAG))
 
 _PACK_HEADER = struct.Struct(">4sII")
+_U32 = struct.Struct(">I")
 _IDX_MAGIC = b"\xfftOc"
 _IDX_HEADER = 8 + 256 * 4
 _NAME = re.compile(r"pack-[0-9a-f]{40}\Z")
@@ -292,13 +293,15 @@ def _entry_header(kind: int, size: int) -> bytes:
 def _idx_bytes(index: Sequence[tuple[bytes, int, int]], pack_checksum: bytes) -> bytes:
     """A version-2 ``.idx`` for ``(raw id, offset, crc32)`` entries sorted by id."""
     count = len(index)
-    fanout = [0] * 256
-    for raw, _offset, _crc in index:
-        fanout[raw[0]] += 1
-    total = 0
-    for i in range(256):
-        total += fanout[i]
-        fanout[i] = total
+    # the fan-out table (entry i: how many ids start with a byte <= i) as runs of equal entries, one
+    # per distinct first byte (a pack of a write has a few objects; a loop over 256 slots cost more)
+    fanout: list[bytes] = []
+    filled = 0  # slots written so far
+    for k, (raw, _offset, _crc) in enumerate(index):
+        if raw[0] > filled:
+            fanout.append(_U32.pack(k) * (raw[0] - filled))
+            filled = raw[0]
+    fanout.append(_U32.pack(count) * (256 - filled))
     small: list[int] = []
     large: list[int] = []
     for _raw, offset, _crc in index:
@@ -308,7 +311,7 @@ def _idx_bytes(index: Sequence[tuple[bytes, int, int]], pack_checksum: bytes) ->
         else:
             small.append(offset)
     body = b"".join((
-        _IDX_MAGIC, struct.pack(">I", 2), struct.pack(">256I", *fanout),
+        _IDX_MAGIC, _U32.pack(2), *fanout,
         b"".join(raw for raw, _offset, _crc in index),
         struct.pack(f">{count}I", *(crc for _raw, _offset, crc in index)),
         struct.pack(f">{count}I", *small),

@@ -369,10 +369,13 @@ def peek(common_dir: str, name: str) -> str | None | bool:
 
 
 _PACKED_CACHE: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}
+_PACKED_PATHS: dict[str, str] = {}  # common dir -> its packed-refs
 
 
 def _packed_value(common_dir: str, name: str) -> str | None:
-    path = os.path.join(common_dir, "packed-refs")
+    path = _PACKED_PATHS.get(common_dir)
+    if path is None:
+        path = _PACKED_PATHS[common_dir] = os.path.join(common_dir, "packed-refs")
     try:
         st = os.stat(path)
     except FileNotFoundError:

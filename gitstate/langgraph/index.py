@@ -9,6 +9,7 @@ index is built from commit messages alone, without decoding any tree."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,6 +86,7 @@ def parse_entry(commit: CommitData) -> Entry | None:
                  commit.parent_ids)
 
 
+_HEX40 = re.compile(r"[0-9a-f]{40}")  # a writes ref's name (its blob's id)
 RACY_SECONDS = 0.025  # a listing taken this long after its directories last changed is reused
 
 
@@ -118,13 +120,14 @@ class RefReader:
         self.files_backend = os.path.isdir(os.path.join(common_dir, "refs")) and not self._reftable()
         self._paths: dict[str, tuple[str, str]] = {}  # run id -> (ref prefix, loose folder)
         self._listed: dict[str, tuple[tuple[object, ...], dict[str, str], dict[str, str]]] = {}
+        self._writes_paths: dict[str, tuple[str, str]] = {}  # run id -> (writes ref prefix, folder)
 
     def _reftable(self) -> bool:
         return os.path.isdir(os.path.join(self.common_dir, "reftable"))
 
     def _packed_refs(self, stamp: tuple[int, int, int] | None) -> dict[str, str]:
         """The table of ``packed-refs``, whose stamp the caller just took (``None``: no file)."""
-        path = os.path.join(self.common_dir, "packed-refs")
+        path = self._packed_path
         if stamp is None:
             self._packed_stamp, self._packed = None, {}
             return self._packed
@@ -204,12 +207,19 @@ class RefReader:
         branches it knows (see ``GitCheckpointSaver._known_index``)."""
         if not self.files_backend:
             return self.read(repo, run_id)[1]
-        prefix = run_prefix(self.worktree, run_id) + REF_KIND + "/"
+        paths = self._writes_paths.get(run_id)
+        if paths is None:
+            prefix = run_prefix(self.worktree, run_id) + REF_KIND + "/"
+            paths = (prefix, os.path.join(self.common_dir, *prefix.rstrip("/").split("/")))
+            if len(self._writes_paths) > 4096:
+                self._writes_paths.clear()
+            self._writes_paths[run_id] = paths
+        prefix, folder = paths
         writes: dict[str, str] = {}
         for name, oid in self._packed_at(_stamp(self._packed_path)).items():
             if name.startswith(prefix):
                 writes[name[len(prefix):]] = oid
-        _read_writes_names(os.path.join(self.common_dir, *prefix.rstrip("/").split("/")), writes)
+        _read_writes_names(folder, writes)
         return writes
 
     @staticmethod
@@ -233,7 +243,7 @@ def _read_writes_names(folder: str, out: dict[str, str]) -> None:
     except (FileNotFoundError, NotADirectoryError):
         return
     for name in names:
-        if len(name) == 40 and all(c in "0123456789abcdef" for c in name):
+        if _HEX40.fullmatch(name) is not None:
             out[name] = name
 
 

@@ -37,6 +37,8 @@ MEMO_LISTS = 256  # lists remembered for appending (one per thread, namespace an
 MEMO_BYTES = 64 << 20  # at most this many bytes of encoded lists remembered (see _ListMemo.encoded)
 
 Typed = tuple[str, bytes]
+_CHUNK_NAMES: list[str] = []  # the name of chunk i of a list (its first item's index, 10 digits), made once
+_CHUNK_NAMES_LOCK = threading.Lock()
 
 
 def decode(loads: Callable[[Typed], Any], typed: Typed, oid: str) -> Any:
@@ -67,7 +69,9 @@ class _ListMemo:
     chunks: list[str]
     deflater: AppendDeflater | None = None  # the last chunk's bytes compressed so far
     entry_bytes: list[bytes] = field(default_factory=list)  # the chunk tree's entries, serialised
-    encoded: bytes | None = None  # the items' msgpack bytes (without the array header), if kept
+    # the items' msgpack bytes (without the array header), if kept: a view of the list's whole
+    # encoding (no copy of it)
+    encoded: memoryview | None = None
 
 
 class ByteLRU:
@@ -228,7 +232,7 @@ class ValueCodec:
             chunks.append(oid)
         known = memo.entry_bytes[:kept] if memo is not None else []
         tree, serialised = self._chunk_tree(w, chunks, known)
-        encoded = whole[len(head):] if len(whole) <= MEMO_BYTES // 8 else None
+        encoded = memoryview(whole)[len(head):] if len(whole) <= MEMO_BYTES // 8 else None
         with self._memo_lock:
             replaced = self._memo.pop(key, None)
             if replaced is not None:
@@ -262,7 +266,12 @@ class ValueCodec:
     def _chunk_tree(self, w: ObjectWriter, chunks: list[str], known: list[bytes]) -> tuple[str, list[bytes]]:
         """The tree of ``chunks`` (and the serialised entries of one level of them); ``known``:
         the serialised entries of a prefix of ``chunks``, from the list's previous tree."""
-        level: list[TreeEntry] = [(f"{i * CHUNK:010d}", oid, MODE_BLOB) for i, oid in enumerate(chunks)]
+        names = _CHUNK_NAMES
+        if len(names) < len(chunks):
+            with _CHUNK_NAMES_LOCK:  # (only ever appended to: entries read without it never change)
+                while len(names) < len(chunks):
+                    names.append(f"{len(names) * CHUNK:010d}")
+        level: list[TreeEntry] = [(names[i], oid, MODE_BLOB) for i, oid in enumerate(chunks)]
         if len(level) <= FANOUT:
             # names of one width and one mode: already in git's order, and the entries the
             # previous tree had are serialised already

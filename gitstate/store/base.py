@@ -74,6 +74,7 @@ class StoreCore:
         self.fsync_refs = self.durability.refs
         self._merger: threading.Thread | None = None
         self._gc_seen = False  # whether a `git gc` ran when this store last wrote
+        self._gc_pid = os.path.join(self.location.common_dir, "gc.pid")
         self._merged_stamp = os.path.join(self.location.common_dir, "agentos", "merged")
         self._main_seen = _stamp(self._merged_stamp)
         # A killed writer's ref lock blocks git's own gc on a ref nobody writes again: every store
@@ -249,7 +250,7 @@ class StoreCore:
         """When a ``git gc`` has ended since the last write (its ``gc.pid`` is gone; one stat), give
         back their index to packs whose ``.idx`` it removed: its last directory scan can miss a
         ``.pack`` renamed into place while it runs and then takes the new ``.idx`` for garbage."""
-        running = os.path.exists(os.path.join(self.location.common_dir, "gc.pid"))
+        running = os.path.exists(self._gc_pid)
         if self._gc_seen and not running:
             try:
                 packs.reindex_orphans(os.path.join(self.location.common_dir, "objects", "pack"))
