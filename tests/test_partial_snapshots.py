@@ -221,7 +221,7 @@ def test_unencodable_state_is_refused_before_the_run_exists(repo: Path, monkeypa
     state.write_text(__import__("json").dumps(deep))
     monkeypatch.chdir(repo)
     before = _refs(repo)
-    _cli("checkpoint", "newrun5", "--state", str(state), code=1)
+    _cli("checkpoint", "newrun5", "--state", str(state), code=2)  # a --state that cannot be stored: usage
     assert _refs(repo) == before
 
 

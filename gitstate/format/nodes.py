@@ -43,7 +43,10 @@ class NodeRecord:
         out = {"format": NODE_KIND, "v": FORMAT_VERSION, "run": run_id, "id": self.id, "node": self.node,
                "branch": self.branch, "status": self.status, "entry": self.entry, "exit": self.exit,
                "base": self.base, "started_at": self.started_at, "ended_at": self.ended_at,
-               "error": self.error, "metadata": self.metadata or None, "owner": self.owner or None}
+               "error": self.error, "metadata": self.metadata or None,
+               # only an open boundary names its process: an ended record stays the same bytes
+               # wherever and by whichever process it was written
+               "owner": (self.owner or None) if self.status == "running" else None}
         return {k: v for k, v in out.items() if v is not None}
 
 

@@ -102,12 +102,21 @@ class Clock:
         self.now = T0 + seconds
 
 
+#: The process an open node boundary's record names (its ``owner``): fixed, as the clock is.
+GOLDEN_OWNER = {"pid": 4242, "start": 1, "host": "golden", "boot": "00000000-0000-0000-0000-000000000000",
+                "pidns": "pid:[1]"}
+
+
 def fixed_world(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """Fix the committer identity (environment, as git reads it) and gitstate's clock."""
+    """Fix the committer identity (environment, as git reads it), gitstate's clock and the process
+    an open node boundary names."""
+    import gitstate.store.run
+
     monkeypatch.setenv("GIT_COMMITTER_NAME", COMMITTER_NAME)
     monkeypatch.setenv("GIT_COMMITTER_EMAIL", COMMITTER_EMAIL)
     clock = Clock()
     monkeypatch.setattr(time, "time", clock)
+    monkeypatch.setattr(gitstate.store.run, "this_process", lambda: dict(GOLDEN_OWNER))
     return clock
 
 
