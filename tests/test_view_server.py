@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import stat
 import threading
 from collections.abc import Iterator
@@ -93,6 +94,21 @@ def test_foreign_host_is_refused(server: ViewServer, host: str) -> None:
     """A DNS-rebinding page reaches 127.0.0.1 under its own name: refused."""
     status, _, body = ask(server, "GET", "/api/runs", {"Host": host.format(port=server.port)})
     assert status == 403 and b"evil" not in body and b"runs" not in body
+
+
+def test_two_host_headers_or_an_absolute_target_are_refused(server: ViewServer) -> None:
+    """A request naming two hosts, or another authority in its target (``GET http://other/...``,
+    which HTTP says wins over Host), is not answered."""
+    own = f"127.0.0.1:{server.port}"
+    for first, second in ((own, "evil.example"), ("evil.example", own), (own, own)):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(f"GET /api/runs HTTP/1.1\r\nHost: {first}\r\nHost: {second}\r\n"
+                         "Connection: close\r\n\r\n".encode())
+            reply = b"".join(iter(lambda: sock.recv(65536), b""))
+        assert reply.startswith(b"HTTP/1.0 403") or reply.startswith(b"HTTP/1.1 403"), reply[:80]
+    for target in ("http://evil.example/api/runs", f"http://{own}/api/runs"):
+        status, _, body = ask(server, "GET", target)
+        assert status == 400 and b"runs" not in body.replace(b"request target", b""), target
 
 
 def test_foreign_origin_is_refused(server: ViewServer) -> None:

@@ -231,8 +231,11 @@ class ViewHandler(BaseHTTPRequestHandler):
     def refusal(self) -> tuple[HTTPStatus, str] | None:
         """Why this request is not answered (foreign Host or Origin, cross-site), or ``None``."""
         server = self.server
-        host = (self.headers.get("Host") or "").strip().lower()
-        if host not in server.hosts:
+        if not self.path.startswith("/"):
+            # an absolute-form target (GET http://other/...) names another authority than Host
+            return HTTPStatus.BAD_REQUEST, "the request target must be a path\n"
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) != 1 or hosts[0].strip().lower() not in server.hosts:  # two Host headers: which one?
             return HTTPStatus.FORBIDDEN, "this server answers only to its own address\n"
         origin = self.headers.get("Origin")
         if origin is not None and origin.strip().lower() not in server.origins:
