@@ -161,6 +161,9 @@ def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     branch that advanced on both sides keeps the remote's line as a separate branch
     BRANCH@REMOTE (reported once as "diverged"; a later pull reports "kept" while that copy
     already holds the remote's line, and "diverged" again only when it moves the copy forward).
+    The branch's node log goes with it: the remote's is kept as the node log of BRANCH@REMOTE,
+    and once BRANCH is put on that line (rollback) its node log becomes the remote's followed
+    by its own boundaries still on the line (push does this too).
     Refs that are not readable gitstate refs are skipped and reported; nothing fetched is
     executed. The last line counts the runs that changed ("nothing changed" when none did).
 

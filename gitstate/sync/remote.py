@@ -42,6 +42,7 @@ from gitstate.format.names import (
     STAGING,
     branch_ref,
     encode_component,
+    node_log_ref,
     parse_ref,
     run_prefix,
     worktree_prefix,
@@ -52,6 +53,7 @@ from gitstate.git.refs import list_refs
 from gitstate.store.sessionfiles import copy_ref, is_copy_of
 from gitstate.store.store import Store
 from gitstate.sync.hooks import check_push_allowed, git_cwd
+from gitstate.sync.nodelogs import replay_onto
 from gitstate.workspace.restore import SAFETY_BRANCH
 
 _MAX_ARGV = 200_000  # bytes of refspecs per git push (Linux allows ~2 MB; stay far below)
@@ -199,6 +201,7 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
     run_list = list(runs or [])
     prefixes = scope_prefixes(store, run_list, all_worktrees)
     label = remote_label(store, remote)
+    _align_node_logs(store, prefixes, label)
     local = {name: oid for p in prefixes for name, oid in list_refs(store.repo, p)}
     if not prune:
         for run_id in run_list:
@@ -319,11 +322,47 @@ def _kept_copies(store: Store, remote: str, kept: dict[str, str]) -> dict[str, R
     return out
 
 
+def _copy_suffix(label: str) -> re.Pattern[str]:
+    return re.compile("^(.+)@" + re.escape(label) + r"(-[0-9]+)?$")
+
+
 def _is_kept_copy(ref: str, kind: str, name: str | None, label: str) -> bool:
-    """Whether ``ref`` is a copy of ``label``'s own line kept by pull (never pushed back to it)."""
-    if kind == "heads":
-        return re.search("@" + re.escape(label) + r"(-[0-9]+)?$", name or "") is not None
+    """Whether ``ref`` is a copy of ``label``'s own line kept by pull, or its node log (never
+    pushed back to it)."""
+    if kind in ("heads", "nodes"):
+        return _copy_suffix(label).match(name or "") is not None
     return kind == "files" and is_copy_of(ref, label)
+
+
+def _align_node_logs(store: Store, prefixes: Sequence[str], label: str) -> None:
+    """Before a push: a branch put on the line of its kept copy ``<branch>@<label>`` (the copy's
+    tip is on the branch's line, e.g. after ``rollback RUN @<branch>@<label>``) takes the copy's
+    node log, ``label``'s, with its own boundaries still on the line replayed after it
+    (:func:`gitstate.sync.nodelogs.replay_onto`), so its node log is a fast-forward of the
+    remote's again. A log that cannot be read or moves meanwhile is left as it is (the push then
+    reports it)."""
+    reader = store.reader
+    pattern = _copy_suffix(label)
+    for name, copy_head in sorted(n for p in prefixes for n in list_refs(store.repo, p)):
+        parsed = parse_ref(name)
+        if parsed is None or parsed.kind != "heads" or parsed.name is None:
+            continue
+        match = pattern.match(parsed.name)
+        if match is None:
+            continue
+        wt, run_id, branch = parsed.worktree, parsed.run_id, match.group(1)
+        try:
+            copy_log = _read(store, node_log_ref(wt, run_id, parsed.name))
+            head = _read(store, branch_ref(wt, run_id, branch))
+            log_ref = node_log_ref(wt, run_id, branch)
+            ours = _read(store, log_ref)
+            if (copy_log is None or head is None or not reader.is_ancestor(copy_head, head)
+                    or (ours is not None and reader.is_ancestor(copy_log, ours))):
+                continue
+            replay_onto(store, log_ref, ours, copy_log, head,
+                        f"gitstate: push to {label} (node log follows {branch} onto {parsed.name}'s line)")
+        except (ConflictError, CorruptObjectError, InvalidNameError):
+            continue
 
 
 def _lease_in(lease: str, batch: list[str]) -> bool:
@@ -450,13 +489,17 @@ def merge_staged(store: Store, staged: list[tuple[str, str]], session: str, labe
     """Apply staged remote refs to ``refs/agentos/…`` by the no-overwrite rules (run records first,
     so a run's branches never appear without it)."""
     pairs = [(NAMESPACE + name[len(session):], oid) for name, oid in staged]
-    pairs.sort(key=lambda p: (_kind_order(p[0]), p[0]))
+    pairs.sort(key=lambda p: (_kind_order(p[0]), p[0]))  # a run's heads/ before its nodes/
+    remote_refs = dict(pairs)
     out: list[RefResult] = []
+    done: dict[str, RefResult] = {}
     for local, oid in pairs:
         try:
-            out.append(_merge_one(store, local, oid, label))
+            result = _merge_one(store, local, oid, label, remote_refs, done)
         except GitStateError as exc:
-            out.append(RefResult(local, "error", None, oid, str(exc)))
+            result = RefResult(local, "error", None, oid, str(exc))
+        done[local] = result
+        out.append(result)
     return out
 
 
@@ -482,7 +525,8 @@ def _relation(reader: ObjectReader, ours: str, theirs: str) -> str:
     return "diverged"
 
 
-def _merge_one(store: Store, local: str, theirs: str, label: str) -> RefResult:
+def _merge_one(store: Store, local: str, theirs: str, label: str, remote_refs: dict[str, str],
+               done: dict[str, RefResult]) -> RefResult:
     reader = store.reader
     parsed = parse_ref(local)
     if parsed is None:
@@ -504,6 +548,11 @@ def _merge_one(store: Store, local: str, theirs: str, label: str) -> RefResult:
         return RefResult(local, "skipped", ours, theirs, f"history cannot be read: {exc}")
     if relation == "same":
         return RefResult(local, "up-to-date", ours, theirs)
+    if parsed.kind == "nodes" and parsed.name is not None and relation != "ahead":
+        copied = _node_log_of_copy(store, local, parsed.worktree, parsed.run_id, parsed.name, ours, theirs, label,
+                                   done)
+        if copied is not None:
+            return copied
     if relation == "ahead":
         return RefResult(local, "ahead", ours, theirs, "ours is newer; push to share it")
     if relation == "behind":
@@ -519,6 +568,9 @@ def _merge_one(store: Store, local: str, theirs: str, label: str) -> RefResult:
             name = diverged_branch_name(branch, label, n)
             return branch_ref(worktree, run_id, name), name
         return _keep_diverged(store, local, ours, theirs, label, branch_copy, "branch", branch)
+    if parsed.kind == "nodes" and parsed.name is not None:
+        return _merge_node_log(store, local, parsed.worktree, parsed.run_id, parsed.name, ours, theirs, label,
+                               remote_refs, done)
     if parsed.kind == "files" and parsed.name is not None and "/" not in parsed.name:
         return _keep_diverged(store, local, ours, theirs, label,
                               lambda n: copy_ref(store.repo, local, label, n), "session file",
@@ -526,6 +578,69 @@ def _merge_one(store: Store, local: str, theirs: str, label: str) -> RefResult:
     what = "run record" if parsed.kind == "run" else f"{parsed.kind} ref"
     return RefResult(local, "conflict", ours, theirs,
                      f"the remote's {what} differs (created independently?); kept ours")
+
+
+def _merge_node_log(store: Store, local: str, worktree: str, run_id: str, branch: str, ours: str, theirs: str,
+                    label: str, remote_refs: dict[str, str], done: dict[str, RefResult]) -> RefResult:
+    """A node log that advanced on both sides, whose branch this pull did not keep as a copy,
+    follows its branch (docs/FORMAT.md, "Sharing"): when the branch here holds the remote's line
+    (the remote's tip is on it), ours is replayed onto the remote's log
+    (:func:`gitstate.sync.nodelogs.replay_onto`). Otherwise ours is kept (``conflict``)."""
+    head = branch_ref(worktree, run_id, branch)
+    try:
+        their_head, our_head = remote_refs.get(head), _read(store, head)
+        if (their_head is not None and our_head is not None and store.reader.exists(their_head)
+                and store.reader.is_ancestor(their_head, our_head)):
+            new = replay_onto(store, local, ours, theirs, our_head,
+                              f"gitstate: pull from {label} (node log follows {branch})")
+            return RefResult(local, "fast-forward", ours, new,
+                             f"{branch} holds {label}'s line: its node log is {label}'s, followed by this "
+                             f"repository's boundaries on {branch}")
+    except ConflictError as exc:
+        return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")
+    except CorruptObjectError as exc:
+        return RefResult(local, "skipped", ours, theirs, f"node log cannot be read: {exc}")
+    return RefResult(local, "conflict", ours, theirs,
+                     "the remote's node log differs and its branch was not kept beside ours; kept ours")
+
+
+def _node_log_of_copy(store: Store, local: str, worktree: str, run_id: str, branch: str, ours: str, theirs: str,
+                      label: str, done: dict[str, RefResult]) -> RefResult | None:
+    """When this pull kept the remote's line of ``branch`` as a copy (``diverged`` or ``kept``),
+    the remote's node log (``theirs``, newer than ours or diverged from it) describes that line: it
+    is kept as the copy's node log, created, moved forward, or already there (``kept``); ours is
+    unchanged. ``None`` when the branch was not kept as a copy."""
+    kept = done.get(branch_ref(worktree, run_id, branch))
+    if kept is None or kept.status not in ("diverged", "kept") or kept.kept_as is None:
+        return None
+    copy = kept.kept_as
+    try:
+        return _keep_copy_node_log(store, local, node_log_ref(worktree, run_id, copy), copy, ours, theirs, label)
+    except ConflictError as exc:
+        return RefResult(local, "error", exc.actual, theirs, "changed locally during the pull; pull again")
+    except CorruptObjectError as exc:
+        return RefResult(local, "skipped", ours, theirs, f"history cannot be read: {exc}")
+
+
+def _keep_copy_node_log(store: Store, local: str, ref: str, copy: str, ours: str, theirs: str,
+                        label: str) -> RefResult:
+    """Keep the remote's node log of a diverged branch as the node log of its kept copy ``copy``
+    (ref ``ref``)."""
+    held = _read(store, ref)
+    msg = f"both sides advanced: kept {label}'s node log as the node log of branch {copy!r}; ours is unchanged"
+    if held is None:
+        store.move_ref(ref, None, theirs, f"gitstate: pull from {label} (diverged node log)")
+        return RefResult(local, "diverged", ours, theirs, msg, kept_as=copy)
+    relation = _relation(store.reader, held, theirs)
+    if relation in ("same", "ahead"):
+        return RefResult(local, "kept", ours, theirs,
+                         f"already kept: {label}'s node log is the node log of branch {copy!r}; nothing new",
+                         kept_as=copy)
+    if relation == "behind":
+        store.move_ref(ref, held, theirs, f"gitstate: pull from {label} (fast-forward node log of {copy})")
+        return RefResult(local, "diverged", ours, theirs, msg, kept_as=copy)
+    return RefResult(local, "conflict", ours, theirs,
+                     f"the node log of branch {copy!r} holds another line than {label}'s; kept ours")
 
 
 def _merge_writes_ref(store: Store, local: str, name: str | None, theirs: str, label: str) -> RefResult:
