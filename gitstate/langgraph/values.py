@@ -37,7 +37,9 @@ MEMO_LISTS = 256  # lists remembered for appending (one per thread, namespace an
 MEMO_BYTES = 64 << 20  # at most this many bytes of encoded lists remembered (see _ListMemo.encoded)
 
 Typed = tuple[str, bytes]
-_CHUNK_NAMES: list[str] = []  # the name of chunk i of a list (its first item's index, 10 digits), made once
+# per chunk size (a constant, but a test may patch it): the name of chunk i of a list (its first
+# item's index, 10 digits), made once
+_CHUNK_NAMES: dict[int, list[str]] = {}
 _CHUNK_NAMES_LOCK = threading.Lock()
 
 
@@ -266,11 +268,13 @@ class ValueCodec:
     def _chunk_tree(self, w: ObjectWriter, chunks: list[str], known: list[bytes]) -> tuple[str, list[bytes]]:
         """The tree of ``chunks`` (and the serialised entries of one level of them); ``known``:
         the serialised entries of a prefix of ``chunks``, from the list's previous tree."""
-        names = _CHUNK_NAMES
-        if len(names) < len(chunks):
+        size = CHUNK
+        names = _CHUNK_NAMES.get(size)
+        if names is None or len(names) < len(chunks):
             with _CHUNK_NAMES_LOCK:  # (only ever appended to: entries read without it never change)
+                names = _CHUNK_NAMES.setdefault(size, [])
                 while len(names) < len(chunks):
-                    names.append(f"{len(names) * CHUNK:010d}")
+                    names.append(f"{len(names) * size:010d}")
         level: list[TreeEntry] = [(names[i], oid, MODE_BLOB) for i, oid in enumerate(chunks)]
         if len(level) <= FANOUT:
             # names of one width and one mode: already in git's order, and the entries the
