@@ -22,6 +22,7 @@ from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.graph.message import add_messages  # noqa: E402
 from langgraph.types import Command, Interrupt, interrupt  # noqa: E402
+from lg_helpers import chain  # noqa: E402
 
 import gitstate  # noqa: E402
 from gitstate.langgraph import GitCheckpointSaver  # noqa: E402
@@ -127,20 +128,10 @@ class Outer(TypedDict):
 
 
 def subgraph_app(saver: Any) -> Any:
-    inner = StateGraph(Outer)
-    inner.add_node("inner_a", lambda s: {"items": ["inner_a"]})
-    inner.add_node("inner_ask", lambda s: {"items": [f"inner_ask:{interrupt('sub?')}"]})
-    inner.add_edge(START, "inner_a")
-    inner.add_edge("inner_a", "inner_ask")
-    inner.add_edge("inner_ask", END)
-    outer = StateGraph(Outer)
-    outer.add_node("first", lambda s: {"items": ["first"]})
-    outer.add_node("sub", inner.compile())
-    outer.add_node("last", lambda s: {"items": ["last"]})
-    outer.add_edge(START, "first")
-    outer.add_edge("first", "sub")
-    outer.add_edge("sub", "last")
-    outer.add_edge("last", END)
+    inner = chain(Outer, ("inner_a", lambda s: {"items": ["inner_a"]}),
+                  ("inner_ask", lambda s: {"items": [f"inner_ask:{interrupt('sub?')}"]}))
+    outer = chain(Outer, ("first", lambda s: {"items": ["first"]}), ("sub", inner.compile()),
+                  ("last", lambda s: {"items": ["last"]}))
     return outer.compile(checkpointer=saver)
 
 

@@ -22,6 +22,7 @@ pytest.importorskip("langgraph")
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.types import Command, interrupt  # noqa: E402
+from lg_helpers import chain  # noqa: E402
 
 from gitstate.format import lgtree  # noqa: E402
 from gitstate.langgraph import GitCheckpointSaver  # noqa: E402
@@ -40,20 +41,9 @@ def _nested(saver: Any, broken: list[bool]) -> Any:
             raise ValueError("inner tool crashed")
         return {"msgs": ["inner_bad"]}
 
-    sub = StateGraph(S)
-    sub.add_node("inner_ok", lambda s: {"msgs": ["inner_ok"]})
-    sub.add_node("inner_bad", inner_bad)
-    sub.add_edge(START, "inner_ok")
-    sub.add_edge("inner_ok", "inner_bad")
-    sub.add_edge("inner_bad", END)
-    graph = StateGraph(S)
-    graph.add_node("prep", lambda s: {"msgs": ["prep"]})
-    graph.add_node("child", sub.compile())
-    graph.add_node("after", lambda s: {"msgs": ["after"]})
-    graph.add_edge(START, "prep")
-    graph.add_edge("prep", "child")
-    graph.add_edge("child", "after")
-    graph.add_edge("after", END)
+    sub = chain(S, ("inner_ok", lambda s: {"msgs": ["inner_ok"]}), ("inner_bad", inner_bad))
+    graph = chain(S, ("prep", lambda s: {"msgs": ["prep"]}), ("child", sub.compile()),
+                  ("after", lambda s: {"msgs": ["after"]}))
     return graph.compile(checkpointer=saver)
 
 

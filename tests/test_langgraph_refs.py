@@ -20,6 +20,7 @@ pytest.importorskip("langgraph")
 
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
+from lg_helpers import chain  # noqa: E402
 
 from gitstate.langgraph import GitCheckpointSaver  # noqa: E402
 from gitstate.view.data import ViewData  # noqa: E402
@@ -31,13 +32,8 @@ class S(TypedDict):
 
 
 def _app(saver: Any) -> Any:
-    graph = StateGraph(S)
-    graph.add_node("first", lambda s: {"msgs": ["first"]})
-    graph.add_node("second", lambda s: {"msgs": [f"second after {len(s['msgs'])}"]})
-    graph.add_edge(START, "first")
-    graph.add_edge("first", "second")
-    graph.add_edge("second", END)
-    return graph.compile(checkpointer=saver)
+    return chain(S, ("first", lambda s: {"msgs": ["first"]}),
+                 ("second", lambda s: {"msgs": [f"second after {len(s['msgs'])}"]})).compile(checkpointer=saver)
 
 
 def _cli(*args: str, input: str | None = None) -> str:
