@@ -56,6 +56,9 @@ def _why(ref: RefResult, run_id: str | None, remote: str) -> str:
                     f"(git agentos fork {out.shell_arg(run_id)} @{out.shell_arg(branch)} NEW_BRANCH) and put {branch} "
                     f"on {remote}'s line (git agentos rollback {out.shell_arg(f'{run_id}@{branch}')} "
                     f"@{out.shell_arg(kept)})")
+    if ref.status == "behind" and run_id is not None:
+        pull = f"git agentos pull {out.shell_arg(remote)} {out.shell_arg(run_id)}"
+        return f": {remote} has newer checkpoints on this line; nothing to push (bring them here: {pull})"
     if ref.message and not ref.message.startswith("["):
         return f": {ref.message}"
     return ""
@@ -130,8 +133,10 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     while the remote still has them ("kept"), and each run's restore-safety branch, which holds
     workspace files a restore set aside without checkpointing them ("local"; --include-safety
     sends it; "up-to-date" when an earlier --include-safety push sent the remote this very
-    branch). Exit 1 when any ref was refused or failed; the lines above the error say which
-    and why (no success summary is printed then).
+    branch). A branch that only the remote advanced (ours is on its line, nothing to push) is
+    "behind", not a failure: pull brings the remote's checkpoints. Exit 1 when any ref was
+    refused or failed; the lines above the error say which and why (no success summary is
+    printed then).
 
     \b
     Example:
@@ -140,8 +145,8 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
       git agentos push origin 20261121-2311-3f2a9c --prune
 
     JSON: [{"run", "worktree", "status", "ok", "refs": [{"ref", "status", "ok", "old", "new",
-    "message", "kept_as"}]}]; ref statuses: pushed, deleted, up-to-date, kept, local (ok),
-    rejected, error, skipped (failures). On failure the document is printed, then the error line.
+    "message", "kept_as"}]}]; ref statuses: pushed, deleted, up-to-date, kept, local, behind
+    (ok), rejected, error, skipped (failures). On failure the document is printed, then the error line.
     """
     results = gitstate.push(store, remote, _whole_runs(store, runs), all_worktrees=all_worktrees, prune=prune,
                             include_safety=include_safety)

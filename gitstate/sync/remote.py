@@ -68,7 +68,9 @@ class RefResult:
     ``rejected`` (the remote has checkpoints we lack), ``error``, ``skipped`` (not pushed, a
     failure: a ref name gitstate cannot read, or a kept copy of the remote's line that the remote
     no longer has), ``kept`` (a copy of the remote's own line kept by pull that the remote still
-    has: not pushed back, not a failure), ``local`` (the unsaved-work safety branch, which stays
+    has: not pushed back, not a failure), ``behind`` (the remote's line went on from ours: nothing
+    to push, not a failure; ``old`` is the remote's value; pull brings it), ``local`` (the
+    unsaved-work safety branch, which stays
     local unless asked for; ``old`` is what the remote holds of it, when an earlier push sent one;
     a safety branch the remote already has as it is here is ``up-to-date``). Pull statuses:
     ``created``, ``fast-forward``, ``up-to-date``, ``ahead`` (ours is newer), ``diverged`` (the
@@ -112,7 +114,7 @@ class SyncResult:
     def status(self) -> str:
         """The most notable status of the run's refs (a failure before a change before a no-op)."""
         order = ["error", "rejected", "conflict", "skipped", "diverged", "deleted", "created",
-                 "pushed", "fast-forward", "ahead", "up-to-date", "kept", "local"]
+                 "pushed", "fast-forward", "ahead", "behind", "up-to-date", "kept", "local"]
         found = {r.status for r in self.refs}
         return next((s for s in order if s in found), "up-to-date")
 
@@ -250,7 +252,44 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
                 *[le for le in leases if _lease_in(le, batch)], remote, *specs, *batch]
         results.update(_push_run(store, remote, args, covered))
         specs, pushes = [], {}  # the globs go with the first batch only
+    refused = {name: r.new for name, r in results.items()
+               if r.status == "rejected" and r.message in (_REJECT_HINT, _REJECT_FILE_HINT) and r.new is not None}
+    for name, theirs in _behind(store, remote, label, refused).items():
+        results[name] = RefResult(name, "behind", theirs, refused[name], BEHIND_MESSAGE.format(remote=remote))
     return _group(results.values(), PushResult)
+
+
+BEHIND_MESSAGE = "{remote} has newer checkpoints on this line; nothing to push (pull to bring them here)"
+_MAX_BEHIND_CHECK = 1000  # refused refs whose remote value one push fetches to tell "behind"
+
+
+def _behind(store: Store, remote: str, label: str, refused: dict[str, str]) -> dict[str, str]:
+    """Of the refs a push refused as not fast-forward (``{ref: our oid}``), those whose value here
+    is an ancestor of the remote's: the remote's line merely went on, nothing of ours is missing
+    there. Their remote values are fetched into a private staging namespace (removed again) to
+    tell; returns ``{ref: the remote's oid}``. A fetch that fails leaves them refused."""
+    if not refused or len(refused) > _MAX_BEHIND_CHECK:
+        return {}
+    session = f"{STAGING}{encode_component(label)}/{os.getpid()}-{secrets.token_hex(4)}/"
+    specs = [f"+{name}:{session}{name[len(NAMESPACE):]}" for name in sorted(refused)]
+    found: dict[str, str] = {}
+    try:
+        done = run_git(store, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
+                               "--no-recurse-submodules", "--refmap=", remote, *specs],
+                       action="fetch from", remote=remote, check=False)
+        if done.returncode != 0:
+            return {}
+        reader = store.reader
+        for name, ours in refused.items():
+            theirs = _read(store, session + name[len(NAMESPACE):])
+            try:
+                if theirs is not None and _check_commit(reader, theirs) is None and reader.is_ancestor(ours, theirs):
+                    found[name] = theirs
+            except CorruptObjectError:
+                continue
+    finally:
+        _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
+    return found
 
 
 SAFETY_MESSAGE = ("not pushed: the restore-safety branch holds workspace files a restore set aside without "

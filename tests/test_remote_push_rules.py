@@ -1,0 +1,39 @@
+"""What push does with refs this repository did not change: a branch only the remote advanced is
+``behind`` (nothing to push, exit 0), not refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import git
+from test_cli_sharing import agentos, machines
+
+
+def test_a_branch_only_the_remote_advanced_is_behind_not_rejected(tmp_path: Path) -> None:
+    a, b, server = machines(tmp_path)
+    agentos(a, "checkpoint", "run1", "--state", "-", "--node", "plan", input="{}")
+    agentos(a, "push", "origin")
+    agentos(b, "pull", "origin")
+    agentos(a, "checkpoint", "run1", "--state", "-", "--node", "act", input='{"a": 1}')
+    agentos(a, "push", "origin")
+    agentos(b, "checkpoint", "run1", "-b", "mine", "--state", "-", input='{"b": 1}')
+    pushed = agentos(b, "push", "origin")  # exit 0: b never wrote main
+    assert "behind run1 main: origin has newer checkpoints on this line; nothing to push" in pushed.stdout, pushed.stdout
+    assert "git agentos pull origin run1" in pushed.stdout
+    assert "pushed run1 mine" in pushed.stdout and "rejected" not in pushed.stdout
+    assert "pushed origin: 1 run(s), 1 changed" in pushed.stdout
+    doc = json.loads(agentos(b, "push", "origin", "--json").stdout)
+    refs = {ref["ref"].rsplit("/", 2)[1] + "/" + ref["ref"].rsplit("/", 1)[1]: ref for ref in doc[0]["refs"]}
+    tip_a = git(server, "rev-parse", "refs/agentos/main/runs/run1/heads/main").strip()
+    assert refs["heads/main"]["status"] == "behind" and refs["heads/main"]["ok"] is True
+    assert refs["heads/main"]["old"] == tip_a and doc[0]["ok"] is True
+    assert not git(b, "for-each-ref", "refs/agentos-incoming/")  # the check's staging refs are gone
+    assert git(server, "rev-parse", "refs/agentos/main/runs/run1/heads/main").strip() == tip_a
+    # a branch that advanced on both sides is still refused
+    agentos(b, "pull", "origin")
+    agentos(a, "checkpoint", "run1", "--state", "-", input='{"a": 2}')
+    agentos(a, "push", "origin")
+    agentos(b, "checkpoint", "run1", "--state", "-", input='{"b": 2}')
+    refused = agentos(b, "push", "origin", code=1)
+    assert "rejected run1 main:" in refused.stdout and "behind run1 main" not in refused.stdout
