@@ -169,8 +169,9 @@ def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     The branch's node log goes with it: the remote's is kept as the node log of BRANCH@REMOTE,
     and once BRANCH is put on that line (rollback) its node log becomes the remote's followed
     by its own boundaries still on the line (push does this too).
-    Refs that are not readable gitstate refs are skipped and reported; nothing fetched is
-    executed. The last line counts the runs that changed ("nothing changed" when none did).
+    Refs that are not readable gitstate refs (or belong to a run without a run record) are
+    skipped and reported; nothing fetched is executed. One pull accepts at most
+    `git config agentos.pullMaxRefs` refs (default 20000; 0: no limit). The last line counts the runs that changed ("nothing changed" when none did).
 
     \b
     Example:

@@ -421,9 +421,27 @@ def _batches(specs: list[str]) -> list[list[str]]:
     return out
 
 
-def _ls_remote(store: Store, remote: str, prefixes: Sequence[str]) -> dict[str, str]:
-    out = run_git(store, ["ls-remote", "--refs", remote, NAMESPACE + "*"], action="list refs of",
-                  remote=remote)
+MAX_REFS_KEY = "agentos.pullMaxRefs"
+DEFAULT_MAX_PULL_REFS = 20_000
+
+
+def max_pull_refs(store: Store) -> int:
+    """How many refs one pull or import accepts: ``agentos.pullMaxRefs`` (0: no limit), default
+    :data:`DEFAULT_MAX_PULL_REFS`. A hostile remote offering more would fill ``.git`` with loose
+    refs."""
+    out = run_git(store, ["config", "--get", MAX_REFS_KEY], action="read config", remote=MAX_REFS_KEY, check=False)
+    text = out.stdout.strip()
+    if out.returncode != 0 or not text:
+        return DEFAULT_MAX_PULL_REFS
+    try:
+        value = int(text)
+    except ValueError:
+        raise RemoteError(MAX_REFS_KEY, "read config", f"{MAX_REFS_KEY} must be a whole number, not {text!r}") from None
+    return max(value, 0)
+
+
+def _ls_remote(store: Store, remote: str, prefixes: Sequence[str], *, action: str = "list refs of") -> dict[str, str]:
+    out = run_git(store, ["ls-remote", "--refs", remote, NAMESPACE + "*"], action=action, remote=remote)
     refs: dict[str, str] = {}
     for line in out.stdout.splitlines():
         oid, _, name = line.partition("\t")
@@ -506,6 +524,12 @@ def fetch_and_merge(store: Store, source: str, label: str, prefixes: Sequence[st
     file) into a fresh staging namespace, merge them by the no-overwrite rules, and remove the
     staging refs again (also when anything fails)."""
     _remove_stale_sessions(store)
+    offered = _ls_remote(store, source, prefixes, action=action)
+    limit = max_pull_refs(store)
+    if limit and len(offered) > limit:
+        raise RemoteError(source, action, f"it offers {len(offered)} refs under refs/agentos/ in scope, more than one "
+                                          f"pull accepts ({MAX_REFS_KEY} = {limit}); pull named runs, or raise the "
+                                          f"limit: git config {MAX_REFS_KEY} <n> (0: no limit)")
     session = f"{STAGING}{encode_component(label)}/{os.getpid()}-{secrets.token_hex(4)}/"
     specs = [f"+{p}*:{session}{p[len(NAMESPACE):]}*" for p in prefixes]
     try:
@@ -575,6 +599,8 @@ def _merge_one(store: Store, local: str, theirs: str, label: str, remote_refs: d
     problem = _check_commit(reader, theirs)
     if problem is not None:
         return RefResult(local, "skipped", None, theirs, problem)
+    if parsed.kind != "run" and _read(store, _run_record_of(local)) is None:
+        return RefResult(local, "skipped", None, theirs, NO_RECORD.format(remote=label))
     ours = _read(store, local)
     try:
         if ours is None:
@@ -682,6 +708,15 @@ def _keep_copy_node_log(store: Store, local: str, ref: str, copy: str, ours: str
                      f"the node log of branch {copy!r} holds another line than {label}'s; kept ours")
 
 
+NO_RECORD = "its run has no run record on {remote} or here (not a run gitstate wrote); not pulled"
+
+
+def _run_record_of(ref: str) -> str:
+    """The run record ref of the run a per-run ref belongs to (``…/runs/<run>/run``), from the ref
+    name's own components (no decoding: any name the remote sent)."""
+    return "/".join(ref.split("/")[:5]) + "/run"
+
+
 def _merge_writes_ref(store: Store, local: str, name: str | None, theirs: str, label: str) -> RefResult:
     """A LangGraph writes ref (``.../writes/<blob id>``, pending writes no put has folded yet):
     created here when absent. It is named by the blob it holds and never moves, so one that holds
@@ -692,6 +727,8 @@ def _merge_writes_ref(store: Store, local: str, name: str | None, theirs: str, l
         return RefResult(local, "skipped", None, theirs, exc.reason)
     if kind != ObjectType.BLOB or name != theirs:
         return RefResult(local, "skipped", None, theirs, "a writes ref must hold the blob it is named by")
+    if _read(store, _run_record_of(local)) is None:
+        return RefResult(local, "skipped", None, theirs, NO_RECORD.format(remote=label))
     ours = _read(store, local)
     if ours == theirs:
         return RefResult(local, "up-to-date", ours, theirs)

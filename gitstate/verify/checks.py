@@ -285,6 +285,20 @@ class _Checker:
         self.report.objects = len(self.seen_objects)
 
 
+def _without_record(listed: list[tuple[str, str]], broken: set[str]) -> set[str]:
+    """The refs under ``…/runs/<run>/`` of runs that have no run record ref (``…/runs/<run>/run``,
+    also not a broken one): every writer creates the record before a run's other refs and deletes
+    it after them, so such refs hold nothing a run reaches."""
+    names = {name for name, _oid in listed} | broken
+    out: set[str] = set()
+    for name in names:
+        parts = name[len(NAMESPACE):].split("/")
+        if len(parts) >= 4 and parts[1] == "runs" and parts[3] != "run" and parse_ref(name) is not None:
+            if "/".join(name.split("/")[:5]) + "/run" not in names:
+                out.add(name)
+    return out
+
+
 def _short(path: str, keep: int = 3) -> str:
     """A path shortened to its first ``keep`` components (a hostile one can be thousands long)."""
     parts = path.split("/")
@@ -317,7 +331,22 @@ def verify(store: Store, all_worktrees: bool = True,
                                        "--repair` removes it)"))
     checker = _Checker(store, report, progress)
     prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
-    for name, oid in list_refs(store.repo, prefix):
+    listed = list_refs(store.repo, prefix)
+    orphans = _without_record(listed, {b.name for b in refs.broken_refs(store.repo, common, prefix)})
+    for name, oid in listed:
+        if name in orphans:
+            if repair:
+                try:
+                    store.move_ref(name, oid, None, "gitstate: verify --repair (run without a run record)")
+                except GitStateError as exc:
+                    checker.problem(name, f"cannot remove it: {exc}", oid)
+                    continue
+                report.repaired.append(name)
+            else:
+                checker.problem(name, "its run has no run record (…/run), so it is no run gitstate can list or "
+                                      "delete (a pull of an earlier version took it from a remote?); "
+                                      "`git agentos verify --repair` removes it", oid)
+            continue
         checker.check_ref(name, oid)
     for broken in refs.broken_refs(store.repo, common, prefix):  # git's for-each-ref: "ignoring broken ref"
         if repair:
