@@ -72,3 +72,24 @@ def test_one_pull_accepts_a_bounded_number_of_refs(tmp_path: Path) -> None:
     git(b, "config", "agentos.pullMaxRefs", "0")  # no limit
     agentos(b, "pull", "origin")
     assert len(git(b, "for-each-ref", "refs/agentos/").splitlines()) == 4
+
+
+def test_a_ref_git_cannot_fetch_does_not_break_a_full_pull(tmp_path: Path) -> None:
+    """A ref whose name git refuses (written into the remote's refs directory by hand) is listed
+    by the remote but cannot be fetched; the pull takes everything else and reports it."""
+    server = bare(tmp_path / "server.git")
+    a = gitstate.open_store(machine(tmp_path / "A", server.as_uri()))
+    b = gitstate.open_store(machine(tmp_path / "B", server.as_uri()))
+    tip = a.create_run(run_id="r").checkpoint({"a": 1}).id
+    assert all(r.ok for r in gitstate.push(a))
+    bad = server / "refs" / "agentos" / "main" / "runs" / "sp ace" / "heads"
+    bad.mkdir(parents=True)
+    (bad / "main").write_text(tip + "\n")
+    pulled = gitstate.pull(b)
+    good = [(r.ref, r.status) for res in pulled for r in res.refs if "/runs/r/" in r.ref]
+    assert sorted(good) == [("refs/agentos/main/runs/r/heads/main", "created"),
+                            ("refs/agentos/main/runs/r/run", "created")]
+    others = [r for res in pulled for r in res.refs if "/runs/r/" not in r.ref]
+    assert others and all(r.status == "skipped" and "cannot send" in r.message for r in others)
+    assert [s.id for s in b.list_runs()] == ["r"]
+    assert not git(b.path, "for-each-ref", "refs/agentos-incoming/")

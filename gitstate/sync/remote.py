@@ -421,6 +421,18 @@ def _batches(specs: list[str]) -> list[list[str]]:
     return out
 
 
+_BAD_REF_CHARS = frozenset(" ~^:?*[\\\x7f")
+
+
+def valid_ref_name(name: str) -> bool:
+    """Whether git accepts ``name`` as a ref name (the rules of ``git check-ref-format``): a ref
+    a remote lists under another name is one git cannot fetch."""
+    if (not name or name.endswith(("/", ".")) or "//" in name or ".." in name or "@{" in name or name == "@"
+            or any(ord(c) < 0x20 or c in _BAD_REF_CHARS for c in name)):
+        return False
+    return all(part and not part.startswith(".") and not part.endswith(".lock") for part in name.split("/"))
+
+
 MAX_REFS_KEY = "agentos.pullMaxRefs"
 DEFAULT_MAX_PULL_REFS = 20_000
 
@@ -531,13 +543,22 @@ def fetch_and_merge(store: Store, source: str, label: str, prefixes: Sequence[st
                                           f"pull accepts ({MAX_REFS_KEY} = {limit}); pull named runs, or raise the "
                                           f"limit: git config {MAX_REFS_KEY} <n> (0: no limit)")
     session = f"{STAGING}{encode_component(label)}/{os.getpid()}-{secrets.token_hex(4)}/"
-    specs = [f"+{p}*:{session}{p[len(NAMESPACE):]}*" for p in prefixes]
+    unreadable = {name: oid for name, oid in offered.items() if not valid_ref_name(name) or set(oid) == {"0"}}
+    if unreadable:  # git would fail the whole fetch on one: fetch the others by name
+        specs = [f"+{n}:{session}{n[len(NAMESPACE):]}" for n in sorted(offered) if n not in unreadable]
+    else:
+        specs = [f"+{p}*:{session}{p[len(NAMESPACE):]}*" for p in prefixes]
+    skipped = [RefResult(name, "skipped", None, None if set(oid) == {"0"} else oid,
+                         f"{source} cannot send this ref (a ref name git does not accept)") for name, oid in
+               sorted(unreadable.items())]
+    if not specs:
+        return _group(skipped, PullResult)
     try:
         run_git(store, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
                         "--no-recurse-submodules", "--refmap=", source, *specs],
                 action=action, remote=source)
         staged = list_refs(store.repo, session)
-        results = merge_staged(store, staged, session, label)
+        results = merge_staged(store, staged, session, label) + skipped
     finally:
         _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
     return _group(results, PullResult)
