@@ -369,20 +369,19 @@ def delete(store: gitstate.Store, run_id: str, yes: bool, as_json: bool) -> None
 
     JSON: {"run", "deleted": true, "branches": [names]}.
     """
-    if not store.has_run(run_id):
+    if not store.has_run(run_id) and not store.has_run_refs(run_id):  # (refs without a run record: deleted too)
         loc = locate_branch(store, run_id)  # RunNotFound, or a RUN@BRANCH that names a branch
         raise click.UsageError(f"delete removes a whole run; to delete branch {out.safe(loc.branch)!r} of run "
                                f"{out.safe(loc.run)!r} use: git agentos branch -d {out.shell_arg(run_id)}")
-    run = store.get_run(run_id)
     if not yes:
         if not sys.stdin.isatty():
-            raise click.UsageError(f"deleting run {out.safe(run.id)!r} needs --yes when not on a terminal")
-        click.confirm(f"delete run {out.safe(run.id)!r} and all its branches?", abort=True)
-    branches = store.delete_run(run.id)
+            raise click.UsageError(f"deleting run {out.safe(run_id)!r} needs --yes when not on a terminal")
+        click.confirm(f"delete run {out.safe(run_id)!r} and all its branches?", abort=True)
+    branches = store.delete_run(run_id)
     if as_json:
-        out.emit_json({"run": run.id, "deleted": True, "branches": branches})
+        out.emit_json({"run": run_id, "deleted": True, "branches": branches})
         return
-    click.echo(f"deleted run {out.safe(run.id)}")
+    click.echo(f"deleted run {out.safe(run_id)}")
 
 
 @click.command()

@@ -167,6 +167,18 @@ def test_scenario_matches_library(at_repo: Path) -> None:
     store.close()
 
 
+def test_delete_removes_a_run_that_has_no_run_record(at_repo: Path) -> None:
+    """Refs of a run without its record (pulled by an earlier version from a hostile remote, or
+    left by hand) are listed by runs as corrupt; delete removes them like any run's."""
+    cp = as_json("checkpoint", "r", "--state", "-", input="{}")
+    git(at_repo, "update-ref", "refs/agentos/main/runs/plain/heads/main", cp["id"])
+    assert {r["id"] for r in as_json("runs")} == {"r", "plain"}
+    assert "deleted run plain" in agentos("delete", "plain", "--yes").stdout
+    assert git(at_repo, "for-each-ref", "refs/agentos/main/runs/plain/").strip() == ""
+    assert [r["id"] for r in as_json("runs")] == ["r"]
+    agentos("delete", "nope", "--yes", code=1)
+
+
 def test_show_human_and_runs_table(at_repo: Path) -> None:
     agentos("checkpoint", "r", "--state", "-", "--node", "n", input='{"k": [1, 2]}')
     out = agentos("show", "r").stdout

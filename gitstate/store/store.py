@@ -204,6 +204,16 @@ class Store(StoreCore):
             except RunExistsError:
                 return self.get_run(run_id)
 
+    def has_run_refs(self, run_id: str) -> bool:
+        """Whether any ref of this worktree lies under the run's prefix, a run record or not (refs
+        of a run without a record, e.g. pulled by an earlier version, are deleted by
+        :meth:`delete_run` like any run's)."""
+        try:
+            prefix = run_prefix(self.worktree, run_id)
+        except InvalidNameError:
+            return False
+        return bool(list_refs(self.repo, prefix) or self.broken_refs(prefix))
+
     def delete_run(self, run_id: str) -> list[str]:
         """Delete every ref of a run (each by compare-and-swap) and return the names of the branches
         it had. Its objects become unreachable and are left to ``git gc``; none is read, so a run
