@@ -409,3 +409,106 @@ def test_a_file_that_never_settles_stops_the_restore_before_it_writes(work: Path
     assert (work / "run.sh").read_text() == "also unsaved\n"  # nothing was written
     assert target.read_bytes().endswith(b"unsaved " * 100)
     assert "restore-safety" not in run.branches()
+
+
+def test_a_read_torn_by_one_write_begun_before_it_is_read_again(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One big ``write`` sets the mtime when it starts: a read overlapping it sees half of the
+    old bytes and half of the new while the stat data before and after the read agree. A file
+    modified that recently is read a second time (after any write running then has ended) and
+    kept only when both reads agree."""
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    target = work / "src" / "b.py"
+    old, new = b"o" * 4096, b"n" * 4096
+    target.write_bytes(old)
+    with open(target, "r+b") as fh:  # the write the read overlaps: in place, same size
+        fh.write(new)
+    original = scan._read_all
+    torn = [1]
+
+    def overlapping(fd: int, size: int) -> bytes:
+        data = original(fd, size)
+        if torn[0] and data == new:
+            torn[0] -= 1
+            return new[:1000] + old[1000:]  # what a read that overtook the write saw
+        return data
+
+    monkeypatch.setattr(scan, "_read_all", overlapping)
+    monkeypatch.setattr(scan, "SETTLE_DELAYS", (0.0, 0.0, 0.0))
+    snap = fast(store)
+    assert torn == [0]
+    assert git(work, "cat-file", "blob", f"{snap.tree}:src/b.py").encode() == new
+
+
+def test_a_torn_read_of_libgit2_is_read_again(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for the files libgit2's add_all reads (``checkpoint(files=True)``): it checks only
+    the size, so what it stored for a file modified just before is checked by a second read."""
+    store = gitstate.open_store(work)
+    run = store.create_run(run_id="r")
+    run.checkpoint({}, files=True)
+    target = work / "src" / "b.py"
+    old, new = b"o" * 4096, b"n" * 4096
+    target.write_bytes(old)
+    with open(target, "r+b") as fh:
+        fh.write(new)
+    torn_id = pygit2.Repository(str(work)).create_blob(new[:1000] + old[1000:]).raw
+    original = snapshot_module.Workspace._add_all
+
+    def tearing(self: snapshot_module.Workspace, index: pygit2.Index, *args: object, **kwargs: object) -> object:
+        out = original(self, index, *args, **kwargs)  # type: ignore[arg-type]
+        entry = index["src/b.py"]  # as if libgit2's read had overtaken a write
+        snapshot_module.add_entry(index, b"src/b.py", torn_id, int(entry.mode), os.lstat(target))
+        return out
+
+    monkeypatch.setattr(snapshot_module.Workspace, "_add_all", tearing)
+    cp = run.checkpoint({}, files=True)
+    assert git(work, "cat-file", "blob", f"{cp.files_tree_id}:src/b.py").encode() == new
+
+
+_WRITER = """
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+n = 0
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    os.pwrite(fd, b"%08d" % n * 200000, 0)  # 1.6 MB in one write, in place, same size
+    n += 1
+"""
+
+
+@pytest.mark.skipif(not os.uname().sysname == "Linux", reason="waiting for a running write needs Linux")
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_a_file_written_in_place_by_another_process_is_never_stored_torn(
+        work: Path, fast_path: bool, tmp_path: Path) -> None:
+    """A real writer rewriting a 1.6 MB file in place with one ``write`` after another: each
+    snapshot holds one of its versions or fails with FileChangingError, never a mix of writes."""
+    import subprocess
+    import sys
+
+    target = work / "hot.txt"
+    target.write_bytes(b"%08d" % 0 * 200000)
+    store = gitstate.open_store(work)
+    run = store.create_run(run_id="r")
+    run.checkpoint({}, files=True)
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER)
+    writer = subprocess.Popen([sys.executable, str(script), str(target), "30"])
+    try:
+        outcomes: list[object] = []
+        for _ in range(4):
+            try:
+                if fast_path:
+                    with store.keeping_objects():
+                        tree: str | None = fast(store).tree
+                else:
+                    tree = run.checkpoint({}, files=True).files_tree_id
+            except gitstate.FileChangingError:
+                outcomes.append("changing")
+                continue
+            data = subprocess.run(["git", "cat-file", "blob", f"{tree}:hot.txt"], cwd=work,
+                                  capture_output=True, check=True).stdout
+            outcomes.append(len({data[i:i + 8] for i in range(0, len(data), 8)}))
+    finally:
+        writer.kill()
+        writer.wait()
+    assert all(o in ("changing", 1) for o in outcomes), outcomes

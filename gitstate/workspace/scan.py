@@ -25,6 +25,7 @@ git records them; ``tests/test_scan.py`` compares the two on the same worktrees.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -342,6 +343,21 @@ class _Scanner:
 #: Pauses before reading again a file seen changing while it was read (then it is an error).
 SETTLE_DELAYS = (0.01, 0.05, 0.2)
 
+#: A file modified less than this long (ns) before it is read may be under a write that began
+#: before its first ``fstat``: one ``write`` sets the mtime when it starts and not when it ends, so
+#: the stat data before and after the read agree while the read sees half of the old bytes and half
+#: of the new. Such a file is read twice and kept only if both reads agree. Writes lasting longer
+#: than this (a single ``write`` call stalled for seconds) are assumed not to happen; so are clocks
+#: of a network file system more than this much behind the local one.
+RECENT_NS = 5_000_000_000
+
+
+def recently_modified(st: os.stat_result, now_ns: int) -> bool:
+    """Whether the file of ``st`` was modified so recently before ``now_ns`` (``time.time_ns()``)
+    that a write begun before ``st`` was taken may still be running (see :data:`RECENT_NS`); an
+    mtime in the future (a clock set back) counts as recent."""
+    return now_ns - st.st_mtime_ns < RECENT_NS
+
 
 def _read_settled(fd: int, full: bytes, st: os.stat_result) -> tuple[bytes, os.stat_result]:
     """The bytes of the open file ``fd`` and the stat data that go with them, read whole while no
@@ -350,22 +366,89 @@ def _read_settled(fd: int, full: bytes, st: os.stat_result) -> tuple[bytes, os.s
     read are still its beginning (a log being appended to: what was read is a version the file
     had; the stat data returned are those before the read, so the next snapshot reads it again);
     else it is read again after a pause, a few times, and one that never settles is a
-    :class:`FileChangingError` (before a restore has written anything). Without this a snapshot
-    could store half of the old bytes and half of the new as a version that never existed."""
+    :class:`FileChangingError` (before a restore has written anything). A file modified just
+    before the read (:func:`recently_modified`) is read a second time and kept only if both reads
+    agree: a single ``write`` that began before the first ``fstat`` changes no stat data while it
+    runs. Without this a snapshot could store half of the old bytes and half of the new as a
+    version that never existed."""
     for delay in (*SETTLE_DELAYS, None):
+        started = time.time_ns()
         data = _read_all(fd, st.st_size)
         after = os.fstat(fd)
         if (len(data) == after.st_size == st.st_size and after.st_mtime_ns == st.st_mtime_ns
                 and after.st_ctime_ns == st.st_ctime_ns):
-            return data, after
-        if len(data) == st.st_size <= after.st_size and os.pread(fd, len(data), 0) == data:
+            if not recently_modified(st, started):
+                return data, after
+            # a write that set this mtime may still be running: wait for it, then read again
+            wait_for_writers(fd)
+            again = _pread_all(fd, len(data) + 1)
+            last = os.fstat(fd)
+            if again == data and last.st_mtime_ns == st.st_mtime_ns and last.st_ctime_ns == st.st_ctime_ns:
+                return data, last
+        elif len(data) == st.st_size <= after.st_size and _pread_all(fd, len(data)) == data:
             return data, st  # grew by appending (checked again after the growth was seen)
         if delay is None:
             break
         time.sleep(delay)
         os.lseek(fd, 0, os.SEEK_SET)
-        st = after
+        st = os.fstat(fd)
     raise FileChangingError(os.fsdecode(full))
+
+
+def wait_for_writers(fd: int) -> None:
+    """Return once no ``write`` to the open file ``fd`` is running, where the file system lets a
+    reader wait for that: ``lseek(SEEK_HOLE)`` takes the inode lock a buffered write holds for its
+    whole length on Linux ext4, tmpfs and btrfs (and overlayfs over them). Elsewhere (xfs, network
+    and FUSE file systems, other kernels) it may return at once. Moves the file offset."""
+    seek_hole = getattr(os, "SEEK_HOLE", None)
+    if seek_hole is not None:
+        with contextlib.suppress(OSError):  # ENXIO: an empty file; EINVAL: not supported
+            os.lseek(fd, 0, seek_hole)
+
+
+def settled_blob_id(full: str | bytes) -> bytes | None:
+    """The 20-byte blob id of the regular file at ``full`` (no filter), read once no write to it
+    runs (see :func:`wait_for_writers`), streamed; ``None`` if it is not a regular file (or gone,
+    or unreadable) or changed size while it was read."""
+    try:
+        fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        wait_for_writers(fd)
+        size = st.st_size
+        digest = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
+        pos = 0
+        while True:  # one read of a small file (asked for one byte more: a short read is its end)
+            ask = min(size + 1 - pos, 1 << 20)
+            chunk = os.pread(fd, ask, pos)
+            digest.update(chunk)
+            pos += len(chunk)
+            if pos > size:
+                return None  # grew meanwhile
+            if len(chunk) < ask:
+                break
+        return digest.digest() if pos == size else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _pread_all(fd: int, size: int) -> bytes:
+    """Up to ``size`` bytes of an open file from its start (fewer at its end)."""
+    chunks = []
+    pos = 0
+    while pos < size:
+        chunk = os.pread(fd, size - pos, pos)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        pos += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _read_all(fd: int, size: int) -> bytes:

@@ -42,7 +42,13 @@ from pygit2.errors import check_error
 from pygit2.ffi import C, ffi
 from pygit2.utils import StrArray
 
-from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError, WorktreeBusyError
+from gitstate.errors import (
+    CorruptObjectError,
+    FileChangingError,
+    StoreWriteError,
+    UsageError,
+    WorktreeBusyError,
+)
 from gitstate.git import lockfile, privateindex
 from gitstate.git.command import run_git
 from gitstate.git.location import Location
@@ -249,8 +255,11 @@ class Workspace:
         self._forget_changed_big(index)
         big: list[str] = []
         for attempt in (1, 2):
-            skipped, ignore_changed = self._add_all_retrying(index, prefixes or [], progress)
-            rules_changed, _added = self._add_tracked(repo, index, cleared=cleared)
+            hashed: set[str] = set()
+            since = time.time_ns()
+            skipped, ignore_changed = self._add_all_retrying(index, prefixes or [], progress, hashed)
+            rules_changed, added = self._add_tracked(repo, index, cleared=cleared)
+            self._settle(index, [*sorted(hashed), *added], since)
             if rules_changed or ignore_changed:
                 self._drop_ignored(repo, index)
             self._write_index(index, epoch)
@@ -286,14 +295,55 @@ class Workspace:
         return str(subset.write_tree(repo))
 
     def _add_all_retrying(self, index: pygit2.Index, pathspecs: list[str],
-                          progress: Callable[[int], None] | None) -> tuple[list[str], bool]:
+                          progress: Callable[[int], None] | None,
+                          hashed: set[str] | None = None) -> tuple[list[str], bool]:
         """:meth:`_add_all`, again after a failure: a file that another program rewrites or
         removes while libgit2 hashes it fails the pass ("failed to read file into stream"), and the
         next pass sees it settled. A lasting failure (an unreadable file) is raised after the last."""
-        return _retrying(lambda: self._add_all(index, pathspecs, progress=progress))
+        return _retrying(lambda: self._add_all(index, pathspecs, progress=progress, hashed=hashed))
+
+    def _settle(self, index: pygit2.Index, names: Iterable[str], since_ns: int) -> None:
+        """Make sure of what libgit2 read for ``names`` (paths it added to ``index`` after
+        ``since_ns``, ``time.time_ns()``). libgit2 checks only that a file's size did not change
+        while it read it: a file rewritten in place meanwhile, or under a single ``write`` that
+        began before, could be stored as a mix of two versions. A regular file modified since
+        :data:`scan.RECENT_NS` before ``since_ns`` is read again once no write to it runs
+        (:func:`scan.settled_blob_id`) and kept if those bytes hash to the id libgit2 stored; else
+        (another program wrote it since, or a filter applies) libgit2 adds it again and it is kept
+        when that read agrees with the one before (a wait for writers lies between any two), after
+        the pauses of :data:`scan.SETTLE_DELAYS`, then :class:`FileChangingError`. Files not
+        modified recently cost one ``lstat``."""
+        for name in names:
+            full = os.path.join(self.workdir, name)
+            try:
+                st = os.lstat(full)
+                if not S_ISREG(st.st_mode) or not scan.recently_modified(st, since_ns):
+                    continue
+                before = index[name].id
+            except (OSError, KeyError, ValueError):
+                continue
+            for delay in (*scan.SETTLE_DELAYS, None):
+                if scan.settled_blob_id(full) == before.raw:
+                    break  # read again after any write running then: the same bytes
+                try:
+                    index.add(name)  # read again by libgit2 (filters apply), after that wait
+                except (pygit2.GitError, OSError):
+                    if not os.path.isfile(full) or os.path.islink(full):  # gone meanwhile, or no longer a file
+                        index.remove(name)
+                        break
+                    raise StoreWriteError(full, "cannot snapshot it: it could not be read again") from None
+                again = index[name].id
+                if again == before:
+                    break
+                if delay is None:
+                    raise FileChangingError(full)
+                time.sleep(delay)
+                before = again
 
     def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int = 0,
-                 progress: Callable[[int], None] | None = None) -> tuple[list[str], bool]:
+                 progress: Callable[[int], None] | None = None,
+                 hashed: set[str] | None = None) -> tuple[list[str], bool]:
+        """``git_index_add_all``; ``hashed`` collects the paths it read and added."""
         skipped: list[str] = []
         state = {"ignore": False}
 
@@ -306,6 +356,8 @@ class Workspace:
             base = name.rsplit("/", 1)[-1]
             if base == ".gitignore":
                 state["ignore"] = True
+            if hashed is not None:
+                hashed.add(name)
             if progress is not None:
                 progress(1)
             return 0
@@ -545,6 +597,7 @@ class Workspace:
             mode, oid = entries[raw]
             add_entry(index, raw, oid, mode, st)
         changed = bool(cap.big)
+        since = time.time_ns()
         for raw in cap.big:  # streamed into loose objects by libgit2, never read whole here
             name = os.fsdecode(raw)
             if name in index:
@@ -554,6 +607,10 @@ class Workspace:
             entries[raw] = (int(entry.mode), entry.id.raw)
         rules_changed, added = self._add_tracked(
             repo, index, lambda: {os.fsdecode(p) for p in entries})
+        self._settle(index, [*map(os.fsdecode, cap.big), *added], since)
+        for raw in cap.big:
+            entry = index[os.fsdecode(raw)]
+            entries[raw] = (int(entry.mode), entry.id.raw)
         for name in added:
             entry = index[name]
             entries[os.fsencode(name)] = (int(entry.mode), entry.id.raw)
