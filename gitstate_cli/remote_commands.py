@@ -114,7 +114,8 @@ def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str)
 @click.argument("runs", nargs=-1)
 @click.option("--all", "all_worktrees", is_flag=True, help=_ALL_HELP)
 @click.option("--prune", is_flag=True,
-              help="Delete remote runs (refs) in scope that do not exist here, each with a lease.")
+              help="Delete remote runs and branches (refs) in scope that do not exist here, each with a "
+                   "lease: also those others pushed that you never pulled (use it on runs only you push to).")
 @click.option("--include-safety", is_flag=True,
               help="Also push the restore-safety branches (unsaved work a restore set aside; local by default).")
 @out.json_option
