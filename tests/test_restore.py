@@ -848,3 +848,83 @@ def test_a_held_restore_lock_is_renewed(work: Path, monkeypatch: pytest.MonkeyPa
         assert lock.stat().st_mtime > 0
     assert not lock.exists()
     assert not [t for t in threading.enumerate() if t.name == "gitstate-restore-lock"]
+
+
+@pytest.mark.parametrize("where", ["outside", "inside"])
+def test_a_link_that_replaced_a_directory_is_saved_then_replaced(work: Path, tmp_path: Path, where: str) -> None:
+    """``d -> /somewhere`` (or ``d -> e``) where the snapshot has ``d/f``: the link is a captured
+    file like any other. Without force it is unsaved work (its target is in no checkpoint), a dry
+    run lists the plan, and with force it is saved in the safety checkpoint, removed and the
+    directory restored; what the link points to is never looked at or written through (the restore
+    was refused with "directories are in the way: d/f", found through the link)."""
+    run = gitstate.open_store(work).create_run()
+    (work / "d").mkdir()
+    (work / "d" / "f").write_text("the checkpoint's\n")
+    target = tmp_path / "somewhere" if where == "outside" else work / "e"
+    target.mkdir()
+    (target / "f").write_text("the link target's, never touched\n")  # inside: in the checkpoint too
+    c1 = run.checkpoint({}, files=True)
+    shutil.rmtree(work / "d")
+    os.symlink(target if where == "outside" else "e", work / "d")
+    before = worktree_files(work)
+
+    with pytest.raises(gitstate.RestoreConflictError) as err:
+        run.restore(c1)
+    assert err.value.paths == ["d"]
+    plan = run.restore(c1, dry_run=True)
+    assert (plan.added, plan.removed, plan.unsaved) == (("d/f",), ("d",), ("d",))
+    assert worktree_files(work) == before
+
+    result = run.restore(c1, force=True)
+    assert not (work / "d").is_symlink()
+    assert (work / "d" / "f").read_text() == "the checkpoint's\n"
+    assert (target / "f").read_text() == "the link target's, never touched\n"
+    assert result.safety is not None
+    saved = run.load(result.safety).files_tree_id
+    assert git(work, "ls-tree", f"{saved}", "d").split()[0] == f"{MODE_LINK:o}"
+
+    run.restore(result.safety, force=True)  # undone: the link is back
+    assert worktree_files(work) == before
+
+
+def test_an_ignored_link_where_a_directory_must_go_is_named(work: Path, tmp_path: Path) -> None:
+    run = gitstate.open_store(work).create_run()
+    (work / "d").mkdir()
+    (work / "d" / "f").write_text("the checkpoint's\n")
+    c1 = run.checkpoint({}, files=True)
+    shutil.rmtree(work / "d")
+    (tmp_path / "somewhere").mkdir()
+    (tmp_path / "somewhere" / "f").write_text("never touched\n")
+    os.symlink(tmp_path / "somewhere", work / "d")
+    (work / ".gitignore").write_text("*.log\nd\n")
+    with pytest.raises(gitstate.RestoreConflictError, match="symbolic links") as err:
+        run.restore(c1, force=True)
+    assert err.value.paths == ["d"]
+    assert (work / "d").is_symlink() and (tmp_path / "somewhere" / "f").read_text() == "never touched\n"
+
+
+def test_the_cli_dry_run_lists_a_link_that_replaced_a_directory(work: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from gitstate_cli.main import cli
+
+    monkeypatch.chdir(work)
+    (work / "d").mkdir()
+    (work / "d" / "f").write_text("the checkpoint's\n")
+    runner = CliRunner()
+    assert runner.invoke(cli, ["checkpoint", "r", "--files"], input="{}").exit_code == 0
+    shutil.rmtree(work / "d")
+    (tmp_path / "somewhere").mkdir()
+    (tmp_path / "somewhere" / "f").write_text("never touched\n")
+    os.symlink(tmp_path / "somewhere", work / "d")
+    dry = runner.invoke(cli, ["restore", "r", "--dry-run"], prog_name="git agentos")
+    assert dry.exit_code == 0, dry.output
+    lines = dry.stdout.splitlines()
+    assert "  would create: d/f" in lines and "  would remove: d" in lines
+    assert "  unsaved, refused without --force: d" in lines
+    refused = runner.invoke(cli, ["restore", "r"], prog_name="git agentos")
+    assert refused.exit_code != 0 and "d" in refused.stderr and "d/f" not in refused.stderr
+    assert runner.invoke(cli, ["restore", "r", "--force"]).exit_code == 0
+    assert (work / "d" / "f").read_text() == "the checkpoint's\n"
+    assert (tmp_path / "somewhere" / "f").read_text() == "never touched\n"

@@ -555,7 +555,8 @@ class Run:
                 nested = [p for p in (*plan.writes, *plan.deletes) if any(restoring.matches(p, [s]) for s in skipped)]
                 blocked = sorted(set(restoring.find_obstacles(workdir, plan)) | set(nested))
                 if blocked:
-                    raise RestoreConflictError(blocked, "ignored files, nested repositories or directories are in the way")
+                    raise RestoreConflictError(
+                        blocked, "ignored files, nested repositories, directories or symbolic links are in the way")
                 lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
                 if lost and not dry_run:
                     raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True)

@@ -301,8 +301,11 @@ def _ancestors(path: str) -> list[str]:
 
 def find_obstacles(workdir: str, plan: Plan) -> list[str]:
     """Paths in the way of a write that are not the user's captured files (ignored files, nested
-    repositories, non-empty directories, a symlink or file where a directory must go). Each
-    directory is looked at once, however many files go into it."""
+    repositories, non-empty directories, a symlink or file where a directory must go that the plan
+    does not delete). A captured file or symbolic link where a directory must go is no obstacle:
+    the plan deletes it first (it is in the safety snapshot, and without ``force`` it must be saved
+    in a checkpoint), and what lies below a link is never looked at. Each directory is looked at
+    once, however many files go into it."""
     deleting = set(plan.deletes)
     blocked: list[str] = []
     kinds: dict[str, str] = {}  # directory -> "dir", "missing", "other" or "repo"
@@ -324,19 +327,22 @@ def find_obstacles(workdir: str, plan: Plan) -> list[str]:
         return found
 
     for path in plan.writes:
+        inside = True  # every folder above the path is a real directory now
         for anc in _ancestors(path):
             found = kind(anc)
+            if found != "dir":
+                inside = False
             if found == "missing":
                 break
-            if found == "other":
+            if found == "other":  # a file or a symbolic link: deleted first (saved), else in the way
                 if anc not in deleting:
                     blocked.append(anc)
                 break
             if found == "repo":
                 blocked.append(anc)
                 break
-        if path in plan.current:
-            continue
+        if path in plan.current or not inside:
+            continue  # below a file or link, nothing is in the worktree as git sees it: never look through
         full = os.path.join(workdir, path)
         try:
             mode = os.lstat(full).st_mode
