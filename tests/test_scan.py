@@ -512,3 +512,80 @@ def test_a_file_written_in_place_by_another_process_is_never_stored_torn(
         writer.kill()
         writer.wait()
     assert all(o in ("changing", 1) for o in outcomes), outcomes
+
+
+def test_what_libgit2_stored_of_a_log_appended_to_since_is_kept(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file modified just before the snapshot that only grew after libgit2 read it (a log being
+    written) keeps what libgit2 stored: that is a version the file had, so the checkpoint does not
+    fail as for a file that keeps changing in place."""
+    store = gitstate.open_store(work)
+    run = store.create_run(run_id="r")
+    run.checkpoint({}, files=True)
+    log = work / "src" / "journal.txt"
+    first = b"line 1\n" * 100
+    log.write_bytes(first)
+    original = snapshot_module.Workspace._add_all
+
+    def appending(self: snapshot_module.Workspace, index: pygit2.Index, *args: object, **kwargs: object) -> object:
+        out = original(self, index, *args, **kwargs)  # type: ignore[arg-type]
+        with open(log, "ab") as fh:  # the writer appends right after libgit2 read the file
+            fh.write(b"line 2\n")
+        return out
+
+    monkeypatch.setattr(snapshot_module.Workspace, "_add_all", appending)
+    monkeypatch.setattr(scan, "SETTLE_DELAYS", (0.0, 0.0, 0.0))
+    cp = run.checkpoint({}, files=True)
+    assert git(work, "cat-file", "blob", f"{cp.files_tree_id}:src/journal.txt").encode() == first
+
+
+def test_a_file_libgit2_fails_to_read_is_added_from_gitstates_own_read(work: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """libgit2's add_all fails a whole pass when a file changes between its stat and its read (a
+    log written without pause fails every pass): gitstate reads that file itself (a file that only
+    grew is stored as read) and the pass goes on without it."""
+    store = gitstate.open_store(work)
+    run = store.create_run(run_id="r")
+    run.checkpoint({}, files=True)
+    log = work / "src" / "journal.txt"
+    log.write_bytes(b"entry\n" * 50)
+    failed: list[str] = []
+    original = snapshot_module.Workspace._add_all
+
+    def failing(self: snapshot_module.Workspace, index: pygit2.Index, *args: object, **kwargs: object) -> object:
+        handled = kwargs.get("handled")
+        if not handled or "src/journal.txt" not in handled:  # libgit2 fails on the log until it is handled
+            failed.append("src/journal.txt")
+            raise snapshot_module._AddFailed(str(work), "cannot snapshot the worktree: file changed before we "
+                                             "could read it", "src/journal.txt")
+        return original(self, index, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshot_module.Workspace, "_add_all", failing)
+    cp = run.checkpoint({}, files=True)
+    assert failed == ["src/journal.txt"]
+    assert git(work, "cat-file", "blob", f"{cp.files_tree_id}:src/journal.txt").encode() == b"entry\n" * 50
+    assert git(work, "cat-file", "blob", f"{cp.files_tree_id}:src/b.py") != ""  # the rest is there too
+
+
+def test_a_recent_file_that_grew_between_the_two_reads_is_stored_as_first_read(work: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan's second read of a file modified just before (for a write begun before the first)
+    finds it longer, beginning with what was read: a log appended to; the first read is kept."""
+    target = work / "src" / "journal.txt"
+    target.write_bytes(b"a" * 100)
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        original = scan._pread_all
+
+        def grown(fd_: int, size: int) -> bytes:
+            with open(target, "ab") as fh:  # appended between the two reads
+                fh.write(b"b" * 10)
+            monkeypatch.setattr(scan, "_pread_all", original)
+            return original(fd_, size)
+
+        monkeypatch.setattr(scan, "_pread_all", grown)
+        monkeypatch.setattr(scan, "SETTLE_DELAYS", ())
+        data, _ = scan.read_settled(fd, os.fsencode(target), st)
+    finally:
+        os.close(fd)
+    assert data == b"a" * 100

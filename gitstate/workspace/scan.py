@@ -321,7 +321,7 @@ class _Scanner:
                     result.big.append(path)
                     result.entries.pop(path, None)
                     return
-                data, st = _read_settled(fd, full, st)
+                data, st = read_settled(fd, full, st)
             finally:
                 os.close(fd)
             mode = git_mode(st.st_mode)
@@ -359,7 +359,7 @@ def recently_modified(st: os.stat_result, now_ns: int) -> bool:
     return now_ns - st.st_mtime_ns < RECENT_NS
 
 
-def _read_settled(fd: int, full: bytes, st: os.stat_result) -> tuple[bytes, os.stat_result]:
+def read_settled(fd: int, full: bytes, st: os.stat_result) -> tuple[bytes, os.stat_result]:
     """The bytes of the open file ``fd`` and the stat data that go with them, read whole while no
     one changed them. A file another program changes during the read (its size, mtime or ctime
     differ after it, or the bytes read are not its size) is accepted if it only grew and the bytes
@@ -385,6 +385,8 @@ def _read_settled(fd: int, full: bytes, st: os.stat_result) -> tuple[bytes, os.s
             last = os.fstat(fd)
             if again == data and last.st_mtime_ns == st.st_mtime_ns and last.st_ctime_ns == st.st_ctime_ns:
                 return data, last
+            if len(again) > len(data) and again.startswith(data):
+                return data, st  # grew by appending since (a log being written): what was read is a version it had
         elif len(data) == st.st_size <= after.st_size and _pread_all(fd, len(data)) == data:
             return data, st  # grew by appending (checked again after the growth was seen)
         if delay is None:
@@ -404,6 +406,26 @@ def wait_for_writers(fd: int) -> None:
     if seek_hole is not None:
         with contextlib.suppress(OSError):  # ENXIO: an empty file; EINVAL: not supported
             os.lseek(fd, 0, seek_hole)
+
+
+def starts_with(full: str | bytes, data: bytes) -> bool:
+    """Whether the regular file at ``full`` is longer than ``data`` and begins with it, read once no
+    write to it runs (:func:`wait_for_writers`): it only grew by appending since ``data`` was read
+    (a log being written), so ``data`` is a version the file had."""
+    try:
+        fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        wait_for_writers(fd)
+        head = _pread_all(fd, len(data) + 1)
+        return len(head) > len(data) and head.startswith(data)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def settled_blob_id(full: str | bytes) -> bytes | None:

@@ -37,7 +37,7 @@ from stat import S_ISDIR, S_ISLNK, S_ISREG
 from typing import Any, TypeVar
 
 import pygit2
-from pygit2.enums import ObjectType
+from pygit2.enums import FilterMode, ObjectType
 from pygit2.errors import check_error
 from pygit2.ffi import C, ffi
 from pygit2.utils import StrArray
@@ -300,7 +300,54 @@ class Workspace:
         """:meth:`_add_all`, again after a failure: a file that another program rewrites or
         removes while libgit2 hashes it fails the pass ("failed to read file into stream"), and the
         next pass sees it settled. A lasting failure (an unreadable file) is raised after the last."""
-        return _retrying(lambda: self._add_all(index, pathspecs, progress=progress, hashed=hashed))
+        handled: set[str] = set()  # files libgit2 failed to read, added by gitstate's own read
+
+        def attempt() -> tuple[list[str], bool]:
+            while True:
+                try:
+                    return self._add_all(index, pathspecs, progress=progress, hashed=hashed, handled=handled)
+                except _AddFailed as exc:
+                    name = exc.name
+                    if name is None or name in handled or len(handled) >= SELF_READ_MAX \
+                            or not self._add_read(index, name):
+                        raise
+                    handled.add(name)
+                    if hashed is not None:
+                        hashed.add(name)
+
+        return _retrying(attempt)
+
+    def _add_read(self, index: pygit2.Index, name: str) -> bool:
+        """Add the file ``name`` to ``index`` from gitstate's own read of it (:func:`scan.read_settled`:
+        a file that only grew while read, a log being written, is stored as read; one that keeps
+        changing is :class:`FileChangingError`), where libgit2's read failed because the file
+        changed between its ``stat`` and its read. ``False`` (libgit2's pass tries again) for what
+        gitstate leaves to libgit2: not a regular file, a big one, or one a filter applies to."""
+        full = os.path.join(self.workdir, name)
+        repo = self._repo()
+        try:
+            filters = repo.load_filter_list(name, FilterMode.TO_ODB)
+        except (pygit2.GitError, ValueError):
+            return False
+        if filters is not None and len(filters):
+            return False
+        raw = os.fsencode(full)
+        try:
+            fd = os.open(raw, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if not S_ISREG(st.st_mode) or st.st_size > BIG_BLOB:
+                return False
+            data, st = scan.read_settled(fd, raw, st)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        oid = repo.odb.write(ObjectType.BLOB, data)
+        add_entry(index, os.fsencode(name), oid.raw, scan.git_mode(st.st_mode), st)
+        return True
 
     def _settle(self, index: pygit2.Index, names: Iterable[str], since_ns: int) -> None:
         """Make sure of what libgit2 read for ``names`` (paths it added to ``index`` after
@@ -325,6 +372,8 @@ class Workspace:
             for delay in (*scan.SETTLE_DELAYS, None):
                 if scan.settled_blob_id(full) == before.raw:
                     break  # read again after any write running then: the same bytes
+                if self._only_grew(full, before):
+                    break  # a log appended to since libgit2 read it: what it stored is a version the file had
                 try:
                     index.add(name)  # read again by libgit2 (filters apply), after that wait
                 except (pygit2.GitError, OSError):
@@ -340,12 +389,25 @@ class Workspace:
                 time.sleep(delay)
                 before = again
 
+    def _only_grew(self, full: str, oid: pygit2.Oid) -> bool:
+        """Whether the file at ``full`` begins with the bytes of blob ``oid`` and is longer (it only
+        grew by appending since they were read; the stat data libgit2 recorded then name the shorter
+        file, so the next snapshot reads it again). A filtered file (``core.autocrlf``) never
+        matches: its blob's bytes are not its bytes on disk."""
+        try:
+            data = self._repo().odb.read(oid)[1]
+        except (KeyError, ValueError, pygit2.GitError):
+            return False
+        return scan.starts_with(full, data)
+
     def _add_all(self, index: pygit2.Index, pathspecs: list[str], flags: int = 0,
                  progress: Callable[[int], None] | None = None,
-                 hashed: set[str] | None = None) -> tuple[list[str], bool]:
-        """``git_index_add_all``; ``hashed`` collects the paths it read and added."""
+                 hashed: set[str] | None = None, handled: set[str] | None = None) -> tuple[list[str], bool]:
+        """``git_index_add_all``; ``hashed`` collects the paths it read and added; paths in
+        ``handled`` are passed over (added already). A failure is :class:`_AddFailed`, naming the
+        path libgit2 was adding."""
         skipped: list[str] = []
-        state = {"ignore": False}
+        state: dict[str, Any] = {"ignore": False, "last": None}
 
         @ffi.callback("int(*)(const char *, const char *, void *)")
         def visit(path: Any, _spec: Any, _payload: Any) -> int:
@@ -353,6 +415,9 @@ class Workspace:
             if name.endswith("/"):  # a directory git will not descend into: a nested repository
                 skipped.append(name.rstrip("/"))
                 return 1
+            if handled and name in handled:
+                return 1
+            state["last"] = name
             base = name.rsplit("/", 1)[-1]
             if base == ".gitignore":
                 state["ignore"] = True
@@ -368,7 +433,7 @@ class Workspace:
             try:
                 check_error(err, io=True)
             except (pygit2.GitError, OSError) as exc:
-                raise StoreWriteError(self.workdir, f"cannot snapshot the worktree: {exc}") from exc
+                raise _AddFailed(self.workdir, f"cannot snapshot the worktree: {exc}", state["last"]) from exc
         return skipped, state["ignore"]
 
     def _signature(self) -> tuple[Any, ...]:
@@ -774,6 +839,19 @@ class Workspace:
 
 
 T = TypeVar("T")
+
+#: Files of one snapshot that gitstate reads itself where libgit2's read failed (a file changing
+#: between libgit2's ``stat`` and its read, a log being written): more than this, and the failure
+#: stands (after :func:`_retrying`'s pauses).
+SELF_READ_MAX = 64
+
+
+class _AddFailed(StoreWriteError):
+    """``git_index_add_all`` failed; ``name``: the path it was adding (``None``: not known)."""
+
+    def __init__(self, path: str, reason: str, name: str | None) -> None:
+        super().__init__(path, reason)
+        self.name = name
 
 
 def _retrying(call: Callable[[], T]) -> T:
