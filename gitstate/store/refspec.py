@@ -6,8 +6,8 @@ Grammar::
     REF    := ID [ '~' N ] | RUN [ '@' BRANCH ] [ '~' N | ':node:' NAME ]
     TARGET := REF of the same run | ID | '~' N | '@' BRANCH [ '~' N | ':node:' NAME ] | 'node:' NAME
 
-``ID`` is a full checkpoint id or a unique prefix of 4+ hex digits (an ambiguous prefix is an error
-that lists the candidates); ``RUN`` alone is the tip of its ``main`` branch, or for a LangGraph
+``ID`` is a full checkpoint id or a prefix of 4+ hex digits naming one checkpoint (other objects
+sharing it are passed over; a prefix of several checkpoints is an error that lists the candidates); ``RUN`` alone is the tip of its ``main`` branch, or for a LangGraph
 thread of the line holding its latest checkpoint (:func:`default_branch`; for ``undo``, the line
 that moved last, :func:`moved_branch`); ``~N`` goes N
 checkpoints back along first parents; ``:node:NAME`` is the latest exit checkpoint of node NAME on
