@@ -140,6 +140,14 @@ def ref_locks(repo: str) -> list[str]:
     return sorted(os.path.join(d, f) for d, _s, files in os.walk(root) for f in files if f.endswith(".lock"))
 
 
+def _mtime(path: str, default: float) -> float:
+    """``path``'s mtime, ``default`` when it is gone."""
+    try:
+        return os.stat(path).st_mtime
+    except FileNotFoundError:
+        return default
+
+
 def leftovers(repo: str) -> dict[str, int]:
     """Temporary files and journals that writers and packers leave when they are killed."""
     git_dir = os.path.join(repo, ".git")
@@ -236,10 +244,12 @@ def check(repo: str) -> dict[str, Any]:
     acks_dir = os.path.join(os.path.dirname(repo), "acks")
     acks = read_acks(acks_dir)
     figures: dict[str, Any] = {"after_kills": leftovers(repo), "loose_after_kills": count_objects(repo)["count"]}
-    # Locks left now are aged by two minutes, then one gitstate command runs: none older than a
-    # minute may be left afterwards.
-    then = time.time() - 120
-    for path in ref_locks(repo):
+    # Locks left now are aged by three minutes, then one gitstate command runs: none older than a
+    # minute may be left afterwards. packed-refs.lock too: a killed `git update-ref -d` leaves it
+    # without an owner record, stale after refs.PACKED_LOCK_STALE_AGE (120 s), and until then the
+    # user's `git gc` fails on it
+    then = time.time() - 180
+    for path in [*ref_locks(repo), os.path.join(repo, ".git", "packed-refs.lock")]:
         try:
             os.utime(path, (then, then))
         except FileNotFoundError:
@@ -262,7 +272,8 @@ def check(repo: str) -> dict[str, Any]:
     figures["acknowledged_unreadable"] = unreadable[:10]
     figures["acknowledged_unreadable_count"] = len(unreadable)
     now = time.time()
-    figures["old_ref_locks_after_command"] = [p for p in ref_locks(repo) if now - os.stat(p).st_mtime > 60]
+    figures["old_ref_locks_after_command"] = [p for p in [*ref_locks(repo), os.path.join(repo, ".git", "packed-refs.lock")]
+                                              if now - _mtime(p, now) > 60]
     run = store.open_run("after", workflow="soak")
     run.checkpoint({"one more": "normal write"})
     store.wait_for_housekeeping(60)
@@ -334,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'' if result['verify_ok'] else ' ' + str(result['verify_problems'])}")
     print(f"  git gc rc {result['git_gc_rc']}, git fsck --strict rc {result['fsck_rc']}"
           f"{'' if not result['fsck_output'].strip() else ': ' + result['fsck_output']}")
+    if result["git_gc_rc"] != 0:
+        print(f"  git gc said: {result['git_gc_stderr'].strip()}")
     print(f"  bars met: {result['bars_met']}")
     if not args.keep:
         import shutil
