@@ -31,7 +31,7 @@ import os
 import stat
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pygit2
@@ -408,24 +408,35 @@ def wait_for_writers(fd: int) -> None:
             os.lseek(fd, 0, seek_hole)
 
 
+@contextlib.contextmanager
+def open_regular(full: str | bytes) -> Iterator[tuple[int, os.stat_result] | None]:
+    """The open descriptor and ``fstat`` of the regular file at ``full`` (never through a link),
+    closed on leaving; ``None`` when it is not a regular file, gone or unreadable."""
+    try:
+        fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        yield None
+        return
+    try:
+        st = os.fstat(fd)
+        yield (fd, st) if stat.S_ISREG(st.st_mode) else None
+    finally:
+        os.close(fd)
+
+
 def starts_with(full: str | bytes, data: bytes) -> bool:
     """Whether the regular file at ``full`` is longer than ``data`` and begins with it, read once no
     write to it runs (:func:`wait_for_writers`): it only grew by appending since ``data`` was read
     (a log being written), so ``data`` is a version the file had."""
     try:
-        fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        with open_regular(full) as opened:
+            if opened is None:
+                return False
+            wait_for_writers(opened[0])
+            head = _pread_all(opened[0], len(data) + 1)
     except OSError:
         return False
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        wait_for_writers(fd)
-        head = _pread_all(fd, len(data) + 1)
-        return len(head) > len(data) and head.startswith(data)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    return len(head) > len(data) and head.startswith(data)
 
 
 def settled_blob_id(full: str | bytes) -> bytes | None:
@@ -433,31 +444,26 @@ def settled_blob_id(full: str | bytes) -> bytes | None:
     runs (see :func:`wait_for_writers`), streamed; ``None`` if it is not a regular file (or gone,
     or unreadable) or changed size while it was read."""
     try:
-        fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        with open_regular(full) as opened:
+            if opened is None:
+                return None
+            fd, st = opened
+            wait_for_writers(fd)
+            size = st.st_size
+            digest = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
+            pos = 0
+            while True:  # one read of a small file (asked for one byte more: a short read is its end)
+                ask = min(size + 1 - pos, 1 << 20)
+                chunk = os.pread(fd, ask, pos)
+                digest.update(chunk)
+                pos += len(chunk)
+                if pos > size:
+                    return None  # grew meanwhile
+                if len(chunk) < ask:
+                    break
+            return digest.digest() if pos == size else None
     except OSError:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        wait_for_writers(fd)
-        size = st.st_size
-        digest = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
-        pos = 0
-        while True:  # one read of a small file (asked for one byte more: a short read is its end)
-            ask = min(size + 1 - pos, 1 << 20)
-            chunk = os.pread(fd, ask, pos)
-            digest.update(chunk)
-            pos += len(chunk)
-            if pos > size:
-                return None  # grew meanwhile
-            if len(chunk) < ask:
-                break
-        return digest.digest() if pos == size else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _pread_all(fd: int, size: int) -> bytes:

@@ -333,18 +333,12 @@ class Workspace:
             return False
         raw = os.fsencode(full)
         try:
-            fd = os.open(raw, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            with scan.open_regular(raw) as opened:
+                if opened is None or opened[1].st_size > BIG_BLOB:
+                    return False
+                data, st = scan.read_settled(opened[0], raw, opened[1])
         except OSError:
             return False
-        try:
-            st = os.fstat(fd)
-            if not S_ISREG(st.st_mode) or st.st_size > BIG_BLOB:
-                return False
-            data, st = scan.read_settled(fd, raw, st)
-        except OSError:
-            return False
-        finally:
-            os.close(fd)
         oid = repo.odb.write(ObjectType.BLOB, data)
         add_entry(index, os.fsencode(name), oid.raw, scan.git_mode(st.st_mode), st)
         return True
