@@ -32,6 +32,18 @@ def machines(tmp_path: Path) -> tuple[Path, Path, Path]:
     return machine(tmp_path / "A", server.as_uri()), machine(tmp_path / "B", server.as_uri()), server
 
 
+def remote_went_on(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """Machines A and B (and their server): run1 written with ``--node plan`` on A, pushed and
+    pulled by B; then A wrote and pushed one more step (``--node act``), which B has not pulled."""
+    a, b, server = machines(tmp_path)
+    agentos(a, "checkpoint", "run1", "--state", "-", "--node", "plan", input="{}")
+    agentos(a, "push", "origin")
+    agentos(b, "pull", "origin")
+    agentos(a, "checkpoint", "run1", "--state", "-", "--node", "act", input='{"a": 1}')
+    agentos(a, "push", "origin")
+    return a, b, server
+
+
 def diverge(a: Path, b: Path) -> None:
     """Run r exists on both machines and advanced on both sides; B pulls (diverged)."""
     agentos(a, "checkpoint", "r", "--state", "-", input='{"n": 0}')

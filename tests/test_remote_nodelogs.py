@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_cli_sharing import agentos, machines
+from test_cli_sharing import agentos, remote_went_on
 
 
 def nodes(cwd: Path, ref: str) -> list[tuple[str, str]]:
@@ -16,12 +16,7 @@ def nodes(cwd: Path, ref: str) -> list[tuple[str, str]]:
 
 def diverge_with_nodes(tmp_path: Path) -> tuple[Path, Path]:
     """run1 written with --node on both machines after B pulled it once; B pulls the divergence."""
-    a, b, _server = machines(tmp_path)
-    agentos(a, "checkpoint", "run1", "--state", "-", "--node", "plan", input="{}")
-    agentos(a, "push", "origin")
-    agentos(b, "pull", "origin")
-    agentos(a, "checkpoint", "run1", "--state", "-", "--node", "act", input='{"a": 1}')
-    agentos(a, "push", "origin")
+    a, b, _server = remote_went_on(tmp_path)
     agentos(b, "checkpoint", "run1", "--state", "-", "--node", "act", input='{"b": 1}')
     pulled = agentos(b, "pull", "origin")  # exit 0: nothing failed, the remote's line is kept
     assert "diverged run1 main -> main@origin" in pulled.stdout, pulled.stdout

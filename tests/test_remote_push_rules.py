@@ -7,16 +7,11 @@ import json
 from pathlib import Path
 
 from conftest import git
-from test_cli_sharing import agentos, machines
+from test_cli_sharing import agentos, remote_went_on
 
 
 def test_a_branch_only_the_remote_advanced_is_behind_not_rejected(tmp_path: Path) -> None:
-    a, b, server = machines(tmp_path)
-    agentos(a, "checkpoint", "run1", "--state", "-", "--node", "plan", input="{}")
-    agentos(a, "push", "origin")
-    agentos(b, "pull", "origin")
-    agentos(a, "checkpoint", "run1", "--state", "-", "--node", "act", input='{"a": 1}')
-    agentos(a, "push", "origin")
+    a, b, server = remote_went_on(tmp_path)
     agentos(b, "checkpoint", "run1", "-b", "mine", "--state", "-", input='{"b": 1}')
     pushed = agentos(b, "push", "origin")  # exit 0: b never wrote main
     assert "behind run1 main: origin has newer checkpoints on this line; nothing to push" in pushed.stdout, pushed.stdout
