@@ -258,6 +258,25 @@ def test_big_files_are_left_to_libgit2(work: Path, monkeypatch: pytest.MonkeyPat
     assert snap.tree == reference_tree(work).tree
 
 
+def test_a_big_file_gone_while_settled_is_left_out(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A big file removed between libgit2's read and the settle check leaves the index there; the
+    fast snapshot leaves it out (it raised KeyError reading the index for it)."""
+    monkeypatch.setattr(snapshot_module, "BIG_BLOB", 1000)
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    (work / "big.bin").write_bytes(os.urandom(50_000))
+    original = snapshot_module.Workspace._settle
+
+    def removing(self: snapshot_module.Workspace, index: pygit2.Index, names: list[str], since: int) -> None:
+        original(self, index, names, since)
+        (work / "big.bin").unlink()  # gone meanwhile: the settle check dropped it from the index
+        index.remove("big.bin")
+
+    monkeypatch.setattr(snapshot_module.Workspace, "_settle", removing)
+    snap = fast(store)
+    assert "big.bin" not in git(work, "ls-tree", "-r", "--name-only", snap.tree).split()
+
+
 def test_a_big_file_libgit2_cannot_read_is_retried_then_a_store_write_error(work: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(snapshot_module, "BIG_BLOB", 1000)

@@ -667,13 +667,14 @@ class Workspace:
         rules_changed, added = self._add_tracked(
             repo, index, lambda: {os.fsdecode(p) for p in entries})
         self._settle(index, [*map(os.fsdecode, cap.big), *added], since)
-        for raw in cap.big:
-            entry = index[os.fsdecode(raw)]
-            entries[raw] = (int(entry.mode), entry.id.raw)
-        for name in added:
-            entry = index[name]
-            entries[os.fsencode(name)] = (int(entry.mode), entry.id.raw)
-            changed = True
+        for raw in [*cap.big, *map(os.fsencode, added)]:  # as settled: one gone meanwhile left the index
+            name = os.fsdecode(raw)
+            if name in index:
+                entry = index[name]
+                entries[raw] = (int(entry.mode), entry.id.raw)
+            else:
+                entries.pop(raw, None)
+        changed = changed or bool(added)
         if rules_changed or cap.ignore_changed:
             for name in self._drop_ignored(repo, index):
                 entries.pop(os.fsencode(name), None)
