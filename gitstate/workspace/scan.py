@@ -312,18 +312,15 @@ class _Scanner:
             data = os.readlink(full)
             mode = MODE_LINK
         else:
-            fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
+            with open_regular(full) as opened:
+                if opened is None:  # not a regular file any more (or gone): libgit2's add_all decides
                     raise _GiveUp
+                fd, st = opened
                 if st.st_size > self.big:
                     result.big.append(path)
                     result.entries.pop(path, None)
                     return
                 data, st = read_settled(fd, full, st)
-            finally:
-                os.close(fd)
             mode = git_mode(st.st_mode)
         oid = hashlib.sha1(b"blob %d\0" % len(data), usedforsecurity=False)
         oid.update(data)
