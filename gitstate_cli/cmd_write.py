@@ -344,7 +344,7 @@ def fork(store: gitstate.Store, run_id: str, target: str, new_branch: str, as_js
     run = store.get_run(loc.run)
     cp = refspec.resolve_target(store, run, target, loc.branch)
     names.check_name("branch name", new_branch)
-    run.fork(cp.id, new_branch)
+    run.fork(cp.id, new_branch, from_branch=loc.branch)
     if as_json:
         out.emit_json({"run": run.id, "branch": new_branch, "at": cp.to_dict(), "from_branch": loc.branch})
         return

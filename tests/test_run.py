@@ -226,6 +226,27 @@ def test_node_boundaries(store: gitstate.Store) -> None:
     assert [(b.node, b.status) for b in run.nodes()] == [("plan", "completed")]
 
 
+def test_fork_carries_the_node_boundaries_up_to_the_fork_point(store: gitstate.Store) -> None:
+    run = store.create_run(run_id="fork-nodes")
+    with run.node("plan") as n:
+        plan = n.checkpoint({"x": 1})
+    with run.node("exec") as n:
+        n.checkpoint({"x": 2})
+    run.fork("node:plan", "try-b")
+    assert [(b.node, b.exit) for b in run.nodes("try-b")] == [("plan", plan.id)]  # exec is after the fork point
+    assert run.load("node:plan", branch="try-b").id == plan.id
+    with run.node("retry", branch="try-b") as n:
+        retried = n.checkpoint({"x": "b"})
+    assert [(b.node, b.exit) for b in run.nodes("try-b")] == [("plan", plan.id), ("retry", retried.id)]
+    assert [b.node for b in run.nodes()] == ["plan", "exec"]  # main's log is not touched
+    # a checkpoint id: the node log of the branch whose line holds it; a name used before is re-seeded
+    run.delete_branch("try-b", force=True)
+    run.fork(plan.id, "try-b")
+    assert [b.node for b in run.nodes("try-b")] == ["plan"]
+    with pytest.raises(gitstate.BranchExistsError):
+        run.fork(plan.id, "try-b")
+
+
 def test_node_without_checkpoints_marks_the_tip(store: gitstate.Store) -> None:
     run = store.create_run(run_id="empty-node")
     with run.node("first") as scope:  # an empty branch: nothing to point at

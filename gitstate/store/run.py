@@ -428,14 +428,40 @@ class Run:
     # -- moving branches ----------------------------------------------------------------------
 
     def fork(self, ref: str, new_branch: str, from_branch: str | None = None) -> Checkpoint:
-        """Create ``new_branch`` whose tip is the checkpoint ``ref``; returns that checkpoint."""
+        """Create ``new_branch`` whose tip is the checkpoint ``ref``; returns that checkpoint. The
+        new branch's node log starts as that of the branch whose line holds ``ref`` (``from_branch``
+        first, then ``main``), so :meth:`nodes` of the fork lists the boundaries up to the fork point."""
         check_name("branch name", new_branch)
         target = self.load(ref, branch=from_branch)
+        head = self.ref(new_branch)
+        source = self._line_of(target.id, from_branch)
+        log_tip = None if source is None else self.store.read_ref(self.node_log(source).ref)
+        new_log = self.node_log(new_branch).ref
+        stale_log = self.store.read_ref(new_log)
+        message = f"gitstate: fork {new_branch} from {target.short_id}"
+
+        def build(tx: Transaction) -> None:
+            tx.set_ref(head, None, target.id, message, strict=True)
+            # the fork's node log starts as the source branch's: boundaries of its line up to the
+            # fork point show on the fork (those after it are off the fork's line, so not listed)
+            if log_tip is not None and log_tip != stale_log:
+                tx.set_ref(new_log, stale_log, log_tip, message, strict=True)
+
         try:
-            self._move(new_branch, None, target.id, f"gitstate: fork {new_branch} from {target.short_id}")
-        except ConflictError:
-            raise BranchExistsError(self.id, new_branch) from None
+            self.store.write(build)
+        except ConflictError as exc:
+            if exc.ref == head:
+                raise BranchExistsError(self.id, new_branch) from None
+            raise
         return target
+
+    def _line_of(self, oid: str, branch: str | None) -> str | None:
+        """The branch whose line (first-parent history) holds checkpoint ``oid``: ``branch`` when
+        its line does, else the first such branch, ``main`` first; ``None`` when none does."""
+        for name in sorted(self.branches(), key=lambda name: (name != branch, name != "main")):
+            if any(cp.id == oid for cp in self.history(name)):
+                return name
+        return None
 
     def rollback(self, target: str, branch: str = "main", *, expect: str | None = None,
                  restore: bool = False, force: bool = False,
