@@ -48,7 +48,7 @@ def test_healthy_store_is_ok(store: gitstate.Store) -> None:
     _healthy(store)
     report = verify(store)
     assert report.ok, report.problems
-    assert report.refs == 4 and report.checkpoints == 3  # run record, 2 branches, node log
+    assert report.refs == 5 and report.checkpoints == 3  # run record, 2 branches, 2 node logs (the fork took one)
     assert report.to_dict()["ok"] is True
 
 

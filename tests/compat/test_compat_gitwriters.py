@@ -313,6 +313,7 @@ def test_for_each_ref_lists_documented_ref_names(varied: tuple[Path, VariedStore
         "refs/agentos/main/runs/golden%20run%2F1/heads/main",
         "refs/agentos/main/runs/golden%20run%2F1/heads/partial",
         "refs/agentos/main/runs/golden%20run%2F1/heads/prune-me",
+        "refs/agentos/main/runs/golden%20run%2F1/nodes/alt",  # forked from main: starts with main's node log
         "refs/agentos/main/runs/golden%20run%2F1/nodes/main",
         "refs/agentos/main/runs/golden%20run%2F1/run",
         "refs/agentos/main/runs/lg%20thread/heads/main",
