@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 
 import pygit2
 
+from gitstate.format import lgtree
 from gitstate.format.lgwrites import REF_KIND
 from gitstate.format.names import decode_component, run_prefix
 from gitstate.git.location import check_present
 from gitstate.git.reader import CommitData, ObjectReader
 from gitstate.git.refs import list_refs
 
-T_ID = "LangGraph-Checkpoint"
-T_NS = "LangGraph-Namespace"
+T_ID = lgtree.T_ID
+T_NS = lgtree.T_NS
 T_PARENT = "LangGraph-Parent"
 T_RUN = "LangGraph-Run"
 
@@ -270,6 +271,14 @@ def _read_loose(folder: str, out: dict[str, str], decode: Callable[[str], str]) 
             out[decode(enc)] = text.decode("ascii", "replace")
 
 
+def _rank(branch: str) -> tuple[int, str]:
+    """Which of several branches sharing a tip a checkpoint put on that tip extends (the smallest):
+    a namespace's first line (``main``, ``ns:<ns>``) before a fork line (``main~<id>``) or a branch
+    made with the CLI or the library (``git agentos fork``), then by name."""
+    first = "~" not in branch and (branch == "main" or branch.startswith("ns:"))
+    return (0 if first else 1, branch)
+
+
 @dataclass
 class ThreadIndex:
     """Checkpoints of one thread (a run): ``(namespace, checkpoint id) → Entry``, plus the branch
@@ -311,16 +320,22 @@ class ThreadIndex:
     def set_tips(self, tips: dict[str, str]) -> None:
         """Record the branch tips (as just read or just written)."""
         self.tips = dict(tips)
-        self.tip_of = {oid: b for b, oid in self.tips.items()}
+        self.tip_of = {}
+        for branch, oid in sorted(self.tips.items(), key=lambda item: _rank(item[0]), reverse=True):
+            self.tip_of[oid] = branch  # the best ranked of the branches sharing a tip is set last
 
     def add(self, entry: Entry, branch: str, old_tip: str | None) -> None:
         """Record a commit this process just put on ``branch``."""
         self.entries[(entry.ns, entry.checkpoint_id)] = entry
         self._note(entry)
-        if old_tip is not None:
-            self.tip_of.pop(old_tip, None)
         self.tips[branch] = entry.oid
         self.tip_of[entry.oid] = branch
+        if old_tip is not None:
+            sharing = [b for b, oid in self.tips.items() if oid == old_tip]
+            if sharing:
+                self.tip_of[old_tip] = min(sharing, key=_rank)
+            else:
+                self.tip_of.pop(old_tip, None)
 
     def replace(self, old: Entry, new: Entry) -> None:
         """Record that the commit of a checkpoint that is not a tip was rewritten (its pending
