@@ -217,3 +217,49 @@ def test_undo_of_a_thread_reverts_the_line_that_moved_last(repo: Path, monkeypat
     assert tip["branch"] == current and tip["id"] != tips[current]
     undone = _json("undo", "f")
     assert undone["branch"] == current and undone["tip"]["id"] != tip["id"]
+
+
+def test_resume_after_a_cli_fork_and_rollback_extends_main(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """main and a branch made with `git agentos fork` share their tip after a rollback: the
+    thread's next step goes on main (the thread's line), not on the other branch."""
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    app = chain(S, ("first", lambda s: {"msgs": ["first"]}), ("second", lambda s: {"msgs": ["second"]}))
+    app = app.compile(checkpointer=saver, interrupt_before=["second"])
+    cfg: dict[str, Any] = {"configurable": {"thread_id": "tf"}}
+    app.invoke({"msgs": []}, cfg)
+    app.invoke(None, cfg)  # on to END
+    monkeypatch.chdir(repo)
+    _cli("fork", "tf", "~1", "alt")
+    _cli("rollback", "tf", "~1")
+    shared = _json("show", "tf@alt")["id"]
+    assert _json("show", "tf@main")["id"] == shared
+    fresh = GitCheckpointSaver(gitstate.open_store(repo))  # a new process: the index is read from the refs
+    app2 = chain(S, ("first", lambda s: {"msgs": ["first"]}), ("second", lambda s: {"msgs": ["second"]}))
+    app2 = app2.compile(checkpointer=fresh)
+    assert app2.invoke(None, cfg)["msgs"] == ["first", "second"]  # the step's writes were kept: applied, not re-run
+    branches = {b["branch"]: b for b in _json("branches", "tf")}
+    assert branches["alt"]["tip"] == shared  # alt did not move
+    assert branches["main"]["step"] == 2  # main did
+    assert _json("show", "tf@main")["langgraph"]["checkpoint_id"] == _cid(app2.get_state(cfg).config)
+
+
+def test_an_id_shown_before_the_next_step_names_the_checkpoint_after_it(repo: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next step folds a checkpoint's pending writes into its commit (a new commit id): the id
+    printed before still names that checkpoint, as it is on the line now, for show and rollback."""
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    app = chain(S, ("first", lambda s: {"msgs": ["first"]}), ("second", lambda s: {"msgs": ["second"]})).compile(
+        checkpointer=saver, interrupt_before=["second"])
+    cfg: dict[str, Any] = {"configurable": {"thread_id": "ti"}}
+    app.invoke({"msgs": []}, cfg)
+    monkeypatch.chdir(repo)
+    before = _json("show", "ti")
+    app.invoke(None, cfg)  # resumes: the stopped checkpoint's commit is rewritten
+    line = [r["id"] for r in _json("log", "ti")]
+    assert before["id"] not in line  # the commit id changed...
+    shown = _json("show", before["id"][:12])
+    assert shown["id"] in line and shown["langgraph"]["checkpoint_id"] == before["langgraph"]["checkpoint_id"]
+    run = gitstate.open_store(repo).get_run("ti")
+    assert run.load(before["id"]).id == shown["id"]
+    _cli("rollback", "ti", before["id"][:12])
+    assert _json("show", "ti")["id"] == shown["id"]  # ...and rollback puts main on the copy on the line

@@ -25,7 +25,7 @@ from gitstate.git.reader import ObjectReader, TreeData
 
 __all__ = [
     "CHUNK", "FANOUT", "JOIN_PREFIX", "LG_META", "LG_TREE", "LIST", "VALUE", "WORKFLOW", "WRITES_BLOB", "Boundary",
-    "LineCheckpoint", "boundaries", "channel_entries", "details", "join_target", "next_nodes", "read_writes",
+    "LineCheckpoint", "boundaries", "channel_entries", "checkpoint_key", "details", "join_target", "next_nodes", "read_writes",
     "seen_since", "show_chunk", "show_entry", "show_values", "subgraph_node", "values_tree", "START", "TASKS",
     "TRIGGER_PREFIX",
 ]
@@ -42,8 +42,23 @@ MAX_CHUNK_DEPTH = 64  # chunk subtrees a reader follows (64**64 chunks is far be
 TRIGGER_PREFIX = "branch:to:"  # LangGraph's per-node trigger channels (a value: the node runs next)
 START = "__start__"  # the input channel (and the node that reads it)
 TASKS = "__pregel_tasks"  # pending Send packets
+T_ID = "LangGraph-Checkpoint"  # the commit trailers naming a checkpoint (see gitstate.langgraph.index)
+T_NS = "LangGraph-Namespace"
 JOIN_PREFIX = "join:"  # LangGraph's barrier of an edge from several nodes: join:<a>+<b>:<node>
 _SET_TYPES = ("builtins.set", "builtins.frozenset")
+
+
+def checkpoint_key(message: str) -> tuple[str, str] | None:
+    """The LangGraph identity of a checkpoint commit, from its message: the escaped values of its
+    ``LangGraph-Namespace`` (empty for the root namespace) and ``LangGraph-Checkpoint`` trailers;
+    ``None`` for a commit the LangGraph saver did not write. Two commits with one identity are one
+    checkpoint before and after the saver folded its pending writes in (docs/FORMAT.md)."""
+    found: dict[str, str] = {}
+    for line in message.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key in (T_ID, T_NS):
+            found[key] = value
+    return (found.get(T_NS, ""), found[T_ID]) if T_ID in found else None
 
 
 def join_target(channel: str, value: Any) -> str | None:

@@ -240,6 +240,8 @@ def _resolve_parsed(store: Store, p: Parsed, text: str) -> Checkpoint:
     if p.run is None:
         assert p.oid is not None
         cp = store.checkpoint(p.oid)
+        if cp.workflow == lgtree.WORKFLOW and store.has_run(cp.run_id):
+            cp = store.get_run(cp.run_id).current_copy(cp)
         return _back_from(store, cp, p.back, text, f"the line of {cp.short_id}") if p.back else cp
     run = store.get_run(p.run)
     if p.node is not None:

@@ -182,7 +182,33 @@ class Run:
         cp = self.store.checkpoint(ref)
         if cp.run_id != self.id:
             raise CheckpointNotFound(ref, self.id)
-        return cp
+        return self.current_copy(cp)
+
+    def current_copy(self, cp: Checkpoint) -> Checkpoint:
+        """``cp`` itself, except for a LangGraph checkpoint that is on no branch's line while a copy
+        of it is: the saver rewrote its commit when it folded its pending writes in (the next step
+        of the thread did; docs/FORMAT.md), so an id printed before that names the copy on the line
+        (a branch's copy before another's, ``main`` first)."""
+        if cp.workflow != lgtree.WORKFLOW or cp.run_id != self.id:
+            return cp
+        reader = self.store.reader
+        key = lgtree.checkpoint_key(reader.commit(cp.id).message)
+        if key is None:
+            return cp
+        copy: str | None = None
+        seen: set[str] = set()
+        tips = self.branches()
+        for name in sorted(tips, key=lambda name: name != "main"):
+            oid: str | None = tips[name].id
+            while oid is not None and oid not in seen:
+                if oid == cp.id:
+                    return cp
+                seen.add(oid)
+                commit = reader.commit(oid)
+                if copy is None and lgtree.checkpoint_key(commit.message) == key:
+                    copy = oid
+                oid = commit.parent_ids[0] if commit.parent_ids else None
+        return cp if copy is None else self.store.read_checkpoint(copy)
 
     def _node_exit(self, ref: str, name: str, branch: str) -> Checkpoint:
         """``node:NAME``: the exit of the newest closed boundary of NAME on the branch; for a node
