@@ -125,7 +125,10 @@ def read_state(source: str) -> Any:
             raise click.BadParameter(f"{source}: {exc}", param_hint="'--state'") from None
     try:
         return json.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError as exc:  # JSON is UTF-8 text (RFC 8259)
+        raise click.BadParameter(f"{source} is not valid JSON: byte {exc.start + 1} is not UTF-8 text",
+                                 param_hint="'--state'") from None
+    except json.JSONDecodeError as exc:
         raise click.BadParameter(f"{source} is not valid JSON: {exc}", param_hint="'--state'") from None
     except RecursionError:  # json's decoder recurses per level: thousands of '[' exhaust the stack
         raise click.BadParameter(f"{source}: JSON nested too deeply to read", param_hint="'--state'") from None

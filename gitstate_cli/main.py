@@ -85,7 +85,9 @@ def report_error(exc: BaseException, as_json: bool = False) -> int | None:
         from .errors import describe
 
         message, extra = describe(exc)  # type: ignore[arg-type]  # _is_gitstate_error checked it
-        code, kind = 1, type(exc).__name__
+        kind = type(exc).__name__
+        # the library's UsageError is a bad argument too (a PATH not in the worktree, --keep 0)
+        code = 2 if isinstance(exc, sys.modules["gitstate.errors"].UsageError) else 1
     else:
         return None
     from .output import safe

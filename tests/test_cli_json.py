@@ -126,6 +126,8 @@ def test_nan_state_prints_as_a_string(repo: Path, monkeypatch: pytest.MonkeyPatc
     (["import", "missing.bundle"], 2, "UsageError"),
     (["checkpoint", "r", "--state", "/does/not/exist.json"], 2, "UsageError"),
     (["checkpoint", "r", "--node", ""], 2, "UsageError"),
+    (["checkpoint", "r", "nosuchpath", "--files"], 2, "UsageError"),  # the library's UsageError
+    (["checkpoint", "r", "--state", "latin1.json"], 2, "UsageError"),
     (["runs", "--bogus"], 2, "UsageError"),
     (["help", "nosuchtopic"], 2, "UsageError"),
 ])
@@ -133,11 +135,13 @@ def test_failures_print_an_error_object(repo: Path, monkeypatch: pytest.MonkeyPa
                                         kind: str) -> None:
     monkeypatch.chdir(repo)
     invoke("checkpoint", "r", "--state", "-", input="{}")
+    (repo / "latin1.json").write_bytes(b'{"x": "\xff"}')
     got, out, err = invoke(*args, "--json")
     assert got == code, (out, err)
     doc = strict(out)
     assert set(doc) >= {"error", "type", "exit_code"} and doc["type"] == kind and doc["exit_code"] == code
     assert err.count("\n") == 1 and err == f"error: {doc['error']}\n"
+    assert "codec" not in err and "position" not in err  # no Python wording
     # without --json: the same error line, nothing on stdout
     got, out, err = invoke(*args)
     assert (got, out) == (code, "") and err.startswith("error: ")
