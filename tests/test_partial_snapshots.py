@@ -160,7 +160,7 @@ def test_cli_checkpoint_and_restore_paths_from_a_subdirectory(repo: Path, monkey
     assert (repo / "sub" / "x" / "f").read_text() == "f1\n" and (repo / "top.txt").exists()
     # a missing path is an error, never an empty snapshot
     before = _refs(repo)
-    assert "does not exist" in _cli("checkpoint", "r", "--state", str(state), "--files", "nope", code=1)
+    assert "does not exist" in _cli("checkpoint", "r", "--state", str(state), "--files", "nope", code=2)
     assert _refs(repo) == before
 
 
@@ -179,14 +179,15 @@ def test_library_snapshot_refuses_missing_paths(three: Path) -> None:
 
 # -- 3. a failed CLI checkpoint leaves the store unchanged -------------------------------------------
 
-@pytest.mark.parametrize("extra", [["--branch", ""], ["--files", "nope"], ["--node", "n", "--expect", "abcd"]])
+@pytest.mark.parametrize(("extra", "code"), [(["--branch", ""], 1), (["--files", "nope"], 2),
+                                             (["--node", "n", "--expect", "abcd"], 1)])
 def test_failed_first_checkpoint_creates_no_run(repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                extra: list[str]) -> None:
+                                                extra: list[str], code: int) -> None:
     state = tmp_path / "s.json"
     state.write_text("{}")
     monkeypatch.chdir(repo)
     before = _refs(repo)
-    _cli("checkpoint", "newrun3", "--state", str(state), *extra, code=1)
+    _cli("checkpoint", "newrun3", "--state", str(state), *extra, code=code)
     assert _refs(repo) == before
     assert "newrun3" not in _cli("runs")
 
