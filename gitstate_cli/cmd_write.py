@@ -161,7 +161,8 @@ def _discard_new_run(store: gitstate.Store, run: gitstate.Run) -> None:
             pass  # someone else changed it: theirs now
 
 
-RESTORE_PHASES = {"reading": "reading changed files", "writing": "restoring files"}
+RESTORE_PHASES = {"checking": "checking changed files", "reading": "reading changed files",
+                  "writing": "restoring files"}
 
 verbose_option = click.option("--verbose", "-v", is_flag=True,
                               help="List every file written or removed (a dry run always lists them).")

@@ -452,6 +452,29 @@ def test_dry_run_writes_nothing_under_git_and_plans_as_a_restore(work: Path, mon
         assert set(planned.unsaved) <= set(done.changed) | set(done.removed)
 
 
+def test_a_refused_restore_writes_nothing_under_git(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restore refused for unsaved changes leaves every file of .git as it was (no object of
+    the unsaved files, no stat cache), as a dry run does; with --force the same restore goes on."""
+    from gitstate.workspace import snapshot
+
+    monkeypatch.setattr(snapshot, "BIG_BLOB", 64)
+    store = gitstate.open_store(work)
+    run = store.create_run()
+    c1 = run.checkpoint({}, files=True)
+    run.checkpoint({}, files=True)
+    for round_ in range(2):
+        _edit_every_way(work, round_)
+        (work / "big.bin").write_bytes(os.urandom(200 + round_))
+        store.wait_for_housekeeping()
+        before, files = _git_dir_state(work), worktree_files(work)
+        with pytest.raises(gitstate.RestoreConflictError) as info:
+            run.restore(c1)
+        assert "src/a.py" in info.value.paths
+        assert _git_dir_state(work) == before, "a refused restore wrote under .git"
+        assert worktree_files(work) == files
+        assert run.restore(c1, force=True).safety is not None
+
+
 def test_dry_run_of_some_paths_reads_only_those(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A dry run limited to paths hashes only the changed files under them (a huge changed file
     elsewhere is not read), writes nothing, and plans what the restore of those paths then does."""

@@ -586,6 +586,14 @@ class Run:
             # without one (else it snapshots as a restore does: unreferenced objects, no ref moved)
             survey = workspace.survey(progress=reading.tick, announce=reading.announce,
                                       prefixes=prefixes) if dry_run else None
+            if not dry_run and not force:
+                # a restore refused for unsaved changes or files in the way writes nothing either:
+                # found by a scan first, where it can tell (the snapshot below checks again)
+                checking = _Counter("checking", progress)
+                early = workspace.survey(progress=checking.tick, announce=checking.announce, prefixes=prefixes)
+                if early is not None:
+                    self._refusals(restoring.plan_against(store.repo, early.entries, target, prefixes),
+                                   early.skipped, force)
             if survey is not None:
                 plan = restoring.plan_against(store.repo, survey.entries, target, prefixes)
                 skipped = survey.skipped
@@ -603,15 +611,7 @@ class Run:
             # one listing of the loose objects for both passes over the blobs (sizes, then contents),
             # taken before the writer threads start
             with restoring.reading_many(reader, len(plan.writes)):
-                sizes = restoring.check_blobs(reader, plan)
-                nested = [p for p in (*plan.writes, *plan.deletes) if any(restoring.matches(p, [s]) for s in skipped)]
-                blocked = sorted(set(restoring.find_obstacles(workdir, plan)) | set(nested))
-                if blocked:
-                    raise RestoreConflictError(
-                        blocked, "ignored files, nested repositories, directories or symbolic links are in the way")
-                lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
-                if lost and not dry_run:
-                    raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True)
+                sizes, lost = self._refusals(plan, skipped, force, refuse_unsaved=not dry_run)
                 unchanged = restoring.count_files(store.repo, target, prefixes) - len(plan.writes)
                 result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
                                        removed=tuple(plan.deletes), dry_run=dry_run, skipped=skipped,
@@ -624,6 +624,24 @@ class Run:
                                           filters=filters, sizes=sizes, reader=reader)
                 workspace.record(written, plan.deletes)
                 return dataclasses.replace(result, safety=safety.id, safety_branch=SAFETY_BRANCH, unsaved=())
+
+    def _refusals(self, plan: restoring.Plan, skipped: Sequence[str], force: bool, *,
+                  refuse_unsaved: bool = True) -> tuple[dict[str, int], list[str]]:
+        """Check a restore's plan: :class:`RestoreConflictError` when files are in the way, or (not
+        ``force``, ``refuse_unsaved``) hold changes saved in no checkpoint. Returns the blob sizes
+        (:func:`restoring.check_blobs`) and those unsaved files (none with ``force``)."""
+        store = self.store
+        reader = store.reader
+        sizes = restoring.check_blobs(reader, plan)
+        nested = [p for p in (*plan.writes, *plan.deletes) if any(restoring.matches(p, [s]) for s in skipped)]
+        blocked = sorted(set(restoring.find_obstacles(store.workspace.workdir, plan)) | set(nested))
+        if blocked:
+            raise RestoreConflictError(
+                blocked, "ignored files, nested repositories, directories or symbolic links are in the way")
+        lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
+        if lost and refuse_unsaved:
+            raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True)
+        return sizes, lost
 
     def _saved_trees(self, user_head_tree: str | None) -> Iterator[str]:
         """Files trees of every checkpoint of the run (each distinct tree once), then HEAD's tree."""

@@ -60,9 +60,10 @@ from gitstate.workspace.snapshot import BIG_BLOB, matches
 
 _CHUNK = 1 << 20
 
-#: A restore's progress callback: ``(phase, done, total)``. Phases: ``"reading"`` (changed files
-#: read for the safety checkpoint; ``total`` is 0 when not known in advance) and ``"writing"``
-#: (files written or removed).
+#: A restore's progress callback: ``(phase, done, total)``. Phases: ``"checking"`` (changed files
+#: read to find unsaved changes before anything is written; not with ``force``), ``"reading"``
+#: (changed files read for the safety checkpoint; ``total`` is 0 when not known in advance) and
+#: ``"writing"`` (files written or removed).
 Progress = Callable[[str, int, int], None]
 
 
