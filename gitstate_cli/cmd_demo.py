@@ -156,7 +156,8 @@ def demo(directory: str | None, as_json: bool) -> None:
         return
     with contextlib.redirect_stdout(sys.stderr):
         repo = _tour(directory)
-    store = gitstate.open_store(repo)
+    with _pointed_at(repo):  # the demo's repository, whatever AGENTOS_REPO names
+        store = gitstate.open_store(repo)
     try:
         run = store.get_run(RUN)
         out.emit_json({"repository": str(repo), "run": RUN,

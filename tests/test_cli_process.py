@@ -127,6 +127,14 @@ def test_demo_runs_to_completion(tmp_path: Path) -> None:
     assert git(target, "rev-list", "--count", "HEAD").strip() == "1"  # the user's history untouched
 
 
+def test_demo_json_reads_its_own_repository_whatever_agentos_repo_names(repo: Path, tmp_path: Path) -> None:
+    target = tmp_path / "demo"
+    done = run(tmp_path, "git", "agentos", "demo", "--json", "--dir", str(target), env={"AGENTOS_REPO": str(repo)})
+    doc = json.loads(done.stdout)
+    assert doc["repository"] == str(target) and doc["checkpoints"] > 0 and "main" in doc["branches"]
+    assert git(repo, "for-each-ref", "refs/agentos/") == ""  # the repository AGENTOS_REPO names is untouched
+
+
 def test_demo_refuses_a_repository_it_did_not_make(repo: Path, tmp_path: Path) -> None:
     """The demo overwrites files and its run in its directory: a user's repository is refused,
     unchanged; a directory the demo made itself runs again."""
