@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,8 @@ def _cli(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _store_with_damage(repo: Path, what: str) -> tuple[str, str]:
     """Two runs; one object of run ``bad``'s tip is damaged: its root ``tree``, its ``state`` tree, its
-    ``meta.cbor`` blob, its ``commit`` (each truncated to half), its state tree made ``empty``, or
+    ``meta.cbor`` blob, its ``commit`` (each truncated to half), its state tree made ``empty``, its
+    commit or meta blob with a header claiming ~100 GB (``huge``, ``hugeblob``), or
     a truncated ``pack`` holding everything. Returns (bad tip, its damaged oid)."""
     store = gitstate.open_store(repo)
     good = store.create_run(run_id="good", workflow="w")
@@ -58,7 +60,8 @@ def _store_with_damage(repo: Path, what: str) -> tuple[str, str]:
     reader = store.reader
     root = reader.tree(tip.tree_id)
     victim = {"tree": tip.tree_id, "state": root["state"].id, "blob": root["meta.cbor"].id,
-              "commit": tip.id, "empty": root["state"].id, "pack": tip.id}[what]
+              "commit": tip.id, "empty": root["state"].id, "pack": tip.id, "huge": tip.id,
+              "hugeblob": root["meta.cbor"].id}[what]
     store.close()
     if what == "pack":
         git(repo, "repack", "-a", "-d", "-q")
@@ -73,6 +76,11 @@ def _store_with_damage(repo: Path, what: str) -> tuple[str, str]:
     elif what == "empty":
         os.chmod(_loose(repo, victim), 0o644)
         _loose(repo, victim).write_bytes(b"")
+    elif what.startswith("huge"):  # a header claiming ~100 GB: libgit2 fails to allocate it
+        path = _loose(repo, victim)
+        kind, body = zlib.decompress(path.read_bytes()).split(b"\0", 1)
+        os.chmod(path, 0o644)
+        path.write_bytes(zlib.compress(kind.split(b" ")[0] + b" 99999999999\0" + body))
     else:
         _truncate(_loose(repo, victim))
     return tip.id, victim
@@ -102,7 +110,7 @@ print(json.dumps({"results": results, "listing": listing}))
 """
 
 
-@pytest.mark.parametrize("what", ["tree", "state", "blob", "commit", "empty", "pack"])
+@pytest.mark.parametrize("what", ["tree", "state", "blob", "commit", "empty", "pack", "huge", "hugeblob"])
 def test_library_readers_end_with_a_clear_error(repo: Path, what: str) -> None:
     _tip, victim = _store_with_damage(repo, what)
     done = _child(repo, LIBRARY)
@@ -165,7 +173,7 @@ def test_saver_reads_end_with_a_clear_error(repo: Path, what: str) -> None:
     assert json.loads(done.stdout) == {"get_tuple": "CorruptObjectError", "list": "CorruptObjectError"}
 
 
-@pytest.mark.parametrize("what", ["tree", "blob", "commit", "pack"])
+@pytest.mark.parametrize("what", ["tree", "blob", "commit", "pack", "huge", "hugeblob"])
 def test_cli_ends_with_an_error_line(repo: Path, what: str) -> None:
     tip, _victim = _store_with_damage(repo, what)
     runs = _cli(repo, "runs", "--json")

@@ -259,7 +259,7 @@ class ObjectReader:
         self._guard(key)
         try:
             return call(key)
-        except (KeyError, pygit2.GitError, ValueError, OSError):
+        except (KeyError, pygit2.GitError, ValueError, OSError, MemoryError):
             pass  # the retries below (the pack directory is looked at only after a miss)
         pack_dir = os.path.join(objects_dir(self.repo), "pack")
         # taken after the first miss, before the pack list is refreshed: the refresh sees at least
@@ -275,6 +275,9 @@ class ObjectReader:
             except (pygit2.GitError, ValueError, OSError) as exc:
                 error = exc
                 reason = f"unreadable: {exc}"
+            except MemoryError as exc:  # libgit2 allocates what a loose object's header claims
+                error = exc
+                reason = "unreadable: its size does not fit in memory (a damaged header can claim any size)"
             repaired = self._repair()
             now = _stamp(pack_dir)
             if attempt == _ATTEMPTS - 1 or (not repaired and now == seen):
