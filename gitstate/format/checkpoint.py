@@ -167,7 +167,14 @@ def read_meta(reader: ObjectReader, commit: CommitData) -> dict[str, Any]:
     step = meta.get("step")
     if not isinstance(meta.get("run"), str) or not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise CorruptObjectError(oid, f"{META} lacks a run id or a valid step")
+    for key in _TEXT_KEYS:
+        value = meta.get(key)
+        if value is not None and not isinstance(value, str):
+            raise CorruptObjectError(oid, f"{META}: {key} is not text")
     return meta
+
+
+_TEXT_KEYS = ("branch", "node", "trigger", "status", "workflow", "node_status", "node_entry")  # or absent/null
 
 
 def files_paths(meta: Mapping[str, Any], oid: str) -> tuple[str, ...] | None:

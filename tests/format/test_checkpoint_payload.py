@@ -120,7 +120,10 @@ def test_read_meta_of_the_users_own_commit(repo: Path) -> None:
     ({**GOOD, "v": 2}, UnsupportedFormatError), ({k: v for k, v in GOOD.items() if k != "run"}, CorruptObjectError),
     ({**GOOD, "step": -1}, CorruptObjectError), ({**GOOD, "step": True}, CorruptObjectError),
     ({**GOOD, "step": "0"}, CorruptObjectError), ({**GOOD, "run": 5}, CorruptObjectError),
-], ids=["not-a-map", "run-kind", "newer", "no-run", "negative-step", "bool-step", "text-step", "int-run"])
+    ({**GOOD, "status": 7}, CorruptObjectError), ({**GOOD, "node": {"a": 1}}, CorruptObjectError),
+    ({**GOOD, "branch": ["main"]}, CorruptObjectError), ({**GOOD, "trigger": b"x"}, CorruptObjectError),
+], ids=["not-a-map", "run-kind", "newer", "no-run", "negative-step", "bool-step", "text-step", "int-run",
+        "int-status", "map-node", "list-branch", "bytes-trigger"])
 def test_read_meta_refuses_unsound_payloads(repo: Path, payload: Any, error: type[Exception]) -> None:
     reader, commit = _commit_with(repo, [(cpfmt.META, _meta_blob(repo, payload), MODE_BLOB)])
     with pytest.raises(error) as info:
