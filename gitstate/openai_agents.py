@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("gitstate.openai_agents needs the OpenAI Agents SDK: install the openai-agents extra of git-agentos "
                       f"(from a checkout: pip install '.[openai-agents]') ({exc})") from exc
 
-from gitstate.errors import BranchNotFound, ConflictError, CorruptObjectError, UsageError
+from gitstate.errors import BranchNotFound, ConflictError, CorruptObjectError, GitStateError, UsageError
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import encoding, frameworks
 from gitstate.format.checkpoint import Checkpoint
@@ -42,7 +42,7 @@ from gitstate.store.run import NO_CHANGE, Run
 from gitstate.store.store import Store
 from gitstate.store.transaction import Transaction
 
-__all__ = ["GitSession", "SessionBranchError", "UnknownBranchError"]
+__all__ = ["GitSession", "SessionBranchError", "SessionClosedError", "UnknownBranchError"]
 
 WORKFLOW = frameworks.OPENAI_AGENTS
 KIND = frameworks.KINDS[WORKFLOW]
@@ -52,6 +52,14 @@ T = TypeVar("T")
 class SessionBranchError(UsageError):
     """A branch operation the SDK's ``AdvancedSQLiteSession`` refuses with ``ValueError`` (a turn
     without a user message, a used branch id, deleting ``main`` or the current branch)."""
+
+
+class SessionClosedError(GitStateError, RuntimeError):
+    """The session was closed (:meth:`GitSession.close`): a ``RuntimeError``, as ``SQLiteSession``
+    raises after ``close()``."""
+
+    def __init__(self) -> None:
+        super().__init__("GitSession is closed")
 
 
 class UnknownBranchError(BranchNotFound, ValueError):
@@ -166,7 +174,10 @@ class GitSession:
     branch holding the items before a user turn and switches to it, :meth:`switch_to_branch`,
     :meth:`list_branches`, :meth:`delete_branch`, :meth:`get_conversation_turns`,
     :meth:`find_turns_by_content` and :meth:`create_branch_from_content`; reads and writes go to
-    the current branch (``main`` at first; per instance, as in the SDK)."""
+    the current branch (``main`` at first; per instance, as in the SDK).
+
+    After :meth:`close`, every method raises :class:`SessionClosedError` (a ``RuntimeError``:
+    ``GitSession is closed``), as ``SQLiteSession`` does."""
 
     session_settings: SessionSettings | None = None
 
@@ -184,6 +195,9 @@ class GitSession:
         self._branch = "main"
         self._lines: dict[str, _Line] = {}
         self._lock = threading.Lock()
+        self._closed = False
+        self._active = 0  # calls running in worker threads (close waits for them)
+        self._idle = threading.Condition()
 
     def __repr__(self) -> str:
         return f"<GitSession {self.session_id!r} branch={self._branch!r} store={self.store.path!r}>"
@@ -235,8 +249,26 @@ class GitSession:
         run = self._run()
         return self._line(None if run is None else run.head(branch))
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError()
+
     async def _thread(self, fn: Callable[[], T]) -> T:
-        return await asyncio.to_thread(fn)
+        self._check_open()
+        return await asyncio.to_thread(self._guarded, fn)
+
+    def _guarded(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` unless the session was closed meanwhile; :meth:`close` waits for it."""
+        with self._idle:
+            self._check_open()
+            self._active += 1
+        try:
+            return fn()
+        finally:
+            with self._idle:
+                self._active -= 1
+                if not self._active:
+                    self._idle.notify_all()
 
     async def get_items(self, limit: int | None = None, branch_id: str | None = None) -> list[Any]:
         """The items of the current branch (or ``branch_id``) in order; with ``limit`` (else the
@@ -286,6 +318,7 @@ class GitSession:
         """Append items to the current branch: one checkpoint. Items are stored as
         ``SQLiteSession`` stores them (``json.dumps``); one it refuses raises
         :class:`gitstate.NotSerializableError` (a ``TypeError``) and nothing is written."""
+        self._check_open()  # also for no items, as SQLiteSession checks
         if not items:
             return
         data = [json_data(item, f"items[{i}]") for i, item in enumerate(items)]
@@ -350,7 +383,15 @@ class GitSession:
         await self._thread(clear)
 
     def close(self) -> None:
-        """Release the store if this session opened it."""
+        """Close the session: calls running in other threads finish first, later calls raise
+        :class:`SessionClosedError`; the store is released if this session opened it. Closing
+        again does nothing."""
+        with self._idle:
+            if self._closed:
+                return
+            self._closed = True
+            while self._active:
+                self._idle.wait()
         if self._own_store:
             self.store.close()
 

@@ -196,6 +196,70 @@ async def test_protocol_and_pop_on_empty(repo: Path, tmp_path: Path) -> None:
     assert await ours.get_items(limit=4) == await theirs.get_items(limit=4)
 
 
+
+async def _after_close(session: Any) -> list[tuple[str, str]]:
+    """What each call does on a closed session: ``(call, exception type of note and message)``."""
+    item = {"role": "user", "content": "later"}
+    calls = [("get_items", lambda: session.get_items()), ("get_items(0)", lambda: session.get_items(0)),
+             ("add_items", lambda: session.add_items([item])), ("add_items([])", lambda: session.add_items([])),
+             ("pop_item", session.pop_item), ("clear_session", session.clear_session),
+             ("create_branch_from_turn", lambda: session.create_branch_from_turn(1)),
+             ("switch_to_branch", lambda: session.switch_to_branch("main")),
+             ("list_branches", session.list_branches), ("delete_branch", lambda: session.delete_branch("x")),
+             ("delete_branch(main)", lambda: session.delete_branch("main")),
+             ("get_conversation_turns", session.get_conversation_turns),
+             ("find_turns_by_content", lambda: session.find_turns_by_content("a")),
+             ("create_branch_from_content", lambda: session.create_branch_from_content("a"))]
+    out = []
+    for name, call in calls:
+        try:
+            result = await call()
+        except RuntimeError as exc:
+            out.append((name, "RuntimeError: " + str(exc).replace(type(session).__name__, "<Session>")
+                        .replace("SQLiteSession", "<Session>")))
+        except ValueError:
+            out.append((name, "ValueError"))
+        else:
+            out.append((name, f"returned {result!r}"))
+    return out
+
+
+async def test_closed_session_refuses_every_call_as_sqlite_session(repo: Path, tmp_path: Path) -> None:
+    ours = GitSession("closing", repo)
+    theirs = AdvancedSQLiteSession(session_id="closing", db_path=tmp_path / "c.db", create_tables=True)
+    for s in (ours, theirs):
+        await s.add_items([{"role": "user", "content": "a"}])
+        s.close()
+        s.close()  # closing again does nothing
+    expected = await _after_close(theirs)
+    assert expected[0] == ("get_items", "RuntimeError: <Session> is closed")
+    assert await _after_close(ours) == expected
+    with pytest.raises(RuntimeError, match="^GitSession is closed$") as info:
+        await ours.add_items([{"role": "user", "content": "b"}])
+    assert isinstance(info.value, gitstate.GitStateError)
+    # nothing was written after close
+    assert await GitSession("closing", repo).get_items() == [{"role": "user", "content": "a"}]
+    assert len(list(gitstate.open_store(repo).get_run("closing").history())) == 1
+
+
+async def test_close_of_a_session_on_a_shared_store(repo: Path) -> None:
+    store = gitstate.open_store(repo)
+    first, second = GitSession("one", store=store), GitSession("two", store=store)
+    await first.add_items([{"role": "user", "content": "a"}])
+    # calls under way when close() is called either finish or are refused, never half done
+    tasks = [asyncio.create_task(first.add_items([{"role": "user", "content": str(i)}])) for i in range(8)]
+    await asyncio.sleep(0)
+    first.close()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(r is None or isinstance(r, RuntimeError) for r in results), results
+    written = [str(i) for i, r in enumerate(results) if r is None]
+    assert sorted(i["content"] for i in await GitSession("one", repo).get_items()) == sorted(["a", *written])
+    with pytest.raises(RuntimeError):
+        await first.get_items()
+    # the store it did not open stays open for others
+    await second.add_items([{"role": "user", "content": "b"}])
+    assert await second.get_items() == [{"role": "user", "content": "b"}]
+
 async def test_runner_with_scripted_model_keeps_history(repo: Path, tmp_path: Path) -> None:
     async def conversation(session: Any) -> list[Any]:
         model = ScriptedModel([[assistant_message("Hello! I am a test double.", item_id="m1")],
