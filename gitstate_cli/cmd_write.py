@@ -38,7 +38,7 @@ def _describe(cp: gitstate.Checkpoint) -> str:
               help="Workflow name, recorded when the run is created; on an existing run it must be the "
                    "run's own (another one is a usage error: a run's workflow never changes).")
 @click.option("--state", "state_file", metavar="FILE|-", default=None,
-              help="State as JSON (CBOR if FILE ends in .cbor); '-' reads stdin. Default: the branch's current state.")
+              help="State as JSON (CBOR if FILE ends in .cbor); '-' reads stdin; at most 256 MiB. Default: the branch's current state.")
 @click.option("--node", default=None,
               help="Node that wrote the checkpoint, recorded as a node step: `git agentos nodes` lists it "
                    "(consecutive checkpoints of one node form one boundary) and node:NAME names it.")

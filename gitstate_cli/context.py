@@ -97,6 +97,26 @@ class PathParam(click.Path):
         return path
 
 
+#: The most ``--state`` reads (JSON or CBOR); more is refused before it is read whole.
+MAX_STATE_BYTES = 256 << 20
+
+
+def _too_big(source: str) -> str:
+    return f"{source} holds more than {MAX_STATE_BYTES >> 20} MiB: too large for --state"
+
+
+def _read_bounded(read: Callable[[int], bytes], source: str) -> bytes:
+    """All that ``read(n)`` gives (a file, pipe or terminal), refused past :data:`MAX_STATE_BYTES`."""
+    parts: list[bytes] = []
+    size = 0
+    while chunk := read(1 << 20):
+        size += len(chunk)
+        if size > MAX_STATE_BYTES:
+            raise click.BadParameter(_too_big(source), param_hint="'--state'")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 def read_state(source: str) -> Any:
     """Read ``--state``: a path or ``-`` (stdin); JSON, or CBOR when the path ends in ``.cbor``."""
     if not source:
@@ -104,16 +124,23 @@ def read_state(source: str) -> Any:
     is_cbor = source.endswith(".cbor")
     try:
         if source == "-":
-            data = sys.stdin.buffer.read()
+            data = _read_bounded(sys.stdin.buffer.read, source)
         else:
-            with open(os.path.expanduser(source), "rb") as fh:
-                mode = os.fstat(fh.fileno()).st_mode
-                if stat.S_ISDIR(mode) or stat.S_ISBLK(mode) or (stat.S_ISCHR(mode) and not os.isatty(fh.fileno())):
+            # O_NONBLOCK: a FIFO nobody writes to is read as empty instead of blocking the open
+            fd = os.open(os.path.expanduser(source), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            try:
+                mode = os.fstat(fd).st_mode
+                if stat.S_ISDIR(mode) or stat.S_ISBLK(mode) or (stat.S_ISCHR(mode) and not os.isatty(fd)):
                     # /dev/zero would be read until memory runs out; a pipe (<(cmd)) or a terminal is fine
                     kind = "a directory" if stat.S_ISDIR(mode) else "a device"
                     raise click.BadParameter(f"cannot read {source}: it is {kind}, not a file",
                                              param_hint="'--state'")
-                data = fh.read()
+                if stat.S_ISREG(mode) and os.fstat(fd).st_size > MAX_STATE_BYTES:
+                    raise click.BadParameter(_too_big(source), param_hint="'--state'")
+                os.set_blocking(fd, True)  # a pipe with a writer is read to its end
+                data = _read_bounded(lambda n: os.read(fd, n), source)
+            finally:
+                os.close(fd)
     except OSError as exc:  # a usage error like the others (exit 2), naming the file
         raise click.BadParameter(f"cannot read {source}: {exc.strerror or exc}", param_hint="'--state'") from None
     if is_cbor:

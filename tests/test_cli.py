@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import git, user_snapshot
+from conftest import bounded, git, user_snapshot
 
 import gitstate
 from gitstate.verify.checks import verify
@@ -242,6 +242,8 @@ def _error(result: Result) -> str:
     (["demo", "--dir", ""], 2, "'--dir': the path is empty"),
     (["checkpoint", "r", "-w", "other"], 2, "run 'r' exists with no workflow, not 'other'"),
     (["checkpoint", "r", "--state", "/dev/zero"], 2, "cannot read /dev/zero: it is a device, not a file"),
+    (["checkpoint", "r", "--state", "FIFO"], 2, "is not valid JSON"),  # nobody writes to it: read as empty
+    (["checkpoint", "r", "--state", "BIG"], 2, "holds more than 256 MiB: too large for --state"),
     (["checkpoint", "r", "--state", "SURROGATE"], 2, "lone.json: cannot encode state at b"),
     (["checkpoint", "r\udcff", "--state", "BAD"], 1, "invalid run id 'r\\\\xff': is not UTF-8 text"),
 ])
@@ -254,14 +256,33 @@ def test_bad_input(at_repo: Path, tmp_path: Path, args: list[str], code: int, ne
     deep.write_text("[" * 100_000 + "]" * 100_000)
     lone = tmp_path / "lone.json"  # strict JSON, but "\ud800" is no text: the state cannot be stored
     lone.write_text('{"b": "\\ud800"}')
-    args = [{"OLD": old, "BAD": str(bad), "DEEP": str(deep), "SURROGATE": str(lone),
+    fifo = tmp_path / "state.fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.json"  # sparse: its size is refused before anything is read
+    with open(big, "wb") as fh:
+        fh.truncate((256 << 20) + 1)
+    args = [{"OLD": old, "BAD": str(bad), "DEEP": str(deep), "SURROGATE": str(lone), "FIFO": str(fifo), "BIG": str(big),
              "DEEPMETA": "k=" + "[" * 100_000 + "]" * 100_000}.get(a, a) for a in args]
     before, user = store_snapshot(at_repo), user_snapshot(at_repo)
-    result = CliRunner().invoke(cli, args, prog_name="git agentos")
+    result = bounded(lambda: CliRunner().invoke(cli, args, prog_name="git agentos"), 30)  # a FIFO must not block
     assert result.exit_code == code, (result.stdout, result.stderr)
     assert needle in _error(result)
     assert store_snapshot(at_repo) == before
     assert user_snapshot(at_repo) == user
+
+
+def test_state_from_stdin_is_read_up_to_a_bound(at_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--state -` stops reading past the bound (endless input, e.g. from /dev/zero, is refused
+    without eating memory), and reads what fits."""
+    from gitstate_cli import context
+
+    monkeypatch.setattr(context, "MAX_STATE_BYTES", 64)
+    before = store_snapshot(at_repo)
+    result = CliRunner().invoke(cli, ["checkpoint", "r", "--state", "-"], input="[" + "1," * 100 + "1]")
+    assert result.exit_code == 2 and "- holds more than 0 MiB: too large for --state" in _error(result)
+    assert store_snapshot(at_repo) == before
+    cp = as_json("checkpoint", "r", "--state", "-", input='{"fits": true}')["id"]
+    assert gitstate.open_store(at_repo).checkpoint(cp).state == {"fits": True}
 
 
 def test_show_of_a_user_commit_is_refused(at_repo: Path) -> None:
