@@ -16,20 +16,24 @@ from .context import pass_store
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--repair", is_flag=True, help="Remove stale ref locks and temporary pack files left by killed "
-              "writers, and refs under refs/agentos/ that hold no checkpoint (symbolic or unparsable).")
+              "writers, and refs under refs/agentos/ that hold no checkpoint (symbolic or unparsable); "
+              "rewrite node logs without their unreadable records.")
 @pass_store
 def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     """Check every ref, object and payload of the store.
 
     Checks every ref under refs/agentos/ (all worktrees): it resolves, each checkpoint it reaches
     is a commit whose payloads decode with a known format version, node boundaries point at
-    earlier checkpoints of the same branch, snapshot objects exist, and no foreign or malformed
+    earlier checkpoints of the same branch, every record of every node log decodes (nodes,
+    node:NAME and checkpoint --node read them), snapshot objects exist, and no foreign or malformed
     ref names sit in the namespace, no ref there holds something other than an object id (a
     symbolic ref, or a file git calls a "broken ref": listings skip them), no stale .lock file
     left by a killed writer blocks git's own gc, and no temporary pack file (objects/pack/tmp_*)
     of a gitstate writer killed before it renamed it is older than an hour (a younger one may be a
-    running writer's; git's own are left to git gc). --repair removes those locks, files and refs;
-    they hold no checkpoint. Exits 1 when it finds a problem.
+    running writer's; git's own are left to git gc). --repair removes those locks, files and refs
+    (they hold no checkpoint), and rewrites a node log without the records that do not read (the
+    old log stays in its reflog; one whose records all fail is removed). Exits 1 when it finds a
+    problem.
 
     \b
     Example:
@@ -38,7 +42,8 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
 
     JSON: {"ok": bool, "refs": int, "checkpoints": int, "objects": int,
     "problems": [{"ref", "oid", "message"}], "repaired": [path of a lock or a temporary file, or
-    name of a ref]}; a problem's "ref" is the path of the lock or file for those.
+    name of a ref removed or rewritten]}; a problem's "ref" is the path of the lock or file for
+    those.
     """
     with out.progress("verifying") as step:
         report = verify_store(store, all_worktrees=True, progress=step, repair=repair)
@@ -46,6 +51,9 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
         out.emit_json(report.to_dict())
     else:
         for path in report.repaired:
+            if path in report.repair_notes:
+                click.echo(f"repaired {out.safe(path)}: {report.repair_notes[path]}")
+                continue
             what = ("stale lock" if path.endswith(".lock")
                     else "temporary file" if path.startswith(os.path.join("objects", "pack", "")) else "broken ref")
             click.echo(f"removed {what}: {out.safe(path)}")

@@ -40,10 +40,10 @@ def _child(repo: Path, code: str) -> subprocess.CompletedProcess[str]:
                           timeout=LIMIT, check=False)
 
 
-def _cli(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(repo: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     return subprocess.run(["git", "agentos", *args], cwd=repo, capture_output=True, text=True, env=env,
-                          timeout=LIMIT, check=False)
+                          timeout=LIMIT, check=False, input=stdin)
 
 
 def _store_with_damage(repo: Path, what: str) -> tuple[str, str]:
@@ -224,3 +224,64 @@ def test_a_run_or_branch_whose_tip_is_missing_can_be_deleted(repo: Path) -> None
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"run": "gone", "deleted": True, "branches": ["main", "other"]}
     assert not git(repo, "for-each-ref", "refs/agentos/")
+
+
+_NODE_RECORD = {"format": "gitstate/node", "v": 1, "run": "r", "id": "0123456789abcdef", "node": "plan",
+                "branch": "main", "status": "completed", "entry": "a" * 40, "exit": "b" * 40, "base": "c" * 40,
+                "started_at": "2026-01-01T00:00:00.000000Z", "ended_at": "2026-01-01T00:00:01.000000Z"}
+
+
+@pytest.mark.parametrize("variant", [
+    b"\xff", b"", "[1]", "v=2", "v=True", "v='1'", "format=None", "status='weird'", "status=7", "status=None",
+    "node=7", "id=7", "branch=None", "started_at=None", "ended_at=17", "error=b'x'", "metadata=[1]",
+    "owner='me'", "entry='zz'", "exit='B' * 40", "base=5", "base='c' * 39", "entry='a' * 40 + '\\n'",
+])
+def test_node_record_decoder_refuses_malformed_records_as_corrupt(variant: str | bytes) -> None:
+    """Every reader of a node log decodes its records with one decoder: a malformed record is a
+    CorruptObjectError (never a TypeError, KeyError or ValueError), whatever field is wrong."""
+    import cbor2
+
+    from gitstate.errors import CorruptObjectError
+    from gitstate.format import nodes as nodefmt
+
+    assert nodefmt.decode(cbor2.dumps(_NODE_RECORD, canonical=True), "x").exit == "b" * 40
+    if isinstance(variant, bytes):
+        data = variant
+    elif variant == "[1]":
+        data = cbor2.dumps([1], canonical=True)
+    else:
+        key, value = variant.split("=", 1)
+        record = {**_NODE_RECORD, key: eval(value)}  # noqa: S307 - the test's own literals
+        data = cbor2.dumps({k: v for k, v in record.items() if v is not None}, canonical=True)
+    with pytest.raises(CorruptObjectError) as caught:
+        nodefmt.decode(data, "0" * 40)
+    assert caught.value.oid == "0" * 40
+
+
+def test_cli_on_a_node_record_naming_no_object_id(repo: Path) -> None:
+    """A node log whose newest record names an entry that is no object id (a pull can bring one):
+    every command that reads the log prints one error line (checkpoint --node raised ValueError
+    building the next record's tree), verify names the log, and verify --repair makes it usable."""
+    import cbor2
+
+    def raw(*args: str, data: bytes = b"") -> bytes:
+        return subprocess.run(["git", *args], cwd=repo, input=data, capture_output=True, check=True).stdout
+
+    assert _cli(repo, "checkpoint", "r", "--state", "-", "--node", "plan", stdin="{}").returncode == 0
+    log = "refs/agentos/main/runs/r/nodes/main"
+    record = cbor2.loads(raw("cat-file", "blob", f"{log}:node.cbor"))
+    blob = raw("hash-object", "-w", "--stdin", data=cbor2.dumps({**record, "entry": "zz"}, canonical=True))
+    tree = raw("mktree", data=b"100644 blob " + blob.strip() + b"\tnode.cbor\n")
+    bad = raw("commit-tree", tree.decode().strip(), "-p", log, "-m", "node plan · completed").decode().strip()
+    raw("update-ref", log, bad)
+    for args in (("nodes", "r"), ("show", "r:node:plan"), ("rollback", "r", "node:plan"),
+                 ("checkpoint", "r", "--state", "-", "--node", "plan")):
+        done = _cli(repo, *args, stdin="{}")
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        assert done.stderr.startswith("error: corrupt object ") and len(done.stderr.splitlines()) == 1, done.stderr
+    verify = _cli(repo, "verify")
+    assert verify.returncode == 1 and f"{log} ({bad[:12]}): node log record does not read" in verify.stdout
+    repaired = _cli(repo, "verify", "--repair")
+    assert repaired.returncode == 0 and f"repaired {log}: node log rewritten" in repaired.stdout, repaired.stdout
+    assert _cli(repo, "checkpoint", "r", "--state", "-", "--node", "plan", stdin="{}").returncode == 0
+    assert _cli(repo, "verify").returncode == 0

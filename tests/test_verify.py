@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import cbor2
 import pygit2
+import pytest
 
 import gitstate
+from gitstate.errors import CorruptObjectError
 from gitstate.verify.checks import verify
 from tests.conftest import git, loosen
 
@@ -187,3 +190,146 @@ def test_stale_ref_locks_are_reported_repaired_and_swept(store: gitstate.Store, 
     gitstate.open_store(repo)  # any command that opens the store sweeps locks older than a minute
     assert not lock.exists()
     git(repo, "gc", "-q")  # the user's git gc works again
+
+
+_LOG = "refs/agentos/main/runs/r/nodes/main"
+
+
+def _record(store: gitstate.Store, ref: str = _LOG) -> dict[str, object]:
+    """The newest record of a node log, decoded."""
+    commit = store.repo[store.repo.references[ref].target]
+    return dict(cbor2.loads(commit.tree["node.cbor"].data))  # type: ignore[attr-defined]
+
+
+def _append_record(store: gitstate.Store, node_cbor: bytes | None, links: dict[str, str] | None = None,
+                   ref: str = _LOG) -> str:
+    """A record commit on top of the node log ``ref`` (as a pull of a crafted log would bring it):
+    ``node.cbor`` holding ``node_cbor`` (none when ``None``) and the gitlinks ``links``."""
+    repo = store.repo
+    tip = str(repo.references[ref].target)
+    tb = repo.TreeBuilder()
+    if node_cbor is not None:
+        tb.insert("node.cbor", repo.create_blob(node_cbor), pygit2.enums.FileMode.BLOB)
+    for name, oid in (links or {}).items():
+        tb.insert(name, pygit2.Oid(hex=oid), pygit2.enums.FileMode.COMMIT)
+    sig = pygit2.Signature("t", "t@example.com", 0, 0)
+    new = str(repo.create_commit(None, sig, sig, "node crafted · completed", tb.write(), [tip]))
+    repo.references.create(ref, new, force=True)
+    return new
+
+
+def _with(record: dict[str, object], **over: object) -> bytes:
+    return cbor2.dumps({**record, **over}, canonical=True)
+
+
+_BAD_RECORDS: dict[str, Callable[[dict[str, object]], bytes | None]] = {
+    "garbage": lambda r: b"\xff",
+    "not a map": lambda r: cbor2.dumps([1], canonical=True),
+    "v2": lambda r: _with(r, v=2),
+    "unknown status": lambda r: _with(r, status="weird"),
+    "status not text": lambda r: _with(r, status=7),
+    "node not text": lambda r: _with(r, node=7),
+    "id not text": lambda r: _with(r, id=7),
+    "ended_at not text": lambda r: _with(r, ended_at=17),
+    "entry not an id": lambda r: _with(r, entry="zz"),
+    "no node.cbor": lambda r: None,
+}
+
+
+@pytest.mark.parametrize("what", sorted(_BAD_RECORDS))
+def test_unreadable_node_log_record_is_reported_and_repaired(store: gitstate.Store, what: str) -> None:
+    """A node log whose newest record does not decode makes ``nodes``, ``node:NAME`` and
+    ``checkpoint --node`` fail: verify names the log and the record, and --repair moves the log
+    back to what reads (the old one stays in the reflog)."""
+    run = _healthy(store)
+    before = run.nodes()
+    sound = str(store.repo.references[_LOG].target)
+    bad = _append_record(store, _BAD_RECORDS[what](_record(store)))
+    with pytest.raises(CorruptObjectError):
+        run.nodes()
+    report = verify(store)
+    assert not report.ok
+    assert [(p.ref, p.oid) for p in report.problems] == [(_LOG, bad)], report.problems
+    assert "node log record does not read" in report.problems[0].message
+
+    repaired = verify(store, repair=True)
+    assert repaired.ok and repaired.repaired == [_LOG], repaired.problems
+    assert "1 unreadable record(s)" in repaired.repair_notes[_LOG]
+    assert str(store.repo.references[_LOG].target) == sound
+    assert run.nodes() == before
+    assert verify(store).ok
+    log = git(store.location.git_dir, "reflog", "show", "--format=%H %gs", _LOG).splitlines()
+    assert log[0] == f"{sound} gitstate: verify --repair (node log without its unreadable records)"
+
+
+def test_repair_keeps_the_records_above_an_unreadable_one(store: gitstate.Store) -> None:
+    run = _healthy(store)
+    record = _record(store)
+    bad = _append_record(store, b"\xff")
+    later = run.checkpoint({"messages": []}, node="act")
+    _append_record(store, _with(record, id="00000000000000aa", node="act", entry=later.id, exit=later.id),
+                   {"entry": later.id, "exit": later.id})
+    with pytest.raises(CorruptObjectError):
+        run.nodes()
+    problems = verify(store).problems
+    assert [(p.ref, p.oid) for p in problems] == [(_LOG, bad)], problems
+    assert verify(store, repair=True).repaired == [_LOG]
+    assert [(b.node, b.exit) for b in run.nodes()][-2:] == [("plan", run.load("node:plan").id), ("act", later.id)]
+    assert len(git(store.location.git_dir, "rev-list", _LOG).split()) == 3  # plan running, completed; act
+    assert verify(store).ok
+
+
+def test_node_log_that_names_no_commit_is_removed_by_repair(store: gitstate.Store) -> None:
+    run = _healthy(store)
+    store.repo.references.create(_LOG, store.repo.create_blob(b"not a record"), force=True)
+    assert any(p.ref == _LOG and "expected a commit" in p.message for p in verify(store).problems)
+    report = verify(store, repair=True)
+    assert report.ok and report.repaired == [_LOG] and "removed" in report.repair_notes[_LOG]
+    assert _LOG not in store.repo.references
+    assert [b.node for b in run.nodes()] == []
+
+
+def test_node_log_gitlinks_and_listed_entries_are_checked(store: gitstate.Store) -> None:
+    """A record's gitlinks name what its node.cbor names; a boundary the log lists (its exit on the
+    branch's line) has its entry on that line too, not a missing commit."""
+    run = _healthy(store)
+    record = _record(store)
+    exit_id = str(record["exit"])
+    missing = "2" * 40
+    odd = _append_record(store, _with(record), {"entry": exit_id})  # no exit gitlink
+    listed_bad = _append_record(store, _with(record, id="0123456789abcdef", entry=missing),
+                                {"entry": missing, "exit": exit_id})
+    problems = verify(store).problems
+    assert any(p.oid == odd and "gitlink exit names nothing" in p.message for p in problems), problems
+    assert any(p.ref == _LOG and p.oid == missing and "a missing commit" in p.message for p in problems), problems
+    assert listed_bad not in {p.oid for p in problems}
+    assert run.nodes()  # readers are not bothered: these are reported, not repaired
+    assert not verify(store, repair=True).repaired
+
+
+def test_rolled_back_and_pruned_nodes_whose_checkpoints_git_gc_removed_are_no_problem(
+        store: gitstate.Store, repo: Path) -> None:
+    """Gitlinks keep nothing alive: once the reflogs expire, git gc removes the checkpoints of a
+    node a rollback or a prune left behind, and the records naming them are not damage."""
+    run = store.create_run(run_id="g")
+    first = run.checkpoint({"n": 0})
+    with run.node("gone") as scope:
+        scope.checkpoint({"n": 1})
+    run.rollback(first.id)
+    run.checkpoint({"n": 2})
+    cut = run.checkpoint({"n": 3}, node="long", mark_node=True)  # one boundary: entry n=3, exit n=5
+    for n in range(4, 6):
+        run.checkpoint({"n": n}, node="long", mark_node=True)
+    run.prune(keep_latest=2)  # cuts the boundary's entry off the line
+    assert [(b.node, b.entry) for b in run.nodes()] == [("long", cut.id)]
+    gone = scope.exit
+    assert gone is not None
+    store.close()
+    git(repo, "reflog", "expire", "--expire=now", "--expire-unreachable=now", "--all")
+    git(repo, "gc", "-q", "--prune=now")
+    for oid in (gone.id, cut.id):
+        assert git(repo, "cat-file", "-t", oid, check=False) == "", oid  # removed by git gc
+    store = gitstate.open_store(repo)
+    report = verify(store)
+    assert report.ok, report.problems
+    store.close()

@@ -4,6 +4,7 @@ checkpoint written inside a node (entry and exit) and the node's status."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ RECORD = "node.cbor"
 ENTRY_LINK = "entry"  # gitlink entries (mode 160000): `git ls-tree` shows the checkpoints
 EXIT_LINK = "exit"
 NODE_STATUSES = ("running", "completed", "failed")
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}")  # a commit id as git prints it
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,9 @@ def encode(record: NodeRecord, run_id: str) -> bytes:
 
 
 def decode(data: bytes, oid: str) -> NodeRecord:
-    """A record from ``node.cbor`` bytes (:class:`CorruptObjectError` when malformed)."""
+    """A record from ``node.cbor`` bytes (:class:`CorruptObjectError` when malformed: not canonical
+    CBOR, not a map, another kind or version, a field of the wrong type, an unknown status, or an
+    ``entry``/``exit``/``base`` that is not an object id in lowercase hex)."""
     payload = encoding.loads_mapping(data, oid)
     check_format(payload, NODE_KIND, oid)
 
@@ -66,6 +70,12 @@ def decode(data: bytes, oid: str) -> NodeRecord:
             return None
         if not isinstance(value, str):
             raise CorruptObjectError(oid, f"node record field {key!r} is not text")
+        return value
+
+    def object_id(key: str) -> str | None:
+        value = text(key)
+        if value is not None and not _OBJECT_ID.fullmatch(value):
+            raise CorruptObjectError(oid, f"node record field {key!r} is not an object id")
         return value
 
     status = text("status", optional=False)
@@ -79,8 +89,9 @@ def decode(data: bytes, oid: str) -> NodeRecord:
         raise CorruptObjectError(oid, "node record owner is not a map")
     return NodeRecord(
         id=text("id", optional=False) or "", node=text("node", optional=False) or "",
-        branch=text("branch", optional=False) or "", status=status, entry=text("entry"), exit=text("exit"),
-        base=text("base"), started_at=text("started_at", optional=False) or "", ended_at=text("ended_at"),
+        branch=text("branch", optional=False) or "", status=status, entry=object_id("entry"),
+        exit=object_id("exit"), base=object_id("base"), started_at=text("started_at", optional=False) or "",
+        ended_at=text("ended_at"),
         error=text("error"), metadata=dict(metadata) if metadata is not None else None,
         owner=dict(owner) if owner is not None else None)
 

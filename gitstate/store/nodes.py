@@ -25,6 +25,7 @@ from gitstate.format.names import node_log_ref
 from gitstate.format.nodes import NodeRecord
 from gitstate.git.lockfile import Owner
 from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, TreeEntry
+from gitstate.git.reader import CommitData, ObjectReader
 from gitstate.store.base import StoreCore
 from gitstate.store.transaction import Transaction
 
@@ -132,10 +133,7 @@ class NodeLog:
 
     def _record(self, oid: str) -> NodeRecord:
         reader = self.store.reader
-        found = reader.tree(reader.commit(oid).tree_id).get(nodefmt.RECORD)
-        if found is None:
-            raise CorruptObjectError(oid, f"node log entry has no {nodefmt.RECORD}")
-        return nodefmt.decode(reader.blob(found.id), found.id)
+        return read_record(reader, reader.commit(oid))
 
     def records(self) -> Iterator[NodeRecord]:
         """Every record, newest first."""
@@ -145,38 +143,53 @@ class NodeLog:
         while oid is not None and oid not in seen:
             seen.add(oid)
             commit = reader.commit(oid)
-            found = reader.tree(commit.tree_id).get(nodefmt.RECORD)
-            if found is None:
-                raise CorruptObjectError(oid, f"node log entry has no {nodefmt.RECORD}")
-            yield nodefmt.decode(reader.blob(found.id), found.id)
+            yield read_record(reader, commit)
             oid = commit.parent_ids[0] if commit.parent_ids else None
 
     def boundaries(self, line: set[str]) -> list[tuple[NodeRecord, NodeBoundary]]:
         """The latest state of each boundary whose checkpoints are on the branch's current line
         (``line``: the ids of its history; a rolled-back node disappears with its checkpoints), in
-        the order the nodes were entered. A ``running`` boundary whose process provably ended
-        (:func:`writer_gone`) is ``interrupted``: it will never be closed."""
-        latest: dict[str, NodeRecord] = {}
-        order: list[str] = []
-        for record in self.records():  # newest first: the first record seen of an id is its latest
-            if record.id not in latest:
-                latest[record.id] = record
-            order.append(record.id)
-        entered: list[str] = []
-        for rid in reversed(order):  # oldest first: the first record of an id is its opening
-            if rid not in entered:
-                entered.append(rid)
-        out: list[tuple[NodeRecord, NodeBoundary]] = []
-        for rid in entered:
-            record = latest[rid]
-            anchor = record.exit if record.status != "running" else record.base
-            if anchor is not None and anchor not in line:
-                continue
-            status = record.status
-            if status == "running" and writer_gone(record.owner):
-                status = "interrupted"
-            out.append((record, NodeBoundary(record.node, record.entry, record.exit, status)))
-        return out
+        the order the nodes were entered: :func:`listed` of :meth:`records`."""
+        return listed(self.records(), line)
+
+
+def read_record(reader: ObjectReader, commit: CommitData) -> NodeRecord:
+    """The record a node-log commit holds (its ``node.cbor``), as every reader decodes it:
+    :class:`CorruptObjectError` when the tree or the blob cannot be read, there is no
+    ``node.cbor``, or it does not decode (:func:`gitstate.format.nodes.decode`)."""
+    found = reader.tree(commit.tree_id).get(nodefmt.RECORD)
+    if found is None:
+        raise CorruptObjectError(commit.id, f"node log entry has no {nodefmt.RECORD}")
+    return nodefmt.decode(reader.blob(found.id), found.id)
+
+
+def listed(records: Iterable[NodeRecord], line: set[str]) -> list[tuple[NodeRecord, NodeBoundary]]:
+    """The boundaries a node log shows for its branch, from its ``records`` (newest first): the
+    latest record of each id whose exit (while ``running``: base) is on the branch's current line
+    (``line``: the ids of its history; a rolled-back node disappears with its checkpoints), in the
+    order the nodes were entered. A ``running`` boundary whose process provably ended
+    (:func:`writer_gone`) is ``interrupted``: it will never be closed."""
+    latest: dict[str, NodeRecord] = {}
+    order: list[str] = []
+    for record in records:  # newest first: the first record seen of an id is its latest
+        if record.id not in latest:
+            latest[record.id] = record
+        order.append(record.id)
+    entered: list[str] = []
+    for rid in reversed(order):  # oldest first: the first record of an id is its opening
+        if rid not in entered:
+            entered.append(rid)
+    out: list[tuple[NodeRecord, NodeBoundary]] = []
+    for rid in entered:
+        record = latest[rid]
+        anchor = record.exit if record.status != "running" else record.base
+        if anchor is not None and anchor not in line:
+            continue
+        status = record.status
+        if status == "running" and writer_gone(record.owner):
+            status = "interrupted"
+        out.append((record, NodeBoundary(record.node, record.entry, record.exit, status)))
+    return out
 
 
 def written_since(history: Iterable[Checkpoint], base: str | None, started_at: str) -> list[Checkpoint]:

@@ -1,8 +1,8 @@
 """Checking a store end to end: every ref under ``refs/agentos/`` resolves, every object it reaches
 exists with the right type, every payload decodes with a known format version, node boundaries
-point where they should, and every workspace snapshot passes restore's own validation (what
-``restore`` would refuse is reported). Read-only; it reports problems instead of stopping at the
-first one."""
+(node_end checkpoints and every record of every node log) point where they should, and every
+workspace snapshot passes restore's own validation (what ``restore`` would refuse is reported).
+Read-only but for what ``repair`` asks; it reports problems instead of stopping at the first one."""
 
 from __future__ import annotations
 
@@ -16,13 +16,18 @@ from pygit2.enums import ObjectType
 from gitstate.errors import CorruptObjectError, GitStateError, UnsafeTreeError
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import frameworks
+from gitstate.format import nodes as nodefmt
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import NAMESPACE, STAGING, parse_ref, worktree_prefix
+from gitstate.format.nodes import NodeRecord
 from gitstate.format.statetree import MAX_TREE_DEPTH
 from gitstate.git import housekeeping, refs
+from gitstate.git.reader import CommitData
 from gitstate.git.refs import list_refs
+from gitstate.store import nodes as nodelog
 from gitstate.store.sessionfiles import check_chain
 from gitstate.store.store import Store
+from gitstate.store.transaction import Transaction
 from gitstate.workspace.restore import validate_tree
 
 __all__ = ["Problem", "VerifyReport", "verify"]
@@ -32,6 +37,18 @@ __all__ = ["Problem", "VerifyReport", "verify"]
 _MAX_PAYLOAD_DEPTH = MAX_TREE_DEPTH + 2
 
 _WORKTREE_KEY = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_+=,@-%")
+
+_NODE_LOG_REPAIR = "gitstate: verify --repair (node log without its unreadable records)"
+
+
+@dataclass(frozen=True)
+class _LogEntry:
+    """One commit of a node log as verify read it: the commit (``None`` when it does not read,
+    which cuts the chain), its record (``None`` when readers fail on it) and why not."""
+
+    commit: CommitData | None
+    record: NodeRecord | None
+    damage: str | None
 
 
 @dataclass(frozen=True)
@@ -60,6 +77,9 @@ class VerifyReport:
     objects: int = 0
     problems: list[Problem] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
+    #: what ``repair`` did to a repaired ref when it did more than remove it (a node log rewritten
+    #: without its unreadable records), by name
+    repair_notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -73,8 +93,10 @@ class VerifyReport:
 
 
 class _Checker:
-    def __init__(self, store: Store, report: VerifyReport, progress: Callable[[int], None] | None) -> None:
+    def __init__(self, store: Store, report: VerifyReport, progress: Callable[[int], None] | None,
+                 repair: bool = False) -> None:
         self.store = store
+        self.repair = repair
         self.repo = store.repo
         self.reader = store.reader
         self.report = report
@@ -83,6 +105,7 @@ class _Checker:
         self.seen_objects: set[str] = set()
         self.refusals: dict[str, str | None] = {}  # snapshot tree -> why restore refuses it
         self.reported_trees: set[tuple[str, str]] = set()
+        self.log_entries: dict[str, _LogEntry] = {}  # node-log commit -> what it holds (logs share records)
 
     def problem(self, ref: str, message: str, oid: str | None = None) -> None:
         self.report.problems.append(Problem(ref, message, oid))
@@ -94,10 +117,13 @@ class _Checker:
         if parsed is None or not worktree or not set(worktree) <= _WORKTREE_KEY:
             self.problem(name, "not a gitstate ref name (foreign or malformed ref under refs/agentos/)", oid)
             return
+        if parsed.kind == "nodes" and self.repair and self._header_kind(oid) != ObjectType.COMMIT:
+            self.remove_node_log(name, oid, "it names no commit")
+            return
         kind = self._exists(name, oid)
         if kind is None:
             return
-        if parsed.kind in ("run", "heads", "files") and kind != ObjectType.COMMIT:
+        if parsed.kind in ("run", "heads", "files", "nodes") and kind != ObjectType.COMMIT:
             self.problem(name, f"expected a commit, found a {ObjectType(kind).name.lower()}", oid)
             return
         if parsed.kind == "run":
@@ -106,6 +132,8 @@ class _Checker:
             self.check_branch(name, oid, parsed.run_id)
         elif parsed.kind == "files":
             self.check_files(name, oid)
+        elif parsed.kind == "nodes":
+            self.check_node_log(name, oid)
         # other per-run kinds (added by later features) are only checked to resolve
 
     def _exists(self, ref: str, oid: str) -> int | None:
@@ -117,6 +145,13 @@ class _Checker:
             self.problem(ref, f"ref does not resolve: {exc.reason}", oid)
             return None
         return int(kind)
+
+    def _header_kind(self, oid: str) -> ObjectType | None:
+        """The object's type from its header, or ``None`` when it does not read."""
+        try:
+            return self.reader.header(oid)[0]
+        except CorruptObjectError:
+            return None
 
     def _commit_damage(self, oid: str) -> str | None:
         """Why the commit ``oid`` or its root tree cannot be read, or ``None``."""
@@ -133,6 +168,150 @@ class _Checker:
     def check_files(self, ref: str, tip: str) -> None:
         for oid, message in check_chain(self.reader, tip):
             self.problem(ref, f"session file: {message}", oid)
+
+    # -- node logs ---------------------------------------------------------------------------
+
+    def _log_entry(self, ref: str, oid: str) -> _LogEntry:
+        """Read one node-log commit as the readers do (:func:`gitstate.store.nodes.read_record`),
+        once however many logs share it; its gitlinks are checked against its record then (a
+        mismatch is reported once, against the first log found holding it)."""
+        found = self.log_entries.get(oid)
+        if found is not None:
+            return found
+        try:
+            commit = self.reader.commit(oid)
+        except GitStateError as exc:
+            found = _LogEntry(None, None, str(exc))
+        else:
+            try:
+                record = nodelog.read_record(self.reader, commit)
+            except GitStateError as exc:
+                found = _LogEntry(commit, None, str(exc))
+            else:
+                found = _LogEntry(commit, record, None)
+                self._check_gitlinks(ref, commit, record)
+        self.log_entries[oid] = found
+        return found
+
+    def _check_gitlinks(self, ref: str, commit: CommitData, record: NodeRecord) -> None:
+        """The ``entry``/``exit`` gitlinks of a record commit name what its ``node.cbor`` names."""
+        try:
+            tree = self.reader.tree(commit.tree_id)
+        except GitStateError:
+            return  # read_record read it just now
+        for name, want in ((nodefmt.ENTRY_LINK, record.entry), (nodefmt.EXIT_LINK, record.exit)):
+            item = tree.get(name)
+            if item is not None and item.type_str != "commit":
+                self.problem(ref, f"node log record: {name} is a {item.type_str}, not a gitlink", commit.id)
+            elif (item.id if item is not None else None) != want:
+                have = item.id[:12] if item is not None else "nothing"
+                self.problem(ref, f"node log record: gitlink {name} names {have}, its {nodefmt.RECORD} "
+                                  f"{want[:12] if want else 'none'}", commit.id)
+
+    def check_node_log(self, ref: str, tip: str) -> None:
+        """Every record of a node log (``…/nodes/<branch>``, down its first parents, each commit
+        once) reads as ``nodes``, ``show RUN:node:X``, ``rollback`` and ``checkpoint --node`` read
+        it; then the boundaries those list (:func:`gitstate.store.nodes.listed`) point into the
+        branch's line. With ``repair``, a log holding unreadable records is rewritten without them
+        (:meth:`repair_node_log`)."""
+        chain: list[str] = []  # newest first
+        seen: set[str] = set()
+        oid: str | None = tip
+        while oid is not None and oid not in seen:
+            seen.add(oid)
+            chain.append(oid)
+            entry = self._log_entry(ref, oid)
+            if entry.commit is None:
+                break
+            oid = entry.commit.parent_ids[0] if entry.commit.parent_ids else None
+        bad = [o for o in chain if self.log_entries[o].damage is not None]
+        if bad and self.repair and self.repair_node_log(ref, tip, chain):
+            bad = []
+        for o in bad:
+            self.problem(ref, f"node log record does not read (nodes, node:NAME and checkpoint --node fail on "
+                              f"it; `git agentos verify --repair` leaves it out): {self.log_entries[o].damage}", o)
+        records = [e.record for e in (self.log_entries[o] for o in chain) if e.record is not None]
+        self.check_boundaries(ref, records)
+
+    def check_boundaries(self, ref: str, records: list[NodeRecord]) -> None:
+        """The boundaries the log lists for its branch (each latest record whose exit, while
+        running its base, is on the branch's line) have their entry on that line too, unless a
+        prune cut the line (its checkpoints' ``base`` > 0: the entry may be gone). Records the log
+        no longer lists (rolled back, renamed by a prune) may name checkpoints git gc has removed:
+        the gitlinks keep nothing alive."""
+        if not records:
+            return
+        at = ref.rindex("/nodes/")
+        head = ref[:at] + "/heads/" + ref[at + len("/nodes/"):]
+        line: set[str] = set()
+        oid = self.store.read_ref(head)
+        try:
+            if oid is not None and cpfmt.read_meta(self.reader, self.reader.commit(oid)).get("base"):
+                return  # pruned
+            while oid is not None and oid not in line:
+                line.add(oid)
+                parents = self.reader.commit(oid).parent_ids
+                oid = parents[0] if parents else None
+        except GitStateError:
+            return  # the branch's own check reports it
+        for record, _boundary in nodelog.listed(records, line):
+            if record.entry is not None and record.entry not in line:
+                try:
+                    kind, _size = self.reader.header(record.entry)
+                    what = "not a checkpoint of the branch's line" if kind == ObjectType.COMMIT else \
+                        f"a {kind.name.lower()}, not a checkpoint"
+                except CorruptObjectError:
+                    what = "a missing commit"
+                self.problem(ref, f"node log: entry {record.entry[:12]} of node {record.node!r} (boundary "
+                                  f"{record.id}) is {what}", record.entry)
+
+    def repair_node_log(self, ref: str, tip: str, chain: list[str]) -> bool:
+        """Rewrite a node log without its unreadable records: the records below the oldest one
+        that does not read stay as they are, the readable ones above it are copied onto them (same
+        tree, message, author and committer), oldest first; the ref moves by one compare-and-swap
+        from ``tip``, reflogged, so the old log stays in its reflog. When no record reads, the
+        log is removed (:meth:`remove_node_log`). Whether it was repaired (else a problem says
+        why not)."""
+        entries = [self.log_entries[o] for o in chain]
+        oldest_bad = max(i for i, e in enumerate(entries) if e.damage is not None)
+        below = entries[oldest_bad].commit
+        base = below.parent_ids[0] if below is not None and below.parent_ids else None
+        keep = [e.commit for e in reversed(entries[:oldest_bad]) if e.damage is None and e.commit is not None]
+        if base is None and not keep:
+            return self.remove_node_log(ref, tip, "none of its records reads")
+
+        def build(tx: Transaction) -> str:
+            new = base
+            for commit in keep:
+                new = tx.commit(commit.tree_id, [new] if new else [], commit.message, author=commit.author,
+                                committer=commit.committer)
+            assert new is not None
+            tx.set_ref(ref, tip, new, _NODE_LOG_REPAIR, strict=True)
+            return new
+
+        try:
+            self.store.write(build)
+        except GitStateError as exc:
+            self.problem(ref, f"cannot repair the node log: {exc}", tip)
+            return False
+        self.store.forget_objects()  # what only the old log reached may now be pruned by git gc
+        dropped = sum(1 for e in entries if e.damage is not None)
+        self.report.repaired.append(ref)
+        self.report.repair_notes[ref] = (f"node log rewritten without its {dropped} unreadable record(s), "
+                                         f"{len(chain) - dropped} kept (the old log is in its reflog)")
+        return True
+
+    def remove_node_log(self, ref: str, tip: str, why: str) -> bool:
+        """Delete a node log nothing of which reads (compare-and-swap from ``tip``): its branch
+        then has no boundaries, as before any node was recorded. Whether it was removed."""
+        try:
+            self.store.move_ref(ref, tip, None, _NODE_LOG_REPAIR)
+        except GitStateError as exc:
+            self.problem(ref, f"cannot remove the node log: {exc}", tip)
+            return False
+        self.report.repaired.append(ref)
+        self.report.repair_notes[ref] = f"node log removed: {why}"
+        return True
 
     def check_record(self, ref: str, oid: str, run_id: str) -> None:
         damage = self._commit_damage(oid)
@@ -314,7 +493,10 @@ def verify(store: Store, all_worktrees: bool = True,
     that hold no object id (symbolic, or unparsable: listings skip them) are reported, or with
     ``repair`` removed (and then listed in :attr:`VerifyReport.repaired`); so are gitstate's
     temporary pack files that writers killed before renaming them left in ``objects/pack``, when
-    older than :data:`housekeeping.ORPHAN_AGE` (a younger one may be a live writer's). Returns a
+    older than :data:`housekeeping.ORPHAN_AGE` (a younger one may be a live writer's). A node log
+    holding records that do not read is reported, or with ``repair`` rewritten without them (or
+    removed when none reads; listed in :attr:`VerifyReport.repaired`, with what was done in
+    :attr:`VerifyReport.repair_notes`). Returns a
     :class:`VerifyReport` whose ``problems`` list is empty when the store is sound."""
     report = VerifyReport()
     common = store.location.common_dir
@@ -329,7 +511,7 @@ def verify(store: Store, all_worktrees: bool = True,
         report.problems.append(Problem(os.path.relpath(path, common), "temporary pack file left by a killed "
                                        "writer (git count-objects calls it garbage; `git agentos verify "
                                        "--repair` removes it)"))
-    checker = _Checker(store, report, progress)
+    checker = _Checker(store, report, progress, repair)
     prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
     listed = list_refs(store.repo, prefix)
     orphans = _without_record(listed, {b.name for b in refs.broken_refs(store.repo, common, prefix)})
@@ -358,5 +540,6 @@ def verify(store: Store, all_worktrees: bool = True,
     for name, oid in list_refs(store.repo, STAGING):  # left by a pull that is running or was killed
         checker.problem(name, "staging ref of an unfinished pull (the next pull removes it once its "
                               "process is gone)", oid)
-    report.objects = max(report.objects, len(checker.seen_objects)) + len(checker.seen_commits)
+    report.objects = (max(report.objects, len(checker.seen_objects)) + len(checker.seen_commits)
+                      + len(checker.log_entries))
     return report
