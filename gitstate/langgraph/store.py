@@ -4,7 +4,8 @@ Memory is one gitstate run (run id ``langgraph-store`` unless named otherwise, w
 ``langgraph-store``) with one branch per namespace root: the items of every namespace starting with
 ``("users", ...)`` live on branch ``users``. Every batch that changes memory adds one commit per root
 it touches, so memory has history (``git log``, ``git agentos log langgraph-store -b users``) and
-travels with ``git agentos push``/``pull`` like runs.
+travels with ``git agentos push``/``pull`` like runs. Memory is read from those branches only: the
+run's other branches (a pull's kept copy ``users@origin`` of a diverged line, a fork) are not.
 
 Results are what LangGraph's ``InMemoryStore`` returns for the same operations: items, namespaces,
 search order (namespaces in the order they were first used, items in the order they were first
@@ -155,26 +156,37 @@ class GitStore(BaseStore):
     def _branch_ref(self, branch: str) -> str:
         return run_prefix(self.store.worktree, self.name) + "heads/" + encode_component(branch)
 
-    def _root_names(self) -> list[str]:
+    def _branch_names(self) -> dict[str, str]:
+        """Every branch of the run, with its tip (memory's own branches and any other: kept copies
+        a pull made, forks)."""
         prefix = run_prefix(self.store.worktree, self.name) + "heads/"
-        out = []
-        for name, _oid in self.store.list_refs(prefix):
+        out = {}
+        for name, oid in self.store.list_refs(prefix):
             try:
-                out.append(decode_component(name[len(prefix):]))
+                out[decode_component(name[len(prefix):])] = oid
             except ValueError:
                 continue
         return out
 
-    def _root(self, root: str) -> _Root:
-        """The root's tip as it is now (parsed once per tip)."""
-        tip = self.store.read_ref(self._branch_ref(root))
+    @staticmethod
+    def _owns(branch: str, root: str) -> bool:
+        """Whether ``branch`` is where root ``root`` is stored (:func:`_branch`). Namespaces on any
+        other branch are not memory: a kept copy ``<b>@<remote>``, a fork."""
+        return branch == _branch(root)
+
+    def _root(self, branch: str) -> _Root:
+        """The branch's tip as it is now (parsed once per tip)."""
+        return self._root_at(branch, self.store.read_ref(self._branch_ref(branch)))
+
+    def _root_at(self, branch: str, tip: str | None) -> _Root:
+        """The branch at ``tip``, which the caller just read."""
         with self._lock:
-            hit = self._roots.get(root)
+            hit = self._roots.get(branch)
             if hit is not None and hit.tip == tip:
                 return hit
         parsed = _Root(tip) if tip is None else self._parse(tip)
         with self._lock:
-            self._roots[root] = parsed
+            self._roots[branch] = parsed
         return parsed
 
     def _parse(self, tip: str) -> _Root:
@@ -239,10 +251,14 @@ class GitStore(BaseStore):
         return cast(dict[str, Any], item)
 
     def _all_namespaces(self, prefix: tuple[str, ...] = ()) -> list[tuple[_Ns, str]]:
-        """Stored namespaces (under ``prefix``'s root when it has one) with their root, in the order
-        they were first used."""
-        roots = [_branch(prefix[0])] if prefix else self._root_names()
-        found = [(ns, root) for root in roots for ns in self._root(root).namespaces.values()]
+        """Stored namespaces (under ``prefix``'s root when it has one) with their branch, in the
+        order they were first used. Only each root's own branch is read (:meth:`_owns`)."""
+        if prefix:
+            branch = _branch(prefix[0])
+            found = [(ns, branch) for ns in self._root(branch).namespaces.values() if ns.labels[0] == prefix[0]]
+        else:
+            found = [(ns, branch) for branch, tip in self._branch_names().items()
+                     for ns in self._root_at(branch, tip).namespaces.values() if self._owns(branch, ns.labels[0])]
         found.sort(key=lambda pair: pair[0].seq)
         return found
 
@@ -572,7 +588,7 @@ class GitStore(BaseStore):
         """Delete the items whose TTL has expired (one commit per root); returns how many."""
         now = _now()
         removed = 0
-        for root in self._root_names():
+        for root in dict.fromkeys(branch for _ns, branch in self._all_namespaces()):
             count = [0]
 
             def change(namespaces: dict[str, _Ns], _tx: Transaction, count: list[int] = count) -> bool:

@@ -1,10 +1,12 @@
 """gitstate.langgraph.GitStore against LangGraph's own InMemoryStore: the same put/get/search/
 delete/list_namespaces operations (seeded random sequences, batches, async, semantic search with an
 embedding function) give the same results; every change is a commit on the namespace root's branch
-that push/pull share; TTL; a compiled graph with GitCheckpointSaver and GitStore runs end to end."""
+that push/pull share (also after a diverged pull, whose kept copy is not memory); TTL; a compiled
+graph with GitCheckpointSaver and GitStore runs end to end."""
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from conftest import git, make_repo
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore, GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
+from remote_helpers import bare, machine
 
 import gitstate
 from gitstate.langgraph import GitCheckpointSaver, GitStore
@@ -167,6 +170,75 @@ def test_memory_has_history_and_travels(tmp_path: Path) -> None:
     assert got is not None and got.value == {"theme": "light"}
     assert theirs.list_namespaces() == [("docs",), ("users", "1")]
     assert verify(gitstate.open_store(there)).ok
+
+
+def agentos(cwd: Path, *args: str, code: int = 0) -> str:
+    """``git agentos ARGS`` in ``cwd`` (this interpreter's CLI first on PATH); its stdout."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = subprocess.run(["git", "agentos", *args], cwd=cwd, capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == code, (args, done.returncode, done.stdout, done.stderr)
+    return done.stdout
+
+
+def machines(tmp_path: Path) -> tuple[Path, Path]:
+    server = bare(tmp_path / "server.git")
+    return machine(tmp_path / "A", server.as_uri()), machine(tmp_path / "B", server.as_uri())
+
+
+def same_memory(ours: BaseStore, theirs: BaseStore) -> None:
+    """Both stores list, search and get the same namespaces and items (each once)."""
+    names = theirs.list_namespaces()
+    assert ours.list_namespaces() == names
+    assert view(ours.search((), limit=1000)) == view(theirs.search((), limit=1000))
+    for root in dict.fromkeys(ns[0] for ns in names):
+        assert view(ours.search((root,), limit=1000)) == view(theirs.search((root,), limit=1000))
+        assert ours.list_namespaces(prefix=(root,)) == theirs.list_namespaces(prefix=(root,))
+    for item in theirs.search((), limit=1000):
+        assert view(ours.get(item.namespace, item.key)) == view(theirs.get(item.namespace, item.key))
+
+
+def test_diverged_pull_memory_is_ours_once(tmp_path: Path) -> None:
+    """After a pull that kept the remote's line of a root as ``<root>@origin``, memory is this
+    machine's branch only (the copy is not read, nor swept), and the README's ways out work."""
+    a, b = machines(tmp_path)
+    GitStore.from_path(a).put(("users", "ada"), "prefs", {"who": "A1"})
+    agentos(a, "push", "origin")
+    agentos(b, "pull", "origin")
+    mine = GitStore.from_path(b)
+    mine.put(("users", "bob"), "prefs", {"who": "B1"})
+    theirs = GitStore.from_path(a)
+    theirs.put(("users", "ada"), "prefs", {"who": "A2"})
+    theirs.put(("users", "ada"), "brief", {"who": "A2"}, ttl=0.0005)  # 30 ms: expired when B sweeps
+    agentos(a, "push", "origin")
+    assert "diverged langgraph-store users -> users@origin" in agentos(b, "pull", "origin")
+    expected = InMemoryStore()
+    expected.put(("users", "ada"), "prefs", {"who": "A1"})
+    expected.put(("users", "bob"), "prefs", {"who": "B1"})
+    same_memory(mine, expected)
+    same_memory(GitStore.from_path(b), expected)
+    run = gitstate.open_store(b).get_run("langgraph-store")
+    copy = run.tip("users@origin")
+    time.sleep(0.1)
+    assert mine.sweep_ttl() == 0  # the expired item is on the kept copy: not memory, not swept
+    assert run.tip("users@origin") == copy
+    # keep yours (local only): delete the copy; push still refuses users, the next pull keeps it again
+    agentos(b, "branch", "-D", "langgraph-store@users@origin")
+    assert "rejected langgraph-store users" in agentos(b, "push", "origin", code=1)
+    assert "diverged langgraph-store users -> users@origin" in agentos(b, "pull", "origin")
+    same_memory(GitStore.from_path(b), expected)
+    # keep theirs: your line on a fork (not memory), users on origin's line, the copy deleted, push
+    agentos(b, "fork", "langgraph-store@users", "@users", "users-mine")
+    agentos(b, "rollback", "langgraph-store@users", "@users@origin")
+    agentos(b, "branch", "-d", "langgraph-store@users@origin")
+    agentos(b, "push", "origin")
+    expected = InMemoryStore()
+    expected.put(("users", "ada"), "prefs", {"who": "A2"})
+    expected.put(("users", "ada"), "brief", {"who": "A2"})
+    same_memory(mine, expected)
+    agentos(a, "pull", "origin")
+    same_memory(GitStore.from_path(a), expected)
+    agentos(b, "undo", "langgraph-store@users")  # the rollback is undoable: yours again
+    assert GitStore.from_path(b).get(("users", "bob"), "prefs") is not None
 
 
 def test_two_processes_write_one_root(repo: Path) -> None:
