@@ -2,7 +2,8 @@
 
 Memory is one gitstate run (run id ``langgraph-store`` unless named otherwise, workflow
 ``langgraph-store``) with one branch per namespace root: the items of every namespace starting with
-``("users", ...)`` live on branch ``users``. Every batch that changes memory adds one commit per root
+``("users", ...)`` live on branch ``users`` (a label push would keep back, ``restore-safety`` or one
+holding "@", is escaped: :func:`_branch`). Every batch that changes memory adds one commit per root
 it touches, so memory has history (``git log``, ``git agentos log langgraph-store -b users``) and
 travels with ``git agentos push``/``pull`` like runs. Memory is read from those branches only: the
 run's other branches (a pull's kept copy ``users@origin`` of a diverged line, a fork) are not.
@@ -20,6 +21,7 @@ import asyncio
 import copy
 import hashlib
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -57,6 +59,7 @@ from gitstate.git.objects import MODE_BLOB, MODE_TREE
 from gitstate.integrations import SEQUENCE, RunHandle, store_at
 from gitstate.store.store import Store
 from gitstate.store.transaction import Transaction
+from gitstate.workspace.restore import SAFETY_BRANCH
 
 try:  # LangGraph validates op namespaces with this helper in recent versions
     from langgraph.store.base import validate_op_namespace
@@ -68,6 +71,7 @@ __all__ = ["GitStore"]
 WORKFLOW = frameworks.LANGGRAPH_STORE
 KIND = frameworks.KINDS[WORKFLOW]
 DEFAULT_NAME = "langgraph-store"
+_LONG = re.compile(r"[0-9a-f]{40}\.long")
 
 
 @dataclass
@@ -95,12 +99,39 @@ def _ns_key(namespace: tuple[str, ...]) -> str:
     return ".".join(namespace)
 
 
+#: Branch names a namespace root must not be stored on: restore's safety branch stays local (push
+#: leaves it out), so memory there would never be shared.
+RESERVED_BRANCHES = frozenset({SAFETY_BRANCH})
+
+
 def _branch(root: str) -> str:
-    """The branch of a namespace root: the root label itself, or ``<sha1 of it>.long`` when the
-    label is too long for a ref name (labels never contain ".", so the forms cannot collide)."""
-    if len(encode_component(root)) <= MAX_COMPONENT:
-        return root
+    """The branch of a namespace root: the root label itself; ``<label with each "@" written as
+    ".">.ns`` for a label that is a reserved branch name or holds "@" (a pull keeps a diverged
+    branch ``<b>`` as ``<b>@<remote>[-<n>]``, and push never sends such names back to that
+    remote); ``<sha1 of the label>.long`` when the name is too long for a ref. Labels never contain
+    ".", so the three forms cannot collide (and ``.ns`` names read back to their label)."""
+    name = root
+    if root in RESERVED_BRANCHES or "@" in root:
+        name = root.replace("@", ".") + ".ns"
+    if len(encode_component(name)) <= MAX_COMPONENT:
+        return name
+    return _hashed(root)
+
+
+def _legacy_branch(root: str) -> str:
+    """The branch earlier versions stored a root on (the label itself unless too long): still read
+    while the root has no branch of :func:`_branch`'s name."""
+    return root if len(encode_component(root)) <= MAX_COMPONENT else _hashed(root)
+
+
+def _hashed(root: str) -> str:
     return hashlib.sha1(root.encode("utf-8"), usedforsecurity=False).hexdigest() + ".long"
+
+
+def _may_hold_roots(branch: str) -> bool:
+    """Whether :func:`_branch` or :func:`_legacy_branch` can give ``branch`` (other branches of
+    the run, e.g. ``users.b``, are not read at all)."""
+    return "." not in branch or branch.endswith(".ns") or _LONG.fullmatch(branch) is not None
 
 
 def _now() -> datetime:
@@ -169,10 +200,23 @@ class GitStore(BaseStore):
         return out
 
     @staticmethod
-    def _owns(branch: str, root: str) -> bool:
-        """Whether ``branch`` is where root ``root`` is stored (:func:`_branch`). Namespaces on any
-        other branch are not memory: a kept copy ``<b>@<remote>``, a fork."""
-        return branch == _branch(root)
+    def _owns(branch: str, root: str, branches: Iterable[str]) -> bool:
+        """Whether ``branch`` is where root ``root`` is stored: its :func:`_branch`, or (a store
+        written by an earlier version) its :func:`_legacy_branch` while the run has no branch of the
+        new name. Namespaces on any other branch are not memory: a kept copy ``<b>@<remote>``, a
+        fork."""
+        new = _branch(root)
+        return branch == new or (branch == _legacy_branch(root) and new not in branches)
+
+    def _root_branch(self, root: str) -> str:
+        """The branch holding root ``root`` now: its :func:`_branch`, else its legacy branch when
+        only that exists."""
+        new = _branch(root)
+        legacy = _legacy_branch(root)
+        if legacy != new and self.store.read_ref(self._branch_ref(new)) is None \
+                and self.store.read_ref(self._branch_ref(legacy)) is not None:
+            return legacy
+        return new
 
     def _root(self, branch: str) -> _Root:
         """The branch's tip as it is now (parsed once per tip)."""
@@ -254,11 +298,12 @@ class GitStore(BaseStore):
         """Stored namespaces (under ``prefix``'s root when it has one) with their branch, in the
         order they were first used. Only each root's own branch is read (:meth:`_owns`)."""
         if prefix:
-            branch = _branch(prefix[0])
+            branch = self._root_branch(prefix[0])
             found = [(ns, branch) for ns in self._root(branch).namespaces.values() if ns.labels[0] == prefix[0]]
         else:
-            found = [(ns, branch) for branch, tip in self._branch_names().items()
-                     for ns in self._root_at(branch, tip).namespaces.values() if self._owns(branch, ns.labels[0])]
+            tips = self._branch_names()
+            found = [(ns, branch) for branch, tip in tips.items() if _may_hold_roots(branch)
+                     for ns in self._root_at(branch, tip).namespaces.values() if self._owns(branch, ns.labels[0], tips)]
         found.sort(key=lambda pair: pair[0].seq)
         return found
 
@@ -336,7 +381,7 @@ class GitStore(BaseStore):
     def _lookup(self, namespace: tuple[str, ...]) -> _Ns | None:
         if not namespace:
             return None
-        return self._root(_branch(namespace[0])).namespaces.get(_ns_key(namespace))
+        return self._root(self._root_branch(namespace[0])).namespaces.get(_ns_key(namespace))
 
     def _touch(self, namespace: tuple[str, ...]) -> None:
         """Remember a namespace read or deleted from before it holds anything: ``InMemoryStore``
@@ -478,7 +523,7 @@ class GitStore(BaseStore):
             if op.value is None and self._lookup(namespace) is None:
                 self._touch(namespace)  # deleting from a namespace that does not exist writes nothing
                 continue
-            by_root.setdefault(_branch(namespace[0]), []).append(op)
+            by_root.setdefault(namespace[0], []).append(op)
         for root, ops in by_root.items():
             self._commit_root(root, lambda ns_map, tx, ops=ops: self._apply(ns_map, tx, ops, vectors),
                               trigger=_trigger(ops), metadata={"puts": sum(op.value is not None for op in ops),
@@ -529,16 +574,27 @@ class GitStore(BaseStore):
                 self._items.popitem(last=False)
 
     def _commit_root(self, root: str, change: Any, *, trigger: str, metadata: dict[str, Any]) -> None:
-        """One checkpoint on the root's branch: ``change(namespaces, tx)`` edits the parsed
-        namespaces of the tip read at write time (re-run if another writer moved it)."""
+        """One checkpoint on the branch of root label ``root``: ``change(namespaces, tx)`` edits the
+        parsed namespaces of the tip read at write time (re-run if another writer moved it). A root
+        an earlier version stored on another branch (:func:`_legacy_branch`) is continued on its
+        new branch: the first checkpoint there has the old tip as parent and its namespaces."""
         run = self._handle.ensure()
         store = self.store
-        ref = self._branch_ref(root)
+        branch = _branch(root)
+        ref = self._branch_ref(branch)
+        legacy = _legacy_branch(root)
 
         def build(tx: Transaction) -> Any:
             tip = store.read_ref(ref)
-            parsed = _Root(tip) if tip is None else self._parse(tip)
+            base = tip
+            if tip is None and legacy != branch:
+                base = store.read_ref(self._branch_ref(legacy))
+            parsed = _Root(base) if base is None else self._parse(base)
             namespaces = {k: ns.copy() for k, ns in parsed.namespaces.items()}
+            if base != tip:  # the legacy branch (the root's namespaces only: it may be a kept copy of another)
+                namespaces = {k: ns for k, ns in namespaces.items() if ns.labels[0] == root}
+                if not namespaces:
+                    base = None
             if not change(namespaces, tx):
                 return None
             writer = StateWriter(tx.writer)
@@ -552,8 +608,8 @@ class GitStore(BaseStore):
                 ns_entries.append((encode_component(ns_key) + MAP, ns_tree, MODE_TREE))
             state = writer.mapping({"format": KIND, "v": frameworks.VERSION,
                                     "namespaces": Written(MAP, tx.tree(ns_entries))})
-            return run.stage_checkpoint(tx, tip, (cpfmt.STATE_TREE, state, MODE_TREE), branch=root, node="memory",
-                                        trigger=trigger, metadata=metadata)
+            return run.stage_checkpoint(tx, tip, (cpfmt.STATE_TREE, state, MODE_TREE), branch=branch, node="memory",
+                                        trigger=trigger, metadata=metadata, fork_from=base if base != tip else None)
 
         cp = store.write(build)
         if cp is not None:
@@ -562,7 +618,7 @@ class GitStore(BaseStore):
     def _refresh(self, refreshes: dict[tuple[tuple[str, ...], str], str]) -> None:
         by_root: dict[str, list[tuple[tuple[str, ...], str]]] = {}
         for namespace, key in refreshes:
-            by_root.setdefault(_branch(namespace[0]), []).append((namespace, key))
+            by_root.setdefault(namespace[0], []).append((namespace, key))
 
         for root, wanted in by_root.items():
             def change(namespaces: dict[str, _Ns], tx: Transaction, wanted: list[Any] = wanted) -> bool:
@@ -588,7 +644,7 @@ class GitStore(BaseStore):
         """Delete the items whose TTL has expired (one commit per root); returns how many."""
         now = _now()
         removed = 0
-        for root in dict.fromkeys(branch for _ns, branch in self._all_namespaces()):
+        for root in dict.fromkeys(ns.labels[0] for ns, _where in self._all_namespaces()):
             count = [0]
 
             def change(namespaces: dict[str, _Ns], _tx: Transaction, count: list[int] = count) -> bool:

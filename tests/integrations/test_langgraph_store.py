@@ -1,8 +1,9 @@
 """gitstate.langgraph.GitStore against LangGraph's own InMemoryStore: the same put/get/search/
 delete/list_namespaces operations (seeded random sequences, batches, async, semantic search with an
 embedding function) give the same results; every change is a commit on the namespace root's branch
-that push/pull share (also after a diverged pull, whose kept copy is not memory); TTL; a compiled
-graph with GitCheckpointSaver and GitStore runs end to end."""
+that push/pull share (also after a diverged pull, whose kept copy is not memory, and for roots named
+like branches push keeps back); TTL; a compiled graph with GitCheckpointSaver and GitStore runs end
+to end."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from remote_helpers import bare, machine
 
 import gitstate
 from gitstate.langgraph import GitCheckpointSaver, GitStore
+from gitstate.langgraph import store as store_module
 from gitstate.verify import verify
 
 NAMESPACES = [("users", "1"), ("users", "2"), ("docs",), ("users", "1", "notes"), ("x", "y", "z"), ("docs", "a")]
@@ -239,6 +241,59 @@ def test_diverged_pull_memory_is_ours_once(tmp_path: Path) -> None:
     same_memory(GitStore.from_path(a), expected)
     agentos(b, "undo", "langgraph-store@users")  # the rollback is undoable: yours again
     assert GitStore.from_path(b).get(("users", "bob"), "prefs") is not None
+
+
+def test_roots_named_like_branches_push_keeps_back_are_shared(tmp_path: Path) -> None:
+    """A root label that is restore's safety branch name, or holds "@" (as a pull's kept copies
+    do), is stored on an escaped branch name, so push shares it like any other root."""
+    a, b = machines(tmp_path)
+    names = [("restore-safety",), ("restore-safety", "x"), ("users@origin", "ada"), ("ada@example",), ("main",),
+             ("users",), ("restore-safety@origin-2",), ("@" * 60 + "r" * 60,)]
+    ours, expected = GitStore.from_path(a), InMemoryStore()
+    for store in (ours, expected):
+        for i, ns in enumerate(names):
+            store.put(ns, "k", {"i": i})
+    same_memory(ours, expected)
+    pushed = agentos(a, "push", "origin")
+    assert "local" not in pushed and "kept" not in pushed
+    agentos(b, "pull", "origin")
+    same_memory(GitStore.from_path(b), expected)
+    branches = set(gitstate.open_store(a).get_run("langgraph-store").branches())
+    assert {"restore-safety.ns", "users.origin.ns", "ada.example.ns", "main", "users",
+            "restore-safety.origin-2.ns"} <= branches and len(branches) == 7
+    assert not any(br == "restore-safety" or "@" in br for br in branches)
+
+
+def test_memory_an_earlier_version_stored_on_such_branches_reads(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Roots earlier versions stored on their label's own branch (``restore-safety``, ``ada@home``)
+    still read; the next write continues each on its new branch (the old tip its parent), which
+    push then shares."""
+    a, b = machines(tmp_path)
+    expected = InMemoryStore()
+    puts = [(("restore-safety",), "k", {"v": 1}), (("ada@home", "prefs"), "k", {"v": 2}), (("users",), "k", {"v": 3})]
+    with monkeypatch.context() as patch:
+        patch.setattr(store_module, "_branch", lambda root: root)  # earlier versions' names (short labels)
+        old = GitStore.from_path(a)
+        for ns, key, value in puts:
+            old.put(ns, key, value)
+            expected.put(ns, key, value)
+    run = gitstate.open_store(a).get_run("langgraph-store")
+    assert set(run.branches()) == {"restore-safety", "ada@home", "users"}
+    ours = GitStore.from_path(a)
+    same_memory(ours, expected)
+    old_tip = run.tip("restore-safety")
+    for store in (ours, expected):
+        store.put(("restore-safety",), "k2", {"v": 4})
+        store.put(("ada@home", "prefs"), "k", {"v": 5})
+    same_memory(ours, expected)
+    same_memory(GitStore.from_path(a), expected)
+    agentos(a, "push", "origin")
+    agentos(b, "pull", "origin")
+    same_memory(GitStore.from_path(b), expected)
+    new = run.head("restore-safety.ns")
+    assert new is not None and new.parent_id == old_tip
+    assert run.tip("ada.home.ns") is not None
 
 
 def test_two_processes_write_one_root(repo: Path) -> None:
