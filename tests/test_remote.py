@@ -242,3 +242,65 @@ def test_a_ref_of_unknown_kind_under_a_run_is_not_pulled(tmp_path: Path) -> None
     git(b.path, "update-ref", "refs/agentos/main/runs/y/other", tip)
     report = verify(b)
     assert not report.ok and any("runs/y/other" in str(problem) for problem in report.problems)
+
+
+def test_a_thread_goes_on_from_its_own_line_after_a_diverged_pull(tmp_path: Path) -> None:
+    """Both clones advanced a LangGraph thread; B pulls A's line (kept as main@origin, with the
+    thread's newest checkpoint by time): B's thread goes on from B's own line, in the saver and in
+    what the CLI reads as the thread's line; push then keeps the copy as the remote's."""
+    pytest.importorskip("langgraph.checkpoint.base")
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from gitstate.format.checkpoint import latest_line
+    from gitstate.langgraph import GitCheckpointSaver
+
+    def step(saver: GitCheckpointSaver, config: dict, n: int) -> dict:
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"n": n}
+        cp["channel_versions"] = {"n": n}
+        return dict(saver.put(config, cp, {"source": "loop", "step": n}, {"n": n}))
+
+    url = bare(tmp_path / "server.git").as_uri()
+    a, b = stores(tmp_path, url)
+    thread = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    sa = GitCheckpointSaver(a)
+    step(sa, step(sa, thread, 0), 1)
+    assert all(r.ok for r in gitstate.push(a))
+    assert all(r.ok for r in gitstate.pull(b))
+    sb = GitCheckpointSaver(b)
+    ours = step(sb, sb.get_tuple(thread).config, 2)  # type: ignore[union-attr]
+    step(sa, sa.get_tuple(thread).config, 20)  # type: ignore[union-attr]  # A's, newer than B's
+    assert all(r.ok for r in gitstate.push(a))
+    pulled = gitstate.pull(b)
+    assert "diverged" in statuses(pulled).values()
+    fresh = GitCheckpointSaver(gitstate.open_store(b.path))  # the index read from the refs
+    latest = fresh.get_tuple(thread)
+    assert latest is not None and latest.config["configurable"]["checkpoint_id"] == ours["configurable"]["checkpoint_id"]
+    step(fresh, latest.config, 3)
+    run = gitstate.open_store(b.path).get_run("t")
+    tips = run.branches()
+    assert set(tips) == {"main", "main@origin"} and tips["main"].metadata["langgraph_step"] == 3
+    assert tips["main@origin"].metadata["langgraph_step"] == 20  # the kept copy did not move
+    assert latest_line(tips) == "main"
+
+
+def test_a_kept_copy_written_on_then_shared_by_its_branch_is_kept_in_the_same_push(tmp_path: Path) -> None:
+    """A kept copy that got checkpoints here, then shared as the README says (main put on the
+    copy's line, pushed): the copy is judged after the push, so that very push is all ok."""
+    url = bare(tmp_path / "server.git").as_uri()
+    a, b = stores(tmp_path, url)
+    a.create_run(run_id="r").checkpoint({"n": 0})
+    assert all(r.ok for r in gitstate.push(a))
+    assert all(r.ok for r in gitstate.pull(b))
+    b.get_run("r").checkpoint({"n": "b"})
+    a.get_run("r").checkpoint({"n": "a"})
+    assert all(r.ok for r in gitstate.push(a))
+    assert statuses(gitstate.pull(b))["r/heads/main"] == "diverged"
+    run = b.get_run("r")
+    run.checkpoint({"n": "on the copy"}, branch="main@origin")  # e.g. a thread resumed from it by id
+    run.fork(run.tip() or "", "mine")
+    run.rollback(run.tip("main@origin") or "", branch="main")
+    pushed = gitstate.push(b)
+    got = statuses(pushed)
+    assert got["r/heads/main@origin"] == "kept" and got["r/heads/main"] == "pushed", got
+    assert all(r.ok for r in pushed)

@@ -15,6 +15,7 @@ from typing import Any
 
 from gitstate.errors import CorruptObjectError, UnsupportedFormatError
 from gitstate.format import encoding, lgtree, lgwrites
+from gitstate.format.names import is_kept_copy
 from gitstate.format.statetree import StateReader, StateWriter
 from gitstate.git import handles
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
@@ -372,17 +373,19 @@ class Checkpoint:
 def latest_line(tips: Mapping[str, Checkpoint]) -> str | None:
     """The branch holding a LangGraph thread's latest checkpoint of its root namespace (the greatest
     LangGraph checkpoint id among the tips, the one LangGraph's ``get_state`` returns; ``main``
-    first on a tie), or ``None`` when no tip is a LangGraph checkpoint of the root namespace."""
-    best: tuple[str, bool, str] | None = None
+    first on a tie), or ``None`` when no tip is a LangGraph checkpoint of the root namespace. A
+    line a pull kept (``<branch>@<remote>``: :func:`~gitstate.format.names.is_kept_copy`) counts
+    only when no other line holds such a checkpoint, as for the saver."""
+    best: tuple[bool, str, bool, str] | None = None
     for name, cp in tips.items():
         info = cp.metadata
         cid = info.get("checkpoint_id")
         if cp.workflow != lgtree.WORKFLOW or not isinstance(cid, str) or info.get("checkpoint_ns"):
             continue
-        key = (cid, name == "main", name)
+        key = (not is_kept_copy(name), cid, name == "main", name)
         if best is None or key > best:
             best = key
-    return best[2] if best is not None else None
+    return best[3] if best is not None else None
 
 
 def summary_line(tips: Mapping[str, Checkpoint]) -> str:

@@ -79,6 +79,14 @@ class ParsedRef:
 REF_KINDS = frozenset({"run", "heads", "nodes", "files", "writes"})
 
 
+def is_kept_copy(branch: str) -> bool:
+    """Whether a branch name is one a pull gives a remote's diverged line, ``<branch>@<remote>``
+    (``-<n>`` appended when taken): an ``@`` followed by a remote's name (no ``:`` or ``~``, which
+    LangGraph's namespace and fork lines hold)."""
+    at = branch.rfind("@")
+    return at > 0 and bool(branch[at + 1:]) and not any(c in branch[at + 1:] for c in ":~")
+
+
 def parse_ref(refname: str) -> ParsedRef | None:
     """Parse a gitstate ref name; ``None`` for anything that is not one (foreign or malformed refs,
     a kind not in :data:`REF_KINDS`)."""
@@ -101,4 +109,5 @@ def parse_ref(refname: str) -> ParsedRef | None:
 
 
 __all__ = ["MAX_COMPONENT", "NAMESPACE", "REF_KINDS", "STAGING", "ParsedRef", "branch_ref", "check_name",
+           "is_kept_copy",
            "decode_component", "encode_component", "node_log_ref", "parse_ref", "run_info_ref", "run_prefix", "worktree_prefix"]

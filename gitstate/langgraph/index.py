@@ -18,7 +18,7 @@ import pygit2
 
 from gitstate.format import lgtree
 from gitstate.format.lgwrites import REF_KIND
-from gitstate.format.names import decode_component, run_prefix
+from gitstate.format.names import decode_component, is_kept_copy, run_prefix
 from gitstate.git.location import check_present
 from gitstate.git.reader import CommitData, ObjectReader
 from gitstate.git.refs import list_refs
@@ -274,9 +274,10 @@ def _read_loose(folder: str, out: dict[str, str], decode: Callable[[str], str]) 
 def _rank(branch: str) -> tuple[int, str]:
     """Which of several branches sharing a tip a checkpoint put on that tip extends (the smallest):
     a namespace's first line (``main``, ``ns:<ns>``) before a fork line (``main~<id>``) or a branch
-    made with the CLI or the library (``git agentos fork``), then by name."""
+    made with the CLI or the library (``git agentos fork``), those before a line a pull kept, then
+    by name."""
     first = "~" not in branch and (branch == "main" or branch.startswith("ns:"))
-    return (0 if first else 1, branch)
+    return (0 if first else 2 if is_kept_copy(branch) else 1, branch)
 
 
 @dataclass
@@ -293,10 +294,15 @@ class ThreadIndex:
     # (namespace, checkpoint id) -> [(writes ref name, blob id)] in name order
 
     def rebuild(self, reader: ObjectReader, tips: dict[str, str]) -> None:
-        """Walk every branch from its tip (each commit visited once)."""
+        """Walk every branch from its tip (each commit visited once). The thread's latest
+        checkpoint of a namespace (:meth:`latest`) is taken from the lines it wrote itself: a
+        line a pull kept (``<branch>@<remote>``, the remote's diverged line) is read, but
+        continues the thread only where it holds the namespace's only checkpoints."""
         entries: dict[tuple[str, str], Entry] = {}
+        own: set[tuple[str, str]] = set()  # reached from a line that is not a kept copy
         seen: set[str] = set()
-        for branch in sorted(tips):
+        for branch in sorted(tips, key=lambda b: (is_kept_copy(b), b)):
+            kept = is_kept_copy(branch)
             oid: str | None = tips[branch]
             while oid is not None and oid not in seen:
                 seen.add(oid)
@@ -305,11 +311,16 @@ class ThreadIndex:
                     break
                 key = (entry.ns, entry.checkpoint_id)
                 entries.setdefault(key, entry)
+                if not kept:
+                    own.add(key)
                 oid = entry.parents[0] if entry.parents else None
         self.entries = entries
         self.newest = {}
-        for entry in entries.values():
-            self._note(entry)
+        for key in own:
+            self._note(entries[key])
+        for key, entry in entries.items():
+            if key not in own and not any(ns == entry.ns for ns, _ in own):
+                self._note(entry)
         self.set_tips(tips)
 
     def _note(self, entry: Entry) -> None:
