@@ -82,8 +82,11 @@ def test_kept_copy_fails_only_when_the_remote_dropped_its_line(tmp_path: Path) -
     gitstate.pull(a)
     gitstate.push(a)
     assert _statuses(gitstate.push(b))["r/heads/main@origin"] == "kept"
-    # origin drops that line altogether: now the copy holds the only one; say so, and fail
+    # origin drops that line altogether, and B's branches no longer carry it either: now the copy
+    # holds the only one; say so, and fail (judged after the push: B's main, were it still on the
+    # copy's line, would have put the checkpoints back on origin)
     git(tmp_path / "server.git", "update-ref", "-d", "refs/agentos/main/runs/r/heads/main")
     git(tmp_path / "server.git", "update-ref", "-d", "refs/agentos/main/runs/r/heads/mine")
+    run_b.rollback(list(run_b.history())[-1].id)  # main back to the first checkpoint, before both lines
     dropped = [r for res in gitstate.push(b) for r in res.refs if r.ref.endswith("main@origin")]
-    assert dropped[0].status == "skipped" and not dropped[0].ok and "no longer has" in dropped[0].message
+    assert dropped[0].status == "skipped" and not dropped[0].ok and "does not have" in dropped[0].message

@@ -66,9 +66,9 @@ _FAILED = frozenset({"rejected", "error", "skipped", "conflict"})
 class RefResult:
     """What happened to one ref. Push statuses: ``pushed``, ``deleted``, ``up-to-date``,
     ``rejected`` (the remote has checkpoints we lack), ``error``, ``skipped`` (not pushed, a
-    failure: a ref name gitstate cannot read, or a kept copy of the remote's line that the remote
-    no longer has), ``kept`` (a copy of the remote's own line kept by pull that the remote still
-    has: not pushed back, not a failure), ``behind`` (the remote's line went on from ours: nothing
+    failure: a ref name gitstate cannot read, or a kept copy of the remote's line holding
+    checkpoints the remote does not have), ``kept`` (a copy of the remote's own line kept by pull
+    whose checkpoints the remote has: not pushed back, not a failure), ``behind`` (the remote's line went on from ours: nothing
     to push, not a failure; ``old`` is the remote's value; pull brings it), ``local`` (the
     unsaved-work safety branch, which stays
     local unless asked for; ``old`` is what the remote holds of it, when an earlier push sent one;
@@ -228,8 +228,6 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
             excluded.append(name)
         else:
             expected[name] = oid
-    if kept:
-        results.update(_kept_copies(store, remote, kept))
     if withheld:
         results.update(_withheld_safety(store, remote, withheld))
     # One glob refspec per prefix plus negative refspecs for the exclusions: git matches explicit
@@ -252,6 +250,8 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
                 *[le for le in leases if _lease_in(le, batch)], remote, *specs, *batch]
         results.update(_push_run(store, remote, args, covered))
         specs, pushes = [], {}  # the globs go with the first batch only
+    if kept:  # after the push: a copy whose checkpoints a branch just pushed carries is on the remote now
+        results.update(_kept_copies(store, remote, kept))
     refused = {name: r.new for name, r in results.items()
                if r.status == "rejected" and r.message in (_REJECT_HINT, _REJECT_FILE_HINT) and r.new is not None}
     for name, theirs in _behind(store, remote, label, refused).items():
@@ -327,9 +327,11 @@ def is_safety_ref(name: str) -> bool:
 
 def _kept_copies(store: Store, remote: str, kept: dict[str, str]) -> dict[str, RefResult]:
     """Results for copies of ``remote``'s own lines kept by pull: ``kept`` (not a failure) when
-    the remote still has the copy's checkpoints (some remote ref of the same run is that
-    checkpoint or descends from it, or is a checkpoint not fetched yet), else ``skipped`` — the remote dropped that line, so the copy
-    holds the only one, and it should be shared under a name of its own. One ``ls-remote``."""
+    the remote has the copy's checkpoints (some remote ref of the same run is that checkpoint or
+    descends from it, or is a checkpoint not fetched yet), else ``skipped`` — the copy holds
+    checkpoints the remote lacks (written on it here, or the remote dropped that line), which
+    should be shared under a name of its own. One ``ls-remote``, taken after the push (so a
+    branch just pushed with the copy's checkpoints counts)."""
     runs = {run_prefix(p.worktree, p.run_id) for p in map(parse_ref, kept) if p is not None}
     remote_refs = _ls_remote(store, remote, sorted(runs))
     reader = store.reader
@@ -356,8 +358,9 @@ def _kept_copies(store: Store, remote: str, kept: dict[str, str]) -> dict[str, R
                                   "pushed back")
         else:
             out[name] = RefResult(name, "skipped", None, oid,
-                                  f"a copy of {remote}'s own line kept by pull, which {remote} no longer has; "
-                                  "not pushed back under that name (fork it to a branch of its own to share it)")
+                                  f"a copy of {remote}'s own line kept by pull, holding checkpoints {remote} does "
+                                  f"not have (written here since the pull, or dropped by {remote}); not pushed back "
+                                  "under that name (fork it to a branch of its own to share it)")
     return out
 
 
