@@ -304,3 +304,21 @@ def test_a_kept_copy_written_on_then_shared_by_its_branch_is_kept_in_the_same_pu
     got = statuses(pushed)
     assert got["r/heads/main@origin"] == "kept" and got["r/heads/main"] == "pushed", got
     assert all(r.ok for r in pushed)
+
+
+def test_a_remote_run_of_another_workflow_with_the_same_id_is_not_grafted(tmp_path: Path) -> None:
+    """A LangGraph thread there, a session here, both named chat-1: the run records conflict, and
+    none of the remote run's lines is pulled into ours (kept as main@origin, its readers refused
+    them); a remote run of the same workflow still keeps its diverged line."""
+    url = bare(tmp_path / "server.git").as_uri()
+    a, b = stores(tmp_path, url)
+    a.create_run(run_id="chat-1", workflow="langgraph-like").checkpoint({"from": "a"})
+    a.create_run(run_id="same", workflow="w").checkpoint({"from": "a"})
+    assert all(r.ok for r in gitstate.push(a))
+    mine = b.create_run(run_id="chat-1", workflow="session-like").checkpoint({"from": "b"})
+    b.create_run(run_id="same", workflow="w").checkpoint({"from": "b"})
+    got = statuses(gitstate.pull(b))
+    assert got["chat-1/run"] == "conflict" and got["chat-1/heads/main"] == "skipped", got
+    run = b.get_run("chat-1")
+    assert set(run.branches()) == {"main"} and run.head().id == mine.id  # type: ignore[union-attr]
+    assert got["same/heads/main"] == "diverged" and set(b.get_run("same").branches()) == {"main", "main@origin"}

@@ -625,6 +625,10 @@ def _merge_one(store: Store, local: str, theirs: str, label: str, remote_refs: d
         return RefResult(local, "skipped", None, theirs, problem)
     if parsed.kind != "run" and _read(store, _run_record_of(local)) is None:
         return RefResult(local, "skipped", None, theirs, NO_RECORD.format(remote=label))
+    if parsed.kind != "run":
+        other = _other_workflow(store, done.get(_run_record_of(local)))
+        if other is not None:
+            return RefResult(local, "skipped", _read(store, local), theirs, other)
     ours = _read(store, local)
     try:
         if ours is None:
@@ -733,6 +737,24 @@ def _keep_copy_node_log(store: Store, local: str, ref: str, copy: str, ours: str
 
 
 NO_RECORD = "its run has no run record on {remote} or here (not a run gitstate wrote); not pulled"
+
+
+def _other_workflow(store: Store, record: RefResult | None) -> str | None:
+    """Why a run's refs are not pulled when its run record conflicted because the remote's run of
+    that id is another workflow's (a LangGraph thread there, a session here): its lines would be
+    grafted onto a run whose readers refuse them. ``None`` when the records agree on the workflow
+    (or either cannot be read: the conflict is reported on the record itself)."""
+    if record is None or record.status != "conflict" or record.old is None or record.new is None:
+        return None
+    try:
+        ours = store.read_run_record(record.old).get("workflow")
+        theirs = store.read_run_record(record.new).get("workflow")
+    except GitStateError:
+        return None
+    if ours == theirs:
+        return None
+    return (f"the remote's run of this id is another run (workflow {theirs or 'none'} there, "
+            f"{ours or 'none'} here); not pulled")
 
 
 def _run_record_of(ref: str) -> str:
