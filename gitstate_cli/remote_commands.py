@@ -53,7 +53,8 @@ def _why(ref: RefResult, run_id: str | None, remote: str) -> str:
             kept = f"{branch}@{remote}"
             return (f": {remote} has checkpoints this repository lacks; pull first ({pull}) — its line is kept as "
                     f"{kept} — then share yours under a name of its own "
-                    f"(git agentos fork {out.shell_arg(run_id)} @{out.shell_arg(branch)} NEW_BRANCH) and put {branch} "
+                    f"(git agentos fork {out.shell_arg(f'{run_id}@{branch}')} @{out.shell_arg(branch)} NEW_BRANCH) "
+                    f"and put {branch} "
                     f"on {remote}'s line (git agentos rollback {out.shell_arg(f'{run_id}@{branch}')} "
                     f"@{out.shell_arg(kept)})")
     if ref.status == "behind" and run_id is not None:

@@ -174,12 +174,12 @@ def test_push_report_names_branches_as_users_name_them(tmp_path: Path) -> None:
     agentos(a, "push", "origin")
     refused = agentos(b, "push", "origin", code=1).stdout
     assert "rejected r main~1ef4f797-8335:" in refused, refused
-    assert "git agentos fork r @'main~1ef4f797-8335' NEW_BRANCH" in refused, refused
+    assert "git agentos fork 'r@main~1ef4f797-8335' @'main~1ef4f797-8335' NEW_BRANCH" in refused, refused
     assert "git agentos rollback 'r@main~1ef4f797-8335' @'main~1ef4f797-8335@origin'" in refused, refused
     agentos(b, "log", "r@main~1ef4f797-8335")  # the name the hint gives resolves
     # doing what the hint says makes the next push succeed
     agentos(b, "pull", "origin")
-    agentos(b, "fork", "r", "@main~1ef4f797-8335", "b-line")
+    agentos(b, "fork", "r@main~1ef4f797-8335", "@main~1ef4f797-8335", "b-line")  # as the hint says
     agentos(b, "rollback", "r@main~1ef4f797-8335", "@main~1ef4f797-8335@origin")
     assert "pushed r b-line" in agentos(b, "push", "origin").stdout
 
