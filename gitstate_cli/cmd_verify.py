@@ -23,7 +23,8 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     """Check every ref, object and payload of the store.
 
     Checks every ref under refs/agentos/ (all worktrees): it resolves, each checkpoint it reaches
-    is a commit whose payloads decode with a known format version, node boundaries point at
+    is a commit whose payloads decode with a known format version (a LangGraph checkpoint's to the
+    shape LangGraph reads, without importing LangGraph), node boundaries point at
     earlier checkpoints of the same branch, every record of every node log decodes (nodes,
     node:NAME and checkpoint --node read them), snapshot objects exist, and no foreign or malformed
     ref names sit in the namespace, no ref there holds something other than an object id (a

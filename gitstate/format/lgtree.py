@@ -25,8 +25,9 @@ from gitstate.git.reader import ObjectReader, TreeData
 
 __all__ = [
     "CHUNK", "FANOUT", "JOIN_PREFIX", "LG_META", "LG_TREE", "LIST", "VALUE", "WORKFLOW", "WRITES_BLOB", "Boundary",
-    "LineCheckpoint", "boundaries", "channel_entries", "checkpoint_key", "details", "join_target", "next_nodes", "read_writes",
-    "seen_since", "show_chunk", "show_entry", "show_values", "subgraph_node", "values_tree", "START", "TASKS",
+    "LineCheckpoint", "boundaries", "channel_entries", "checkpoint_key", "checkpoint_problem", "details", "join_target",
+    "metadata_problem", "next_nodes", "read_writes", "seen_since", "show_chunk", "show_entry", "show_values",
+    "stored_problem", "subgraph_node", "values_tree", "START", "TASKS",
     "TRIGGER_PREFIX",
 ]
 
@@ -220,6 +221,104 @@ def subgraph_node(ns: str) -> str | None:
     if not ns:
         return None
     return ns.split("|")[-1].split(":")[0] or None
+
+
+# -- the shape LangGraph needs (langgraph.checkpoint.base: Checkpoint, CheckpointMetadata) --------
+
+def _named(key: Any) -> str:
+    text = repr(key)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _versions_problem(versions: Any, what: str) -> str | None:
+    """Why ``versions`` is not a ``ChannelVersions`` map (channel → str, int or float version)."""
+    if not isinstance(versions, dict):
+        return f"{what} is not a map"
+    for channel, version in versions.items():
+        if not isinstance(channel, str):
+            return f"{what} has a channel name that is not text ({_named(channel)})"
+        if not isinstance(version, str | int | float) or isinstance(version, bool):
+            return f"{what}[{_named(channel)}] is not a version (text or a number)"
+    return None
+
+
+def checkpoint_problem(checkpoint: Any) -> str | None:
+    """Why a stored LangGraph checkpoint (the saver keeps it without ``channel_values``) is not one
+    LangGraph can load, or ``None``: it must be a map whose ``v`` is an integer, ``id`` and ``ts``
+    text, ``channel_versions`` a map of channel → version (text or a number), ``versions_seen`` a
+    map of node → such a map, ``updated_channels`` (optional) null or a list of text, and
+    ``pending_sends`` (optional, before LangGraph's checkpoint v4) a list. The same check runs on
+    the value LangGraph's serde decoded (the saver) and on its display form (``verify``: see
+    :func:`stored_problem`); both are plain maps, lists, text and numbers there."""
+    if not isinstance(checkpoint, dict):
+        return "checkpoint is not a map"
+    for key in ("v", "id", "ts", "channel_versions", "versions_seen"):
+        if key not in checkpoint:
+            return f"checkpoint has no {key}"
+    if not isinstance(checkpoint["v"], int) or isinstance(checkpoint["v"], bool):
+        return "checkpoint v is not an integer"
+    for key in ("id", "ts"):
+        if not isinstance(checkpoint[key], str):
+            return f"checkpoint {key} is not text"
+    problem = _versions_problem(checkpoint["channel_versions"], "checkpoint channel_versions")
+    if problem:
+        return problem
+    seen = checkpoint["versions_seen"]
+    if not isinstance(seen, dict):
+        return "checkpoint versions_seen is not a map"
+    for node, versions in seen.items():
+        if not isinstance(node, str):
+            return f"checkpoint versions_seen has a node name that is not text ({_named(node)})"
+        problem = _versions_problem(versions, f"checkpoint versions_seen[{_named(node)}]")
+        if problem:
+            return problem
+    updated = checkpoint.get("updated_channels")
+    if updated is not None and not (isinstance(updated, list) and all(isinstance(c, str) for c in updated)):
+        return "checkpoint updated_channels is not a list of channel names"
+    if "pending_sends" in checkpoint and not isinstance(checkpoint["pending_sends"], list):
+        return "checkpoint pending_sends is not a list"
+    return None
+
+
+def metadata_problem(metadata: Any) -> str | None:
+    """Why stored LangGraph checkpoint metadata is not what LangGraph reads, or ``None``: a map
+    whose ``step`` (when present) is an integer, ``source`` text and ``parents`` a map of namespace
+    → checkpoint id (text). Other keys are the caller's."""
+    if not isinstance(metadata, dict):
+        return "checkpoint metadata is not a map"
+    step = metadata.get("step", 0)
+    if not isinstance(step, int) or isinstance(step, bool):
+        return "checkpoint metadata step is not an integer"
+    if not isinstance(metadata.get("source", ""), str):
+        return "checkpoint metadata source is not text"
+    parents = metadata.get("parents", {})
+    if not isinstance(parents, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in parents.items()):
+        return "checkpoint metadata parents is not a map of namespace to checkpoint id"
+    return None
+
+
+def stored_problem(meta: Mapping[str, Any]) -> str | None:
+    """Why the LangGraph payload of a checkpoint's ``meta.cbor`` (key :data:`LG_META`: the
+    checkpoint and its metadata as ``[type, bytes]`` pairs) is not one the saver returns, or
+    ``None``: read with the display decoder (nothing it names is imported or built), then
+    :func:`checkpoint_problem` and :func:`metadata_problem`, the saver's own checks."""
+    payload = meta.get(LG_META)
+    if not isinstance(payload, dict) or "checkpoint" not in payload:
+        return "not a LangGraph checkpoint (meta.cbor has no langgraph checkpoint)"
+    for key, check in (("checkpoint", checkpoint_problem), ("metadata", metadata_problem)):
+        pair = payload.get(key)
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
+                and isinstance(pair[1], bytes)):
+            return f"LangGraph {key}: not a [type, bytes] pair"
+        shown = lgserde.show_typed(pair[0], pair[1])
+        if isinstance(shown, dict) and "$error" in shown:
+            return f"LangGraph {key} does not decode: {shown['$error']}"
+        if isinstance(shown, dict) and "$pickle" in shown:
+            return f"LangGraph {key} is pickled (gitstate never unpickles)"
+        problem = check(shown)
+        if problem:
+            return f"LangGraph {problem}"
+    return None
 
 
 def _with_pending(records: list[Any], pending: Mapping[tuple[str, int], list[Any]] | None) -> list[Any]:

@@ -339,7 +339,9 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         return commit
 
     def _payload(self, commit: CommitData, *, metadata: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The checkpoint (without values) and, if asked, the metadata stored in ``meta.cbor``."""
+        """The checkpoint (without values) and, if asked, the metadata stored in ``meta.cbor``;
+        :class:`CorruptObjectError` naming the commit when either is not of the shape LangGraph
+        reads (:func:`lgtree.checkpoint_problem`, :func:`lgtree.metadata_problem`)."""
         oid = commit.id
         entry = self._root(commit).get(cpfmt.META)
         if entry is None:
@@ -354,8 +356,10 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             self._payloads.put(entry.id, typed)
         cp = decode(self.serde.loads_typed, typed[0], oid)
         md = decode(self.serde.loads_typed, _typed(typed[1], oid), oid) if metadata else {}
-        if not isinstance(cp, dict) or not isinstance(md, dict):
-            raise CorruptObjectError(oid, "LangGraph checkpoint or metadata is not a mapping")
+        # the shape LangGraph reads (a stored {"v": 4} made get_state fail with KeyError later)
+        problem = lgtree.checkpoint_problem(cp) or (lgtree.metadata_problem(md) if metadata else None)
+        if problem:
+            raise CorruptObjectError(oid, f"LangGraph {problem}")
         return cp, dict(md)
 
     def _remember_versions(self, oid: str, versions: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from pygit2.enums import ObjectType
 
 from gitstate.errors import CorruptObjectError, GitStateError, UnsafeTreeError
 from gitstate.format import checkpoint as cpfmt
-from gitstate.format import frameworks
+from gitstate.format import frameworks, lgtree
 from gitstate.format import nodes as nodefmt
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import NAMESPACE, STAGING, parse_ref, worktree_prefix
@@ -335,7 +335,8 @@ class _Checker:
                 self.problem(ref, damage, oid)
                 return
             try:
-                cp = Checkpoint.from_commit(self.reader, self.reader.commit(oid), self.store.location.git_dir)
+                commit = self.reader.commit(oid)
+                cp = Checkpoint.from_commit(self.reader, commit, self.store.location.git_dir)
             except GitStateError as exc:
                 self.problem(ref, str(exc), oid)
                 return
@@ -345,6 +346,8 @@ class _Checker:
             if cp.run_id != run_id:
                 self.problem(ref, f"checkpoint belongs to run {cp.run_id!r}", oid)
             self.check_payloads(ref, cp)
+            if lgtree.checkpoint_key(commit.message) is not None:
+                self.check_langgraph(ref, commit)
             chain.append(cp)
             oid = cp.parent_id
         # node_entry must be an earlier checkpoint of the same line (its ancestor)
@@ -366,6 +369,19 @@ class _Checker:
                     self.problem(ref, f"node_entry {cp.node_entry[:12]} of node {cp.node!r} is not an "
                                       "earlier checkpoint of this branch", cp.id)
             ancestors.add(cp.id)
+
+    def check_langgraph(self, ref: str, commit: CommitData) -> None:
+        """A checkpoint the LangGraph saver indexes (it has a ``LangGraph-Checkpoint`` trailer)
+        holds in ``meta.cbor`` a checkpoint and metadata of the shape the saver returns and
+        LangGraph reads (:func:`lgtree.stored_problem`: the display decoder, so LangGraph is not
+        imported and nothing the data names is built; only the meta payload is read)."""
+        try:
+            meta = cpfmt.read_meta(self.reader, commit)
+        except GitStateError:
+            return  # Checkpoint.from_commit read it just now
+        problem = lgtree.stored_problem(meta)
+        if problem:
+            self.problem(ref, f"{problem} (the LangGraph saver refuses it)", commit.id)
 
     def check_objects(self, ref: str, cp: Checkpoint) -> None:
         """Every object below the checkpoint's tree (but its workspace snapshot, which

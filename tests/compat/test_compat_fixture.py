@@ -19,6 +19,7 @@ from make_fixture import build_graph
 
 import gitstate
 from gitstate.langgraph import GitCheckpointSaver
+from gitstate.verify import verify
 
 FIXTURE = Path(__file__).parent / "fixtures" / "store-format1.tar.gz"
 RUN = "agent run/1"
@@ -104,6 +105,13 @@ def test_fixture_is_small_and_sound(repo: Path) -> None:
     out = git_raw(repo, "fsck", "--strict", "--full", "--no-dangling", "--no-progress", check=False)
     assert (out.returncode, out.stdout, out.stderr) == (0, b"", b"")
     assert git(repo, "for-each-ref", "--format=%(objectname) %(refname)", "refs/agentos/") == REFS
+
+
+def test_verify_finds_nothing_wrong(store: gitstate.Store) -> None:
+    """Every check of verify (node logs and their boundaries, LangGraph checkpoints' stored shape,
+    a pruned run …) accepts what the format-1 code wrote."""
+    report = verify(store)
+    assert report.ok and report.checkpoints == 21, report.problems
 
 
 def test_runs_are_listed_as_written(store: gitstate.Store) -> None:
