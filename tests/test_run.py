@@ -404,3 +404,18 @@ def test_prune_keeps_node_boundaries(store: gitstate.Store, repo: Path) -> None:
     assert run.nodes() == [gitstate.NodeBoundary("n", result.renamed[a.id], result.renamed[b.id], "completed")]
     assert run.load("node:n").id == result.renamed[b.id]
     git(repo, "fsck", "--strict")
+
+
+def test_wrong_argument_kinds_are_clear_errors(store: gitstate.Store) -> None:
+    """Arguments of the wrong kind are GitStateErrors that say what is expected; a state key that
+    is not Unicode text (a lone surrogate) is refused as such a value is, nothing written."""
+    run = store.create_run(run_id="kinds")
+    cp = run.checkpoint({"a": 1})
+    with pytest.raises(gitstate.UsageError, match="metadata must be a mapping, not list"):
+        run.checkpoint({}, metadata=[1])  # type: ignore[arg-type]
+    with pytest.raises(gitstate.InvalidReferenceError, match="a reference is text"):
+        run.rollback(12345)  # type: ignore[arg-type]
+    for state in ({"\udcff": 1}, {"a": {"b\udcff": 1, "long": list(range(100))}}):
+        with pytest.raises(gitstate.EncodingError, match="not Unicode text"):
+            run.checkpoint(state)
+    assert [c.id for c in run.history()] == [cp.id]

@@ -28,7 +28,7 @@ from typing import Any
 
 import pygit2
 
-from gitstate.errors import CorruptObjectError
+from gitstate.errors import CorruptObjectError, EncodingError
 from gitstate.format import encoding
 from gitstate.format.names import decode_component, encode_component
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
@@ -105,8 +105,14 @@ class StateWriter:
         """Tree id of a mapping with string keys."""
         entries: list[TreeEntry] = []
         for key, item in value.items():
-            name = encode_component(key)
             sub = f"{path}.{key}" if path else key
+            if not key.isascii():
+                try:
+                    key.encode("utf-8")
+                except UnicodeEncodeError:  # a lone surrogate: refused as in a value (no UTF-8 name)
+                    raise EncodingError(sub.encode("utf-8", "backslashreplace").decode("utf-8"),
+                                        "a key that is not Unicode text (a lone surrogate)") from None
+            name = encode_component(key)
             if isinstance(item, Written):
                 entries.append((name + item.suffix, item.oid, item.mode))
             elif _is_long_list(item):

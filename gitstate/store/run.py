@@ -169,8 +169,10 @@ class Run:
     def load(self, ref: str, branch: str | None = None) -> Checkpoint:
         """Resolve a checkpoint of this run: a full id, a unique prefix (4+ hex digits), or
         ``node:NAME`` (the latest exit checkpoint of that node on ``branch``, default ``main``)."""
-        if not isinstance(ref, str) or not ref:
-            raise InvalidReferenceError(str(ref), "empty reference")
+        if not isinstance(ref, str):
+            raise InvalidReferenceError(repr(ref), "a reference is text: an id, a prefix or node:NAME")
+        if not ref:
+            raise InvalidReferenceError(ref, "empty reference")
         if ref.startswith(NODE_PREFIX):
             name = ref[len(NODE_PREFIX):]
             if not name:
@@ -269,6 +271,8 @@ class Run:
             _check_label(kind, value)
         if files and files_tree is not None:
             raise UsageError("give files or files_tree, not both")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise UsageError(f"metadata must be a mapping, not {type(metadata).__name__}")
         tools_list = _optional_list("tools", tools)
         audit_list = _optional_list("audit", audit)
         extra: list[TreeEntry] = []
