@@ -488,9 +488,17 @@ class Run:
     def _line_of(self, oid: str, branch: str | None) -> str | None:
         """The branch whose line (first-parent history) holds checkpoint ``oid``: ``branch`` when
         its line does, else the first such branch, ``main`` first; ``None`` when none does."""
-        for name in sorted(self.branches(), key=lambda name: (name != branch, name != "main")):
-            if any(cp.id == oid for cp in self.history(name)):
-                return name
+        reader = self.store.reader
+        tips = self.branches()
+        for name in sorted(tips, key=lambda name: (name != branch, name != "main")):
+            at: str | None = tips[name].id
+            seen: set[str] = set()
+            while at is not None and at not in seen:  # parents only: no checkpoint decoded
+                if at == oid:
+                    return name
+                seen.add(at)
+                parents = reader.commit(at).parent_ids
+                at = parents[0] if parents else None
         return None
 
     def rollback(self, target: str, branch: str = "main", *, expect: str | None = None,
