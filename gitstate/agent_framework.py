@@ -9,6 +9,15 @@ the first chain of a workflow is branch ``main``, any other (a second run of the
 from an older checkpoint) starts a branch named after its first checkpoint id, forked at its
 previous checkpoint, so ``git log`` shows where a resumed run branched off.
 
+Checkpoint ids are the storage's keys, as in the framework's own storages: an id is stored once
+among all the workflows (of the worktree). Saving an id again, under its workflow or another one,
+replaces it in one write: the new commit, and the old one leaves its run's branches (later
+checkpoints get its parent as theirs); ``delete`` takes it out the same way. Every branch moves by
+compare-and-swap, the branch of the new commit first, so a write cut off half way leaves an old
+copy beside the new one, never none; where an id is found more than once (that, or a store written
+by an earlier version, which kept one copy per workflow) the newest save is the checkpoint, listed
+under its workflow only, and the next save or delete of the id removes every copy.
+
 Values are kept as plain data, never pickled: JSON-like values as themselves, the framework's own
 types, tuples, sets, dates, dataclasses, enums and pydantic models as typed values
 (:mod:`gitstate.format.typed`). Loading never imports a module and never calls code named by the
@@ -49,9 +58,8 @@ from gitstate.errors import (
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import frameworks, typed
 from gitstate.format.checkpoint import Checkpoint, read_meta
-from gitstate.format.names import parse_ref, worktree_prefix
+from gitstate.format.names import branch_ref, parse_ref, worktree_prefix
 from gitstate.integrations import SEQUENCE, RunHandle, check_payload, store_at
-from gitstate.store.run import Run
 from gitstate.store.store import Store
 from gitstate.store.transaction import Transaction
 
@@ -62,6 +70,25 @@ WORKFLOW = frameworks.AGENT_FRAMEWORK
 KIND = frameworks.KINDS[WORKFLOW]
 FRAMEWORK_PREFIXES = ("agent_framework.", "agent_framework_", "openai.types.")
 T = TypeVar("T")
+DROP_MESSAGE = "gitstate: agent-framework delete checkpoint"
+
+
+class _Identity(dict[str, "str | None"]):
+    """Old → new commit ids of branches rewritten without dropping anything: each its own."""
+
+    def __missing__(self, key: str) -> str:
+        return key
+
+
+def _free_branch(checkpoint_id: str, taken: Iterable[str]) -> str:
+    """A branch name for a chain that starts at this checkpoint: its id, or ``<id>-2``, … when a
+    branch of that name holds other checkpoints."""
+    names = set(taken)
+    name, n = checkpoint_id, 1
+    while name in names:
+        n += 1
+        name = f"{checkpoint_id}-{n}"
+    return name
 
 
 class UnknownCheckpointError(CheckpointNotFound, WorkflowCheckpointException):
@@ -122,19 +149,76 @@ class _Entry:
     parent: str | None
     saved: int
     timestamp: str
+    created: datetime  # when the commit was written (``meta.cbor``'s ``created_at``, kept by rewrites)
+
+    @property
+    def order(self) -> tuple[datetime, int, str]:
+        """Newest save last: of several copies of one checkpoint id, the greatest is the one read."""
+        return (self.created, self.saved, self.commit)
 
 
 class _Index:
     """A workflow run's checkpoints by id, built from ``meta.cbor`` metadata alone by walking the
-    run's branches; kept while the branch tips stay as they were seen."""
+    run's branches; kept while the branch tips stay as they were seen. ``by_id`` holds the newest
+    copy of each id, ``older`` the other copies of an id stored more than once (a store written
+    before saves replaced copies in other workflows, or a save cut off between two ref moves)."""
 
     def __init__(self, tips: dict[str, str]) -> None:
         self.tips = tips
         self.by_id: dict[str, _Entry] = {}
         self.by_commit: dict[str, _Entry] = {}
+        self.older: dict[str, list[_Entry]] = {}
+
+    def add(self, entry: _Entry) -> None:
+        self.by_commit[entry.commit] = entry
+        cid = entry.checkpoint_id
+        known = self.by_id.get(cid)
+        if known is None:
+            self.by_id[cid] = entry
+            return
+        if entry.order > known.order:
+            self.by_id[cid], entry = entry, known
+        self.older.setdefault(cid, []).append(entry)
+
+    def copies(self, checkpoint_id: str) -> list[_Entry]:
+        newest = self.by_id.get(checkpoint_id)
+        return [] if newest is None else [newest, *self.older.get(checkpoint_id, ())]
 
     def ordered(self) -> list[_Entry]:
         return sorted(self.by_id.values(), key=lambda e: (e.saved, e.commit))
+
+
+class _View:
+    """This worktree's agent-framework runs as seen at one moment: run id → index. A checkpoint id
+    is stored once; where it is stored more than once (see :class:`_Index`) the newest copy is the
+    checkpoint and the others are hidden. ``broken``: runs whose index could not be built."""
+
+    def __init__(self, runs: dict[str, _Index], broken: dict[str, GitStateError]) -> None:
+        self.runs = runs
+        self.broken = broken
+
+    def copies(self, checkpoint_id: str) -> list[tuple[str, _Entry]]:
+        """Every copy of the id, oldest first."""
+        found = [(run_id, e) for run_id, index in self.runs.items() for e in index.copies(checkpoint_id)]
+        return sorted(found, key=lambda pair: pair[1].order)
+
+    def newest(self, checkpoint_id: str) -> tuple[str, _Entry] | None:
+        found = self.copies(checkpoint_id)
+        return found[-1] if found else None
+
+    def visible(self, run_id: str) -> list[_Entry]:
+        """The run's checkpoints, in listing order, less those whose newest copy is in another run."""
+        index = self.runs.get(run_id)
+        if index is None:
+            return []
+        hidden: set[str] = set()
+        for other_id, other in self.runs.items():
+            if other_id == run_id:
+                continue
+            for cid in index.by_id.keys() & other.by_id.keys():
+                if other.by_id[cid].order > index.by_id[cid].order:
+                    hidden.add(cid)
+        return [e for e in index.ordered() if e.checkpoint_id not in hidden]
 
 
 class GitCheckpointStorage:
@@ -146,7 +230,8 @@ class GitCheckpointStorage:
     same calls: copies of the checkpoints as saved, listed in the order they were first saved,
     ``None`` from :meth:`get_latest` when there is none, ``False`` from :meth:`delete` for an
     unknown id, :class:`UnknownCheckpointError` (a ``WorkflowCheckpointException``) from
-    :meth:`load`. Several processes may save checkpoints of the same workflow at once.
+    :meth:`load`. A checkpoint id names one checkpoint among all workflows: saving it again
+    under another workflow moves it there. Several processes may save checkpoints at once.
 
     ``strict=True`` builds only the framework's types and the allowed ones (as
     ``FileCheckpointStorage``); by default, dataclasses, pydantic models and enums of imported
@@ -227,12 +312,19 @@ class GitCheckpointStorage:
                 handle = self._handles[workflow_name] = RunHandle(self.store, workflow_name, WORKFLOW)
             return handle
 
-    def _workflow_runs(self) -> list[str]:
-        """Ids of this worktree's runs written by this integration."""
-        found: set[str] = set()
+    def _scan(self) -> dict[str, dict[str, str]]:
+        """This worktree's runs written by this integration, each with its branch tips (one
+        listing of the worktree's refs)."""
+        runs: set[str] = set()
+        heads: dict[str, dict[str, str]] = {}
         for name, oid in self.store.list_refs(worktree_prefix(self.store.worktree)):
             parsed = parse_ref(name)
-            if parsed is None or parsed.kind != "run":
+            if parsed is None:
+                continue
+            if parsed.kind == "heads" and parsed.name is not None:
+                heads.setdefault(parsed.run_id, {})[parsed.name] = oid
+                continue
+            if parsed.kind != "run":
                 continue
             workflow = self._records.get(oid)
             if workflow is None:
@@ -242,28 +334,67 @@ class GitCheckpointStorage:
                     continue
                 self._records[oid] = workflow  # run records never change
             if workflow == WORKFLOW:
-                found.add(parsed.run_id)
-        return sorted(found)
+                runs.add(parsed.run_id)
+        return {run_id: heads.get(run_id, {}) for run_id in sorted(runs)}
 
-    def _index(self, run: Run) -> _Index:
-        """The run's index, brought up to date with its branch tips."""
-        tips = {name: cp.id for name, cp in run.branches().items()}
+    def _view(self, need: str | None = None) -> _View:
+        """Every run of this integration, indexed. A run whose index cannot be built (a damaged
+        commit) is left out and named in ``broken``, except ``need``, whose error is raised."""
+        runs: dict[str, _Index] = {}
+        broken: dict[str, GitStateError] = {}
+        scanned = self._scan()
+        for run_id, tips in scanned.items():
+            try:
+                runs[run_id] = self._index(run_id, tips)
+            except GitStateError as exc:
+                if run_id == need:
+                    raise
+                broken[run_id] = exc
         with self._lock:
-            index = self._indexes.get(run.id)
+            for gone in set(self._indexes) - set(scanned):
+                del self._indexes[gone]
+        return _View(runs, broken)
+
+    def _index(self, run_id: str, tips: dict[str, str]) -> _Index:
+        """The run's index at these branch tips (from the last one when the branches only grew)."""
+        with self._lock:
+            index = self._indexes.get(run_id)
             if index is not None and index.tips == tips:
                 return index
-            fresh = _Index(tips)
-            for tip in tips.values():
-                oid: str | None = tip
-                while oid is not None and oid not in fresh.by_commit:
-                    entry = index.by_commit.get(oid) if index is not None else None
-                    if entry is None:
-                        entry = self._entry(self.store.read_checkpoint(oid))
-                    fresh.by_commit[oid] = entry
-                    fresh.by_id.setdefault(entry.checkpoint_id, entry)
-                    oid = entry.parent
-            self._indexes[run.id] = fresh
+            fresh = None if index is None else self._grown(index, tips)
+            if fresh is None:
+                fresh = _Index(tips)
+                for tip in tips.values():
+                    oid: str | None = tip
+                    while oid is not None and oid not in fresh.by_commit:
+                        entry = index.by_commit.get(oid) if index is not None else None
+                        if entry is None:
+                            entry = self._entry(self.store.read_checkpoint(oid))
+                        fresh.add(entry)
+                        oid = entry.parent
+            self._indexes[run_id] = fresh
             return fresh
+
+    def _grown(self, index: _Index, tips: dict[str, str]) -> _Index | None:
+        """``index`` extended to ``tips`` when every old tip is still reachable (the branches only
+        grew: the usual save), else ``None`` (walk the run again)."""
+        reached = set(tips.values())
+        new: dict[str, _Entry] = {}
+        for tip in tips.values():
+            oid: str | None = tip
+            while oid is not None and oid not in index.by_commit and oid not in new:
+                entry = new[oid] = self._entry(self.store.read_checkpoint(oid))
+                oid = entry.parent
+            if oid is not None:
+                reached.add(oid)
+        if not set(index.tips.values()) <= reached:
+            return None
+        fresh = _Index(tips)
+        fresh.by_id, fresh.by_commit = dict(index.by_id), dict(index.by_commit)
+        fresh.older = {k: list(v) for k, v in index.older.items()}
+        for entry in new.values():
+            fresh.add(entry)
+        return fresh
 
     @staticmethod
     def _entry(cp: Checkpoint) -> _Entry:
@@ -271,21 +402,12 @@ class GitCheckpointStorage:
         cid, saved, stamp = md.get("checkpoint_id"), md.get("saved"), md.get("timestamp")
         if not isinstance(cid, str) or not isinstance(saved, int) or not isinstance(stamp, str):
             raise CheckpointDecodeError(cp.id, "not an agent-framework checkpoint (metadata lacks its id)")
-        return _Entry(cid, cp.id, cp.parent_id, saved, stamp)
-
-    def _find(self, checkpoint_id: str) -> tuple[Run, _Entry] | None:
-        for run_id in self._workflow_runs():
-            run = self._handle(run_id).get()
-            if run is None:
-                continue
-            entry = self._index(run).by_id.get(checkpoint_id)
-            if entry is not None:
-                return run, entry
-        return None
+        return _Entry(cid, cp.id, cp.parent_id, saved, stamp, cp.created_at)
 
     # -- encoding -----------------------------------------------------------------------------
 
-    def _state(self, checkpoint: WorkflowCheckpoint, saved: int) -> dict[str, Any]:
+    def _fields(self, checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
+        """The checkpoint's fields as typed values (the state less gitstate's own keys)."""
         fields: dict[str, Any] = {}
         for f in dataclasses.fields(checkpoint):
             if f.name in frameworks.AF_OWN_KEYS:
@@ -295,7 +417,7 @@ class GitCheckpointStorage:
             except EncodingError as exc:
                 raise CheckpointEncodingError(exc.path, exc.reason + "; allow classes with "
                                               "allowed_checkpoint_types=[...]") from None
-        return {"format": KIND, "v": frameworks.VERSION, "saved": saved, **fields}
+        return fields
 
     def _decode(self, cp: Checkpoint) -> WorkflowCheckpoint:
         try:
@@ -317,102 +439,160 @@ class GitCheckpointStorage:
     # -- writing ------------------------------------------------------------------------------
 
     def _save(self, checkpoint: WorkflowCheckpoint) -> str:
+        """One write: the new commit, and every other copy of its id (in this workflow's run or
+        another's) dropped, as the framework's storages replace a checkpoint saved again under
+        the same id. The branch that gets the new commit moves first, so a write cut off half way
+        leaves an older copy beside the new one, never no copy; readers take the newest."""
         if not isinstance(checkpoint, WorkflowCheckpoint):
             raise CheckpointEncodingError("checkpoint", f"expected a WorkflowCheckpoint, got {type(checkpoint).__name__}")
         cid = checkpoint.checkpoint_id
         if not isinstance(cid, str) or not cid:
             raise CheckpointEncodingError("checkpoint_id", "must be a non-empty string")
+        fields = self._fields(checkpoint)
         run = self._handle(checkpoint.workflow_name).ensure()
-        existing = self._index(run).by_id.get(cid)
-        saved = existing.saved if existing is not None else SEQUENCE.next()
-        state = self._state(checkpoint, saved)
-        if existing is not None:
-            self._rewrite(run, drop={existing.commit})
-        metadata = {"checkpoint_id": cid, "previous_checkpoint_id": checkpoint.previous_checkpoint_id,
-                    "timestamp": checkpoint.timestamp, "iteration_count": checkpoint.iteration_count,
-                    "saved": saved}
+        fresh = SEQUENCE.next()
         store = self.store
+        mine: set[str] = set()  # commits staged by this save (a rebuild finds one already published)
+        result: list[Checkpoint] = []
+        rewrote: list[bool] = []
 
-        def build(tx: Transaction) -> Checkpoint:
-            index = self._index(run)
-            previous = index.by_id.get(checkpoint.previous_checkpoint_id or "")
-            parent = previous.commit if previous is not None else None
-            branch = next((name for name, tip in index.tips.items() if parent is not None and tip == parent), None)
+        def build(tx: Transaction) -> None:
+            result.clear()
+            view = self._view(need=run.id)
+            copies = view.copies(cid)
+            if any(e.commit in mine for _, e in copies):
+                # published by an earlier attempt, whose later ref moves lost a race: drop what is
+                # left of the copies older than the newest (never a newer one another save wrote)
+                rewrote.append(self._stage_drops(tx, view, copies[:-1]))
+                return
+            target = view.runs.get(run.id) or _Index({})
+            saved = copies[-1][1].saved if copies else fresh  # a replaced checkpoint keeps its place
+            drop = {e.commit for run_id, e in copies if run_id == run.id}
+            tips, memo = self._stage_rewrite(tx, target.tips, drop)
+            rewrote.append(bool(drop))
+            previous = target.by_id.get(checkpoint.previous_checkpoint_id or "")
+            parent = memo[previous.commit] if previous is not None and previous.commit not in drop else None
+            branch = next((name for name, tip in tips.items() if parent is not None and tip == parent), None)
             tip = parent if branch is not None else None
             if branch is None:
-                branch = "main" if not index.tips else cid
-            return run.stage_checkpoint(
+                branch = "main" if not tips else _free_branch(cid, tips)
+            metadata = {"checkpoint_id": cid, "previous_checkpoint_id": checkpoint.previous_checkpoint_id,
+                        "timestamp": checkpoint.timestamp, "iteration_count": checkpoint.iteration_count,
+                        "saved": saved}
+            state = {"format": KIND, "v": frameworks.VERSION, "saved": saved, **fields}
+            cp = run.stage_checkpoint(
                 tx, tip, cpfmt.state_entry(tx.writer, state), branch=branch, node="superstep",
                 trigger=f"iteration {checkpoint.iteration_count}", metadata=metadata,
                 fork_from=parent if tip is None else None)
+            moved = tx.updates.pop()  # the branch's move, staged again below from its current value
+            assert moved.ref == run.ref(branch)
+            mine.add(cp.id)
+            result.append(cp)
+            tips[branch] = cp.id
+            self._stage_moves(tx, run.id, target.tips, tips, moved.message, first=branch)
+            rewrote.append(self._stage_drops(tx, view, [(run_id, e) for run_id, e in copies if run_id != run.id]))
 
         with self._lock:
-            cp = store.write(build)
-            store.remember(cp)
-            index = self._indexes.get(run.id)
-            if index is not None:  # extend the index instead of walking the run again
-                entry = _Entry(cid, cp.id, cp.parent_id, saved, checkpoint.timestamp)
-                tips = dict(index.tips)
-                tips[cp.branch] = cp.id
-                index.tips = tips
-                index.by_commit[cp.id] = entry
-                index.by_id[cid] = entry
+            store.write(build)
+        if result:
+            store.remember(result[0])
+        if any(rewrote):
+            store.forget_objects()
         return cid
 
-    def _rewrite(self, run: Run, drop: set[str]) -> None:
-        """Rewrite the run's branches without the commits in ``drop``: their children get the
-        nearest kept ancestor as parent (steps renumbered, trees, messages and dates kept); a
-        branch left with nothing is deleted. One write, every branch by compare-and-swap."""
+    def _stage_rewrite(self, tx: Transaction, tips: dict[str, str],
+                       drop: set[str]) -> tuple[dict[str, str], dict[str, str | None]]:
+        """Stage the rewrite of branches (``tips``) without the commits in ``drop``: their children
+        get the nearest kept ancestor as parent (steps renumbered; trees, messages and dates kept).
+        Returns the new tips (a branch left with nothing is absent) and old → new commit ids for
+        every commit of the branches (``None``: no commit is left below it). Moves no ref."""
+        if not drop:
+            return dict(tips), _Identity()
         store = self.store
         reader = store.reader
+        memo: dict[str, str | None] = {}
 
-        def build(tx: Transaction) -> None:
-            tips = {name: cp.id for name, cp in run.branches().items()}
-            memo: dict[str, str | None] = {}
+        def new_id(oid: str) -> str | None:
+            chain: list[str] = []
+            walk: str | None = oid
+            while walk is not None and walk not in memo:
+                chain.append(walk)
+                parents = reader.commit(walk).parent_ids
+                walk = parents[0] if parents else None
+            for old in reversed(chain):
+                commit = reader.commit(old)
+                parent = memo.get(commit.parent_ids[0]) if commit.parent_ids else None
+                if old in drop:
+                    memo[old] = parent
+                    continue
+                if commit.parent_ids and parent == commit.parent_ids[0]:
+                    memo[old] = old
+                    continue
+                meta = read_meta(reader, commit)
+                meta["step"] = 0 if parent is None else store.position(parent)[0] + 1
+                meta.pop("base", None)
+                entries = [(e.name, e.id, e.filemode) for e in reader.tree(commit.tree_id) if e.name != cpfmt.META]
+                entries.append((cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), 0o100644))
+                memo[old] = tx.commit(tx.tree(entries), [parent] if parent else [], cpfmt.message(meta),
+                                      author=commit.author, committer=commit.committer)
+                store.remember_position(memo[old] or "", meta["step"], 0)
+            return memo[oid]
 
-            def new_id(oid: str) -> str | None:
-                chain: list[str] = []
-                walk: str | None = oid
-                while walk is not None and walk not in memo:
-                    chain.append(walk)
-                    parents = reader.commit(walk).parent_ids
-                    walk = parents[0] if parents else None
-                for old in reversed(chain):
-                    commit = reader.commit(old)
-                    parent = memo.get(commit.parent_ids[0]) if commit.parent_ids else None
-                    if old in drop:
-                        memo[old] = parent
-                        continue
-                    if commit.parent_ids and parent == commit.parent_ids[0]:
-                        memo[old] = old
-                        continue
-                    meta = read_meta(reader, commit)
-                    meta["step"] = 0 if parent is None else store.position(parent)[0] + 1
-                    meta.pop("base", None)
-                    entries = [(e.name, e.id, e.filemode) for e in reader.tree(commit.tree_id) if e.name != cpfmt.META]
-                    entries.append((cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), 0o100644))
-                    memo[old] = tx.commit(tx.tree(entries), [parent] if parent else [], cpfmt.message(meta),
-                                          author=commit.author, committer=commit.committer)
-                    store.remember_position(memo[old] or "", meta["step"], 0)
-                return memo[oid]
+        new_tips: dict[str, str] = {}
+        for name, tip in tips.items():
+            new = new_id(tip)
+            if new is not None:
+                new_tips[name] = new
+        return new_tips, memo
 
-            for name, tip in tips.items():
-                new = new_id(tip)
-                if new is None:
-                    tx.delete_ref(run.ref(name), tip, "gitstate: agent-framework delete checkpoint")
-                elif new != tip:
-                    tx.set_ref(run.ref(name), tip, new, "gitstate: agent-framework delete checkpoint")
+    def _stage_moves(self, tx: Transaction, run_id: str, old: dict[str, str], new: dict[str, str],
+                     message: str = DROP_MESSAGE, first: str | None = None) -> None:
+        """Stage the compare-and-swap of each branch of the run from ``old`` to ``new`` (absent:
+        deleted); ``first`` (with ``message``) before the others (with :data:`DROP_MESSAGE`)."""
+        names = sorted(set(old) | set(new), key=lambda name: (name != first, name))
+        for name in names:
+            before, after = old.get(name), new.get(name)
+            if before == after:
+                continue
+            ref = branch_ref(self.store.worktree, run_id, name)
+            text = message if name == first else DROP_MESSAGE
+            if after is None:
+                assert before is not None
+                tx.delete_ref(ref, before, text)
+            else:
+                tx.set_ref(ref, before, after, text)
 
-        store.write(build)
-        store.forget_objects()
+    def _stage_drops(self, tx: Transaction, view: _View, copies: list[tuple[str, _Entry]]) -> bool:
+        """Stage the rewrite of the runs holding these copies without them, the run of the newest
+        copy last (so a write cut off half way leaves it readable); whether there were any."""
+        last: dict[str, tuple[datetime, int, str]] = {}
+        for run_id, entry in copies:
+            last[run_id] = max(last.get(run_id, entry.order), entry.order)
+        for run_id in sorted(last, key=lambda r: last[r]):
+            old = view.runs[run_id].tips
+            tips, _ = self._stage_rewrite(tx, old, {e.commit for r, e in copies if r == run_id})
+            self._stage_moves(tx, run_id, old, tips)
+        return bool(copies)
 
     def _delete(self, checkpoint_id: str) -> bool:
-        found = self._find(checkpoint_id)
-        if found is None:
+        found: list[bool] = []
+
+        def build(tx: Transaction) -> None:
+            view = self._view()
+            copies = view.copies(checkpoint_id)
+            if copies:
+                found.append(True)
+            self._stage_drops(tx, view, copies)
+
+        view = self._view()
+        if not view.copies(checkpoint_id):
+            if view.broken:  # it may be in a run that cannot be read
+                raise next(iter(view.broken.values()))
             return False
-        run, entry = found
-        self._rewrite(run, {entry.commit})
-        return True
+        with self._lock:
+            self.store.write(build)
+        self.store.forget_objects()
+        return bool(found)
 
     # -- the protocol -------------------------------------------------------------------------
 
@@ -421,23 +601,31 @@ class GitCheckpointStorage:
 
     async def save(self, checkpoint: WorkflowCheckpoint) -> str:
         """Store a copy of the checkpoint (one commit) and return its id. Saving an id again
-        replaces that checkpoint, keeping its place in the listing."""
+        replaces that checkpoint, keeping its place in the listing, also when it was saved under
+        another workflow (it is then listed under this one only)."""
         return await self._thread(lambda: self._save(checkpoint))
 
     async def load(self, checkpoint_id: str) -> WorkflowCheckpoint:
         """The checkpoint of that id (a fresh copy); :class:`UnknownCheckpointError` if none."""
 
         def load() -> WorkflowCheckpoint:
-            found = self._find(checkpoint_id) if isinstance(checkpoint_id, str) else None
-            if found is None:
+            if not isinstance(checkpoint_id, str):
                 raise UnknownCheckpointError(str(checkpoint_id))
+            view = self._view()
+            found = view.newest(checkpoint_id)
+            if found is None:
+                if view.broken:  # it may be in a run that cannot be read
+                    raise next(iter(view.broken.values()))
+                raise UnknownCheckpointError(checkpoint_id)
             return self._decode(self.store.read_checkpoint(found[1].commit))
 
         return await self._thread(load)
 
     def _entries(self, workflow_name: str) -> list[_Entry]:
+        """The workflow's checkpoints in listing order (those saved again under another workflow
+        since are listed there)."""
         run = self._handle(workflow_name).get() if isinstance(workflow_name, str) and workflow_name else None
-        return [] if run is None else self._index(run).ordered()
+        return [] if run is None else self._view(need=run.id).visible(run.id)
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """Copies of the workflow's checkpoints, in the order they were first saved."""
@@ -462,6 +650,7 @@ class GitCheckpointStorage:
         return await self._thread(latest)
 
     async def delete(self, checkpoint_id: str) -> bool:
-        """Delete a checkpoint (``False`` if there is none of that id). Its commit leaves the
-        branches: later checkpoints get the one before it as parent."""
+        """Delete a checkpoint (``False`` if there is none of that id): a later :meth:`load`
+        fails. Its commit leaves the branches (every copy's, in a store written by an earlier
+        version): later checkpoints get the one before it as parent."""
         return await self._thread(lambda: self._delete(checkpoint_id))

@@ -182,6 +182,210 @@ async def test_random_operations_match_in_memory_storage(repo: Path, seed: int) 
     assert verify(gitstate.open_store(repo)).ok
 
 
+
+def _ops_across_workflows(seed: int) -> list[tuple[str, Any]]:
+    """Operations where an id is saved again under any workflow (ids are the storage's keys, as
+    in InMemoryCheckpointStorage), and loads and deletes pick any id."""
+    rnd = random.Random(seed)
+    ops: list[tuple[str, Any]] = []
+    names = ["wf-a", "wf-b", "wf-c"]
+    ids: list[str] = []
+    for n in range(80):
+        name = rnd.choice(names)
+        r = rnd.random()
+        if r < 0.55:
+            previous = rnd.choice([None, ids[-1] if ids else None, rnd.choice(ids) if ids else None])
+            if ids and rnd.random() < 0.4:  # an id saved before, maybe under another workflow
+                cp = _checkpoint(rnd, name, previous, int(rnd.choice(ids)[3:]))
+            else:
+                cp = _checkpoint(rnd, name, previous, n)
+                ids.append(cp.checkpoint_id)
+            ops.append(("save", cp))
+        elif r < 0.65:
+            ops.append(("load", rnd.choice(ids + ["cp-unknown"])))
+        elif r < 0.75:
+            ops.append(("delete", rnd.choice(ids + ["cp-unknown"])))
+        elif r < 0.85:
+            ops.append(("list", name))
+        elif r < 0.93:
+            ops.append(("ids", name))
+        else:
+            ops.append(("latest", name))
+    return ops
+
+
+def _stored_ids(repo: Path) -> list[str]:
+    """The checkpoint id of every commit on a branch of the repository's agent-framework runs."""
+    store = gitstate.open_store(repo)
+    commits: set[str] = set()
+    for summary in store.list_runs():
+        run = store.get_run(summary.id)
+        for branch in run.branches():
+            commits.update(cp.id for cp in run.history(branch))
+    return sorted(store.read_checkpoint(c).metadata["checkpoint_id"] for c in commits)
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23, 24])
+async def test_an_id_saved_under_another_workflow_moves_there(repo: Path, seed: int) -> None:
+    ops = _ops_across_workflows(seed)
+    assert any(op == "save" and any(o == "save" and a.checkpoint_id == arg.checkpoint_id
+                                    and a.workflow_name != arg.workflow_name for o, a in ops) for op, arg in ops)
+    ours = await _apply(GitCheckpointStorage(repo, allowed_checkpoint_types=[Task]), ops)
+    reference = InMemoryCheckpointStorage()
+    assert ours == await _apply(reference, ops)
+    fresh = GitCheckpointStorage(repo, allowed_checkpoint_types=[Task])  # nothing cached
+    kept: list[str] = []
+    for name in ("wf-a", "wf-b", "wf-c"):
+        assert await fresh.list_checkpoints(workflow_name=name) == await reference.list_checkpoints(workflow_name=name)
+        kept += await reference.list_checkpoint_ids(workflow_name=name)
+    assert _stored_ids(repo) == sorted(kept)  # each id is stored once: no stale copy is kept
+    assert verify(gitstate.open_store(repo)).ok
+
+
+async def test_same_id_under_two_workflows_as_in_memory_storage(repo: Path) -> None:
+    def cp(name: str, v: int) -> WorkflowCheckpoint:
+        return WorkflowCheckpoint(workflow_name=name, graph_signature_hash="h", checkpoint_id="c1", state={"v": v})
+
+    async def calls(s: Any) -> list[Any]:
+        await s.save(cp("wf-a", 1))
+        await s.save(cp("wf-b", 2))
+        out = [await s.list_checkpoint_ids(workflow_name="wf-a"), await s.list_checkpoint_ids(workflow_name="wf-b"),
+               (await s.load("c1")).state, await s.get_latest(workflow_name="wf-a"), await s.delete("c1")]
+        try:
+            out.append((await s.load("c1")).state)
+        except WorkflowCheckpointException as exc:
+            out.append(str(exc))
+        out.append(await s.delete("c1"))
+        return out
+
+    expected = await calls(InMemoryCheckpointStorage())
+    assert expected == [[], ["c1"], {"v": 2}, None, True, "No checkpoint found with ID c1", False]
+    assert await calls(GitCheckpointStorage(repo)) == expected
+    assert _stored_ids(repo) == []
+    assert git(repo, "for-each-ref", "refs/agentos/main/runs/wf-a/heads/", "refs/agentos/main/runs/wf-b/heads/") == ""
+
+
+async def test_saving_again_an_id_whose_branch_goes_on(repo: Path) -> None:
+    """The id's first save started a branch named after it, which later checkpoints extended: the
+    branch of the new save gets another name (the save used to fail with a ConflictError after
+    the old copy had already been deleted)."""
+
+    def cp(cid: str, previous: str | None, v: int = 0) -> WorkflowCheckpoint:
+        return WorkflowCheckpoint(workflow_name="w", graph_signature_hash="h", checkpoint_id=cid,
+                                  previous_checkpoint_id=previous, state={"v": v})
+
+    ops: list[tuple[str, Any]] = [("save", cp("c0", None)), ("save", cp("cx", "c0")), ("save", cp("c1", "c0")),
+                                  ("save", cp("c5", "c1")), ("save", cp("c1", "c0", 2)), ("load", "c1"),
+                                  ("ids", "w"), ("save", cp("c1", None, 3)), ("load", "c1"), ("ids", "w")]
+    storage = GitCheckpointStorage(repo)
+    storage.store.lock_timeout = 5
+    assert await _apply(storage, ops) == await _apply(InMemoryCheckpointStorage(), ops)
+    assert _stored_ids(repo) == ["c0", "c1", "c5", "cx"]
+    assert verify(storage.store).ok
+
+
+@pytest.mark.parametrize("newer", ["wf-a", "wf-b"])
+async def test_store_written_before_with_an_id_under_two_workflows(repo: Path, newer: str) -> None:
+    """Earlier versions kept a copy per workflow: the newest save is the checkpoint (loaded, listed
+    only under its workflow), a save replaces every copy and a delete removes them all."""
+    older = "wf-b" if newer == "wf-a" else "wf-a"
+    storage = GitCheckpointStorage(repo)
+    await storage.save(WorkflowCheckpoint(workflow_name=older, graph_signature_hash="h", checkpoint_id="c1",
+                                          state={"v": 1}))
+    await storage.save(WorkflowCheckpoint(workflow_name=older, graph_signature_hash="h", checkpoint_id="c0"))
+    # the copy an earlier version wrote when c1 was saved again under the other workflow
+    store = gitstate.open_store(repo)
+    head = next(cp for cp in store.get_run(older).history() if cp.metadata["checkpoint_id"] == "c1")
+    state = head.state
+    state["workflow_name"], state["state"], state["saved"] = newer, {"v": 2}, head.metadata["saved"] + 1
+    store.create_run(workflow="agent-framework", run_id=newer).checkpoint(
+        state, node="superstep", metadata={**head.metadata, "saved": state["saved"]})
+    assert _stored_ids(repo) == ["c0", "c1", "c1"]
+
+    for s in (storage, GitCheckpointStorage(repo)):
+        assert (await s.load("c1")).state == {"v": 2}
+        assert await s.list_checkpoint_ids(workflow_name=newer) == ["c1"]
+        assert await s.list_checkpoint_ids(workflow_name=older) == ["c0"]
+        assert [cp.state for cp in await s.list_checkpoints(workflow_name=newer)] == [{"v": 2}]
+    assert await storage.delete("c1") is True
+    with pytest.raises(UnknownCheckpointError):
+        await storage.load("c1")
+    assert await storage.delete("c1") is False
+    assert _stored_ids(repo) == ["c0"]
+
+    # saving again replaces every copy
+    await storage.save(WorkflowCheckpoint(workflow_name=older, graph_signature_hash="h", checkpoint_id="c0",
+                                          state={"again": True}))
+    state["checkpoint_id"] = "c0"
+    store.get_run(newer).checkpoint(state, node="superstep", metadata={**head.metadata, "checkpoint_id": "c0"})
+    assert (await storage.load("c0")).state == {"v": 2}
+    await storage.save(WorkflowCheckpoint(workflow_name="wf-c", graph_signature_hash="h", checkpoint_id="c0",
+                                          state={"v": 3}))
+    assert _stored_ids(repo) == ["c0"]
+    assert [await storage.list_checkpoint_ids(workflow_name=n) for n in ("wf-a", "wf-b", "wf-c")] == [[], [], ["c0"]]
+    assert verify(storage.store).ok
+
+
+class Crash(Exception):
+    """The process stops here."""
+
+
+@pytest.mark.parametrize("where", ["same workflow", "other workflow"])
+async def test_a_save_cut_off_at_any_ref_move_leaves_one_copy_readable(
+        repo: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """A save that replaces a checkpoint moves several refs; cut off before any of them, it leaves
+    the old checkpoint or the new one, never none, and the next save or delete cleans up."""
+    from gitstate.git import refs
+
+    def cp(name: str, cid: str, previous: str | None, v: int) -> WorkflowCheckpoint:
+        return WorkflowCheckpoint(workflow_name=name, graph_signature_hash="h", checkpoint_id=cid,
+                                  previous_checkpoint_id=previous, state={"v": v})
+
+    target = "wf-a" if where == "same workflow" else "wf-b"
+    outcomes: list[bool] = []
+    for cut in range(1, 6):
+        path = repo.parent / f"cut{cut}"
+        git(repo.parent, "init", "-q", str(path))
+        storage = GitCheckpointStorage(path)
+        for c in (cp("wf-a", "c0", None, 0), cp("wf-a", "c1", "c0", 1), cp("wf-a", "c2", "c1", 0),
+                  cp("wf-b", "b0", None, 0)):
+            await storage.save(c)
+        moves = [0]
+        real_set, real_remove = refs.set_if_equals, refs.remove_if_equals
+
+        def counted(real: Any, moves: list[int] = moves, cut: int = cut) -> Any:
+            def move(*args: Any, **kwargs: Any) -> Any:
+                moves[0] += 1
+                if moves[0] == cut:
+                    raise Crash()
+                return real(*args, **kwargs)
+            return move
+
+        monkeypatch.setattr(refs, "set_if_equals", counted(real_set))
+        monkeypatch.setattr(refs, "remove_if_equals", counted(real_remove))
+        try:
+            await storage.save(cp(target, "c1", "c0", 2))
+            done = True
+        except Crash:
+            done = False
+        outcomes.append(done)
+        monkeypatch.undo()
+        for s in (storage, GitCheckpointStorage(path)):
+            loaded = await s.load("c1")
+            assert loaded.state in ({"v": 1}, {"v": 2}), cut
+            assert done is False or loaded.state == {"v": 2}
+            lists = {name: await s.list_checkpoint_ids(workflow_name=name) for name in ("wf-a", "wf-b")}
+            assert [name for name, ids in lists.items() if "c1" in ids] == [loaded.workflow_name]
+            assert all(c in lists["wf-a"] for c in ("c0", "c2")) and "b0" in lists["wf-b"]
+        await storage.save(cp(target, "c1", "c0", 3))
+        assert (await storage.load("c1")).state == {"v": 3}
+        assert _stored_ids(path) == ["b0", "c0", "c1", "c2"]
+        assert await storage.delete("c1") is True
+        assert _stored_ids(path) == ["b0", "c0", "c2"]
+        assert verify(storage.store).ok
+        storage.close()
+    assert outcomes == [False, False, True, True, True]  # the save moves two refs
+
 async def test_plain_data_matches_file_storage(repo: Path, tmp_path: Path) -> None:
     ours = GitCheckpointStorage(repo)
     theirs = FileCheckpointStorage(tmp_path / "files")
@@ -336,6 +540,81 @@ def test_two_processes_save_concurrently(repo: Path) -> None:
         assert [i for i in ids if i[0] == tag] == [f"{tag}{i}" for i in range(15)]
     assert len(git(repo, "for-each-ref", "refs/agentos/main/runs/shared/heads/").splitlines()) == 2
 
+
+
+
+async def test_a_writer_moving_the_old_workflow_during_a_move_loses_nothing(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer extends the old workflow's branch between the move's two ref updates: the
+    compare-and-swap on it fails, the save drops the old copy again from the new tip (its new
+    commit, already published, is not written twice), and the other writer's checkpoint stays."""
+    from gitstate.git import refs
+
+    def cp(name: str, cid: str, previous: str | None, v: int) -> WorkflowCheckpoint:
+        return WorkflowCheckpoint(workflow_name=name, graph_signature_hash="h", checkpoint_id=cid,
+                                  previous_checkpoint_id=previous, state={"v": v})
+
+    storage, other = GitCheckpointStorage(repo), GitCheckpointStorage(repo)
+    for c in (cp("wf-a", "c0", None, 0), cp("wf-a", "c1", "c0", 1), cp("wf-b", "b0", None, 0)):
+        await storage.save(c)
+    real_set = refs.set_if_equals
+    interfered: list[str] = []
+
+    def set_if_equals(common_dir: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.endswith("/runs/wf-a/heads/main") and not interfered:
+            interfered.append(name)
+            asyncio.run(other.save(cp("wf-a", "c2", "c1", 9)))  # another writer, in between
+        return real_set(common_dir, name, *args, **kwargs)
+
+    monkeypatch.setattr(refs, "set_if_equals", set_if_equals)
+    await storage.save(cp("wf-b", "c1", "b0", 2))
+    monkeypatch.undo()
+    assert interfered
+    for s in (storage, GitCheckpointStorage(repo)):
+        assert (await s.load("c1")).state == {"v": 2}
+        assert (await s.load("c2")).state == {"v": 9}
+        assert await s.list_checkpoint_ids(workflow_name="wf-a") == ["c0", "c2"]
+        assert await s.list_checkpoint_ids(workflow_name="wf-b") == ["c1", "b0"]
+    assert _stored_ids(repo) == ["b0", "c0", "c1", "c2"]
+    assert len(git(repo, "rev-list", "refs/agentos/main/runs/wf-b/heads/main").split()) == 2
+    assert verify(storage.store).ok
+
+def test_two_processes_move_the_same_ids_between_workflows(repo: Path) -> None:
+    """Two processes save their own chains and, at the same time, the same ids under different
+    workflows: nothing of either chain is lost, and each shared id ends up stored once."""
+    script = textwrap.dedent("""
+        import asyncio, sys
+        from agent_framework import WorkflowCheckpoint
+        from gitstate.agent_framework import GitCheckpointStorage
+        async def main(tag):
+            s = GitCheckpointStorage(sys.argv[2])
+            previous = None
+            for i in range(12):
+                cp = WorkflowCheckpoint(workflow_name=f"own-{tag}", graph_signature_hash="h", checkpoint_id=f"{tag}{i}",
+                                        previous_checkpoint_id=previous, state={"i": i})
+                previous = await s.save(cp)
+                for k in range(3):
+                    await s.save(WorkflowCheckpoint(workflow_name=f"shared-{tag}", graph_signature_hash="h",
+                                                    checkpoint_id=f"s{k}", state={"by": tag, "i": i}))
+        asyncio.run(main(sys.argv[1]))
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, tag, str(repo)]) for tag in ("a", "b")]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    storage = GitCheckpointStorage(repo)
+
+    async def check() -> None:
+        for tag in "ab":
+            assert await storage.list_checkpoint_ids(workflow_name=f"own-{tag}") == [f"{tag}{i}" for i in range(12)]
+        shared = {tag: await storage.list_checkpoint_ids(workflow_name=f"shared-{tag}") for tag in "ab"}
+        assert sorted(shared["a"] + shared["b"]) == ["s0", "s1", "s2"]
+        for k in range(3):
+            loaded = await storage.load(f"s{k}")
+            assert f"s{k}" in shared[loaded.state["by"]]
+            assert loaded.workflow_name == f"shared-{loaded.state['by']}"
+
+    asyncio.run(check())
+    assert _stored_ids(repo) == sorted(["s0", "s1", "s2"] + [f"{t}{i}" for t in "ab" for i in range(12)])
+    assert verify(storage.store).ok
 
 async def test_cli_shows_workflow_checkpoints(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     storage = GitCheckpointStorage(repo, allowed_checkpoint_types=[Task])
