@@ -175,7 +175,7 @@ def test_partial_push_failure_prints_the_report_then_the_error(scene: dict[str, 
     assert err.startswith("error: ") and err.count("\n") == 1
     code, out, err = invoke("push", "origin")
     assert code == 1 and "pushed origin:" not in out and "rejected" in out
-    assert "git agentos pull origin r" in out and "git agentos fork r @main" in out
+    assert "git agentos pull origin r" in out and "git agentos fork r@main @main" in out
 
 
 def test_stored_text_that_is_not_unicode_is_printed_escaped(repo: Path, tmp_path: Path) -> None:

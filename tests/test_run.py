@@ -416,6 +416,6 @@ def test_wrong_argument_kinds_are_clear_errors(store: gitstate.Store) -> None:
     with pytest.raises(gitstate.InvalidReferenceError, match="a reference is text"):
         run.rollback(12345)  # type: ignore[arg-type]
     for state in ({"\udcff": 1}, {"a": {"b\udcff": 1, "long": list(range(100))}}):
-        with pytest.raises(gitstate.EncodingError, match="not Unicode text"):
+        with pytest.raises(gitstate.EncodingError, match="not valid Unicode text"):
             run.checkpoint(state)
     assert [c.id for c in run.history()] == [cp.id]

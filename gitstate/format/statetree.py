@@ -28,7 +28,7 @@ from typing import Any
 
 import pygit2
 
-from gitstate.errors import CorruptObjectError, EncodingError
+from gitstate.errors import CorruptObjectError
 from gitstate.format import encoding
 from gitstate.format.names import decode_component, encode_component
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
@@ -106,12 +106,8 @@ class StateWriter:
         entries: list[TreeEntry] = []
         for key, item in value.items():
             sub = f"{path}.{key}" if path else key
-            if not key.isascii():
-                try:
-                    key.encode("utf-8")
-                except UnicodeEncodeError:  # a lone surrogate: refused as in a value (no UTF-8 name)
-                    raise EncodingError(sub.encode("utf-8", "backslashreplace").decode("utf-8"),
-                                        "a key that is not Unicode text (a lone surrogate)") from None
+            if not key.isascii():  # a key that names a tree entry is checked as a map key in a value is
+                encoding.check_value({key: None}, path)
             name = encode_component(key)
             if isinstance(item, Written):
                 entries.append((name + item.suffix, item.oid, item.mode))
