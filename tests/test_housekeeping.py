@@ -19,7 +19,7 @@ import pytest
 
 import gitstate
 from gitstate.git import housekeeping, lockfile, packs
-from tests.conftest import git, make_repo, user_snapshot
+from tests.conftest import bounded, git, make_repo, user_snapshot
 
 WORDS = ("agent tool call result plan step file patch test build error retry model prompt token "
          "context branch checkpoint state message reply user system review merge diff").split()
@@ -430,4 +430,51 @@ def test_a_path_git_cannot_take_as_a_name_does_not_stop_merges(repo: Path, monke
     pack_dir = repo / ".git" / "objects" / "pack"
     assert len(list(pack_dir.glob("*.idx"))) < housekeeping.TX_MERGE_AT  # merged
     assert [cp.state["i"] for cp in run.history()] == list(range(housekeeping.TX_MERGE_AT))[::-1]
+    git(repo, "fsck", "--strict")
+
+
+def test_fifos_in_place_of_the_packers_files_never_block_it(store: gitstate.Store, repo: Path) -> None:
+    """A FIFO where housekeeping reads a file (its pack list, its lock, a journal taken aside, git's
+    gc.pid) would make the read wait for ever for a writer: each is taken as a missing or stale
+    file, and the pack is made."""
+    _checkpoints(store)
+    common = Path(store.location.common_dir)
+    agentos = common / "agentos"
+    journaled = set((agentos / "loose.journal").read_text().split())
+    for fifo in (agentos / "packs", _lock_path(store), agentos / "loose.journal.99999.packing", common / "gc.pid"):
+        os.mkfifo(fifo)
+    assert bounded(store.pack, 60) == len(journaled)
+    names = (agentos / "packs").read_text().split()  # made anew
+    assert len(names) == 1
+    assert set(housekeeping.read_pack_index(str(common / "objects" / "pack" / f"{names[0]}.idx"))) == journaled
+    assert not _lock_path(store).exists() and not (agentos / "loose.journal.99999.packing").exists()
+    git(repo, "fsck", "--strict")
+
+
+def test_fifos_in_place_of_the_pack_lists_never_block_writes_or_merges(repo: Path) -> None:
+    """The lists writers append to (``tx-packs``, ``loose.journal``) and the one merges read
+    (``tx-packs.kept``), and a ``.keep`` the merge's sweep reads, as FIFOs: writes and merges go on,
+    the appended lists are made anew."""
+    store = gitstate.open_store(repo, fsync=False)
+    store.pack_in_background = False
+    agentos = Path(store.location.common_dir) / "agentos"
+    run = store.create_run(run_id="fifo")
+    for name in (housekeeping.TX_PACKS, housekeeping.TX_PACKS + ".kept", "loose.journal"):
+        (agentos / name).unlink(missing_ok=True)
+        os.mkfifo(agentos / name)
+    pack_dir = repo / ".git" / "objects" / "pack"
+    os.mkfifo(pack_dir / f"pack-{'0' * 40}.keep")
+
+    def write() -> None:
+        for i in range(housekeeping.TX_MERGE_AT):
+            run.checkpoint({"i": i})
+        (repo / "new.txt").write_text("new\n")
+        run.checkpoint({"i": "files"}, files=["new.txt"])  # a partial snapshot: loose objects, journaled
+
+    bounded(write, 120)
+    assert (agentos / housekeeping.TX_PACKS).is_file() and (agentos / "loose.journal").is_file()
+    assert len((agentos / "loose.journal").read_text().split()) >= 1
+    assert (agentos / (housekeeping.TX_PACKS + ".kept")).is_file()  # a merge ran and replaced it
+    assert len(list(pack_dir.glob("*.idx"))) < housekeeping.TX_MERGE_AT  # merged
+    assert [cp.state["i"] for cp in run.history()] == ["files", *range(housekeeping.TX_MERGE_AT - 1, -1, -1)]
     git(repo, "fsck", "--strict")

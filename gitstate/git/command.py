@@ -20,6 +20,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 
 from gitstate.errors import GitVersionError
+from gitstate.git import safeopen
 
 MIN_GIT_VERSION = (2, 29)
 
@@ -134,7 +135,7 @@ def _cached_version(cache: str) -> tuple[int, ...]:
     if key is None:
         return git_version()
     try:
-        with open(cache, encoding="utf-8") as fh:
+        with safeopen.open_file(cache, encoding="utf-8") as fh:  # a FIFO there never blocks
             line = fh.readline(4096)
         stored_key, _, text = line.rpartition("\t")
         # a whole line only: a write cut short (or raced by another process) is never taken
@@ -146,10 +147,11 @@ def _cached_version(cache: str) -> tuple[int, ...]:
     version = git_version()
     # One write in place, no temporary file: a process killed meanwhile leaves nothing behind but
     # a line the next reader does not take; processes racing write lines that each stand alone.
-    # O_NOFOLLOW: a symbolic link put in the cache's place is never written (nor its target cut).
+    # O_NOFOLLOW: a symbolic link put in the cache's place is never written (nor its target cut);
+    # a FIFO, device or socket there is replaced (opening it would block, or write elsewhere).
     try:
-        fd = os.open(cache, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0),
-                     0o666)
+        fd = safeopen.open_fd(cache, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666, follow=False,
+                              replace_special=True)
     except OSError:  # no private folder yet, a read-only repository, or a link: ask again next time
         return version
     try:

@@ -27,11 +27,12 @@ from collections.abc import Iterable, Iterator
 import pygit2
 
 from gitstate.errors import CorruptObjectError, GitStateError
-from gitstate.git import lockfile, packs, refs
+from gitstate.git import lockfile, packs, refs, safeopen
 from gitstate.git.command import run_git
 from gitstate.git.durability import fsync_dir
 from gitstate.git.objects import KEEP_PREFIX
 from gitstate.git.reader import parse_commit
+from gitstate.git.safeopen import NotRegularFileError
 
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
 MERGE_THRESHOLD = 12  # gitstate packs before they are merged (git's gc.autoPackLimit is 50)
@@ -58,15 +59,16 @@ def _append(path: str, data: bytes) -> int:
     through a descriptor opened before that rename may land after the reading, and be lost with
     the file. So after writing, the file is checked to still be the one at ``path``; if it was
     taken aside meanwhile, the line is appended again to the new list (a name listed twice is
-    read once)."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    read once). A FIFO, device or socket in the list's place is replaced by a new list (it holds
+    no names, and opening it would block)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     for _attempt in range(8):
         try:
-            fd = os.open(path, flags, 0o644)
+            fd = safeopen.open_fd(path, flags, 0o644, replace_special=True)
         except FileNotFoundError:  # the directory was removed since we made it
             _MADE.discard(os.path.dirname(path))
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, flags, 0o644)
+            fd = safeopen.open_fd(path, flags, 0o644, replace_special=True)
         try:
             os.write(fd, data)
             written = os.fstat(fd)
@@ -98,7 +100,7 @@ def _loose_path(common_dir: str, oid: str) -> str:
 
 def read_pack_index(idx_path: str) -> list[str]:
     """Object ids listed in a pack ``.idx`` (version 2) file."""
-    with open(idx_path, "rb") as fh:
+    with safeopen.open_file(idx_path, "rb") as fh:
         data = fh.read()
     if data[:4] != b"\xfftOc" or struct.unpack(">I", data[4:8])[0] != 2:
         raise ValueError(f"{idx_path}: not a version 2 pack index")
@@ -170,7 +172,7 @@ def _remove_leftover_dirs(common_dir: str) -> None:
 def _our_packs(common_dir: str) -> list[str]:
     path = os.path.join(_agentos_dir(common_dir), "packs")
     try:
-        with open(path, encoding="ascii") as fh:
+        with safeopen.open_file(path, encoding="ascii") as fh:
             names = [line.strip() for line in fh if line.strip()]
     except OSError:
         return []
@@ -181,7 +183,7 @@ def _our_packs(common_dir: str) -> list[str]:
 def _save_packs(common_dir: str, names: list[str]) -> None:
     path = os.path.join(_agentos_dir(common_dir), "packs")
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="ascii") as fh:
+    with safeopen.open_file(tmp, "w", encoding="ascii", replace_special=True) as fh:
         fh.write("".join(n + "\n" for n in names))
     os.replace(tmp, path)
 
@@ -218,15 +220,18 @@ def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedL
     remove_orphan_temps(common_dir)
     wanted: set[str] = set()
     for batch in batches:
-        with open(batch, encoding="ascii", errors="replace") as fh:
-            wanted.update(line.strip() for line in fh if len(line.strip()) == 40)
+        try:
+            with safeopen.open_file(batch, encoding="ascii", errors="replace") as fh:
+                wanted.update(line.strip() for line in fh if len(line.strip()) == 40)
+        except NotRegularFileError:
+            continue  # a FIFO or such taken aside as the journal: it lists nothing (removed below)
     loose = sorted(o for o in wanted if os.path.exists(_loose_path(common_dir, o)))
     later = loose[PACK_STEP:]
     loose = loose[:PACK_STEP]
     if later:  # the rest is written back for the next step before the batches go
         rest = f"{journal}.{os.getpid()}-rest.packing"
         tmp = f"{journal}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="ascii") as fh:
+        with safeopen.open_file(tmp, "w", encoding="ascii", replace_special=True) as fh:
             fh.write("".join(o + "\n" for o in later))
         os.replace(tmp, rest)
         batches = [b for b in batches if b != rest]
@@ -322,7 +327,7 @@ def git_gc_running(common_dir: str) -> bool:
     makes a running ``git gc`` fail ("unable to add recent objects")."""
     path = os.path.join(common_dir, "gc.pid")
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with safeopen.open_file(path, encoding="utf-8", errors="replace") as fh:
             text = fh.read(512)
         age = time.time() - os.stat(path).st_mtime
     except OSError:
@@ -371,7 +376,7 @@ def record_tx_pack(common_dir: str, name: str) -> int:
 
 def _read_names(path: str) -> list[str]:
     try:
-        with open(path, encoding="ascii", errors="replace") as fh:
+        with safeopen.open_file(path, encoding="ascii", errors="replace") as fh:
             return [line.strip() for line in fh if line.strip()]
     except OSError:
         return []
@@ -407,7 +412,7 @@ def remove_dead_keeps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]
     removed = []
     for path in glob.glob(os.path.join(glob.escape(pack_dir), "pack-*.keep")):
         try:
-            with open(path, "rb") as fh:
+            with safeopen.open_file(path, "rb") as fh:
                 data = fh.read(4096)
                 age = time.time() - os.fstat(fh.fileno()).st_mtime
         except OSError:
@@ -515,7 +520,7 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
         chosen = []  # nothing merged: every pack stays listed
     keep = kept + [n for n, _w in weights if n not in chosen] + ([merged] if merged else [])
     tmp = f"{kept_path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="ascii") as fh:
+    with safeopen.open_file(tmp, "w", encoding="ascii", replace_special=True) as fh:
         fh.write("".join(n + "\n" for n in keep))
     os.replace(tmp, kept_path)  # before the sources go: a crash in between only lists names twice
     for src in sources:

@@ -23,7 +23,8 @@ by the ref's new value before renaming the lock over the ref); a record and no f
 (broken at once); neither (git's lock, or ours left in one of those instants by a killed holder),
 judged by age alone.
 
-Only the standard library: this module sits at the bottom of the git layer."""
+Only the standard library (and :mod:`gitstate.git.safeopen`, itself only that): this module sits
+at the bottom of the git layer."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import TracebackType
+
+from gitstate.git import safeopen
 
 __all__ = ["Owner", "OwnedLock", "acquire", "break_stale", "create_held", "holds_flock", "is_stale",
            "read_owner", "release_held"]
@@ -61,9 +64,10 @@ def break_stale(path: str, is_stale: Callable[[str], bool]) -> bool:
 
     So a live writer's lock is never moved aside and replaced under it (it would then rename
     another writer's lock over the ref). Where no flock can be had (a file system without it)
-    step 2 is skipped, as such locks are judged by age alone."""
+    step 2 is skipped, as such locks are judged by age alone. A lock that is not a regular file
+    (a FIFO) is pinned without waiting for a writer (``O_NONBLOCK``)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return False  # gone (or not a file): nothing to break
     try:
@@ -261,7 +265,7 @@ class Owner:
 def read_owner(path: str) -> Owner | None:
     """The owner recorded in lock file ``path`` (None: no such file, or no readable record)."""
     try:
-        with open(path, "rb") as fh:
+        with safeopen.open_file(path, "rb") as fh:
             return Owner.parse(fh.read(4096))
     except OSError:
         return None
@@ -276,9 +280,10 @@ def is_stale(path: str, stale_after: float) -> bool:
     owner's pid and start time; no record (git's own locks) by age, except that a file without a
     record whose flock is held is never stale (a gitstate holder in the instant before its record
     is written, or after it replaced the record by the ref's new value, see
-    :func:`gitstate.git.refs.set_if_equals`; git takes no flock)."""
+    :func:`gitstate.git.refs.set_if_equals`; git takes no flock). A FIFO, device or socket is stale
+    at once: no holder, neither git nor gitstate, makes its lock file one."""
     try:
-        with open(path, "rb") as fh:
+        with safeopen.open_file(path, "rb") as fh:
             data = fh.read(4096)
             mtime = os.fstat(fh.fileno()).st_mtime
             owner = Owner.parse(data)
@@ -286,6 +291,8 @@ def is_stale(path: str, stale_after: float) -> bool:
             held = owner is None and _flock_alive(fh.fileno()) is True
     except FileNotFoundError:
         return False
+    except safeopen.NotRegularFileError:
+        return True
     except OSError:
         try:
             mtime, owner, alive, held = os.stat(path).st_mtime, None, None, False  # unreadable: judged by age alone
@@ -501,7 +508,7 @@ class OwnedLock:
         if self._released:
             return False
         try:
-            with open(self.path, "rb") as fh:
+            with safeopen.open_file(self.path, "rb") as fh:
                 st = os.fstat(fh.fileno())
                 data = fh.read(len(self._content) + 1)
         except OSError:

@@ -18,6 +18,7 @@ would see them. :data:`NATIVE` says which way is in use."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import threading
 from typing import Any
@@ -26,6 +27,7 @@ import pygit2
 from pygit2.enums import RepositoryOpenFlag
 from pygit2.ffi import ffi
 
+from gitstate.git import safeopen
 from gitstate.git.environ import scoped_environ
 
 _ENV_LOCK = threading.Lock()
@@ -86,8 +88,23 @@ def _open_env(git_dir: str, workdir: str, index_path: str) -> pygit2.Repository:
     return repo
 
 
+def check_file(index_path: str) -> None:
+    """Make sure the private index file may be handed to libgit2, which opens a file it reads
+    without ``O_NONBLOCK`` (a FIFO there would block it for ever): a regular file or nothing. A
+    FIFO, device or socket in its place is removed (the private index is derived data, rebuilt by
+    the next snapshot as when it is missing); anything else left there (a directory, a link to a
+    FIFO) raises :class:`OSError`."""
+    if safeopen.regular_or_absent(index_path):
+        return
+    safeopen.remove_special(index_path)
+    if not safeopen.regular_or_absent(index_path):
+        raise OSError(errno.EINVAL, "the private index is not a regular file", index_path)
+
+
 def open_with_index(git_dir: str, workdir: str, index_path: str) -> pygit2.Repository:
     """A new handle on the repository at ``git_dir`` with worktree ``workdir`` whose index is the
-    file ``index_path``. Raises :class:`pygit2.GitError` when it cannot be opened."""
+    file ``index_path`` (first checked by :func:`check_file`). Raises :class:`pygit2.GitError`
+    (or :class:`OSError`) when it cannot be opened."""
+    check_file(index_path)
     repo = _open_native(git_dir, workdir, index_path)
     return repo if repo is not None else _open_env(git_dir, workdir, index_path)

@@ -25,7 +25,7 @@ from gitstate.errors import (
     NotARepositoryError,
     StoreWriteError,
 )
-from gitstate.git import lockfile
+from gitstate.git import lockfile, safeopen
 from gitstate.git.command import last_line, run_git
 from gitstate.git.durability import fsync_dir
 from gitstate.git.location import check_present
@@ -530,12 +530,14 @@ def _append_reflog(common_dir: str, name: str, old: str | None, new: str, messag
     who, email = committer
     text = " ".join(message.split())  # one line, as git writes it
     line = f"{_zero(old)} {new} {who} <{email}> {int(time.time())} +0000\t{text}\n"
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    # a FIFO (device, socket) in the log's place would block the append: it is replaced (it
+    # holds no history), as a missing log is made
     try:
-        fd = os.open(path, flags, 0o644)
+        fd = safeopen.open_fd(path, flags, 0o644, replace_special=True)
     except FileNotFoundError:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, flags, 0o644)
+        fd = safeopen.open_fd(path, flags, 0o644, replace_special=True)
     try:
         write_all(fd, line.encode("utf-8", "surrogateescape"))
         if fsync:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import bounded
 
 from gitstate.errors import GitVersionError
 from gitstate.git.command import check_git_version, forget_git_version
@@ -101,6 +102,19 @@ def test_cache_never_written_through_a_symbolic_link(tmp_path: Path, fresh: None
         forget_git_version()
         check_git_version(str(cache))  # still checks git
     assert victim.read_text() == "the user's own file\n" and cache.is_symlink()
+
+
+def test_a_fifo_in_the_caches_place_never_blocks_and_is_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  fresh: None) -> None:
+    log = fake_git(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    cache = tmp_path / "git-version"
+    os.mkfifo(cache)  # reading it (or writing it) would wait for ever for the other end
+    bounded(lambda: check_git_version(str(cache)), 10)
+    assert calls(log) == ["--version"] and cache.is_file()  # asked git, then made the cache anew
+    forget_git_version()
+    bounded(lambda: check_git_version(str(cache)), 10)
+    assert calls(log) == ["--version"]  # remembered from then on
 
 
 def test_opening_a_store_starts_no_git_once_remembered(repo: Path, tmp_path: Path) -> None:

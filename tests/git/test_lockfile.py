@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import bounded
 
 from gitstate.git import lockfile
 from gitstate.git.lockfile import Owner
@@ -169,6 +170,18 @@ def test_lock_of_other_host_or_unreadable_is_broken_only_after_stale_after(tmp_p
     os.utime(path, (old, old))
     lock = lockfile.acquire(str(path), stale_after=60)
     assert lock is not None and lockfile.read_owner(str(path)) == lock.owner
+    assert lock.release()
+    assert _leftovers(tmp_path, path) == []
+
+
+def test_a_fifo_in_a_locks_place_is_stale_at_once_and_never_blocks(tmp_path: Path) -> None:
+    """No holder makes its lock a FIFO; reading one would wait for ever for a writer."""
+    path = tmp_path / "housekeeping.lock"
+    os.mkfifo(path)
+    assert bounded(lambda: lockfile.read_owner(str(path)), 5) is None
+    assert bounded(lambda: lockfile.is_stale(str(path), 3600), 5) is True
+    lock = bounded(lambda: lockfile.acquire(str(path), stale_after=3600), 5)
+    assert lock is not None and path.is_file() and lock.held()
     assert lock.release()
     assert _leftovers(tmp_path, path) == []
 
