@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import gitstate
-from tests.conftest import git, loosen
+from tests.conftest import bounded, git, loosen
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -227,6 +227,10 @@ def test_listing_many_runs_uses_the_cache_and_stays_right(store: gitstate.Store)
     assert again[runs[5].id] == first[runs[5].id]
     cache.write_bytes(b"garbage")  # a damaged cache is rebuilt, never trusted
     assert {s.id: s for s in gitstate.open_store(store.path).list_runs()} == again
+    cache.unlink()
+    os.mkfifo(cache)  # reading it would wait for ever for a writer: taken as missing, then replaced
+    assert {s.id: s for s in bounded(gitstate.open_store(store.path).list_runs, 30)} == again
+    assert cache.is_file()
 
 
 def test_a_deleted_repository_is_an_error_never_an_empty_store(repo: Path) -> None:
@@ -291,3 +295,35 @@ for name, call in calls.items():
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _cli(cwd: Path, *args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``git agentos ARGS`` as a process (this checkout's code), killed after ``timeout`` seconds:
+    a hang fails the test instead of the suite."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "gitstate_cli", *args], cwd=cwd, input=stdin, capture_output=True,
+                          text=True, env=env, timeout=timeout, check=False)
+
+
+@pytest.mark.parametrize("name", ["git-version", "tx-packs", "loose.journal", "index-main", "index-main.tree",
+                                  "index-main.user", "index-main.epoch", "index-main.restore.lock"])
+def test_a_fifo_in_place_of_a_private_file_never_hangs_a_command(repo: Path, name: str) -> None:
+    """A FIFO (a plain open of it waits for ever for the other end) where a file of
+    ``.git/agentos/`` should be: every command still runs, taking it as a missing or damaged file."""
+    for i in (1, 2):
+        (repo / "a.txt").write_text(f"{i}\n")
+        assert _cli(repo, "checkpoint", "r1", "--state", "-", "--files", stdin=f'{{"n": {i}}}').returncode == 0
+    fifo = repo / ".git" / "agentos" / name
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    (repo / "new.txt").write_text("new\n")
+    for args in (["runs"], ["checkpoint", "r1", "--state", "-"], ["checkpoint", "r1", "--state", "-", "--files"],
+                 ["restore", "r1~3", "--dry-run"], ["restore", "r1~3", "--force"]):
+        try:
+            done = _cli(repo, *args, stdin='{"n": 3}', timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"git agentos {' '.join(args)} hung on a FIFO at .git/agentos/{name}")
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done.stderr)
+    assert (repo / "a.txt").read_text() == "1\n" and not (repo / "new.txt").exists()  # restored
+    assert [line.split()[1] for line in _cli(repo, "log", "r1").stdout.splitlines()[1:]] == ["3", "2", "1", "0"]
+

@@ -11,7 +11,7 @@ import pygit2
 import pytest
 
 import gitstate
-from tests.conftest import git, user_snapshot
+from tests.conftest import bounded, git, user_snapshot
 
 
 def tree_listing(repo: Path, tree: str) -> dict[str, tuple[str, str]]:
@@ -272,3 +272,38 @@ def test_read_index_paths_of_a_split_index(work: Path) -> None:
     store = gitstate.open_store(work)
     names = set(git(work, "ls-tree", "-r", "--name-only", store.workspace.snapshot().tree).split())
     assert expected <= names
+
+
+@pytest.mark.parametrize("suffix", ["", ".tree", ".user", ".epoch", ".big", ".restore.lock"])
+def test_a_fifo_among_the_private_index_files_never_blocks(work: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            suffix: str) -> None:
+    """The stat cache (``index-<wt>``, read by libgit2), the files beside it and the restore lock,
+    each replaced by a FIFO, which a plain open would wait on for ever: a snapshot (by a new
+    handle, and by one that read the cache before) and a restore go on, taking it as missing, and
+    capture what is there; the FIFO is replaced as the file is written again."""
+    from gitstate.workspace import snapshot
+
+    monkeypatch.setattr(snapshot, "BIG_BLOB", 64)  # the big files' stat record is read and written too
+    (work / "big.bin").write_bytes(os.urandom(200))
+    store = gitstate.open_store(work)
+    run = store.create_run()
+    first = run.checkpoint({}, files=True)
+    path = Path(store.workspace.index_path + suffix)
+    for round_, writer in enumerate((gitstate.open_store(work), store)):  # a fresh handle, then a warm one
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+        (work / "src" / "main.py").write_text(f"changed {round_}\n")
+        (work / "big.bin").write_bytes(os.urandom(200))
+        cp = bounded(lambda w=writer: w.get_run(run.id).checkpoint({}, files=True), 60)
+        assert cp.files_tree_id is not None
+        files = tree_listing(work, cp.files_tree_id)
+        assert git(work, "cat-file", "blob", files["src/main.py"][1]) == f"changed {round_}\n"
+        assert files["big.bin"][1] == git(work, "hash-object", "big.bin").strip()
+        assert path.is_fifo() == (suffix == ".restore.lock")  # written again (a checkpoint takes no lock)
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    bounded(lambda: run.restore(first, force=True), 60)
+    assert (work / "src" / "main.py").read_text() == "print('hi')\n"
+    if suffix == ".restore.lock":
+        assert not os.path.lexists(path)  # broken at once (no holder makes a FIFO), then released
+    assert git(work, "fsck", "--strict") == ""

@@ -27,7 +27,7 @@ from gitstate.errors import (
 )
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint
-from gitstate.git import durability, handles, housekeeping, packs, refs
+from gitstate.git import durability, handles, housekeeping, packs, refs, safeopen
 from gitstate.git.command import check_git_version
 from gitstate.git.durability import Durability
 from gitstate.git.location import Location, check_present, locate
@@ -308,7 +308,7 @@ class StoreCore:
         try:
             if housekeeping.merge_tx_packs(self.location.common_dir) is not None:
                 os.makedirs(os.path.dirname(self._merged_stamp), exist_ok=True)
-                with open(self._merged_stamp, "a", encoding="ascii"):
+                with safeopen.open_file(self._merged_stamp, "a", encoding="ascii", replace_special=True):
                     pass
                 os.utime(self._merged_stamp)
         except (GitStateError, OSError):

@@ -39,6 +39,7 @@ from gitstate.format.names import (
     worktree_prefix,
 )
 from gitstate.format.nodes import NodeRecord
+from gitstate.git import safeopen
 from gitstate.git.location import open_repository
 from gitstate.git.objects import MODE_BLOB
 from gitstate.git.refs import list_refs, read_ref, remove_broken
@@ -286,7 +287,7 @@ class Store(StoreCore):
         path = os.path.join(self.location.common_dir, "agentos", f"summaries-{worktree}.cbor")
         cache: dict[str, Any] = {}
         try:
-            with open(path, "rb") as fh:
+            with safeopen.open_file(path, "rb") as fh:  # a FIFO there: OSError, never a wait
                 loaded = encoding.loads(fh.read(), path)
             if isinstance(loaded, dict) and loaded.get("v") == SUMMARY_CACHE_VERSION:
                 cache = loaded.get("runs") or {}
@@ -308,7 +309,7 @@ class Store(StoreCore):
             try:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-                with open(tmp, "wb") as fh:
+                with safeopen.open_file(tmp, "wb", replace_special=True) as fh:
                     fh.write(encoding.dumps({"v": SUMMARY_CACHE_VERSION, "runs": fresh}))
                 os.replace(tmp, path)
             except (OSError, GitStateError):

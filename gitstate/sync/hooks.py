@@ -32,7 +32,7 @@ import subprocess
 from dataclasses import dataclass
 
 from gitstate.errors import HookInstallError, PushNotAllowedError
-from gitstate.git import command
+from gitstate.git import command, safeopen
 from gitstate.store.store import Store
 
 CONFIG_KEY = "agentos.pushRemotes"
@@ -250,7 +250,7 @@ def hook_status(store: Store) -> HookStatus:
     chained = os.path.join(directory, CHAINED_NAME)
     kept = chained if os.path.lexists(chained) else None
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with safeopen.open_file(path, encoding="utf-8", errors="replace") as fh:
             current = fh.read()
     except FileNotFoundError:
         return HookStatus(path, "missing", kept)
@@ -275,7 +275,7 @@ def install_hooks(store: Store) -> HookInstall:
         os.makedirs(directory, exist_ok=True)
         current: str | None = None
         if os.path.lexists(path):
-            with open(path, encoding="utf-8", errors="replace") as fh:
+            with safeopen.open_file(path, encoding="utf-8", errors="replace") as fh:
                 current = fh.read()
         if current is not None and MARKER in current:
             if current == HOOK_SCRIPT and os.access(path, os.X_OK):

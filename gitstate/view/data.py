@@ -39,6 +39,7 @@ from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint, parse_time, summary_line
 from gitstate.format.names import NAMESPACE, decode_component, parse_ref, run_prefix, worktree_prefix
 from gitstate.format.statetree import StateReader
+from gitstate.git import safeopen
 from gitstate.git.command import run_git
 from gitstate.git.objects import MODE_TREE
 from gitstate.store import refspec, sessionfiles
@@ -453,7 +454,7 @@ class ViewData:
             return hit[1]
         found: list[tuple[str, str, int]] = []
         try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
+            with safeopen.open_file(path, encoding="utf-8", errors="replace") as fh:
                 lines = fh.read().splitlines()
         except OSError:
             lines = []

@@ -38,6 +38,7 @@ import pygit2
 from pygit2.enums import ConfigLevel, ObjectType, Option
 
 from gitstate.errors import FileChangingError
+from gitstate.git import safeopen
 from gitstate.git.objects import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE
 
 # One index entry of version 2: ctime s, ns, mtime s, ns, dev, ino, mode, uid, gid, size, id, flags.
@@ -80,7 +81,7 @@ def read_stat_cache(index_path: str) -> dict[bytes, tuple[bytes, bytes]] | None:
     the entry's stat data without ``dev`` as :func:`stat_key` packs it (the git mode included).
     ``None`` when the file is missing, not version 2, or holds conflicts or extended flags."""
     try:
-        with open(index_path, "rb") as fh:
+        with safeopen.open_file(index_path, "rb") as fh:  # a FIFO there: None, never a wait
             data = fh.read()
     except OSError:
         return None

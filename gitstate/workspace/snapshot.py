@@ -49,7 +49,7 @@ from gitstate.errors import (
     UsageError,
     WorktreeBusyError,
 )
-from gitstate.git import lockfile, privateindex
+from gitstate.git import lockfile, privateindex, safeopen
 from gitstate.git.command import run_git
 from gitstate.git.location import Location
 from gitstate.git.objects import MODE_COMMIT, MODE_TREE, gc_epoch, objects_dir
@@ -154,6 +154,15 @@ class Workspace:
         self._local.excludes = self._excludes_state(repo)
         return repo
 
+    def _reread(self, index: pygit2.Index, force: bool) -> None:
+        """``index.read(force)``, once the private index file is checked to be one libgit2 may
+        open (:func:`privateindex.check_file`: a FIFO put there is removed, and the index in
+        memory dropped as it would be for a damaged file); :class:`OSError` when it is not."""
+        if not safeopen.regular_or_absent(self.index_path):
+            index.clear()
+            privateindex.check_file(self.index_path)
+        index.read(force)
+
     def _excludes_state(self, repo: pygit2.Repository) -> tuple[str, tuple[int, int, int] | None]:
         """The global excludes file's path and ``(mtime_ns, size, inode)`` (``None``: absent)."""
         path = self._excludes_file(repo)
@@ -243,9 +252,9 @@ class Workspace:
             if snap is not None:
                 return snap
         try:
-            index.read(False)  # pick up a newer private index written by another process
-        except pygit2.GitError:
-            index.clear()  # unreadable (torn by a crash): rebuilt from the worktree
+            self._reread(index, False)  # pick up a newer private index written by another process
+        except (pygit2.GitError, OSError):
+            index.clear()  # unreadable (torn by a crash, not a file): rebuilt from the worktree
         epoch = gc_epoch(objects_dir(repo))
         cleared = epoch != self._saved_epoch()
         if cleared:
@@ -512,7 +521,7 @@ class Workspace:
 
     def _saved_signature(self) -> tuple[Any, ...] | None:
         try:
-            with open(self.index_path + ".user", encoding="ascii") as fh:
+            with safeopen.open_file(self.index_path + ".user", encoding="ascii") as fh:
                 parts = fh.read().split()
         except OSError:
             return None
@@ -529,7 +538,7 @@ class Workspace:
         text = " ".join("-" if v is None else ",".join(str(x) for x in v) for v in sig) + "\n"
         tmp = f"{self.index_path}.user.{os.getpid()}.{threading.get_ident()}"
         try:
-            with open(tmp, "w", encoding="ascii") as fh:
+            with safeopen.open_file(tmp, "w", encoding="ascii", replace_special=True) as fh:
                 fh.write(text)
             os.replace(tmp, self.index_path + ".user")
         except OSError:
@@ -633,8 +642,8 @@ class Workspace:
         try:
             # the scan reads the file: memory must hold exactly that (it holds more only after a
             # write failed; otherwise re-reading is needed only if another process wrote the file)
-            index.read(bool(getattr(self._local, "unsaved", False)))
-        except pygit2.GitError:
+            self._reread(index, bool(getattr(self._local, "unsaved", False)))
+        except (pygit2.GitError, OSError):
             return None
         self._local.unsaved = False
         cap = scan.capture(repo, self.index_path, self.workdir, self.location.common_dir, BIG_BLOB,
@@ -738,7 +747,7 @@ class Workspace:
         repo = self._repo()
         index = repo.index
         try:
-            index.read(False)
+            self._reread(index, False)
             for path in removed:
                 if path in index:
                     index.remove(path)
@@ -754,7 +763,7 @@ class Workspace:
     def _read_beside(self, suffix: str) -> str | None:
         """The text of ``<private index><suffix>`` (stripped), or None when it cannot be read."""
         try:
-            with open(self.index_path + suffix, encoding="ascii") as fh:
+            with safeopen.open_file(self.index_path + suffix, encoding="ascii") as fh:
                 return fh.read().strip()
         except OSError:
             return None
@@ -763,7 +772,7 @@ class Workspace:
         """Replace ``<private index><suffix>`` with ``text`` (atomically; best effort: a cache)."""
         tmp = f"{self.index_path}{suffix}.{os.getpid()}.{threading.get_ident()}"
         try:
-            with open(tmp, "w", encoding="ascii") as fh:
+            with safeopen.open_file(tmp, "w", encoding="ascii", replace_special=True) as fh:
                 fh.write(text + "\n")
             os.replace(tmp, self.index_path + suffix)
         except OSError:
@@ -795,7 +804,7 @@ class Workspace:
     def _big_stats(self) -> dict[str, tuple[int, ...]]:
         out: dict[str, tuple[int, ...]] = {}
         try:
-            with open(self._big_path(), encoding="utf-8", errors="surrogateescape") as fh:
+            with safeopen.open_file(self._big_path(), encoding="utf-8", errors="surrogateescape") as fh:
                 for line in fh:
                     parts = line.rstrip("\n").split(" ", 4)
                     if len(parts) == 5:
@@ -817,7 +826,8 @@ class Workspace:
                 lines.append(" ".join(str(x) for x in stat) + " " + path + "\n")
         tmp = f"{self._big_path()}.{os.getpid()}.{threading.get_ident()}"
         try:
-            with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as fh:
+            with safeopen.open_file(tmp, "w", encoding="utf-8", errors="surrogateescape",
+                                    replace_special=True) as fh:
                 fh.write("".join(lines))
             os.replace(tmp, self._big_path())
         except OSError:
@@ -906,7 +916,7 @@ def read_index_paths(path: str, git_dir: str | None = None, workdir: str | None 
     given: decoding the shared index and its EWAH bitmaps here would be more code than the one
     call, and neither libgit2 nor pygit2 reads split indexes."""
     try:
-        with open(path, "rb") as fh:
+        with safeopen.open_file(path, "rb") as fh:
             data = fh.read()
     except OSError:
         return set()
