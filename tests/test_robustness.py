@@ -327,3 +327,46 @@ def test_a_fifo_in_place_of_a_private_file_never_hangs_a_command(repo: Path, nam
     assert (repo / "a.txt").read_text() == "1\n" and not (repo / "new.txt").exists()  # restored
     assert [line.split()[1] for line in _cli(repo, "log", "r1").stdout.splitlines()[1:]] == ["3", "2", "1", "0"]
 
+
+@pytest.mark.skipif(not shutil.which("setpriv") and os.geteuid() == 0, reason="needs setpriv to drop root")
+def test_restores_and_file_snapshots_on_a_read_only_repository_are_one_error_line() -> None:
+    """restore, rollback --restore and checkpoint --files (a new file to store) where .git cannot
+    be written: exit 1 with one line ``error: cannot write the store at …``, nothing changed; a
+    restore's dry run, which writes nothing, still plans."""
+    base = Path(tempfile.mkdtemp(prefix="gitstate-ro-"))
+    try:
+        repo = base / "repo"
+        git(base, "init", "-q", str(repo))
+        for i in (1, 2):
+            (repo / "a.txt").write_text(f"{i}\n")
+            assert _cli(repo, "checkpoint", "r1", "--state", "-", "--files", stdin=f'{{"n": {i}}}').returncode == 0
+        (repo / "new.txt").write_text("new\n")
+        prefix: list[str] = []
+        if os.geteuid() == 0:
+            os.chmod(base, 0o755)
+            subprocess.run(["chown", "-R", "nobody", str(repo)], check=True)
+            prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        subprocess.run(["chmod", "-R", "a-w", str(repo / ".git")], check=True)
+        before = git(repo, "-c", "safe.directory=*", "for-each-ref")
+        env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(base))
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([*prefix, sys.executable, "-m", "gitstate_cli", *args], cwd=repo, env=env,
+                                  capture_output=True, text=True, timeout=60, check=False)
+
+        wrong = {}
+        for args in (["restore", "r1~1", "--force"], ["rollback", "r1", "~1", "--restore", "--force"],
+                     ["checkpoint", "r1", "--files"]):
+            done = cli(*args)
+            if done.returncode != 1 or not done.stderr.startswith("error: cannot write the store at ") \
+                    or done.stderr.count("\n") != 1:
+                wrong[" ".join(args)] = (done.returncode, done.stderr[-300:])
+            assert git(repo, "-c", "safe.directory=*", "for-each-ref") == before
+            assert (repo / "a.txt").read_text() == "2\n" and (repo / "new.txt").exists()
+        assert wrong == {}
+        planned = cli("restore", "r1~1", "--dry-run")
+        assert planned.returncode == 0 and "a.txt" in planned.stdout and "Traceback" not in planned.stderr, \
+            planned.stderr
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)

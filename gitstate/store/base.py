@@ -331,11 +331,16 @@ class StoreCore:
         self._local.pending.extend(oids)
 
     def _journal(self, oids: list[str]) -> None:
-        size = housekeeping.record(self.location.common_dir, oids)
-        if self.pack_in_background and size >= housekeeping.PACK_THRESHOLD:
-            self._pack_soon()
-        else:
-            housekeeping.maybe_pack(self.repo, self.location.common_dir, size)
+        # after the refs moved: the write is done, so housekeeping that cannot write (a read-only
+        # agentos/ folder) leaves the objects loose (for the user's git gc) but fails nothing
+        try:
+            size = housekeeping.record(self.location.common_dir, oids)
+            if self.pack_in_background and size >= housekeeping.PACK_THRESHOLD:
+                self._pack_soon()
+            else:
+                housekeeping.maybe_pack(self.repo, self.location.common_dir, size)
+        except (OSError, StoreWriteError):
+            pass
 
     def forget_objects(self) -> None:
         """Stop trusting this thread's cache of objects known to exist (after refs were deleted or

@@ -177,12 +177,13 @@ class Workspace:
         then raises :class:`WorktreeBusyError` having changed nothing; a lock left by a killed
         restore is broken at once (see :class:`lockfile.OwnedLock`). The lock's mtime is renewed
         while it is held, so one whose owner cannot be checked (another machine or container) is
-        broken by age only when its restore no longer runs."""
+        broken by age only when its restore no longer runs. :class:`StoreWriteError` when the lock
+        cannot be made (a read-only repository)."""
         path = self.index_path + ".restore.lock"
         limit = RESTORE_WAIT if wait is None else wait
         deadline = time.monotonic() + limit
         pause = 0.005
-        while (lock := lockfile.acquire(path, stale_after=RESTORE_LOCK_STALE)) is None:
+        while (lock := _take_lock(path, RESTORE_LOCK_STALE)) is None:
             if time.monotonic() >= deadline:
                 owner = lockfile.read_owner(path)
                 raise WorktreeBusyError(self.workdir, limit, owner.pid if owner is not None else None)
@@ -348,7 +349,10 @@ class Workspace:
                 data, st = scan.read_settled(opened[0], raw, opened[1])
         except OSError:
             return False
-        oid = repo.odb.write(ObjectType.BLOB, data)
+        try:
+            oid = repo.odb.write(ObjectType.BLOB, data)
+        except (pygit2.GitError, OSError) as exc:  # a read-only repository, a full disk
+            raise StoreWriteError(objects_dir(repo), str(exc)) from exc
         add_entry(index, os.fsencode(name), oid.raw, scan.git_mode(st.st_mode), st)
         return True
 
@@ -857,6 +861,15 @@ class _AddFailed(StoreWriteError):
     def __init__(self, path: str, reason: str, name: str | None) -> None:
         super().__init__(path, reason)
         self.name = name
+
+
+def _take_lock(path: str, stale_after: float) -> lockfile.OwnedLock | None:
+    """:func:`lockfile.acquire`, a failure to write the lock file (a read-only repository, a full
+    disk) being :class:`StoreWriteError`."""
+    try:
+        return lockfile.acquire(path, stale_after=stale_after)
+    except OSError as exc:
+        raise StoreWriteError(path, str(exc)) from exc
 
 
 def _retrying(call: Callable[[], T]) -> T:

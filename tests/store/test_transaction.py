@@ -319,3 +319,23 @@ def test_saver_under_a_held_branch_lock_ends_in_lock_timeout(repo: Path) -> None
     assert got.config["configurable"]["checkpoint_id"] == cfg["configurable"]["checkpoint_id"]
     latest = saver.get_tuple({"configurable": {"thread_id": "held", "checkpoint_ns": ""}})
     assert latest is not None and latest.config == nxt
+
+
+def test_a_journal_that_cannot_be_written_never_fails_a_written_checkpoint(repo: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot's loose objects are journaled for housekeeping after the refs moved: where that
+    cannot be written (a read-only ``agentos/`` folder) the checkpoint stands, and no error (nor
+    traceback) says otherwise; the objects stay loose for the user's ``git gc``."""
+    from gitstate.git import housekeeping
+
+    def refuse(common_dir: str, oids: object) -> int:
+        raise PermissionError(13, "Permission denied", os.path.join(common_dir, "agentos", "loose.journal"))
+
+    store = gitstate.open_store(repo)
+    run = store.create_run(run_id="journal")
+    monkeypatch.setattr(housekeeping, "record", refuse)
+    (repo / "new.txt").write_text("new\n")
+    cp = run.checkpoint({"a": 1}, files=["new.txt"])  # a partial snapshot: loose objects, journaled
+    head = run.head()
+    assert head is not None and head.id == cp.id and cp.files_tree_id is not None
+    git(repo, "fsck", "--strict")
