@@ -62,3 +62,36 @@ def test_a_pull_replays_the_node_log_of_a_branch_on_the_remotes_line(tmp_path: P
     assert "pushed run1 main (node log)" in pushed.stdout, pushed.stdout
     agentos(a, "pull", "origin")
     assert nodes(a, "run1") == nodes(b, "run1")
+
+
+def test_a_node_log_with_a_record_that_does_not_read_is_not_pulled(tmp_path: Path) -> None:
+    """A remote whose node log got a record that does not decode (a hostile or broken peer): pull
+    skips that log (nodes, node:NAME and checkpoint --node would fail on it here) and takes the
+    rest of the run; the log already here is unchanged."""
+    import subprocess
+
+    from test_cli_sharing import machines
+
+    a, b, server = machines(tmp_path)
+    agentos(a, "checkpoint", "run1", "--state", "-", "--node", "plan", input="{}")
+    agentos(a, "push", "origin")
+    agentos(b, "pull", "origin")
+    before = nodes(b, "run1")
+    agentos(a, "checkpoint", "run1", "--state", "-", "--node", "act", input='{"a": 1}')
+    agentos(a, "push", "origin")
+    log = "refs/agentos/main/runs/run1/nodes/main"
+
+    def git(*args: str, input: str | None = None) -> str:
+        return subprocess.run(["git", *args], cwd=server, input=input, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    garbage = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=server, input=b"\xff",
+                             capture_output=True, check=True).stdout.decode().strip()
+    tree = git("mktree", input=f"100644 blob {garbage}\tnode.cbor\n")
+    git("update-ref", log, git("commit-tree", tree, "-p", log, "-m", "node act · completed"))
+    pulled = agentos(b, "pull", "origin", code=1)
+    assert "skipped run1 main (node log): the remote's node log holds a record that does not read" in pulled.stdout, \
+        pulled.stdout
+    assert "fast-forward run1 main\n" in pulled.stdout  # the branch itself came
+    assert nodes(b, "run1") == before  # the log here is as it was, and reads
+    assert agentos(b, "verify").returncode == 0

@@ -50,6 +50,7 @@ from gitstate.format.names import (
 from gitstate.git import command
 from gitstate.git.reader import ObjectReader
 from gitstate.git.refs import list_refs
+from gitstate.store.nodes import read_record
 from gitstate.store.sessionfiles import copy_ref, is_copy_of
 from gitstate.store.store import Store
 from gitstate.sync.hooks import check_push_allowed, git_cwd
@@ -630,6 +631,11 @@ def _merge_one(store: Store, local: str, theirs: str, label: str, remote_refs: d
         if other is not None:
             return RefResult(local, "skipped", _read(store, local), theirs, other)
     ours = _read(store, local)
+    if parsed.kind == "nodes":
+        unreadable = _unreadable_record(reader, theirs, ours)
+        if unreadable is not None:
+            return RefResult(local, "skipped", ours, theirs,
+                             f"the remote's node log holds a record that does not read ({unreadable}); not pulled")
     try:
         if ours is None:
             store.move_ref(local, None, theirs, f"gitstate: pull from {label} (new)")
@@ -755,6 +761,23 @@ def _other_workflow(store: Store, record: RefResult | None) -> str | None:
         return None
     return (f"the remote's run of this id is another run (workflow {theirs or 'none'} there, "
             f"{ours or 'none'} here); not pulled")
+
+
+def _unreadable_record(reader: ObjectReader, theirs: str, ours: str | None) -> str | None:
+    """Why a record of the remote's node log that ours lacks does not read (as ``nodes`` and
+    ``checkpoint --node`` would find it), or ``None``: its first-parent chain from ``theirs``,
+    down to ``ours`` or to its root, each commit once."""
+    seen: set[str] = set()
+    oid: str | None = theirs
+    while oid is not None and oid != ours and oid not in seen:
+        seen.add(oid)
+        try:
+            commit = reader.commit(oid)
+            read_record(reader, commit)
+        except CorruptObjectError as exc:
+            return str(exc)
+        oid = commit.parent_ids[0] if commit.parent_ids else None
+    return None
 
 
 def _run_record_of(ref: str) -> str:
