@@ -201,6 +201,8 @@ def export(store: gitstate.Store, runs: tuple[str, ...], output: str, include_sa
     Any git can read it (`git bundle verify FILE`); `git agentos import FILE` brings it in. RUN
     is a run id. Each run's restore-safety branch (workspace files a restore set aside without
     checkpointing them) stays out unless --include-safety; the output says what was left out.
+    The bundle is read back as an import would read it before FILE is written, so a damaged
+    object in the store fails the export and leaves FILE as it was.
 
     \b
     Example:

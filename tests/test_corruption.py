@@ -285,3 +285,26 @@ def test_cli_on_a_node_record_naming_no_object_id(repo: Path) -> None:
     assert repaired.returncode == 0 and f"repaired {log}: node log rewritten" in repaired.stdout, repaired.stdout
     assert _cli(repo, "checkpoint", "r", "--state", "-", "--node", "plan", stdin="{}").returncode == 0
     assert _cli(repo, "verify").returncode == 0
+
+
+def test_export_of_a_damaged_object_fails_and_writes_no_bundle(repo: Path, tmp_path: Path) -> None:
+    """A loose object whose bytes are another object's (valid zlib, valid object, wrong id): git
+    bundle create writes it without a word and the bundle only fails on import; export reads its
+    bundle back first, so it fails and writes nothing (an existing file is left as it was)."""
+    store = gitstate.open_store(repo)
+    run = store.create_run(run_id="r")
+    run.checkpoint({"a": 1})
+    tip = run.checkpoint({"a": 2, "b": "x" * 100})
+    victim = store.reader.tree(tip.tree_id)["meta.cbor"].id
+    other = store.reader.tree(run.load(tip.parent_id or "").tree_id)["meta.cbor"].id
+    store.close()
+    loosen(repo)
+    os.chmod(_loose(repo, victim), 0o644)
+    _loose(repo, victim).write_bytes(_loose(repo, other).read_bytes())  # another object's bytes under this id
+    out = tmp_path / "runs.bundle"
+    out.write_bytes(b"an older backup")
+    done = _cli(repo, "export", "-o", str(out))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("error: ") and "does not read back" in done.stderr, done.stderr
+    assert out.read_bytes() == b"an older backup"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".gitstate-bundle-")]

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from gitstate.errors import RemoteError, RunNotFound, UsageError
 from gitstate.format.names import NAMESPACE, run_prefix, worktree_prefix
+from gitstate.git import command
 from gitstate.git.refs import list_refs
 from gitstate.store.store import Store
 from gitstate.sync.remote import PullResult, fetch_and_merge, is_safety_ref, run_git
@@ -33,7 +34,9 @@ class BundleExport(list[str]):
 def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.PathLike[str], *,
                   include_safety: bool = False) -> BundleExport:
     """Write a git bundle of the runs' refs (all runs of the worktree when ``runs`` is empty) to
-    ``output`` and return the ref names it holds. Raises :class:`RunNotFound` for an unknown run.
+    ``output`` and return the ref names it holds. The bundle is fetched into a scratch repository
+    first (each object hashed, the refs' histories checked complete, as an import does), so a
+    damaged object fails the export (:class:`RemoteError`) and ``output`` is left as it was. Raises :class:`RunNotFound` for an unknown run.
     The unsaved-work safety branch a restore writes (``restore-safety``, its node log too) holds
     files never checkpointed on purpose: it stays out (listed in :attr:`BundleExport.left_out`)
     unless ``include_safety``."""
@@ -62,20 +65,45 @@ def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.Pat
     except OSError:
         kind = None
     names = "".join(f"{name}\n" for name in chosen)
-    if kind is None or stat.S_ISREG(kind) or stat.S_ISDIR(kind):
-        run_git(store, ["bundle", "create", "--quiet", path, "--stdin"], action="write bundle", remote=path,
-                stdin=names)
-        return BundleExport(chosen, left_out)
-    with tempfile.TemporaryDirectory(prefix="gitstate-bundle-") as tmp:
+    regular = kind is None or stat.S_ISREG(kind)
+    if kind is not None and stat.S_ISDIR(kind):
+        raise RemoteError(path, "write bundle", "is a directory")
+    # staged beside the destination (renamed into place) or in a temporary folder (copied into a
+    # pipe or device), and read back before it replaces anything
+    try:
+        folder = tempfile.TemporaryDirectory(prefix=".gitstate-bundle-", dir=os.path.dirname(path) if regular else None)
+    except OSError as exc:
+        raise RemoteError(path, "write bundle", exc.strerror or str(exc)) from exc
+    with folder as tmp:
         staged = os.path.join(tmp, "runs.bundle")
         run_git(store, ["bundle", "create", "--quiet", staged, "--stdin"], action="write bundle", remote=path,
                 stdin=names)
+        _check_readable(staged, path)
         try:
-            with open(staged, "rb") as src, open(path, "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            if regular:
+                os.replace(staged, path)
+            else:
+                with open(staged, "rb") as src, open(path, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
         except OSError as exc:
             raise RemoteError(path, "write bundle", exc.strerror or str(exc)) from exc
     return BundleExport(chosen, left_out)
+
+
+def _check_readable(bundle: str, shown: str) -> None:
+    """Fetch every ref of a written bundle into a scratch repository, as an import does: git
+    hashes each object it holds and checks that the refs' histories are complete. A damaged object
+    in the store (bytes that are not what its id names) is written into a bundle by ``git bundle
+    create`` without a word and would only fail the import; here it fails the export
+    (:class:`RemoteError`), before the file is written."""
+    with tempfile.TemporaryDirectory(prefix="gitstate-bundle-check-") as scratch:
+        for args in (["init", "--quiet", "--bare", scratch],
+                     ["-C", scratch, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", bundle,
+                      "refs/*:refs/*"]):
+            done = command.run_git(None, args, cwd=scratch)
+            if done.returncode != 0:
+                raise RemoteError(shown, "write bundle", "the bundle does not read back, so the store holds a damaged "
+                                  f"object (run git agentos verify): {command.last_line(done.stderr)}")
 
 
 def import_bundle(store: Store, file: str | os.PathLike[str]) -> list[PullResult]:
