@@ -69,7 +69,11 @@ def test_branch_names_with_tilde_and_at(at_repo: Path) -> None:
     assert [c["id"] for c in as_json("log", f"r@{fork}")][0] == tip["id"]
     assert as_json("show", f"r@{fork}~1")["state"] == {"n": 1}
     assert as_json("diff", f"r@{fork}", "r")["a"] == tip["id"]
-    agentos("fork", "r", "@main~2", "main@origin")  # a kept copy's name: '@' inside a branch name
+    # a kept copy's name ('@' inside a branch name), as a pull makes one (fork refuses such a name)
+    kept = gitstate.open_store(at_repo)
+    kept.move_ref(kept.get_run("r").ref("main@origin"), None, as_json("show", "r@main~2")["id"],
+                  "gitstate: pull from origin (diverged main)")
+    kept.close()
     assert as_json("show", "r@main@origin")["state"] == {"n": 0}
     moved = as_json("rollback", f"r@{fork}", "~1")
     assert (moved["branch"], moved["to"]["state"] if "state" in moved["to"] else None) == (fork, None)
@@ -136,7 +140,8 @@ def test_ambiguous_prefix_lists_the_candidates(at_repo: Path) -> None:
     result = CliRunner().invoke(cli, ["show", first.id[:4], "--json"])
     doc = json.loads(result.stdout)
     assert doc["type"] == "AmbiguousReferenceError"
-    assert {c["id"] for c in doc["candidates"]} == {first.id, second.id, blob}
+    # other objects of the run (trees, state blobs) may share the 4-digit prefix too
+    assert {c["id"] for c in doc["candidates"]} >= {first.id, second.id, blob}
 
 
 def test_a_prefix_shared_by_one_checkpoint_and_other_objects_names_it(at_repo: Path) -> None:
