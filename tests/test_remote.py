@@ -322,3 +322,19 @@ def test_a_remote_run_of_another_workflow_with_the_same_id_is_not_grafted(tmp_pa
     run = b.get_run("chat-1")
     assert set(run.branches()) == {"main"} and run.head().id == mine.id  # type: ignore[union-attr]
     assert got["same/heads/main"] == "diverged" and set(b.get_run("same").branches()) == {"main", "main@origin"}
+
+
+def test_push_says_when_the_remotes_run_of_that_id_is_another_workflows(tmp_path: Path) -> None:
+    """The remote's run of the same id is another workflow's: push says so for its refs instead of
+    "pull first" (the pull would skip that run, so the hint could never be followed)."""
+    url = bare(tmp_path / "server.git").as_uri()
+    a, b = stores(tmp_path, url)
+    a.create_run(run_id="chat-1", workflow="session-like").checkpoint({"from": "a"})
+    assert all(r.ok for r in gitstate.push(a))
+    b.create_run(run_id="chat-1", workflow="langgraph-like").checkpoint({"from": "b"})
+    pushed = gitstate.push(b)
+    refs = {r.ref.split("/runs/", 1)[1]: r for res in pushed for r in res.refs}
+    for name in ("chat-1/run", "chat-1/heads/main"):
+        assert refs[name].status == "rejected", (name, refs[name])
+        assert "another run (workflow session-like there, langgraph-like here)" in refs[name].message
+        assert "pull first" not in refs[name].message

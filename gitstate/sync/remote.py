@@ -255,8 +255,13 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
         results.update(_kept_copies(store, remote, kept))
     refused = {name: r.new for name, r in results.items()
                if r.status == "rejected" and r.message in (_REJECT_HINT, _REJECT_FILE_HINT) and r.new is not None}
-    for name, theirs in _behind(store, remote, label, refused).items():
+    behind, others = _behind(store, remote, label, refused)
+    for name, theirs in behind.items():
         results[name] = RefResult(name, "behind", theirs, refused[name], BEHIND_MESSAGE.format(remote=remote))
+    for name, result in list(results.items()):
+        why = others.get(_run_record_of(name)) if result.status == "rejected" else None
+        if why is not None:  # pulling cannot help: the remote's run of that id is another run
+            results[name] = RefResult(name, "rejected", result.old, result.new, why)
     return _group(results.values(), PushResult)
 
 
@@ -264,13 +269,16 @@ BEHIND_MESSAGE = "{remote} has newer checkpoints on this line; nothing to push (
 _MAX_BEHIND_CHECK = 1000  # refused refs whose remote value one push fetches to tell "behind"
 
 
-def _behind(store: Store, remote: str, label: str, refused: dict[str, str]) -> dict[str, str]:
+def _behind(store: Store, remote: str, label: str,
+            refused: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """Of the refs a push refused as not fast-forward (``{ref: our oid}``), those whose value here
     is an ancestor of the remote's: the remote's line merely went on, nothing of ours is missing
     there. Their remote values are fetched into a private staging namespace (removed again) to
-    tell; returns ``{ref: the remote's oid}``. A fetch that fails leaves them refused."""
+    tell; returns ``{ref: the remote's oid}``, and ``{run record ref: why}`` for refused run
+    records whose remote run names another workflow (another run with the same id: no pull makes
+    the push possible). A fetch that fails leaves them refused."""
     if not refused or len(refused) > _MAX_BEHIND_CHECK:
-        return {}
+        return {}, {}
     session = f"{STAGING}{encode_component(label)}/{os.getpid()}-{secrets.token_hex(4)}/"
     specs = [f"+{name}:{session}{name[len(NAMESPACE):]}" for name in sorted(refused)]
     found: dict[str, str] = {}
@@ -279,8 +287,9 @@ def _behind(store: Store, remote: str, label: str, refused: dict[str, str]) -> d
                                "--no-recurse-submodules", "--refmap=", remote, *specs],
                        action="fetch from", remote=remote, check=False)
         if done.returncode != 0:
-            return {}
+            return {}, {}
         reader = store.reader
+        others: dict[str, str] = {}
         for name, ours in refused.items():
             theirs = _read(store, session + name[len(NAMESPACE):])
             try:
@@ -288,9 +297,14 @@ def _behind(store: Store, remote: str, label: str, refused: dict[str, str]) -> d
                     found[name] = theirs
             except CorruptObjectError:
                 continue
+            parsed = parse_ref(name)
+            if theirs is not None and parsed is not None and parsed.kind == "run":
+                why = _other_workflow(store, RefResult(name, "conflict", ours, theirs))
+                if why is not None:
+                    others[name] = why.replace("; not pulled", f"; this run cannot be pushed to {remote} under this id")
     finally:
         _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
-    return found
+    return found, others
 
 
 SAFETY_MESSAGE = ("not pushed: the restore-safety branch holds workspace files a restore set aside without "
