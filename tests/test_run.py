@@ -420,16 +420,3 @@ def test_wrong_argument_kinds_are_clear_errors(store: gitstate.Store) -> None:
             run.checkpoint(state)
     assert [c.id for c in run.history()] == [cp.id]
 
-
-def test_a_new_branch_cannot_take_a_kept_copy_name(store: gitstate.Store) -> None:
-    """NAME@REMOTE is how a pull names the remote's diverged line it keeps, which push never sends:
-    fork and a first checkpoint refuse it for a branch of the user's (names with @ otherwise, as
-    a@b~c, are fine)."""
-    run = store.create_run(run_id="names")
-    cp = run.checkpoint({"a": 1})
-    for make in (lambda: run.fork(cp.id, "exp@origin"), lambda: run.checkpoint({}, branch="new@up-2")):
-        with pytest.raises(gitstate.UsageError, match="NAME@REMOTE is how a pull names"):
-            make()
-    assert set(run.branches()) == {"main"}
-    run.fork(cp.id, "a@b~c")
-    assert set(run.branches()) == {"main", "a@b~c"}

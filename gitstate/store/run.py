@@ -33,7 +33,7 @@ from gitstate.errors import (
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint, read_meta
-from gitstate.format.names import branch_ref, check_name, decode_component, is_kept_copy, run_prefix
+from gitstate.format.names import branch_ref, check_name, decode_component, run_prefix
 from gitstate.format.nodes import NodeRecord
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
 from gitstate.git.reader import CommitData
@@ -265,8 +265,6 @@ class Run:
         this checkpoint's parent, else it starts one whose entry and exit are this checkpoint
         (``failed`` when ``status`` is), so ``nodes()`` lists it and ``node:NAME`` names it."""
         check_name("branch name", branch)
-        if is_kept_copy(branch) and self.tip(branch) is None:
-            _check_not_kept_copy(branch)  # a new branch only: a kept copy itself may be written on
         if mark_node and not node:
             raise UsageError("mark_node needs a node name")
         for kind, value in (("node", node), ("trigger", trigger), ("status", status)):
@@ -464,7 +462,6 @@ class Run:
         new branch's node log starts as that of the branch whose line holds ``ref`` (``from_branch``
         first, then ``main``), so :meth:`nodes` of the fork lists the boundaries up to the fork point."""
         check_name("branch name", new_branch)
-        _check_not_kept_copy(new_branch)
         target = self.load(ref, branch=from_branch)
         head = self.ref(new_branch)
         source = self._line_of(target.id, from_branch)
@@ -908,14 +905,6 @@ def _optional_list(kind: str, value: Sequence[Any] | None) -> list[Any] | None:
         raise UsageError(f"{kind} must be a list, not {type(value).__name__}")
     return list(value)
 
-
-
-def _check_not_kept_copy(branch: str) -> None:
-    """Refuse to start a branch named as a pull names the remote's diverged line it keeps
-    (``<branch>@<remote>``): push would take it for one and never send it."""
-    if is_kept_copy(branch):
-        raise UsageError(f"branch name {branch!r}: NAME@REMOTE is how a pull names a remote's line it keeps "
-                         "(push never sends such a branch); choose a name without that form")
 
 
 class _Counter:
