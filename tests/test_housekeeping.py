@@ -130,10 +130,19 @@ def test_pack_count_stays_bounded_over_ten_thousand_transactions(memory_repo: Pa
     for i in (0, 1234, 5000, 9999):
         assert reader.blob(ids[i]) == b"checkpoint %d\n" % i
     agentos = Path(store.location.common_dir) / "agentos"
-    listed = [n for f in (housekeeping.TX_PACKS, housekeeping.TX_PACKS + ".kept") if (agentos / f).exists()
-              for n in (agentos / f).read_text().split()]
+
+    def listed() -> list[str]:
+        return [n for f in (housekeeping.TX_PACKS, housekeeping.TX_PACKS + ".kept") if (agentos / f).exists()
+                for n in (agentos / f).read_text().split()]
+
     on_disk = sorted(p.stem for p in (repo / ".git" / "objects" / "pack").glob("*.idx"))
-    assert sorted(set(listed)) == on_disk, (sorted(set(listed) - set(on_disk)), sorted(set(on_disk) - set(listed)),
+    assert set(on_disk) <= set(listed()), sorted(set(on_disk) - set(listed()))  # no pack of ours unlisted
+    # a writer whose list was taken aside by a merge right after its append lists its pack again
+    # (it cannot tell whether the merger read it); if the merge took that pack, the name is left
+    # over until the next merge drops names whose pack is gone
+    housekeeping.merge_tx_packs(store.location.common_dir)
+    on_disk = sorted(p.stem for p in (repo / ".git" / "objects" / "pack").glob("*.idx"))
+    assert sorted(set(listed())) == on_disk, (sorted(set(listed()) - set(on_disk)), sorted(set(on_disk) - set(listed())),
                                             sorted(p.name for p in (repo / ".git" / "objects" / "pack").iterdir()),
                                             sorted(p.name for p in agentos.iterdir()))
 
