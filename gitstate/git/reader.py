@@ -336,6 +336,17 @@ class ObjectReader:
         key = str(oid)
         return parse_commit(key, self.read(key, ObjectType.COMMIT)[1])
 
+    def first_parents(self, tip: str | None) -> Iterator[CommitData]:
+        """The commits from ``tip`` down its first parents, newest first, each once (a loop in a
+        damaged history ends the walk)."""
+        seen: set[str] = set()
+        oid = tip
+        while oid is not None and oid not in seen:
+            seen.add(oid)
+            commit = self.commit(oid)
+            yield commit
+            oid = commit.parent_ids[0] if commit.parent_ids else None
+
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         """Whether ``ancestor`` is reachable from ``descendant`` through parents (or equal)."""
         seen: set[str] = set()

@@ -318,8 +318,9 @@ class ThreadIndex:
         self.newest = {}
         for key in own:
             self._note(entries[key])
+        own_ns = {ns for ns, _ in own}
         for key, entry in entries.items():
-            if key not in own and not any(ns == entry.ns for ns, _ in own):
+            if key not in own and entry.ns not in own_ns:
                 self._note(entry)
         self.set_tips(tips)
 

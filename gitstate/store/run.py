@@ -198,18 +198,17 @@ class Run:
         if key is None:
             return cp
         copy: str | None = None
-        seen: set[str] = set()
+        seen: set[str] = set()  # history shared with a branch walked before is not walked again
         tips = self.branches()
         for name in sorted(tips, key=lambda name: name != "main"):
-            oid: str | None = tips[name].id
-            while oid is not None and oid not in seen:
-                if oid == cp.id:
+            for commit in reader.first_parents(tips[name].id):
+                if commit.id == cp.id:
                     return cp
-                seen.add(oid)
-                commit = reader.commit(oid)
+                if commit.id in seen:
+                    break
+                seen.add(commit.id)
                 if copy is None and lgtree.checkpoint_key(commit.message) == key:
-                    copy = oid
-                oid = commit.parent_ids[0] if commit.parent_ids else None
+                    copy = commit.id
         return cp if copy is None else self.store.read_checkpoint(copy)
 
     def _node_exit(self, ref: str, name: str, branch: str) -> Checkpoint:
@@ -491,14 +490,8 @@ class Run:
         reader = self.store.reader
         tips = self.branches()
         for name in sorted(tips, key=lambda name: (name != branch, name != "main")):
-            at: str | None = tips[name].id
-            seen: set[str] = set()
-            while at is not None and at not in seen:  # parents only: no checkpoint decoded
-                if at == oid:
-                    return name
-                seen.add(at)
-                parents = reader.commit(at).parent_ids
-                at = parents[0] if parents else None
+            if any(commit.id == oid for commit in reader.first_parents(tips[name].id)):  # no checkpoint decoded
+                return name
         return None
 
     def rollback(self, target: str, branch: str = "main", *, expect: str | None = None,

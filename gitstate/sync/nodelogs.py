@@ -27,15 +27,7 @@ from gitstate.store.transaction import Transaction
 
 def first_parent_chain(reader: ObjectReader, tip: str | None) -> list[str]:
     """The commits from ``tip`` down its first parents, newest first."""
-    out: list[str] = []
-    seen: set[str] = set()
-    oid = tip
-    while oid is not None and oid not in seen:
-        seen.add(oid)
-        out.append(oid)
-        parents = reader.commit(oid).parent_ids
-        oid = parents[0] if parents else None
-    return out
+    return [commit.id for commit in reader.first_parents(tip)]
 
 
 def _on_line(reader: ObjectReader, oid: str, line: set[str]) -> bool:

@@ -301,7 +301,7 @@ def _behind(store: Store, remote: str, label: str,
             if theirs is not None and parsed is not None and parsed.kind == "run":
                 why = _other_workflow(store, RefResult(name, "conflict", ours, theirs))
                 if why is not None:
-                    others[name] = why.replace("; not pulled", f"; this run cannot be pushed to {remote} under this id")
+                    others[name] = f"{why}; this run cannot be pushed to {remote} under this id"
     finally:
         _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
     return found, others
@@ -643,7 +643,7 @@ def _merge_one(store: Store, local: str, theirs: str, label: str, remote_refs: d
     if parsed.kind != "run":
         other = _other_workflow(store, done.get(_run_record_of(local)))
         if other is not None:
-            return RefResult(local, "skipped", _read(store, local), theirs, other)
+            return RefResult(local, "skipped", _read(store, local), theirs, f"{other}; not pulled")
     ours = _read(store, local)
     if parsed.kind == "nodes":
         unreadable = _unreadable_record(reader, theirs, ours)
@@ -773,24 +773,20 @@ def _other_workflow(store: Store, record: RefResult | None) -> str | None:
         return None
     if ours == theirs:
         return None
-    return (f"the remote's run of this id is another run (workflow {theirs or 'none'} there, "
-            f"{ours or 'none'} here); not pulled")
+    return f"the remote's run of this id is another run (workflow {theirs or 'none'} there, {ours or 'none'} here)"
 
 
 def _unreadable_record(reader: ObjectReader, theirs: str, ours: str | None) -> str | None:
     """Why a record of the remote's node log that ours lacks does not read (as ``nodes`` and
     ``checkpoint --node`` would find it), or ``None``: its first-parent chain from ``theirs``,
     down to ``ours`` or to its root, each commit once."""
-    seen: set[str] = set()
-    oid: str | None = theirs
-    while oid is not None and oid != ours and oid not in seen:
-        seen.add(oid)
-        try:
-            commit = reader.commit(oid)
+    try:
+        for commit in reader.first_parents(theirs):
+            if commit.id == ours:
+                break
             read_record(reader, commit)
-        except CorruptObjectError as exc:
-            return str(exc)
-        oid = commit.parent_ids[0] if commit.parent_ids else None
+    except CorruptObjectError as exc:
+        return str(exc)
     return None
 
 
