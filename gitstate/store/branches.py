@@ -8,6 +8,7 @@ shares with ``main``. Reading only; deletion itself is :meth:`Run.delete_branch`
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,14 +56,7 @@ class BranchInfo:
 
 
 def _first_parent_line(store: StoreCore, tip: str, limit: int = FORK_POINT_LIMIT) -> list[str]:
-    reader = store.reader
-    line: list[str] = []
-    oid: str | None = tip
-    while oid is not None and len(line) < limit:
-        line.append(oid)
-        parents = reader.commit(oid).parent_ids
-        oid = parents[0] if parents else None
-    return line
+    return [commit.id for commit in itertools.islice(store.reader.first_parents(tip), limit)]
 
 
 def _origin(name: str, message: str | None, fork_point: str | None) -> tuple[str, str]:
