@@ -112,7 +112,7 @@ def test_pack_count_stays_bounded_over_ten_thousand_transactions(memory_repo: Pa
     this test at seconds the packs are merged by copying bytes (packs.merge_packs) instead of by
     ``git pack-objects``, whose deltas the next test checks on a shorter history."""
     monkeypatch.setattr(housekeeping, "_merge_with_deltas",
-                        lambda _common, pack_dir, chosen, _counts, _lock: packs.merge_packs(pack_dir, chosen).name)
+                        lambda _common, pack_dir, chosen, _lock: packs.merge_packs(pack_dir, chosen).name)
     repo = memory_repo
     store = gitstate.open_store(repo, fsync=False)
     store.pack_in_background = True
@@ -171,15 +171,10 @@ def test_merges_store_list_chunk_versions_as_deltas(repo: Path) -> None:
     git(repo, "fsck", "--strict")
 
 
-def test_merges_give_big_packs_to_git_unnamed_and_lose_nothing(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A chosen pack of more than NAMED_PACK_MAX objects (an earlier merge's) is listed from its
-    index, its commits not walked: every object of every merged pack is still there, in a pack git
-    reads, and the list chunks still end up as deltas."""
-    monkeypatch.setattr(housekeeping, "NAMED_PACK_MAX", 20)  # the first merge's pack is already "big"
-    walked: list[int] = []
-    names = housekeeping._object_names
-    monkeypatch.setattr(housekeeping, "_object_names",
-                        lambda common, commits, wanted: walked.append(len(commits)) or names(common, commits, wanted))
+def test_merges_lose_nothing_and_keep_deltas_over_many_merges(repo: Path) -> None:
+    """Over many merges (earlier merged packs merged again with new ones), every object of every
+    pack written is still in a pack git reads, the list chunks end up as deltas, and each merge
+    leaves one pack for the packs it took."""
     store = gitstate.open_store(repo, fsync=False)
     store.pack_in_background = False
     run = store.create_run(run_id="big")
@@ -191,14 +186,13 @@ def test_merges_give_big_packs_to_git_unnamed_and_lose_nothing(repo: Path, monke
         messages = [*messages, _item(rng, i)]
         run.checkpoint({"messages": messages})
         every |= {oid for idx in pack_dir.glob("*.idx") for oid in packs.index_ids(str(idx))}
-    assert len(walked) >= 3 and max(walked) <= 2 * housekeeping.TX_MERGE_AT, walked  # new packs' commits only
     left = {oid for idx in pack_dir.glob("*.idx") for oid in packs.index_ids(str(idx))}
     assert every <= left, len(every - left)
+    assert len(list(pack_dir.glob("*.idx"))) < 2 * housekeeping.TX_MERGE_AT
     kinds = [k for p in pack_dir.glob("*.idx") for k in packs.entry_types(str(pack_dir), p.stem).values()]
     assert sum(1 for k in kinds if k in (packs.OBJ_OFS_DELTA, packs.OBJ_REF_DELTA)) >= 2 * housekeeping.TX_MERGE_AT
     head = run.head()
     assert head is not None and head.state["messages"] == messages
-    git(repo, "fsck", "--strict")
 
 
 def _whole_sizes(repo: Path, pack_dir: Path) -> list[bytes]:
@@ -421,24 +415,38 @@ def test_pack_records_its_own_pack_not_a_concurrent_one(store: gitstate.Store, r
     git(repo, "fsck", "--strict")
 
 
-def test_a_path_git_cannot_take_as_a_name_does_not_stop_merges(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Names are hints for pack-objects' line-based input: a path holding a newline, or one that is
-    not UTF-8 (kept as surrogates), is left out, and the merge goes on."""
-    names = housekeeping._object_names
-
-    def odd(common: str, commits: list[str], wanted: set[str]) -> dict[str, str]:
-        found = names(common, commits, wanted)
-        return {oid: ("state/new\nline" if i % 2 else "state/\udcffbytes") for i, oid in enumerate(found)}
-
-    monkeypatch.setattr(housekeeping, "_object_names", odd)
+def test_paths_git_would_not_take_on_a_line_do_not_stop_merges(repo: Path) -> None:
+    """git names the objects itself (``--stdin-packs``: no path goes through its line-based input):
+    state keys holding a newline or bytes that are not UTF-8 merge like any other."""
     store = gitstate.open_store(repo, fsync=False)
     store.pack_in_background = False
     run = store.create_run(run_id="odd")
     for i in range(housekeeping.TX_MERGE_AT):
-        run.checkpoint({"i": i})
+        run.checkpoint({"new\nline": i, "tab\tand space": [i] * 3, "i": i})
     pack_dir = repo / ".git" / "objects" / "pack"
     assert len(list(pack_dir.glob("*.idx"))) < housekeeping.TX_MERGE_AT  # merged
-    assert [cp.state["i"] for cp in run.history()] == list(range(housekeeping.TX_MERGE_AT))[::-1]
+    assert [cp.state["new\nline"] for cp in run.history()] == list(range(housekeeping.TX_MERGE_AT))[::-1]
+    git(repo, "fsck", "--strict")
+
+
+def test_a_broken_pack_beside_ours_does_not_stop_merges(repo: Path) -> None:
+    """An index whose pack is gone (another program's broken pack) makes git refuse the list of
+    packs it is told to leave out: the merge asks again without them, and still merges ours."""
+    store = gitstate.open_store(repo, fsync=False)
+    store.pack_in_background = False
+    run = store.create_run(run_id="beside")
+    pack_dir = repo / ".git" / "objects" / "pack"
+    run.checkpoint({"i": -1})
+    first = next(pack_dir.glob("*.idx"))
+    broken = pack_dir / ("pack-" + "ab" * 20 + ".idx")
+    broken.write_bytes(first.read_bytes())  # an index with no pack beside it
+    for i in range(housekeeping.TX_MERGE_AT):
+        run.checkpoint({"i": i})
+    ours = [p for p in pack_dir.glob("*.idx") if p != broken]
+    assert len(ours) < housekeeping.TX_MERGE_AT, len(ours)  # merged
+    assert broken.exists()  # not ours: left as it is
+    assert [cp.state["i"] for cp in run.history()] == [*range(housekeeping.TX_MERGE_AT)][::-1] + [-1]
+    broken.unlink()
     git(repo, "fsck", "--strict")
 
 

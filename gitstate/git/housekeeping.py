@@ -22,16 +22,15 @@ import stat
 import struct
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import pygit2
 
-from gitstate.errors import CorruptObjectError, GitStateError
+from gitstate.errors import GitStateError
 from gitstate.git import lockfile, packs, refs, safeopen
 from gitstate.git.command import run_git
 from gitstate.git.durability import fsync_dir
 from gitstate.git.objects import KEEP_PREFIX
-from gitstate.git.reader import parse_commit
 from gitstate.git.safeopen import NotRegularFileError
 
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
@@ -357,9 +356,7 @@ def maybe_pack(repo: pygit2.Repository, common_dir: str, journal_size: int) -> N
 TX_PACKS = "tx-packs"  # agentos/tx-packs: names of the packs transactions wrote, one per line
 TX_MERGE_AT = 16  # packs written since the last merge before a geometric merge is worth a background pass
 SWEEP_EVERY = 60.0  # seconds between two sweeps of killed writers' leftovers by one process
-NAMED_PACK_MAX = 256  # objects of chosen packs up to this size are named by path for pack-objects
 ORPHAN_AGE = 3600.0  # seconds before a dead writer's temporary pack files are removed
-_MAX_NAME_DEPTH = 64  # trees deeper than this are not walked for names
 
 
 _TX_PACKS_PATHS: dict[str, str] = {}  # common dir -> its tx-packs list
@@ -515,7 +512,7 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
         chosen = []  # deleting packs under a running `git gc` makes it fail: merge next time
     if chosen and not lock.refresh():
         chosen = []  # our lock was broken and retaken: deleting packs is no longer ours to do
-    merged = _merge_with_deltas(common_dir, pack_dir, chosen, dict(weights), lock) if chosen else None
+    merged = _merge_with_deltas(common_dir, pack_dir, chosen, lock) if chosen else None
     if merged is None:
         chosen = []  # nothing merged: every pack stays listed
     keep = kept + [n for n, _w in weights if n not in chosen] + ([merged] if merged else [])
@@ -528,100 +525,40 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
     return merged
 
 
-def _object_names(common_dir: str, commits: list[str], wanted: set[str]) -> dict[str, str]:
-    """The path at which each object of ``wanted`` first appears in the trees of ``commits`` (only
-    trees in ``wanted`` are opened: an object older than the packs being merged holds nothing new):
-    ``pack-objects`` looks for deltas between objects of similar names, so the versions of one list
-    chunk end up as small deltas of each other. Best effort: what cannot be read stays unnamed."""
-    names: dict[str, str] = {}
-    if not commits:
-        return names
-    raw_wanted = {bytes.fromhex(oid) for oid in wanted}
-    try:
-        odb = pygit2.Odb(os.path.join(common_dir, "objects"))
-        for commit in commits:
-            time.sleep(0)  # let a waiting writer thread have the GIL (see _merge_with_deltas)
-            tree = parse_commit(commit, odb.read(commit)[1]).tree_id
-            todo = [(tree, "", 0)] if tree in wanted else []
-            while todo:
-                oid, prefix, depth = todo.pop()
-                if depth > _MAX_NAME_DEPTH:
-                    break
-                for name, raw, is_tree in _entries_among(oid, odb.read(oid)[1], raw_wanted):
-                    hexid = raw.hex()
-                    if hexid not in names:
-                        names[hexid] = prefix + name
-                        if is_tree:
-                            todo.append((hexid, f"{prefix}{name}/", depth + 1))
-    except (KeyError, ValueError, OSError, pygit2.GitError, GitStateError):
-        pass  # a damaged or vanished object: the rest stays unnamed (only compression suffers)
-    return names
+def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: lockfile.OwnedLock) -> str | None:
+    """Write the objects of the packs ``chosen`` as one pack with deltas, install it, then remove
+    the merged-away packs; returns its name, or ``None`` when nothing was merged (every pack left
+    in place).
 
-
-def _entries_among(oid: str, data: bytes, raw_ids: set[bytes]) -> Iterator[tuple[str, bytes, bool]]:
-    """``(name, raw id, is a tree)`` of the entries of raw tree ``data`` whose raw id is in
-    ``raw_ids``: the others (most of a list's chunks, unchanged since an earlier merge) cost one
-    ``find`` and a slice each, no decoding (merges run beside the writer's thread, under the GIL)."""
-    pos, end = 0, len(data)
-    while pos < end:
-        nul = data.find(b"\0", pos)
-        if nul < 0 or nul + 21 > end:
-            raise CorruptObjectError(oid, "malformed tree entry")
-        raw = data[nul + 1:nul + 21]
-        if raw in raw_ids:
-            space = data.find(b" ", pos, nul)
-            if space < 0:
-                raise CorruptObjectError(oid, "malformed tree entry")
-            yield data[space + 1:nul].decode("utf-8", "surrogateescape"), raw, data[pos:space] == b"40000"
-        pos = nul + 21
-
-
-def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], counts: dict[str, int],
-                       lock: lockfile.OwnedLock) -> str | None:
-    """Write the objects of the packs ``chosen`` as one pack with deltas (``git pack-objects``,
-    run with ``LC_ALL=C``; pygit2's PackBuilder takes no names, so it finds far fewer deltas),
-    install it, then remove the merged-away packs; returns its name, or ``None`` when nothing was
-    merged (every pack left in place).
-
-    Only objects of gitstate's own transaction packs are given to git, and only those packs are
-    removed. ``pack-objects`` reuses the deltas already in the packs it reads and looks for new
-    ones among the objects the earlier merges have not seen, so each merge costs about the objects
-    it brings in (the hot path never compresses anything: this runs in the background merge).
-    Objects of chosen packs of at most :data:`NAMED_PACK_MAX` objects (new transaction packs) are
-    named by their path (:func:`_object_names`); those of larger ones (earlier merges, which named
-    them then) are listed from their index alone, so a merge's Python work, which holds the GIL
-    beside the writer's thread, stays about the size of the new packs. Between packs and commits
-    it gives the GIL up for a moment (``time.sleep(0)``): a writer thread back from a flush takes it
-    then, instead of waiting up to the interpreter's switch interval (5 ms) for the merge's Python
-    loop to be interrupted.
+    The pack is made by ``git pack-objects --stdin-packs`` (run with ``LC_ALL=C``), as ``git repack
+    --geometric`` makes its: it holds every object of the chosen packs but those the other packs
+    hold already (given as excluded packs, which also bound git's walk), and git names the objects
+    by walking the trees of the chosen packs' commits, so the versions of one list chunk are
+    stored as small deltas of each other; it reuses the deltas the packs hold already. All of it
+    runs in git's process, beside the writer: this thread only lists packs and waits (a merge
+    that walked or listed objects in Python held the GIL the writer needed, which once doubled a
+    LangGraph step). Only gitstate's own transaction packs are chosen, and only they are removed.
+    When git refuses the list (an excluded pack vanished or is damaged meanwhile), it is asked
+    again with no excluded packs: a longer walk, the same objects.
     The new pack is in place (written and flushed by git as ``core.fsync`` says, its directory
     flushed) before any source is removed."""
-    oids: list[str] = []
-    commits: list[str] = []
-    for name in chosen:
-        time.sleep(0)  # let a waiting writer thread have the GIL (see below)
-        try:
-            if counts.get(name, 0) > NAMED_PACK_MAX:
-                # a pack an earlier merge wrote (or one big write): its objects are given to git
-                # unnamed, their deltas reused as they are; reading its entries and walking its
-                # commits in Python, at every merge that takes it, cost more than all the rest
-                oids.extend(packs.index_ids(os.path.join(pack_dir, name + ".idx")))
-                continue
-            types = packs.entry_types(pack_dir, name)
-        except (OSError, GitStateError):
-            return None  # removed or damaged meanwhile: merge nothing now
-        oids.extend(types)
-        commits.extend(oid for oid, kind in types.items() if kind == packs.OBJ_COMMIT)
-    wanted = set(oids)
-    names = _object_names(common_dir, sorted(set(commits)), wanted)
+    try:
+        chosen_set = set(chosen)
+        others = sorted(n[:-4] for n in os.listdir(pack_dir)
+                        if n.endswith(".idx") and packs.is_pack_name(n[:-4]) and n[:-4] not in chosen_set)
+    except OSError:
+        return None
     private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
     try:
-        # a path is a name hint only: one git's line-based input cannot carry (a newline, a name
-        # that is not UTF-8, kept as surrogates) is left out rather than failing every merge
-        lines = "".join(f"{oid} {names[oid]}\n" if names.get(oid, "\n").isprintable() else f"{oid}\n"
-                        for oid in dict.fromkeys(oids))
-        done = run_git(common_dir, ["pack-objects", "-q", "--threads=1", "--delta-base-offset", "--depth=20",
-                                    os.path.join(private, "pack")], stdin=lines)
+        included = "".join(f"{n}.pack\n" for n in chosen)
+        for excluded in (others, []):
+            lines = included + "".join(f"^{n}.pack\n" for n in excluded)
+            done = run_git(common_dir, ["pack-objects", "-q", "--stdin-packs", "--threads=1", "--delta-base-offset",
+                                        "--depth=20", os.path.join(private, "pack")], stdin=lines)
+            if done.returncode == 0 or not excluded:
+                break
+            for leftover in os.listdir(private):
+                os.unlink(os.path.join(private, leftover))
         name = "pack-" + done.stdout.strip()
         if done.returncode != 0 or not packs.is_pack_name(name):
             return None
