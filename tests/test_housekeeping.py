@@ -415,9 +415,9 @@ def test_pack_records_its_own_pack_not_a_concurrent_one(store: gitstate.Store, r
     git(repo, "fsck", "--strict")
 
 
-def test_paths_git_would_not_take_on_a_line_do_not_stop_merges(repo: Path) -> None:
-    """git names the objects itself (``--stdin-packs``: no path goes through its line-based input):
-    state keys holding a newline or bytes that are not UTF-8 merge like any other."""
+def test_odd_state_keys_do_not_stop_merges(repo: Path) -> None:
+    """State keys holding a newline, a tab or spaces (paths in the checkpoint's trees) merge like any
+    other: git is given object ids only, never a path on its line-based input."""
     store = gitstate.open_store(repo, fsync=False)
     store.pack_in_background = False
     run = store.create_run(run_id="odd")
@@ -430,8 +430,8 @@ def test_paths_git_would_not_take_on_a_line_do_not_stop_merges(repo: Path) -> No
 
 
 def test_a_broken_pack_beside_ours_does_not_stop_merges(repo: Path) -> None:
-    """An index whose pack is gone (another program's broken pack) makes git refuse the list of
-    packs it is told to leave out: the merge asks again without them, and still merges ours."""
+    """An index whose pack is gone (another program's broken pack) is none of the merge's
+    business: ours are merged all the same, and the broken one is left as it is."""
     store = gitstate.open_store(repo, fsync=False)
     store.pack_in_background = False
     run = store.create_run(run_id="beside")
@@ -447,6 +447,47 @@ def test_a_broken_pack_beside_ours_does_not_stop_merges(repo: Path) -> None:
     assert broken.exists()  # not ours: left as it is
     assert [cp.state["i"] for cp in run.history()] == [*range(housekeeping.TX_MERGE_AT)][::-1] + [-1]
     broken.unlink()
+    git(repo, "fsck", "--strict")
+
+
+def test_an_object_another_pack_holds_too_is_merged_all_the_same(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every object of the merged packs is copied into the new pack, also those another pack holds:
+    when that other pack is then deleted (a concurrent ``git repack --geometric`` that chose it and
+    left those objects out of its own pack, because ours held them), nothing is lost."""
+    monkeypatch.setattr(housekeeping, "TX_MERGE_AT", 10**6)  # this test runs the merge itself
+    store = gitstate.open_store(repo, fsync=False)
+    run = store.create_run(run_id="twice")
+    pack_dir = repo / ".git" / "objects" / "pack"
+    for i in range(12):
+        run.checkpoint({"i": i, "items": [f"item {j}" for j in range(i + 1)]})
+    ours = sorted(p.stem for p in pack_dir.glob("*.idx"))
+    every = sorted({oid for name in ours for oid in packs.index_ids(str(pack_dir / f"{name}.idx"))})
+    # another program's pack holding a copy of every object of ours
+    theirs = subprocess.run(["git", "pack-objects", "-q", str(pack_dir / "pack")], cwd=repo, check=True,
+                            input="".join(f"{oid}\n" for oid in every), capture_output=True, text=True).stdout.strip()
+    assert housekeeping.merge_tx_packs(store.location.common_dir) is not None
+    assert len(set(ours) - {p.stem for p in pack_dir.glob("*.idx")}) >= 2, "nothing merged"
+    for ext in (".idx", ".pack", ".rev"):
+        (pack_dir / f"pack-{theirs}{ext}").unlink(missing_ok=True)
+    left = {oid for p in pack_dir.glob("*.idx") for oid in packs.index_ids(str(p))}
+    assert set(every) <= left, len(set(every) - left)
+    assert [cp.state["i"] for cp in run.history()] == list(range(12))[::-1]
+    git(repo, "fsck", "--strict")
+
+
+def test_a_pack_size_limit_does_not_stop_merges(repo: Path) -> None:
+    """``pack.packSizeLimit`` would make git split the merged pack (and print several names): the
+    merge runs without it, so it still leaves one pack and the count stays bounded."""
+    git(repo, "config", "pack.packSizeLimit", "1m")
+    store = gitstate.open_store(repo, fsync=False)
+    store.pack_in_background = False
+    run = store.create_run(run_id="big")
+    rng = random.Random(11)
+    for i in range(housekeeping.TX_MERGE_AT):
+        run.checkpoint({"i": i, "blob": rng.randbytes(100_000).hex()})  # 3.2 MB in all
+    pack_dir = repo / ".git" / "objects" / "pack"
+    assert len(list(pack_dir.glob("*.idx"))) < housekeeping.TX_MERGE_AT // 2, sorted(pack_dir.iterdir())
+    assert [cp.state["i"] for cp in run.history()] == list(range(housekeeping.TX_MERGE_AT))[::-1]
     git(repo, "fsck", "--strict")
 
 

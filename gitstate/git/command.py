@@ -7,8 +7,7 @@ ever read from git's output is in one language, and failures are classified by e
 looking at the repository afterwards, never by translated text.
 
 gitstate needs git :data:`MIN_GIT_VERSION` or newer (negative refspecs and
-``fetch --no-write-fetch-head`` arrived in 2.29, ``--no-auto-maintenance`` in 2.29 too, and
-``pack-objects --stdin-packs``, which merges the store's packs, in 2.32).
+``fetch --no-write-fetch-head`` arrived in 2.29; ``--no-auto-maintenance`` in 2.29 too).
 :func:`check_git_version` says so in one clear line when the installed git is older or missing."""
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from gitstate.errors import GitVersionError
 from gitstate.git import safeopen
 
-MIN_GIT_VERSION = (2, 32)
+MIN_GIT_VERSION = (2, 29)
 
 
 def git_environment(git_dir: str | None = None, work_tree: str | None = None,
@@ -100,7 +99,7 @@ def check_git_version(cache: str | None = None) -> None:
     if have[:2] < MIN_GIT_VERSION:
         raise GitVersionError(
             f"git {'.'.join(map(str, have))} is too old: gitstate needs git "
-            f"{'.'.join(map(str, MIN_GIT_VERSION))} or newer (negative refspecs, pack-objects --stdin-packs)")
+            f"{'.'.join(map(str, MIN_GIT_VERSION))} or newer (negative refspecs, fetch --no-write-fetch-head)")
 
 
 #: The version a cache file gave this process (then no check of this process starts git).

@@ -526,39 +526,32 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
 
 
 def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: lockfile.OwnedLock) -> str | None:
-    """Write the objects of the packs ``chosen`` as one pack with deltas, install it, then remove
-    the merged-away packs; returns its name, or ``None`` when nothing was merged (every pack left
-    in place).
+    """Write every object of the packs ``chosen`` into one pack with deltas (``git pack-objects``,
+    run with ``LC_ALL=C``), install it, then remove the merged-away packs; returns its name, or
+    ``None`` when nothing was merged (every pack left in place).
 
-    The pack is made by ``git pack-objects --stdin-packs`` (run with ``LC_ALL=C``), as ``git repack
-    --geometric`` makes its: it holds every object of the chosen packs but those the other packs
-    hold already (given as excluded packs, which also bound git's walk), and git names the objects
-    by walking the trees of the chosen packs' commits, so the versions of one list chunk are
-    stored as small deltas of each other; it reuses the deltas the packs hold already. All of it
-    runs in git's process, beside the writer: this thread only lists packs and waits (a merge
-    that walked or listed objects in Python held the GIL the writer needed, which once doubled a
-    LangGraph step). Only gitstate's own transaction packs are chosen, and only they are removed.
-    When git refuses the list (an excluded pack vanished or is damaged meanwhile), it is asked
-    again with no excluded packs: a longer walk, the same objects.
-    The new pack is in place (written and flushed by git as ``core.fsync`` says, its directory
-    flushed) before any source is removed."""
+    git is given the ids the chosen packs' indexes list, one per line, made at C speed
+    (:func:`packs.index_id_lines`): this thread holds the GIL beside the writer's for a moment
+    only, and waits while git works in its own process. (Walking the chosen packs' commits in
+    Python to name their objects, as this once did, held the GIL long enough to double a
+    LangGraph step while merges ran.) Unnamed objects are sorted by size for delta search, which
+    still finds the versions of a list chunk, which grow by an item each, as deltas of each other.
+    Every object of the chosen packs goes into the new pack, also one another pack holds too:
+    ``pack-objects --stdin-packs`` would leave those out, and a concurrent ``git repack
+    --geometric`` that does the same with our packs could then delete the only other copy (a
+    stress test lost objects that way). ``pack.packSizeLimit`` is set to 0 for this run: packs
+    split by a size limit would be chosen again at every merge. Only gitstate's own transaction
+    packs are chosen, and only they are removed. The new pack is in place (written and flushed
+    by git as ``core.fsync`` says, its directory flushed) before any source is removed."""
     try:
-        chosen_set = set(chosen)
-        others = sorted(n[:-4] for n in os.listdir(pack_dir)
-                        if n.endswith(".idx") and packs.is_pack_name(n[:-4]) and n[:-4] not in chosen_set)
-    except OSError:
-        return None
+        lines = "".join(packs.index_id_lines(os.path.join(pack_dir, name + ".idx")) for name in chosen)
+    except (OSError, GitStateError):
+        return None  # removed or damaged meanwhile: merge nothing now
     private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
     try:
-        included = "".join(f"{n}.pack\n" for n in chosen)
-        for excluded in (others, []):
-            lines = included + "".join(f"^{n}.pack\n" for n in excluded)
-            done = run_git(common_dir, ["pack-objects", "-q", "--stdin-packs", "--threads=1", "--delta-base-offset",
-                                        "--depth=20", os.path.join(private, "pack")], stdin=lines)
-            if done.returncode == 0 or not excluded:
-                break
-            for leftover in os.listdir(private):
-                os.unlink(os.path.join(private, leftover))
+        done = run_git(common_dir, ["-c", "pack.packSizeLimit=0", "pack-objects", "-q", "--threads=1",
+                                    "--delta-base-offset", "--depth=20", os.path.join(private, "pack")],
+                       stdin=lines)
         name = "pack-" + done.stdout.strip()
         if done.returncode != 0 or not packs.is_pack_name(name):
             return None

@@ -459,11 +459,15 @@ def read_index(idx_path: str) -> list[tuple[str, int, int]]:
 
 def index_ids(idx_path: str) -> list[str]:
     """The hex ids a version-2 ``.idx`` lists, in id order: :func:`read_index` without the offsets
-    and CRCs, with the same checks, at C speed (one ``hex()`` of the name table), for packs of many
-    objects. Raises like :func:`read_index`."""
+    and CRCs, with the same checks. Raises like :func:`read_index`."""
+    return index_id_lines(idx_path).split()
+
+
+def index_id_lines(idx_path: str) -> str:
+    """:func:`index_ids` as text, one id per line (what ``git pack-objects`` reads), made at C
+    speed (one ``hex()`` of the name table, a newline every 20 bytes), for packs of many objects."""
     data, count = _checked_index(idx_path)
-    names = data[_IDX_HEADER:_IDX_HEADER + 20 * count].hex()
-    return [names[i:i + 40] for i in range(0, 40 * count, 40)]
+    return data[_IDX_HEADER:_IDX_HEADER + 20 * count].hex("\n", 20) + "\n" if count else ""
 
 
 def object_count(idx_path: str) -> int:
