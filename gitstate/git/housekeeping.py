@@ -261,11 +261,11 @@ def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedL
     return len(loose)
 
 
-def _merge_packs(repo: pygit2.Repository, common_dir: str, packs: list[str]) -> None:
+def _merge_packs(repo: pygit2.Repository, common_dir: str, names: list[str]) -> None:
     pack_dir = os.path.join(common_dir, "objects", "pack")
     oids: set[str] = set()
     present = []
-    for name in packs:
+    for name in names:
         try:
             oids.update(read_pack_index(os.path.join(pack_dir, name + ".idx")))
         except FileNotFoundError:
@@ -275,15 +275,7 @@ def _merge_packs(repo: pygit2.Repository, common_dir: str, packs: list[str]) -> 
     if merged is None:
         return
     _save_packs(common_dir, [merged])
-    for name in present:
-        if name == merged or os.path.exists(os.path.join(pack_dir, name + ".keep")):
-            continue
-        # the index first, so no new reader picks the pack up while it is being removed
-        for ext in (".idx", ".rev", ".bitmap", ".pack"):
-            try:
-                os.unlink(os.path.join(pack_dir, name + ext))
-            except OSError:
-                pass
+    packs.remove_packs(pack_dir, [name for name in present if name != merged])
 
 
 _TEMP_PREFIXES = ("tmp_obj_", "tmp_object_git2_")  # ours (ObjectWriter) and libgit2's loose temps
@@ -539,8 +531,9 @@ def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: 
     Every object of the chosen packs goes into the new pack, also one another pack holds too:
     ``pack-objects --stdin-packs`` would leave those out, and a concurrent ``git repack
     --geometric`` that does the same with our packs could then delete the only other copy (a
-    stress test lost objects that way). ``pack.packSizeLimit`` is set to 0 for this run: packs
-    split by a size limit would be chosen again at every merge. Only gitstate's own transaction
+    stress test lost objects that way). ``pack.packSizeLimit`` is set to 0 for this run (packs
+    split by a size limit would be chosen again at every merge) and ``pack.indexVersion`` to 2
+    (the version gitstate reads pack sizes from). Only gitstate's own transaction
     packs are chosen, and only they are removed. The new pack is in place (written and flushed
     by git as ``core.fsync`` says, its directory flushed) before any source is removed."""
     try:
@@ -549,7 +542,7 @@ def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: 
         return None  # removed or damaged meanwhile: merge nothing now
     private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
     try:
-        done = run_git(common_dir, ["-c", "pack.packSizeLimit=0", "pack-objects", "-q", "--threads=1",
+        done = run_git(common_dir, ["-c", "pack.packSizeLimit=0", "-c", "pack.indexVersion=2", "pack-objects", "-q", "--threads=1",
                                     "--delta-base-offset", "--depth=20", os.path.join(private, "pack")],
                        stdin=lines)
         name = "pack-" + done.stdout.strip()
@@ -566,12 +559,5 @@ def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: 
         fsync_dir(pack_dir)  # the merged pack is durable before any source is removed
     finally:
         shutil.rmtree(private, ignore_errors=True)
-    for source in chosen:
-        if source == name or os.path.exists(os.path.join(pack_dir, source + ".keep")):
-            continue
-        for ext in (".idx", ".rev", ".bitmap", ".pack"):  # the index first: readers find packs by it
-            try:
-                os.unlink(os.path.join(pack_dir, source + ext))
-            except OSError:
-                pass
+    packs.remove_packs(pack_dir, [source for source in chosen if source != name])
     return name

@@ -78,12 +78,12 @@ import stat
 import struct
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError
-from gitstate.git import deflate
+from gitstate.git import deflate, safeopen
 from gitstate.git.durability import start_writeback
 
 OBJ_COMMIT = 1
@@ -584,16 +584,83 @@ def merge_packs(pack_dir: str, names: Sequence[str], *, fsync: bool = False) -> 
         written = _write_merged(pack_dir, sources, fsync)
     except OSError as exc:
         raise StoreWriteError(pack_dir, str(exc)) from exc
-    for name in unique:
-        base = os.path.join(pack_dir, name)
-        if name == written.name or os.path.exists(base + ".keep"):
-            continue
+    remove_packs(pack_dir, [name for name in unique if name != written.name])
+    return written
+
+
+MIDX = "multi-pack-index"  # git's multi-pack-index file in the pack directory
+_MIDX_HEADER = struct.Struct(">4sBBBBI")  # signature, version, hash version, chunks, base files, packs
+
+
+def remove_packs(pack_dir: str, names: Iterable[str]) -> None:
+    """Delete the packs ``names`` (``pack-<hex>``) that have no ``.keep``: each one's files, its
+    index first (readers find packs by it); files already gone are fine. Before that, as git's
+    ``repack -d`` does (its ``clear_midx_file``), a multi-pack-index naming one of them is removed
+    with its bitmap and reverse index: git would find it naming a pack that is gone (``git fsck``
+    fails on it); git reads the packs without one, and ``git multi-pack-index write`` (or ``git
+    maintenance``) writes a new one. Callers serialize this under the housekeeping lock."""
+    doomed = [n for n in names if not os.path.exists(os.path.join(pack_dir, n + ".keep"))]
+    if not doomed:
+        return
+    listed = midx_pack_names(pack_dir)
+    if listed is None or any(n + ".idx" in listed for n in doomed):
+        _clear_midx(pack_dir)
+    for name in doomed:
         for ext in _REMOVE_EXTS:
             try:
-                _unlink(base + ext)
+                _unlink(os.path.join(pack_dir, name + ext))
             except OSError:
                 pass
-    return written
+
+
+def midx_pack_names(pack_dir: str) -> set[str] | None:
+    """The pack index names (``pack-<hex>.idx``) the multi-pack-index of ``pack_dir`` covers: its
+    ``PNAM`` chunk, read through the chunk table (the rest of the file, which grows with the
+    objects, is not read). An empty set when there is none; ``None`` when one is there but cannot
+    be read as version 1 or 2 of git's format (then it may name anything)."""
+    path = os.path.join(pack_dir, MIDX)
+    try:
+        with safeopen.open_file(path, "rb") as fh:
+            head = fh.read(_MIDX_HEADER.size)
+            if len(head) < _MIDX_HEADER.size:
+                return None
+            signature, version, _hash, chunks, _base, _count = _MIDX_HEADER.unpack(head)
+            if signature != b"MIDX" or version not in (1, 2):
+                return None
+            table = fh.read(12 * (chunks + 1))
+            if len(table) < 12 * (chunks + 1):
+                return None
+            offsets = [(table[12 * i:12 * i + 4], int.from_bytes(table[12 * i + 4:12 * i + 12], "big"))
+                       for i in range(chunks + 1)]
+            for i, (chunk, start) in enumerate(offsets[:-1]):
+                if chunk == b"PNAM":
+                    end = offsets[i + 1][1]
+                    if not 0 <= start <= end or end - start > 64 << 20:
+                        return None
+                    fh.seek(start)
+                    data = fh.read(end - start)
+                    if len(data) != end - start:
+                        return None  # cut short
+                    return {n.decode("utf-8", "replace") for n in data.split(b"\0") if n}
+            return None
+    except FileNotFoundError:
+        return set()
+    except OSError:
+        return None
+
+
+def _clear_midx(pack_dir: str) -> None:
+    """Remove the multi-pack-index and its ``multi-pack-index-<hash>.bitmap``/``.rev`` files."""
+    try:
+        entries = os.listdir(pack_dir)
+    except OSError:
+        return
+    for entry in entries:
+        if entry == MIDX or (entry.startswith(MIDX + "-") and entry.endswith((".bitmap", ".rev"))):
+            try:
+                _unlink(os.path.join(pack_dir, entry))
+            except OSError:
+                pass
 
 
 def _map(pack_path: str) -> mmap.mmap:
