@@ -578,6 +578,13 @@ def test_a_multi_pack_index_of_other_packs_is_left_alone(repo: Path, tmp_path: P
     assert listed
     packs.remove_packs(str(pack_dir), ["pack-" + "cd" * 20])  # a pack it does not name
     assert (pack_dir / packs.MIDX).exists()
+    # one a concurrent `git multi-pack-index write` made naming a pack that went meanwhile
+    gone = pack_dir / sorted(listed)[0]
+    gone.with_suffix(".idx").rename(tmp_path / "aside.idx")
+    packs.remove_packs(str(pack_dir), ["pack-" + "cd" * 20])
+    assert not (pack_dir / packs.MIDX).exists()
+    (tmp_path / "aside.idx").rename(gone.with_suffix(".idx"))
+    git(repo, "fsck", "--strict")
 
 
 def test_pack_index_version_1_configured_does_not_stop_merges(repo: Path) -> None:

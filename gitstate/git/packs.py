@@ -596,21 +596,32 @@ def remove_packs(pack_dir: str, names: Iterable[str]) -> None:
     """Delete the packs ``names`` (``pack-<hex>``) that have no ``.keep``: each one's files, its
     index first (readers find packs by it); files already gone are fine. Before that, as git's
     ``repack -d`` does (its ``clear_midx_file``), a multi-pack-index naming one of them is removed
-    with its bitmap and reverse index: git would find it naming a pack that is gone (``git fsck``
-    fails on it); git reads the packs without one, and ``git multi-pack-index write`` (or ``git
-    maintenance``) writes a new one. Callers serialize this under the housekeeping lock."""
+    with its bitmap and reverse index: git would find it naming a pack that is gone (its commands
+    print ``packfile ... index unavailable`` and ``git fsck`` fails); git reads the packs without
+    one, and ``git multi-pack-index write`` (or ``git maintenance``) writes a new one. A concurrent
+    ``git multi-pack-index write`` can still list a pack just before it goes (git's own repack has
+    that race too): a multi-pack-index naming a pack that is gone is removed as well, here before
+    and after the deletions, so such a one lasts until the next merge at most. Callers serialize
+    this under the housekeeping lock."""
     doomed = [n for n in names if not os.path.exists(os.path.join(pack_dir, n + ".keep"))]
     if not doomed:
         return
-    listed = midx_pack_names(pack_dir)
-    if listed is None or any(n + ".idx" in listed for n in doomed):
-        _clear_midx(pack_dir)
+    _clear_midx_naming(pack_dir, {n + ".idx" for n in doomed})
     for name in doomed:
         for ext in _REMOVE_EXTS:
             try:
                 _unlink(os.path.join(pack_dir, name + ext))
             except OSError:
                 pass
+    _clear_midx_naming(pack_dir, set())
+
+
+def _clear_midx_naming(pack_dir: str, doomed: set[str]) -> None:
+    """Remove the multi-pack-index when it names one of the ``doomed`` index files or an index that
+    is gone, or cannot be read."""
+    listed = midx_pack_names(pack_dir)
+    if listed is None or listed & doomed or any(not os.path.exists(os.path.join(pack_dir, n)) for n in listed):
+        _clear_midx(pack_dir)
 
 
 def midx_pack_names(pack_dir: str) -> set[str] | None:
