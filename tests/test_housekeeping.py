@@ -602,3 +602,34 @@ def test_pack_index_version_1_configured_does_not_stop_merges(repo: Path) -> Non
     assert len(list(pack_dir.glob("*.idx"))) < housekeeping.TX_MERGE_AT, len(list(pack_dir.glob("*.idx")))
     assert [cp.state["i"] for cp in run.history()] == list(range(3 * housekeeping.TX_MERGE_AT))[::-1]
     git(repo, "fsck", "--strict")
+
+
+_WRITER = r"""
+import os, sys, gitstate
+store = gitstate.open_store(sys.argv[1], fsync=False, lock_timeout=60)
+run = store.create_run(run_id=sys.argv[2])
+pack_dir = os.path.join(sys.argv[1], ".git", "objects", "pack")
+most = 0
+for i in range(int(sys.argv[3])):
+    run.checkpoint({"i": i, "k": list(range(i % 40))})
+    if i % 5 == 0:
+        most = max(most, sum(1 for n in os.listdir(pack_dir) if n.endswith(".idx")))
+store.wait_for_housekeeping()
+print(most)
+"""
+
+
+def test_pack_count_stays_bounded_with_several_writer_processes(memory_repo: Path) -> None:
+    """Three processes writing at once: a merge that finds another process merging waits for the
+    housekeeping lock (rather than giving up), and each writer waits for its own merge once it
+    has written TX_MERGE_AT more packs, so the packs stay under git's gc.autoPackLimit (50)."""
+    repo = memory_repo
+    procs = [_py(_WRITER, str(repo), f"w{k}", "700") for k in range(3)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
+    most = max(int(out.split()[-1]) for out, _err in outs)
+    assert most <= 50, most
+    store = gitstate.open_store(repo)
+    for k in range(3):
+        assert [cp.state["i"] for cp in store.get_run(f"w{k}").history()] == list(range(700))[::-1]
+    git(repo, "fsck", "--strict")

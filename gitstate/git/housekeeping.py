@@ -371,13 +371,13 @@ def _read_names(path: str) -> list[str]:
         return []
 
 
-def merge_tx_packs(common_dir: str) -> str | None:
+def merge_tx_packs(common_dir: str, wait: float = 0.0) -> str | None:
     """Merge transaction packs geometrically (the packs ``git repack --geometric=2`` would choose,
     merged with deltas by :func:`_merge_with_deltas`) so their number stays logarithmic, and remove
     what killed writers left (temporary pack files older than :data:`ORPHAN_AGE`; at a process's
     first merge, then at most every :data:`SWEEP_EVERY` seconds). Runs under the
-    housekeeping lock; returns the merged pack's name, or ``None`` when nothing was merged (or
-    another process is at it).
+    housekeeping lock, waited for up to ``wait`` seconds when another process holds it; returns the
+    merged pack's name, or ``None`` when nothing was merged (or another process is at it).
 
     Writers append the packs they write to ``tx-packs``; the packs a merge leaves (the geometric
     series, and the merged one) are listed in ``tx-packs.kept``, so the length of ``tx-packs`` is
@@ -385,9 +385,14 @@ def merge_tx_packs(common_dir: str) -> str | None:
     first, so names writers append meanwhile land in a fresh list and are never lost; a killed
     merge leaves its ``.merging`` file, read by the next one."""
     agentos = _agentos_dir(common_dir)
-    lock = lockfile.acquire(os.path.join(agentos, "housekeeping.lock"), stale_after=LOCK_STALE_SECONDS)
-    if lock is None:
-        return None
+    deadline = time.monotonic() + wait
+    while True:
+        lock = lockfile.acquire(os.path.join(agentos, "housekeeping.lock"), stale_after=LOCK_STALE_SECONDS)
+        if lock is not None:
+            break
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
     with lock:
         return _merge_tx_locked(common_dir, agentos, lock)
 

@@ -291,22 +291,25 @@ class StoreCore:
         except OSError:
             return  # an unlisted pack is only merged later by a user's git gc
         if count >= housekeeping.TX_MERGE_AT:
+            # The merge waits for the housekeeping lock while another process merges (up to the
+            # lock timeout), and a writer that has written TX_MERGE_AT more packs while its merge
+            # runs or waits waits for it before the next one: so a writer faster than the merges,
+            # or several processes writing at once, cannot pile up packs (this bounds the pack
+            # count at the geometric series plus about 2 * TX_MERGE_AT: the packs being merged and
+            # those written meanwhile).
+            wait = self.lock_timeout
             if self.pack_in_background:
                 merger = self._merger
                 if merger is not None and merger.is_alive():
-                    # TX_MERGE_AT packs were written while a merge runs: wait for it before a next
-                    # one, so a writer faster than the merges cannot pile up packs (this bounds the
-                    # pack count at the geometric series plus 2 * TX_MERGE_AT: the packs being
-                    # merged and those written meanwhile)
                     merger.join()
-                self._merger = threading.Thread(target=self._merge_quietly, name="gitstate-merge")
+                self._merger = threading.Thread(target=self._merge_quietly, args=(wait,), name="gitstate-merge")
                 self._merger.start()
             else:
-                self._merge_quietly()
+                self._merge_quietly(wait)
 
-    def _merge_quietly(self) -> None:
+    def _merge_quietly(self, wait: float = 0.0) -> None:
         try:
-            if housekeeping.merge_tx_packs(self.location.common_dir) is not None:
+            if housekeeping.merge_tx_packs(self.location.common_dir, wait=wait) is not None:
                 os.makedirs(os.path.dirname(self._merged_stamp), exist_ok=True)
                 with safeopen.open_file(self._merged_stamp, "a", encoding="ascii", replace_special=True):
                     pass
