@@ -533,7 +533,7 @@ def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: 
     Python to name their objects, as this once did, held the GIL long enough to double a
     LangGraph step while merges ran.) Unnamed objects are sorted by size for delta search, which
     still finds the versions of a list chunk, which grow by an item each, as deltas of each other.
-    Every object of the chosen packs goes into the new pack, also one another pack holds too:
+    Every object of the chosen packs goes into the new pack, also those another pack holds too:
     ``pack-objects --stdin-packs`` would leave those out, and a concurrent ``git repack
     --geometric`` that does the same with our packs could then delete the only other copy (a
     stress test lost objects that way). ``pack.packSizeLimit`` is set to 0 for this run (packs
@@ -547,9 +547,9 @@ def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: 
         return None  # removed or damaged meanwhile: merge nothing now
     private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
     try:
-        done = run_git(common_dir, ["-c", "pack.packSizeLimit=0", "-c", "pack.indexVersion=2", "pack-objects", "-q", "--threads=1",
-                                    "--delta-base-offset", "--depth=20", os.path.join(private, "pack")],
-                       stdin=lines)
+        done = run_git(common_dir, ["-c", "pack.packSizeLimit=0", "-c", "pack.indexVersion=2", "pack-objects",
+                                    "-q", "--threads=1", "--delta-base-offset", "--depth=20",
+                                    os.path.join(private, "pack")], stdin=lines)
         name = "pack-" + done.stdout.strip()
         if done.returncode != 0 or not packs.is_pack_name(name):
             return None
