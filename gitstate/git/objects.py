@@ -140,14 +140,20 @@ class ObjectWriter:
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-        try:
-            fd = os.open(tmp, flags, 0o444)
-        except FileNotFoundError:
+        for attempt in range(_DIR_ATTEMPTS):
             try:
-                os.mkdir(directory)
-            except FileExistsError:
-                pass
-            fd = os.open(tmp, flags, 0o444)
+                fd = os.open(tmp, flags, 0o444)
+                break
+            except FileNotFoundError:
+                # no fan-out directory yet, or a concurrent `git prune-packed` (which `git gc` and
+                # `git repack -d` run) removed it, empty, between our mkdir and our open: made
+                # again (git retries its own the same way); the last attempt's error is raised
+                if attempt == _DIR_ATTEMPTS - 1:
+                    raise
+                try:
+                    os.mkdir(directory)
+                except FileExistsError:
+                    pass
         try:
             write_all(fd, deflate.compress(raw))
             if self.fsync:
@@ -341,6 +347,7 @@ def gc_epoch(objects: str) -> str:
     return "/".join(parts)
 
 
+_DIR_ATTEMPTS = 50  # tries to create a loose object's temporary file while its directory keeps vanishing
 _EPOCH_PATHS: dict[str, tuple[str, str, str, str]] = {}  # objects dir -> the files gc_epoch looks at
 
 KEEP_PREFIX = b"gitstate transaction "  # how a transaction's .keep starts; its owner record follows

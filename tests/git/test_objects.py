@@ -139,3 +139,25 @@ def test_forget_drops_the_value_cache(repo: Path) -> None:
     assert writer.cached_value(b"k" * 20) == "3" * 40
     writer.forget()
     assert writer.cached_value(b"k" * 20) is None
+
+
+def test_a_fan_out_directory_removed_again_and_again_is_made_again(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A concurrent ``git prune-packed`` (run by ``git gc`` and ``git repack -d``) removes empty
+    fan-out directories: one that vanishes between the writer's mkdir and its open, several times
+    in a row, is made again until the loose object is written (a LangGraph writer beside a
+    ``git gc`` loop failed with ``No such file or directory`` after one retry)."""
+    writer = writer_for(repo)
+    real_open, vanished = os.open, []
+
+    def racing_open(path: str, flags: int, mode: int = 0o777) -> int:
+        if "tmp_obj_" in os.fspath(path) and len(vanished) < 5:
+            os.rmdir(os.path.dirname(path))  # what prune-packed does to an empty directory
+            vanished.append(path)
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", racing_open)
+    oid = writer.blob(b"written at last\n")
+    monkeypatch.undo()
+    assert len(vanished) == 5
+    assert git_in(repo, "cat-file", "-p", oid, stdin=b"") == "written at last"
