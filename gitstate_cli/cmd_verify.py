@@ -16,8 +16,9 @@ from .context import pass_store
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--repair", is_flag=True, help="Remove stale ref locks and temporary pack files left by killed "
-              "writers, and refs under refs/agentos/ that hold no checkpoint (symbolic or unparsable); "
-              "rewrite node logs without their unreadable records.")
+              "writers, a multi-pack-index naming packs that are gone, and refs under refs/agentos/ that "
+              "hold no checkpoint (symbolic or unparsable); rewrite node logs without their unreadable "
+              "records.")
 @pass_store
 def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     """Check every ref, object and payload of the store.
@@ -31,8 +32,10 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     symbolic ref, or a file git calls a "broken ref": listings skip them), no stale .lock file
     left by a killed writer blocks git's own gc, and no temporary pack file (objects/pack/tmp_*)
     of a gitstate writer killed before it renamed it is older than an hour (a younger one may be a
-    running writer's; git's own are left to git gc). --repair removes those locks, files and refs
-    (they hold no checkpoint), and rewrites a node log without the records that do not read (the
+    running writer's; git's own are left to git gc), and that no multi-pack-index names packs that
+    are gone (a `git multi-pack-index write` that ran while a merge removed them: git fsck fails on
+    it). --repair removes those locks, files, that multi-pack-index (git reads the packs without
+    one) and refs (they hold no checkpoint), and rewrites a node log without the records that do not read (the
     old log stays in its reflog; one whose records all fail is removed). Exits 1 when it finds a
     problem.
 
@@ -42,9 +45,9 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
       git agentos verify --repair
 
     JSON: {"ok": bool, "refs": int, "checkpoints": int, "objects": int,
-    "problems": [{"ref", "oid", "message"}], "repaired": [path of a lock or a temporary file, or
-    name of a ref removed or rewritten]}; a problem's "ref" is the path of the lock or file for
-    those.
+    "problems": [{"ref", "oid", "message"}], "repaired": [path of a lock, a temporary file or the
+    multi-pack-index, or name of a ref removed or rewritten]}; a problem's "ref" is the path of the
+    lock or file for those.
     """
     with out.progress("verifying") as step:
         report = verify_store(store, all_worktrees=True, progress=step, repair=repair)
@@ -56,6 +59,7 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
                 click.echo(f"repaired {out.safe(path)}: {report.repair_notes[path]}")
                 continue
             what = ("stale lock" if path.endswith(".lock")
+                    else "multi-pack-index naming packs that are gone" if path.endswith("multi-pack-index")
                     else "temporary file" if path.startswith(os.path.join("objects", "pack", "")) else "broken ref")
             click.echo(f"removed {what}: {out.safe(path)}")
         for problem in report.problems:

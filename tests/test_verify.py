@@ -333,3 +333,30 @@ def test_rolled_back_and_pruned_nodes_whose_checkpoints_git_gc_removed_are_no_pr
     report = verify(store)
     assert report.ok, report.problems
     store.close()
+
+
+def test_a_multi_pack_index_naming_packs_that_are_gone_is_reported_and_repaired(store: gitstate.Store,
+                                                                              repo: Path) -> None:
+    """A multi-pack-index left naming packs a merge removed (a `git multi-pack-index write` that ran
+    meanwhile) makes `git fsck` fail: verify reports it, and `--repair` removes it."""
+    run = store.create_run(run_id="m")
+    for i in range(3):
+        run.checkpoint({"i": i})
+    pack_dir = repo / ".git" / "objects" / "pack"
+    git(repo, "multi-pack-index", "write")
+    gone = sorted(pack_dir.glob("*.idx"))[0]
+    aside = repo / "aside.idx"
+    gone.rename(aside)  # as if a merge had removed that pack after git listed it
+    try:
+        problems = [p for p in verify(store).problems if "multi-pack-index" in p.ref]
+        assert len(problems) == 1 and "gone" in problems[0].message, problems
+    finally:
+        aside.rename(gone)
+    gone.rename(aside)
+    report = verify(store, repair=True)
+    aside.rename(gone)
+    assert "objects/pack/multi-pack-index" in report.repaired
+    assert not [p for p in report.problems if "multi-pack-index" in p.ref]
+    assert not (pack_dir / "multi-pack-index").exists()
+    assert verify(store).ok
+    git(repo, "fsck", "--strict")

@@ -620,8 +620,25 @@ def _clear_midx_naming(pack_dir: str, doomed: set[str]) -> None:
     """Remove the multi-pack-index when it names one of the ``doomed`` index files or an index that
     is gone, or cannot be read."""
     listed = midx_pack_names(pack_dir)
-    if listed is None or listed & doomed or any(not os.path.exists(os.path.join(pack_dir, n)) for n in listed):
+    if listed is None or listed & doomed or stale_midx(pack_dir):
         _clear_midx(pack_dir)
+
+
+def stale_midx(pack_dir: str) -> list[str]:
+    """The packs (``pack-<hex>.idx``) the multi-pack-index of ``pack_dir`` names that are gone
+    (``git fsck`` fails on such a file and git commands print ``packfile ... index unavailable``;
+    git's own ``repack -d`` beside a ``git multi-pack-index write`` can leave one too)."""
+    listed = midx_pack_names(pack_dir) or set()
+    return sorted(n for n in listed if not os.path.exists(os.path.join(pack_dir, n)))
+
+
+def clear_stale_midx(pack_dir: str) -> bool:
+    """Remove the multi-pack-index (with its bitmap and reverse index) if it names packs that are
+    gone; True when it did. git reads the packs without one."""
+    if not stale_midx(pack_dir):
+        return False
+    _clear_midx(pack_dir)
+    return True
 
 
 def midx_pack_names(pack_dir: str) -> set[str] | None:

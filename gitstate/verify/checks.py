@@ -21,7 +21,7 @@ from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import NAMESPACE, STAGING, parse_ref, worktree_prefix
 from gitstate.format.nodes import NodeRecord
 from gitstate.format.statetree import MAX_TREE_DEPTH
-from gitstate.git import housekeeping, refs
+from gitstate.git import housekeeping, packs, refs
 from gitstate.git.reader import CommitData
 from gitstate.git.refs import list_refs
 from gitstate.store import nodes as nodelog
@@ -509,7 +509,8 @@ def verify(store: Store, all_worktrees: bool = True,
     that hold no object id (symbolic, or unparsable: listings skip them) are reported, or with
     ``repair`` removed (and then listed in :attr:`VerifyReport.repaired`); so are gitstate's
     temporary pack files that writers killed before renaming them left in ``objects/pack``, when
-    older than :data:`housekeeping.ORPHAN_AGE` (a younger one may be a live writer's). A node log
+    older than :data:`housekeeping.ORPHAN_AGE` (a younger one may be a live writer's), and a
+    multi-pack-index naming packs that are gone (:func:`packs.stale_midx`). A node log
     holding records that do not read is reported, or with ``repair`` rewritten without them (or
     removed when none reads; listed in :attr:`VerifyReport.repaired`, with what was done in
     :attr:`VerifyReport.repair_notes`). Returns a
@@ -527,6 +528,16 @@ def verify(store: Store, all_worktrees: bool = True,
         report.problems.append(Problem(os.path.relpath(path, common), "temporary pack file left by a killed "
                                        "writer (git count-objects calls it garbage; `git agentos verify "
                                        "--repair` removes it)"))
+    pack_dir = os.path.join(common, "objects", "pack")
+    if repair and packs.clear_stale_midx(pack_dir):
+        report.repaired.append(os.path.relpath(os.path.join(pack_dir, packs.MIDX), common))
+    gone = packs.stale_midx(pack_dir)
+    if gone:
+        report.problems.append(Problem(
+            os.path.relpath(os.path.join(pack_dir, packs.MIDX), common),  # a path, as for stale locks
+            f"names {len(gone)} pack(s) that are gone, such as {gone[0]} (a `git multi-pack-index write` "
+            "ran while a merge removed them; git fsck fails on it; `git agentos verify --repair` removes "
+            "it, and git reads the packs without one)"))
     checker = _Checker(store, report, progress, repair)
     prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
     listed = list_refs(store.repo, prefix)
