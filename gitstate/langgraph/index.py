@@ -292,6 +292,9 @@ class ThreadIndex:
     writes: dict[str, str] = field(default_factory=dict)  # writes ref name -> blob id, as last read
     pending: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
     # (namespace, checkpoint id) -> [(writes ref name, blob id)] in name order
+    unchecked: set[tuple[str, str]] = field(default_factory=set)
+    # keys of ``pending`` whose writes refs were not compared with their checkpoint's commit since
+    # either changed (the saver's put looks for stale writes refs among these only)
 
     def rebuild(self, reader: ObjectReader, tips: dict[str, str]) -> None:
         """Walk every branch from its tip (each commit visited once). The thread's latest
@@ -322,6 +325,7 @@ class ThreadIndex:
         for key, entry in entries.items():
             if key not in own and entry.ns not in own_ns:
                 self._note(entry)
+        self.unchecked = set(self.pending)
         self.set_tips(tips)
 
     def _note(self, entry: Entry) -> None:
@@ -339,6 +343,8 @@ class ThreadIndex:
     def add(self, entry: Entry, branch: str, old_tip: str | None) -> None:
         """Record a commit this process just put on ``branch``."""
         self.entries[(entry.ns, entry.checkpoint_id)] = entry
+        if (entry.ns, entry.checkpoint_id) in self.pending:
+            self.unchecked.add((entry.ns, entry.checkpoint_id))
         self._note(entry)
         self.tips[branch] = entry.oid
         self.tip_of[entry.oid] = branch
@@ -353,6 +359,8 @@ class ThreadIndex:
         """Record that the commit of a checkpoint that is not a tip was rewritten (its pending
         writes folded in): same checkpoint, new commit."""
         self.entries[(new.ns, new.checkpoint_id)] = new
+        if (new.ns, new.checkpoint_id) in self.pending:
+            self.unchecked.add((new.ns, new.checkpoint_id))
         if self.newest.get(new.ns) is old:
             self.newest[new.ns] = new
 
@@ -363,6 +371,7 @@ class ThreadIndex:
         for name in sorted(writes):
             pending.setdefault(keys[name], []).append((name, writes[name]))
         self.pending = pending
+        self.unchecked = set(pending)
 
     def add_writes(self, key: tuple[str, str], name: str, oid: str) -> None:
         """Record a writes ref this process just created."""
@@ -370,6 +379,7 @@ class ThreadIndex:
         found = self.pending.setdefault(key, [])
         found.append((name, oid))
         found.sort()
+        self.unchecked.add(key)
 
     def drop_writes(self, key: tuple[str, str], names: set[str]) -> None:
         """Forget writes refs this process just deleted."""

@@ -513,7 +513,9 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         into its tree (same parents, message and dates), so the step's one ref move carries them;
         ``None`` when it has no writes refs."""
         refs = idx.pending.get((parent.ns, parent.checkpoint_id))
-        self._stage_drop_writes(tx, thread_id, self._stale_writes(idx, skip=(parent.ns, parent.checkpoint_id)))
+        checked = set(idx.unchecked)
+        self._stage_drop_writes(tx, thread_id, self._stale_writes(idx, checked, skip=(parent.ns, parent.checkpoint_id)))
+        tx.after(lambda: idx.unchecked.difference_update(checked))
         if not refs:
             return None
         commit = self._commit(parent.oid)
@@ -521,15 +523,20 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         folded = self._new_commit(tx, root, list(commit.parent_ids), message, commit.author, commit.committer)
         return _Fold(parent, folded, tuple(refs))
 
-    def _stale_writes(self, idx: ThreadIndex, skip: tuple[str, str]) -> list[tuple[str, str]]:
+    def _stale_writes(self, idx: ThreadIndex, keys: Iterable[tuple[str, str]],
+                      skip: tuple[str, str]) -> list[tuple[str, str]]:
         """Writes refs whose records the commit of their checkpoint already holds (a writer died
         between moving the branch and deleting them, or a concurrent ``pack-refs`` brought one
-        back): deleted with the next put. A writes ref of a checkpoint this index does not know is
-        kept (it may be newer than what the index read)."""
+        back): deleted with the next put. Only the checkpoints ``keys`` are looked at (those whose
+        writes refs or commit changed since the last look: :attr:`ThreadIndex.unchecked`; writes that
+        came for a checkpoint after its child was put stay as refs, and a look at all of them on
+        every put made a long thread's puts slower and slower). A writes ref of a checkpoint this
+        index does not know is kept (it may be newer than what the index read)."""
         stale: list[tuple[str, str]] = []
-        for key, refs in idx.pending.items():
+        for key in keys:
+            refs = idx.pending.get(key)
             entry = idx.entries.get(key)
-            if key == skip or entry is None:
+            if key == skip or entry is None or not refs:
                 continue
             own = self._read_writes(self._commit(entry.oid))
             stale.extend((name, oid) for name, oid in refs
