@@ -122,6 +122,8 @@ class RefReader:
         self._paths: dict[str, tuple[str, str]] = {}  # run id -> (ref prefix, loose folder)
         self._listed: dict[str, tuple[tuple[object, ...], dict[str, str], dict[str, str]]] = {}
         self._writes_paths: dict[str, tuple[str, str]] = {}  # run id -> (writes ref prefix, folder)
+        self._under_table: dict[str, str] | None = None  # the packed table _under was made from
+        self._under: dict[str, dict[str, str]] = {}  # ref prefix -> {rest of the name: id}, packed
 
     def _reftable(self) -> bool:
         return os.path.isdir(os.path.join(self.common_dir, "reftable"))
@@ -150,6 +152,20 @@ class RefReader:
             return self._packed_refs(stamp)
         except FileNotFoundError:
             return self._packed_refs(None)
+
+    def _packed_under(self, stamp: tuple[int, int, int] | None, prefix: str) -> dict[str, str]:
+        """The packed refs under ``prefix`` (the rest of each name → id), kept until ``packed-refs``
+        changes: a repository with many packed refs is not scanned whole on every write."""
+        table = self._packed_at(stamp)
+        if table is not self._under_table:
+            self._under_table, self._under = table, {}
+        found = self._under.get(prefix)
+        if found is None:
+            if len(self._under) > 4096:
+                self._under.clear()
+            cut = len(prefix)
+            found = self._under[prefix] = {name[cut:]: oid for name, oid in table.items() if name.startswith(prefix)}
+        return found
 
     def branches(self, repo: pygit2.Repository, run_id: str) -> dict[str, str]:
         """``{branch: tip}`` of a run."""
@@ -183,13 +199,9 @@ class RefReader:
         if hit is not None and hit[0] == stamps:
             return dict(hit[1]), dict(hit[2])
         started = time.time()
-        packed = self._packed_at(stamps[2])
-        if packed:
-            for name, oid in packed.items():
-                if name.startswith(heads_prefix):
-                    heads[decode_component(name[len(heads_prefix):])] = oid
-                elif name.startswith(writes_prefix):
-                    writes[name[len(writes_prefix):]] = oid
+        for rest, oid in self._packed_under(stamps[2], heads_prefix).items():
+            heads[decode_component(rest)] = oid
+        writes.update(self._packed_under(stamps[2], writes_prefix))
         _read_loose(heads_dir, heads, decode_component)
         _read_writes_names(writes_dir, writes)
         if not heads:
@@ -216,10 +228,7 @@ class RefReader:
                 self._writes_paths.clear()
             self._writes_paths[run_id] = paths
         prefix, folder = paths
-        writes: dict[str, str] = {}
-        for name, oid in self._packed_at(_stamp(self._packed_path)).items():
-            if name.startswith(prefix):
-                writes[name[len(prefix):]] = oid
+        writes = dict(self._packed_under(_stamp(self._packed_path), prefix))
         _read_writes_names(folder, writes)
         return writes
 
