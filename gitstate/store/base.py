@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 STALE_LOCK_SWEEP_AGE = 60.0  # seconds: ref locks this old are removed when a store opens
 DEFAULT_LOCK_TIMEOUT = 10.0  # seconds a write retries held locks and moving refs before giving up
+MERGE_WAIT = 2.0  # seconds a pack merge waits for another process's housekeeping before giving up
 _FALLBACK_NAME = "gitstate"
 _FALLBACK_EMAIL = "gitstate@localhost"
 
@@ -291,13 +292,14 @@ class StoreCore:
         except OSError:
             return  # an unlisted pack is only merged later by a user's git gc
         if count >= housekeeping.TX_MERGE_AT:
-            # The merge waits for the housekeeping lock while another process merges (up to the
-            # lock timeout), and a writer that has written TX_MERGE_AT more packs while its merge
-            # runs or waits waits for it before the next one: so a writer faster than the merges,
-            # or several processes writing at once, cannot pile up packs (this bounds the pack
-            # count at the geometric series plus about 2 * TX_MERGE_AT: the packs being merged and
-            # those written meanwhile).
-            wait = self.lock_timeout
+            # The merge waits for the housekeeping lock while another process merges (up to
+            # MERGE_WAIT seconds: longer, it gives up as before, and a later write tries again), and
+            # a writer that has written TX_MERGE_AT more packs while its merge runs or waits waits
+            # for it before the next one: so a writer faster than the merges, or several processes
+            # writing at once, cannot pile up packs (this bounds the pack count at the geometric
+            # series plus about 2 * TX_MERGE_AT: the packs being merged and those written
+            # meanwhile, and the packs of transactions under way).
+            wait = min(self.lock_timeout, MERGE_WAIT)
             if self.pack_in_background:
                 merger = self._merger
                 if merger is not None and merger.is_alive():
