@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -52,6 +53,7 @@ T = TypeVar("T")
 STALE_LOCK_SWEEP_AGE = 60.0  # seconds: ref locks this old are removed when a store opens
 DEFAULT_LOCK_TIMEOUT = 10.0  # seconds a write retries held locks and moving refs before giving up
 MERGE_WAIT = 2.0  # seconds a pack merge waits for another process's housekeeping before giving up
+MERGE_RETRY = 10.0  # seconds without merges after one gave up waiting for the housekeeping lock
 _FALLBACK_NAME = "gitstate"
 _FALLBACK_EMAIL = "gitstate@localhost"
 
@@ -74,6 +76,7 @@ class StoreCore:
         self.fsync = self.durability.loose_objects
         self.fsync_refs = self.durability.refs
         self._merger: threading.Thread | None = None
+        self._merge_retry_at = 0.0  # (monotonic) no merge before then: another process held the lock too long
         self._gc_seen = False  # whether a `git gc` ran when this store last wrote
         self._gc_pid = os.path.join(self.location.common_dir, "gc.pid")
         self._merged_stamp = os.path.join(self.location.common_dir, "agentos", "merged")
@@ -291,14 +294,15 @@ class StoreCore:
             count = housekeeping.record_tx_pack(self.location.common_dir, pack)
         except OSError:
             return  # an unlisted pack is only merged later by a user's git gc
-        if count >= housekeeping.TX_MERGE_AT:
+        if count >= housekeeping.TX_MERGE_AT and time.monotonic() >= self._merge_retry_at:
             # The merge waits for the housekeeping lock while another process merges (up to
-            # MERGE_WAIT seconds: longer, it gives up as before, and a later write tries again), and
-            # a writer that has written TX_MERGE_AT more packs while its merge runs or waits waits
-            # for it before the next one: so a writer faster than the merges, or several processes
-            # writing at once, cannot pile up packs (this bounds the pack count at the geometric
-            # series plus about 2 * TX_MERGE_AT: the packs being merged and those written
-            # meanwhile, and the packs of transactions under way).
+            # MERGE_WAIT seconds; when it was held all that time, merges pause for MERGE_RETRY
+            # seconds, so that a lock held long, or left by a writer whose death cannot be told,
+            # does not slow every write down), and a writer that has written TX_MERGE_AT more packs
+            # while its merge runs or waits waits for it before the next one: so a writer faster
+            # than the merges, or several processes writing at once, cannot pile up packs (this
+            # bounds the pack count at the geometric series plus about 2 * TX_MERGE_AT: the packs
+            # being merged and those written meanwhile, and the packs of transactions under way).
             wait = min(self.lock_timeout, MERGE_WAIT)
             if self.pack_in_background:
                 merger = self._merger
@@ -316,6 +320,8 @@ class StoreCore:
                 with safeopen.open_file(self._merged_stamp, "a", encoding="ascii", replace_special=True):
                     pass
                 os.utime(self._merged_stamp)
+        except housekeeping.HousekeepingBusy:
+            self._merge_retry_at = time.monotonic() + MERGE_RETRY
         except (GitStateError, OSError):
             pass  # housekeeping is retried by a later write; a failed merge leaves every pack in place
 
