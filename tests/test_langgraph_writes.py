@@ -353,3 +353,79 @@ def test_late_writes_are_not_looked_at_again_by_every_put(repo: Path, monkeypatc
     for k, cfg in enumerate(late, start=2):
         assert saver.get_tuple(cfg).pending_writes == [(f"late-{k}", "n", k * 10)]  # type: ignore[union-attr]
     assert len(_writes_refs(repo)) == 10
+
+
+def test_a_pack_refs_between_listing_loose_and_packed_refs_hides_no_writes_ref(repo: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`git pack-refs` writes packed-refs, then deletes the loose refs: the ref reader lists the
+    loose writes refs first and reads packed-refs after, as git does, so a pack-refs that lands
+    between the two (run here just before the loose listing) hides no writes ref from a put's fold
+    or from get_tuple (read the other way round, another process's writes were lost)."""
+    from langgraph.checkpoint.base import create_checkpoint
+
+    import gitstate.langgraph.index as lgindex
+
+    real, armed = lgindex._read_writes_names, [False]
+
+    def packing_first(folder: str, out: dict[str, str]) -> None:
+        if armed[0]:
+            armed[0] = False
+            git(repo, "pack-refs", "--all")
+        real(folder, out)
+
+    monkeypatch.setattr(lgindex, "_read_writes_names", packing_first)
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    other = GitCheckpointSaver(gitstate.open_store(repo))  # another process
+    cp0 = empty_checkpoint()
+    k = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp0, {"source": "input", "step": -1}, {})
+    other.put_writes(k, [("items", "from-other")], "task-1")
+    armed[0] = True
+    saver.put(k, create_checkpoint(cp0, None, 0), {"source": "loop", "step": 0}, {})  # folds K's writes
+    fresh = GitCheckpointSaver(gitstate.open_store(repo))
+    assert [w[2] for w in fresh.get_tuple(k).pending_writes] == ["from-other"]  # type: ignore[union-attr]
+    other.put_writes(k, [("items", "second")], "task-2")  # K is no tip now: a writes ref stays
+    armed[0] = True
+    reader = GitCheckpointSaver(gitstate.open_store(repo))
+    assert [w[2] for w in reader.get_tuple(k).pending_writes] == ["from-other", "second"]  # type: ignore[union-attr]
+
+
+def test_a_stale_writes_ref_a_pack_refs_brings_back_is_removed_again(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stale writes ref (its records already in its checkpoint's commit) that a put deletes while
+    a concurrent `git pack-refs` copies it into packed-refs comes back; the saver forgets the refs
+    it deletes, so it sees the one that came back as new, and its next put removes it."""
+    from langgraph.checkpoint.base import create_checkpoint
+
+    import gitstate.git.refs as grefs
+
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    cp = empty_checkpoint()
+    k = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {"source": "input", "step": -1}, {})
+    saver.put_writes(k, [("items", "w1")], "task-1")
+    (name, _kind), = [r for r in _all_writes_refs(repo)]
+    path = repo / ".git" / name
+    saved = path.read_text()
+    cp = create_checkpoint(cp, None, 0)
+    cfg = saver.put(k, cp, {"source": "loop", "step": 0}, {})  # folds w1, deletes the ref
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(saved)  # a writer died before deleting it: stale
+    real, fired = grefs.remove_transient_ref, []
+
+    def brought_back(common_dir: str, ref: str, old: str, message: str) -> None:
+        real(common_dir, ref, old, message)
+        if ref == name and not fired:
+            fired.append(ref)
+            with open(os.path.join(common_dir, "packed-refs"), "a") as fh:
+                fh.write(f"{old} {ref}\n")  # what a pack-refs that read the loose ref just before writes
+
+    monkeypatch.setattr(grefs, "remove_transient_ref", brought_back)
+    second = GitCheckpointSaver(gitstate.open_store(repo))
+    for i in range(1, 4):
+        cp = create_checkpoint(cp, None, i)
+        cfg = second.put(cfg, cp, {"source": "loop", "step": i}, {})
+    assert fired and _all_writes_refs(repo) == []
+    assert [w[2] for w in second.get_tuple(k).pending_writes] == ["w1"]  # type: ignore[union-attr]
+
+
+def _all_writes_refs(repo: Path) -> list[tuple[str, str]]:
+    out = git(repo, "for-each-ref", "--format=%(refname) %(objecttype)", "refs/agentos/")
+    return [tuple(line.split(" ")) for line in out.splitlines() if "/writes/" in line]  # type: ignore[misc]

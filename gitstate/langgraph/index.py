@@ -199,11 +199,15 @@ class RefReader:
         if hit is not None and hit[0] == stamps:
             return dict(hit[1]), dict(hit[2])
         started = time.time()
-        for rest, oid in self._packed_under(stamps[2], heads_prefix).items():
-            heads[decode_component(rest)] = oid
-        writes.update(self._packed_under(stamps[2], writes_prefix))
+        # loose refs first, then packed-refs, as git reads them: `git pack-refs` writes packed-refs
+        # before it deletes the loose files, so a ref is in one or the other whenever it is read
         _read_loose(heads_dir, heads, decode_component)
         _read_writes_names(writes_dir, writes)
+        packed = _stamp(self._packed_path)
+        for rest, oid in self._packed_under(packed, heads_prefix).items():
+            heads.setdefault(decode_component(rest), oid)  # a loose ref wins over its packed copy
+        for rest, oid in self._packed_under(packed, writes_prefix).items():
+            writes.setdefault(rest, oid)
         if not heads:
             check_present(self.common_dir)  # no thread, or no repository any more (an error, not "empty")
         if self._settled(stamps, started):
@@ -228,8 +232,10 @@ class RefReader:
                 self._writes_paths.clear()
             self._writes_paths[run_id] = paths
         prefix, folder = paths
-        writes = dict(self._packed_under(_stamp(self._packed_path), prefix))
-        _read_writes_names(folder, writes)
+        writes: dict[str, str] = {}
+        _read_writes_names(folder, writes)  # loose first, then packed-refs (see read)
+        for rest, oid in self._packed_under(_stamp(self._packed_path), prefix).items():
+            writes.setdefault(rest, oid)
         return writes
 
     @staticmethod

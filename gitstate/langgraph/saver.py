@@ -514,8 +514,15 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         ``None`` when it has no writes refs."""
         refs = idx.pending.get((parent.ns, parent.checkpoint_id))
         checked = set(idx.unchecked)
-        self._stage_drop_writes(tx, thread_id, self._stale_writes(idx, checked, skip=(parent.ns, parent.checkpoint_id)))
-        tx.after(lambda: idx.unchecked.difference_update(checked))
+        stale = self._stale_writes(idx, checked, skip=(parent.ns, parent.checkpoint_id))
+        self._stage_drop_writes(tx, thread_id, [(name, oid) for _key, name, oid in stale])
+
+        def learned() -> None:
+            idx.unchecked.difference_update(checked)
+            for key, name, _oid in stale:  # gone from the index too: one back (a pack-refs) is new to it
+                idx.drop_writes(key, {name})
+
+        tx.after(learned)
         if not refs:
             return None
         commit = self._commit(parent.oid)
@@ -524,22 +531,23 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         return _Fold(parent, folded, tuple(refs))
 
     def _stale_writes(self, idx: ThreadIndex, keys: Iterable[tuple[str, str]],
-                      skip: tuple[str, str]) -> list[tuple[str, str]]:
+                      skip: tuple[str, str]) -> list[tuple[tuple[str, str], str, str]]:
         """Writes refs whose records the commit of their checkpoint already holds (a writer died
         between moving the branch and deleting them, or a concurrent ``pack-refs`` brought one
         back): deleted with the next put. Only the checkpoints ``keys`` are looked at (those whose
         writes refs or commit changed since the last look: :attr:`ThreadIndex.unchecked`; writes that
         came for a checkpoint after its child was put stay as refs, and a look at all of them on
         every put made a long thread's puts slower and slower). A writes ref of a checkpoint this
-        index does not know is kept (it may be newer than what the index read)."""
-        stale: list[tuple[str, str]] = []
+        index does not know is kept (it may be newer than what the index read). Returns
+        ``(checkpoint key, ref name, blob id)`` of each."""
+        stale: list[tuple[tuple[str, str], str, str]] = []
         for key in keys:
             refs = idx.pending.get(key)
             entry = idx.entries.get(key)
             if key == skip or entry is None or not refs:
                 continue
             own = self._read_writes(self._commit(entry.oid))
-            stale.extend((name, oid) for name, oid in refs
+            stale.extend((key, name, oid) for name, oid in refs
                          if all(k in own for k in self._pending_blob(oid)[2]))
         return stale
 
