@@ -4,6 +4,7 @@ user's moved (the issue's bar, checked on a real repository)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -633,3 +634,30 @@ def test_pack_count_stays_bounded_with_several_writer_processes(memory_repo: Pat
     for k in range(3):
         assert [cp.state["i"] for cp in store.get_run(f"w{k}").history()] == list(range(700))[::-1]
     git(repo, "fsck", "--strict")
+
+
+def test_a_housekeeping_lock_held_long_pauses_merges_instead_of_every_write(repo: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """While another process holds the housekeeping lock longer than a merge waits for it (here a
+    lock left by an owner on another host, only broken after minutes), a merge that gave up pauses
+    merges for a while: the writes after it start no merge (each used to start one, which the next
+    write then waited for)."""
+    import gitstate.store.base as base
+
+    monkeypatch.setattr(base, "MERGE_WAIT", 0.05)
+    store = gitstate.open_store(repo, fsync=False)
+    store.pack_in_background = False
+    run = store.create_run(run_id="held")
+    owner = json.loads(lockfile.Owner.current().to_bytes())
+    owner.update(host="another-host", pid=4242, boot="0" * 32, pidns="pid:[1]")
+    agentos = Path(store.location.common_dir) / "agentos"
+    agentos.mkdir(exist_ok=True)
+    (agentos / "housekeeping.lock").write_text(json.dumps(owner) + "\n")
+    tries: list[float] = []
+    real = housekeeping.merge_tx_packs
+    monkeypatch.setattr(housekeeping, "merge_tx_packs",
+                        lambda common, wait=0.0: tries.append(wait) or real(common, wait=wait))
+    for i in range(3 * housekeeping.TX_MERGE_AT):
+        run.checkpoint({"i": i})
+    assert len(tries) == 1, len(tries)  # then paused for MERGE_RETRY seconds
+    assert [cp.state["i"] for cp in run.history()][:3] == [47, 46, 45]

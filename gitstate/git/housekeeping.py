@@ -22,7 +22,7 @@ import stat
 import struct
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import pygit2
 
@@ -375,15 +375,14 @@ class HousekeepingBusy(Exception):
     """Another process held the housekeeping lock for the whole wait a merge was given."""
 
 
-def merge_tx_packs(common_dir: str, wait: float = 0.0,
-                   on_locked: Callable[[], None] | None = None) -> str | None:
+def merge_tx_packs(common_dir: str, wait: float = 0.0) -> str | None:
     """Merge transaction packs geometrically (the packs ``git repack --geometric=2`` would choose,
     merged with deltas by :func:`_merge_with_deltas`) so their number stays logarithmic, and remove
     what killed writers left (temporary pack files older than :data:`ORPHAN_AGE`; at a process's
     first merge, then at most every :data:`SWEEP_EVERY` seconds). Runs under the
-    housekeeping lock, waited for up to ``wait`` seconds when another process holds it (``on_locked``
-    is called once it is held); returns the merged pack's name, or ``None`` when nothing was merged
-    (or, with no ``wait``, another process is at it). With a ``wait``, a lock another process held
+    housekeeping lock, waited for up to ``wait`` seconds when another process holds it; returns the
+    merged pack's name, or ``None`` when nothing was merged (or, with no ``wait``, another process
+    is at it). With a ``wait``, a lock another process held
     all that time raises :class:`HousekeepingBusy`.
 
     Writers append the packs they write to ``tx-packs``; the packs a merge leaves (the geometric
@@ -403,8 +402,6 @@ def merge_tx_packs(common_dir: str, wait: float = 0.0,
             return None
         time.sleep(0.005)
     with lock:
-        if on_locked is not None:
-            on_locked()
         return _merge_tx_locked(common_dir, agentos, lock)
 
 
