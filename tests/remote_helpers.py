@@ -3,6 +3,8 @@ repositories served over it or over ``file://``, and clones that play separate m
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -28,7 +30,8 @@ def git_daemon(base: Path) -> Iterator[str]:
     proc = subprocess.Popen(
         ["git", "daemon", "--reuseaddr", "--export-all", "--enable=receive-pack", f"--base-path={base}",
          "--listen=127.0.0.1", f"--port={port}", "--informative-errors", str(base)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)  # `git daemon` runs git-daemon as its child: both are killed as a group
     try:
         deadline = time.monotonic() + 30  # readiness wait, not a timing assertion
         while True:
@@ -42,7 +45,10 @@ def git_daemon(base: Path) -> Iterator[str]:
                 time.sleep(0.02)
         yield f"git://127.0.0.1:{port}"
     finally:
-        proc.kill()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # killing `git` alone left git-daemon running
+        except ProcessLookupError:
+            pass
         proc.wait()
 
 
