@@ -16,9 +16,9 @@ from .context import pass_store
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--repair", is_flag=True, help="Remove stale ref locks and temporary pack files left by killed "
-              "writers, a multi-pack-index naming packs that are gone, and refs under refs/agentos/ that "
-              "hold no checkpoint (symbolic or unparsable); rewrite node logs without their unreadable "
-              "records.")
+              "writers, a damaged multi-pack-index or one naming packs that are gone, and refs under "
+              "refs/agentos/ that hold no checkpoint (symbolic or unparsable); rewrite node logs "
+              "without their unreadable records.")
 @pass_store
 def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     """Check every ref, object and payload of the store.
@@ -32,10 +32,11 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     symbolic ref, or a file git calls a "broken ref": listings skip them), no stale .lock file
     left by a killed writer blocks git's own gc, and no temporary pack file (objects/pack/tmp_*)
     of a gitstate writer killed before it renamed it is older than an hour (a younger one may be a
-    running writer's; git's own are left to git gc), and that no multi-pack-index names packs that
-    are gone (a `git multi-pack-index write` that ran while a merge removed them: git fsck fails on
-    it). --repair removes those locks, files, that multi-pack-index (git reads the packs without
-    one) and refs (they hold no checkpoint), and rewrites a node log without the records that do not read (the
+    running writer's; git's own are left to git gc), and that the multi-pack-index, if any, is not
+    damaged and names no pack that is gone (a `git multi-pack-index write` that ran while a merge
+    removed it: git fsck fails on either). --repair removes those locks, files, that
+    multi-pack-index (git reads the packs without one) and refs (they hold no checkpoint), and
+    rewrites a node log without the records that do not read (the
     old log stays in its reflog; one whose records all fail is removed). Exits 1 when it finds a
     problem.
 
@@ -59,7 +60,7 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
                 click.echo(f"repaired {out.safe(path)}: {report.repair_notes[path]}")
                 continue
             what = ("stale lock" if path.endswith(".lock")
-                    else "multi-pack-index naming packs that are gone" if path.endswith("multi-pack-index")
+                    else "damaged or stale multi-pack-index" if path.endswith("multi-pack-index")
                     else "temporary file" if path.startswith(os.path.join("objects", "pack", "")) else "broken ref")
             click.echo(f"removed {what}: {out.safe(path)}")
         for problem in report.problems:

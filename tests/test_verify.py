@@ -360,3 +360,25 @@ def test_a_multi_pack_index_naming_packs_that_are_gone_is_reported_and_repaired(
     assert not (pack_dir / "multi-pack-index").exists()
     assert verify(store).ok
     git(repo, "fsck", "--strict")
+
+
+def test_a_damaged_multi_pack_index_is_reported_and_repaired_one_of_a_newer_version_is_not(
+        store: gitstate.Store, repo: Path) -> None:
+    """A multi-pack-index cut short (git fsck fails on it) is reported and `--repair` removes it;
+    one that says it is of a version gitstate does not read (a newer git's) is left alone."""
+    run = store.create_run(run_id="d")
+    run.checkpoint({"i": 1})
+    midx = repo / ".git" / "objects" / "pack" / "multi-pack-index"
+    git(repo, "multi-pack-index", "write")
+    whole = midx.read_bytes()
+    midx.chmod(0o644)
+    midx.write_bytes(whole[:40])
+    problems = [p for p in verify(store).problems if "multi-pack-index" in p.ref]
+    assert len(problems) == 1 and "damaged" in problems[0].message, problems
+    report = verify(store, repair=True)
+    assert "objects/pack/multi-pack-index" in report.repaired and not midx.exists()
+    assert verify(store).ok
+    midx.write_bytes(whole[:4] + bytes([9]) + whole[5:])  # version 9
+    assert verify(store).ok and midx.exists()
+    midx.unlink()
+    git(repo, "fsck", "--strict")

@@ -624,6 +624,21 @@ def _clear_midx_naming(pack_dir: str, doomed: set[str]) -> None:
         _clear_midx(pack_dir)
 
 
+def damaged_midx(pack_dir: str) -> bool:
+    """Whether the multi-pack-index of ``pack_dir`` is there, says it is version 1 or 2 of git's
+    format (the ones gitstate reads), and still cannot be read: cut short, or a chunk table or pack
+    name chunk that does not hold together (``git fsck`` fails on it too). One of another version
+    is not called damaged (a newer git's)."""
+    if midx_pack_names(pack_dir) is not None:
+        return False
+    try:
+        with safeopen.open_file(os.path.join(pack_dir, MIDX), "rb") as fh:
+            head = fh.read(_MIDX_HEADER.size)
+    except OSError:
+        return False
+    return len(head) < 5 or (head[:4] == b"MIDX" and head[4] in (1, 2)) or head[:4] != b"MIDX"
+
+
 def stale_midx(pack_dir: str) -> list[str]:
     """The packs (``pack-<hex>.idx``) the multi-pack-index of ``pack_dir`` names that are gone
     (``git fsck`` fails on such a file and git commands print ``packfile ... index unavailable``;
@@ -634,8 +649,8 @@ def stale_midx(pack_dir: str) -> list[str]:
 
 def clear_stale_midx(pack_dir: str) -> bool:
     """Remove the multi-pack-index (with its bitmap and reverse index) if it names packs that are
-    gone; True when it did. git reads the packs without one."""
-    if not stale_midx(pack_dir):
+    gone or is damaged (:func:`damaged_midx`); True when it did. git reads the packs without one."""
+    if not stale_midx(pack_dir) and not damaged_midx(pack_dir):
         return False
     _clear_midx(pack_dir)
     return True

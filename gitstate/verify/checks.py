@@ -510,7 +510,8 @@ def verify(store: Store, all_worktrees: bool = True,
     ``repair`` removed (and then listed in :attr:`VerifyReport.repaired`); so are gitstate's
     temporary pack files that writers killed before renaming them left in ``objects/pack``, when
     older than :data:`housekeeping.ORPHAN_AGE` (a younger one may be a live writer's), and a
-    multi-pack-index naming packs that are gone (:func:`packs.stale_midx`). A node log
+    multi-pack-index naming packs that are gone or damaged (:func:`packs.stale_midx`,
+    :func:`packs.damaged_midx`). A node log
     holding records that do not read is reported, or with ``repair`` rewritten without them (or
     removed when none reads; listed in :attr:`VerifyReport.repaired`, with what was done in
     :attr:`VerifyReport.repair_notes`). Returns a
@@ -538,6 +539,11 @@ def verify(store: Store, all_worktrees: bool = True,
             f"names {len(gone)} pack(s) that are gone, such as {gone[0]} (a `git multi-pack-index write` "
             "ran while a merge removed them; git fsck fails on it; `git agentos verify --repair` removes "
             "it, and git reads the packs without one)"))
+    elif packs.damaged_midx(pack_dir):
+        report.problems.append(Problem(
+            os.path.relpath(os.path.join(pack_dir, packs.MIDX), common),  # a path, as for stale locks
+            "is damaged: it cannot be read (git fsck fails on it too; `git agentos verify --repair` "
+            "removes it, and git reads the packs without one)"))
     checker = _Checker(store, report, progress, repair)
     prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
     listed = list_refs(store.repo, prefix)
