@@ -620,7 +620,7 @@ def _clear_midx_naming(pack_dir: str, doomed: set[str]) -> None:
     """Remove the multi-pack-index when it names one of the ``doomed`` index files or an index that
     is gone, or cannot be read."""
     listed = midx_pack_names(pack_dir)
-    if listed is None or listed & doomed or stale_midx(pack_dir):
+    if listed is None or listed & doomed or _gone(pack_dir, listed):
         _clear_midx(pack_dir)
 
 
@@ -643,7 +643,11 @@ def stale_midx(pack_dir: str) -> list[str]:
     """The packs (``pack-<hex>.idx``) the multi-pack-index of ``pack_dir`` names that are gone
     (``git fsck`` fails on such a file and git commands print ``packfile ... index unavailable``;
     git's own ``repack -d`` beside a ``git multi-pack-index write`` can leave one too)."""
-    listed = midx_pack_names(pack_dir) or set()
+    return _gone(pack_dir, midx_pack_names(pack_dir) or set())
+
+
+def _gone(pack_dir: str, listed: set[str]) -> list[str]:
+    """The index files of ``listed`` that are not in ``pack_dir``, sorted."""
     return sorted(n for n in listed if not os.path.exists(os.path.join(pack_dir, n)))
 
 

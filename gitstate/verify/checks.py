@@ -530,19 +530,18 @@ def verify(store: Store, all_worktrees: bool = True,
                                        "writer (git count-objects calls it garbage; `git agentos verify "
                                        "--repair` removes it)"))
     pack_dir = os.path.join(common, "objects", "pack")
+    midx = os.path.relpath(os.path.join(pack_dir, packs.MIDX), common)  # a path, as for stale locks
     if repair and packs.clear_stale_midx(pack_dir):
-        report.repaired.append(os.path.relpath(os.path.join(pack_dir, packs.MIDX), common))
+        report.repaired.append(midx)
     gone = packs.stale_midx(pack_dir)
     if gone:
         report.problems.append(Problem(
-            os.path.relpath(os.path.join(pack_dir, packs.MIDX), common),  # a path, as for stale locks
-            f"names {len(gone)} pack(s) that are gone, such as {gone[0]} (a `git multi-pack-index write` "
+            midx, f"names {len(gone)} pack(s) that are gone, such as {gone[0]} (a `git multi-pack-index write` "
             "ran while a merge removed them; git fsck fails on it; `git agentos verify --repair` removes "
             "it, and git reads the packs without one)"))
     elif packs.damaged_midx(pack_dir):
         report.problems.append(Problem(
-            os.path.relpath(os.path.join(pack_dir, packs.MIDX), common),  # a path, as for stale locks
-            "is damaged: it cannot be read (git fsck fails on it too; `git agentos verify --repair` "
+            midx, "is damaged: it cannot be read (git fsck fails on it too; `git agentos verify --repair` "
             "removes it, and git reads the packs without one)"))
     checker = _Checker(store, report, progress, repair)
     prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
