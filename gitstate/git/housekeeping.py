@@ -382,8 +382,8 @@ def merge_tx_packs(common_dir: str, wait: float = 0.0) -> str | None:
     first merge, then at most every :data:`SWEEP_EVERY` seconds). Runs under the
     housekeeping lock, waited for up to ``wait`` seconds when another process holds it; returns the
     merged pack's name, or ``None`` when nothing was merged (or, with no ``wait``, another process
-    is at it). With a ``wait``, a lock another process held
-    all that time raises :class:`HousekeepingBusy`.
+    is at it). With a ``wait``, a lock another process held all that time raises
+    :class:`HousekeepingBusy`.
 
     Writers append the packs they write to ``tx-packs``; the packs a merge leaves (the geometric
     series, and the merged one) are listed in ``tx-packs.kept``, so the length of ``tx-packs`` is
