@@ -194,23 +194,26 @@ def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
     JSON: the checkpoint fields of `log --json` plus "state" (the decoded state), "tools",
     "audit" (lists) and "files" (the workspace snapshot: a list of {"path", "size", "id", "mode"});
     a LangGraph checkpoint adds "langgraph": {"checkpoint_id", "checkpoint_ns", "source", "step",
-    "parents", "next", "metadata", "writes": [{"task", "path", "node", "channel", "idx", "value"}]}.
+    "parents", "next", "metadata", "writes": [{"task", "path", "node", "channel", "idx", "value"}]}
+    ("next": the nodes scheduled there; at a branch's tip, those still to run, as LangGraph's
+    get_state shows them).
     """
     from gitstate.workspace import views  # show alone reads snapshot listings
 
     cp = resolve(store, ref)
     files = views.snapshot_files(cp)
+    tip = _tip_of(store, cp)  # a line's tip shows what is still to run, as LangGraph's get_state does
     if as_json:
-        data = cp.to_dict(with_state=True)
+        data = cp.to_dict(with_state=True, live=cp.id == tip)
         data.update(tools=cp.tools, audit=cp.audit, files=[f.to_dict() for f in files])
         out.emit_json(data)
         return
-    lg = cp.langgraph
+    lg = cp.langgraph_view(live=cp.id == tip)
     label = out.style
     click.echo(label(f"checkpoint {cp.id}", fg="yellow"))
     fields = [("run", cp.run_id), ("branch", cp.branch), ("workflow", cp.workflow), ("node", cp.node),
               ("step", cp.display_step), ("trigger", cp.trigger),
-              ("status", shown_status(cp, _tip_of(store, cp))),
+              ("status", shown_status(cp, tip)),
               ("node status", cp.node_status), ("node entry", cp.node_entry),
               ("parent", cp.parent_id), ("created", cp.created_at.isoformat())]
     if lg is not None:

@@ -267,3 +267,43 @@ def test_a_node_that_raised_on_resume_failed(repo: Path, monkeypatch: pytest.Mon
     assert [line.split()[:2] for line in _cli(repo, monkeypatch, "nodes", "t").splitlines()[1:]] == [["ask", "failed"]]
     view = ViewData(gitstate.open_store(repo)).nodes("t")["nodes"]
     assert [(n["node"], n["status"]) for n in view] == [("ask", "failed")]
+
+
+def test_a_thread_rolled_back_to_a_step_whose_tasks_wrote_is_running_as_get_state_says(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    config = {"configurable": {"thread_id": "back"}}
+    app = _app(saver)
+    app.invoke({"msgs": []}, config)
+    monkeypatch.chdir(repo)
+    rolled = CliRunner().invoke(cli, ["rollback", "back", "~1"], prog_name="git agentos")
+    assert rolled.exit_code == 0, rolled.output
+    state = app.get_state(config)
+    assert state.next == () and state.values["msgs"] == ["first", "auto"]  # "second" wrote already
+    assert _runs(repo, monkeypatch)["back"]["status"] == "running"
+    tip = gitstate.open_store(repo).get_run("back").head("main")
+    view = tip.langgraph_view(live=True) if tip is not None else None
+    assert view is not None and view["next"] == [] and tip.langgraph["next"] == ["second"]  # type: ignore[index, union-attr]
+    shown = CliRunner().invoke(cli, ["show", "back"], prog_name="git agentos")
+    assert shown.exit_code == 0 and "status:       running" in shown.output and "next:" not in shown.output
+    # a task that wrote only an interrupt has not run to its end: still next, as get_state says
+    asked = {"configurable": {"thread_id": "asked"}}
+    _app(saver, ask=True).invoke({"msgs": []}, asked)
+    assert _app(saver, ask=True).get_state(asked).next == ("second",)
+    assert _runs(repo, monkeypatch)["asked"]["status"] == "interrupted"
+    waiting = gitstate.open_store(repo).get_run("asked").head("main")
+    assert waiting is not None and waiting.langgraph_view(live=True)["next"] == ["second"]  # type: ignore[index]
+
+
+def test_sent_tasks_that_wrote_are_not_next() -> None:
+    from gitstate.format import lgtree
+
+    records = [["t1", "msgs", "msgpack", b"", "~__pregel_push, 0000000001", 0],
+               ["t2", "__interrupt__", "msgpack", b"", "~__pregel_push, 0000000002", 0],
+               ["t3", "__no_writes__", "null", b"", "~__pregel_pull, plan", 0],
+               ["t4", "__error__", "msgpack", b"", "~__pregel_pull, review", 0],
+               ["t5", "x", "msgpack", b"", "~__pregel_push, ~__pregel_pull, plan, 0000000002, t9", 0]]
+    assert lgtree.ran_tasks(records) == ({"plan"}, {1})
+    packets = [{"args": ["work", 1]}, {"args": ["work", 2]}, {"args": ["check", 3]}]
+    assert lgtree.send_targets(packets, skip={1}) == {"work", "check"}
+    assert lgtree.send_targets(packets, skip={0, 1}) == {"check"}

@@ -8,7 +8,7 @@ holds ``meta.cbor`` and the state (``state/`` tree or ``state.cbor``), optionall
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -256,12 +256,28 @@ class Checkpoint:
     def tip_status(self) -> str | None:
         """The status of a line (a run's branch, a LangGraph thread) whose newest checkpoint this
         is: the recorded :attr:`status`, except that a LangGraph checkpoint recorded ``running``
-        (tasks were pending when it was written) reads ``interrupted`` when nothing came after it:
-        the graph stopped before those tasks (``interrupt_before``, a process that ended) or is
-        still running them, which the store cannot tell apart."""
-        if self.status == "running" and self.workflow == lgtree.WORKFLOW:
-            return "interrupted"
-        return self.status
+        (tasks were pending when it was written) reads ``interrupted`` when nothing came after it
+        and a task is still to run (LangGraph's ``get_state`` names it in ``next``): the graph
+        stopped before it (``interrupt_before``, a process that ended) or is still running it,
+        which the store cannot tell apart; it stays ``running`` once every task wrote its output
+        (kept in the commit or in writes refs: see :meth:`line_status`)."""
+        return self.line_status()
+
+    def line_status(self, writes: Iterable[str] | None = None) -> str | None:
+        """:attr:`tip_status`; ``writes``: the blob ids of the run's LangGraph writes refs, in name
+        order (``None``: looked up, which lists the repository's refs)."""
+        if self.status != "running" or self.workflow != lgtree.WORKFLOW:
+            return self.status
+        reader = self._reader().reader
+        cid, ns = self.metadata.get("checkpoint_id"), str(self.metadata.get("checkpoint_ns") or "")
+        pending = None
+        if isinstance(cid, str) and writes is not None:
+            pending = lgwrites.blob_records(reader, writes, ns, cid)
+        elif isinstance(cid, str):
+            worktree = read_meta(reader, reader.commit(self.id)).get("worktree")
+            if isinstance(worktree, str):
+                pending = lgwrites.ref_records(reader, worktree, self.run_id, ns, cid)
+        return "interrupted" if lgtree.tasks_pending(reader, self.tree_id, pending) else "running"
 
     @property
     def short_id(self) -> str:
@@ -332,9 +348,14 @@ class Checkpoint:
     def langgraph(self) -> dict[str, Any] | None:
         """LangGraph's own view of a checkpoint written by ``gitstate.langgraph`` (``None`` for
         others): ``checkpoint_id``, ``checkpoint_ns``, ``source``, ``step`` (-1 for the input),
-        ``parents``, ``next`` (nodes scheduled), ``metadata`` and pending ``writes`` (those of its
-        commit and of the run's writes refs), as plain data (see
-        :func:`gitstate.format.lgtree.details`)."""
+        ``parents``, ``next`` (nodes scheduled, as LangGraph's ``get_state_history`` names them),
+        ``metadata`` and pending ``writes`` (those of its commit and of the run's writes refs), as
+        plain data (see :func:`gitstate.format.lgtree.details`)."""
+        return self.langgraph_view()
+
+    def langgraph_view(self, live: bool = False) -> dict[str, Any] | None:
+        """:attr:`langgraph`; ``live``: ``next`` as LangGraph's ``get_state`` of a thread names it
+        at its latest checkpoint (the tasks that wrote already left out): for a line's tip."""
         if self.workflow != lgtree.WORKFLOW:
             return None
         reader = self._reader().reader
@@ -342,7 +363,7 @@ class Checkpoint:
         cid, ns, worktree = self.metadata.get("checkpoint_id"), self.metadata.get("checkpoint_ns") or "", meta.get("worktree")
         pending = (lgwrites.ref_records(reader, worktree, self.run_id, str(ns), cid)
                    if isinstance(cid, str) and isinstance(worktree, str) else None)
-        return lgtree.details(reader, self.tree_id, meta, pending)
+        return lgtree.details(reader, self.tree_id, meta, pending, live=live)
 
     @property
     def files_tree_id(self) -> str | None:
@@ -350,8 +371,9 @@ class Checkpoint:
         entry = _tree_entry(self._root(), FILES)
         return entry[0] if entry is not None else None
 
-    def to_dict(self, with_state: bool = False) -> dict[str, Any]:
-        """A JSON-friendly summary (the CLI's ``--json`` shape); ``step`` is :attr:`display_step`."""
+    def to_dict(self, with_state: bool = False, live: bool = False) -> dict[str, Any]:
+        """A JSON-friendly summary (the CLI's ``--json`` shape); ``step`` is :attr:`display_step`;
+        ``live``: its LangGraph view as the line's tip (:meth:`langgraph_view`)."""
         out: dict[str, Any] = {
             "id": self.id, "run": self.run_id, "branch": self.branch, "node": self.node, "step": self.display_step,
             "trigger": self.trigger, "status": self.status, "node_status": self.node_status,
@@ -361,7 +383,7 @@ class Checkpoint:
         }
         if with_state:
             out["state"] = self.state
-            lg = self.langgraph
+            lg = self.langgraph_view(live)
             if lg is not None:
                 out["langgraph"] = lg
         return out

@@ -27,7 +27,7 @@ __all__ = [
     "CHUNK", "FANOUT", "JOIN_PREFIX", "LG_META", "LG_TREE", "LIST", "VALUE", "WORKFLOW", "WRITES_BLOB", "Boundary",
     "LineCheckpoint", "boundaries", "channel_entries", "checkpoint_key", "checkpoint_problem", "details", "join_target",
     "metadata_problem", "next_nodes", "read_writes", "seen_since", "show_chunk", "show_entry", "show_values",
-    "stored_problem", "subgraph_node", "values_tree", "START", "TASKS",
+    "stored_problem", "subgraph_node", "tasks_pending", "values_tree", "START", "TASKS",
     "TRIGGER_PREFIX",
 ]
 
@@ -161,12 +161,22 @@ def read_writes(reader: ObjectReader, root: TreeData) -> list[Any]:
     return records
 
 
-def next_nodes(reader: ObjectReader, values: str) -> list[str]:
+#: Write channels that are not a task's output (LangGraph's ``CONTROL_WRITES``): a task that wrote
+#: only these (an error, an interrupt, a resume value) has not run to its end.
+CONTROL_CHANNELS = frozenset(("__error__", "__error_source_node__", "__interrupt__", "__resume__"))
+_PULL, _PUSH = "~__pregel_pull", "~__pregel_push"
+
+
+def next_nodes(reader: ObjectReader, values: str, records: Sequence[Any] = ()) -> list[str]:
     """The nodes a checkpoint schedules next, as LangGraph's ``StateSnapshot.next`` names them: those
     its trigger channels (``branch:to:<node>``) name, those whose join channel is complete
     (:func:`join_target`), ``__start__`` while the input is pending, and the targets of pending
-    ``Send`` packets (``__pregel_tasks``)."""
+    ``Send`` packets (``__pregel_tasks``); less the tasks that have run already, as ``get_state``
+    leaves them out: those with an output among the write ``records`` (a write to a channel not in
+    :data:`CONTROL_CHANNELS`, LangGraph's ``__no_writes__`` marker included), found by their task
+    path (``~__pregel_pull, <node>``; ``~__pregel_push, <n>`` for the n-th ``Send`` packet)."""
     entries = channel_entries(reader, values)
+    pulled, pushed = ran_tasks(records)
     names = {ch[len(TRIGGER_PREFIX):] for ch in entries if ch.startswith(TRIGGER_PREFIX)}
     for channel, entry in entries.items():
         if channel.startswith(JOIN_PREFIX):
@@ -175,20 +185,46 @@ def next_nodes(reader: ObjectReader, values: str) -> list[str]:
                 names.add(node)
     if START in entries:
         names.add(START)
+    names -= pulled
     if TASKS in entries:
-        names.update(send_targets(show_entry(reader, *entries[TASKS])))
+        names.update(send_targets(show_entry(reader, *entries[TASKS]), skip=pushed))
     return sorted(names)
 
 
-def send_targets(packets: Any) -> set[str]:
+def ran_tasks(records: Sequence[Any]) -> tuple[set[str], set[int]]:
+    """The tasks that wrote an output among write ``records`` (``[task_id, channel, type, bytes,
+    task_path, idx]``): the nodes of pull tasks, and the packet numbers of ``Send`` tasks."""
+    pulled: set[str] = set()
+    pushed: set[int] = set()
+    for record in records:
+        if not (isinstance(record, list) and len(record) == 6 and isinstance(record[4], str)) \
+                or record[1] in CONTROL_CHANNELS:
+            continue
+        parts = [p.strip() for p in record[4].split(",")]
+        if len(parts) >= 2 and parts[0] == _PULL and parts[1]:
+            pulled.add(parts[1])
+        elif len(parts) == 2 and parts[0] == _PUSH and parts[1].isdigit():
+            pushed.add(int(parts[1]))
+    return pulled, pushed
+
+
+def send_targets(packets: Any, skip: set[int] | frozenset[int] = frozenset()) -> set[str]:
     """The nodes that pending ``Send`` packets (``__pregel_tasks`` as :func:`show_entry` shows it)
-    are addressed to."""
+    are addressed to (those at the positions ``skip`` left out)."""
     names: set[str] = set()
-    for packet in packets if isinstance(packets, list) else []:
+    for i, packet in enumerate(packets if isinstance(packets, list) else []):
         args = packet.get("args") if isinstance(packet, dict) else None
-        if isinstance(args, list) and args and isinstance(args[0], str):
+        if i not in skip and isinstance(args, list) and args and isinstance(args[0], str):
             names.add(args[0])
     return names
+
+
+def tasks_pending(reader: ObjectReader, tree_id: str, pending: Mapping[tuple[str, int], list[Any]] | None) -> bool:
+    """Whether a LangGraph checkpoint still has a task to run (:func:`next_nodes` with the write
+    records of its commit and ``pending``, those of its writes refs, is not empty)."""
+    root = reader.tree(tree_id)
+    values = values_tree(root)
+    return values is not None and bool(next_nodes(reader, values, _with_pending(read_writes(reader, root), pending)))
 
 
 def seen_since(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
@@ -336,11 +372,13 @@ def _mapping(value: Any) -> dict[Any, Any]:
 
 
 def details(reader: ObjectReader, tree_id: str, meta: Mapping[str, Any],
-            pending: Mapping[tuple[str, int], list[Any]] | None = None) -> dict[str, Any] | None:
+            pending: Mapping[tuple[str, int], list[Any]] | None = None, *, live: bool = False) -> dict[str, Any] | None:
     """LangGraph's own view of a checkpoint (``None`` if it is not one): ``checkpoint_id``,
     ``checkpoint_ns``, ``source``, ``step`` (LangGraph's numbering: -1 for the input), ``parents``,
-    ``next`` (nodes scheduled), ``metadata`` (the rest of LangGraph's metadata) and ``writes``
-    (pending writes, values shown), all plain data."""
+    ``next`` (nodes scheduled, as ``get_state_history`` names them; ``live``: as ``get_state`` of
+    the thread's latest checkpoint names them, less the tasks that wrote: see :func:`next_nodes`),
+    ``metadata`` (the rest of LangGraph's metadata) and ``writes`` (pending writes, values shown),
+    all plain data."""
     root = reader.tree(tree_id)
     values = values_tree(root)
     if values is None:
@@ -350,11 +388,12 @@ def details(reader: ObjectReader, tree_id: str, meta: Mapping[str, Any],
     md = _mapping(shown.get("metadata"))
     info = _mapping(meta.get("metadata"))
     rest = {k: v for k, v in md.items() if k not in ("source", "step", "parents", "writes")}
+    records = _with_pending(read_writes(reader, root), pending)
     out: dict[str, Any] = {
         "checkpoint_id": info.get("checkpoint_id"), "checkpoint_ns": info.get("checkpoint_ns", ""),
         "source": md.get("source"), "step": md.get("step", info.get("langgraph_step")),
-        "parents": md.get("parents") or {}, "next": next_nodes(reader, values),
-        "metadata": rest, "writes": lgserde.show_writes(_with_pending(read_writes(reader, root), pending)),
+        "parents": md.get("parents") or {}, "next": next_nodes(reader, values, records if live else ()),
+        "metadata": rest, "writes": lgserde.show_writes(records),
     }
     if isinstance(md.get("writes"), dict):  # LangGraph before 0.4 recorded the writes of the step
         out["step_writes"] = md["writes"]

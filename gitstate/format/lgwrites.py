@@ -98,8 +98,14 @@ def ref_records(reader: ObjectReader, worktree: str, run_id: str, ns: str, check
     through libgit2's iterator, which reads every ref of the repository (some 40 ms for 20,000
     packed refs): for showing one checkpoint, not for a loop over a history."""
     prefix = run_prefix(worktree, run_id) + REF_KIND + "/"
+    return blob_records(reader, [oid for _name, oid in sorted(list_refs(reader.repo, prefix))], ns, checkpoint_id)
+
+
+def blob_records(reader: ObjectReader, blobs: Iterable[str], ns: str, checkpoint_id: str) -> dict[Key, Record]:
+    """The records the writes blobs ``blobs`` (in writes-ref name order) hold for the checkpoint
+    ``(ns, checkpoint_id)`` (see :func:`ref_records`)."""
     found: list[dict[Key, Record]] = []
-    for _name, oid in sorted(list_refs(reader.repo, prefix)):
+    for oid in blobs:
         ref_ns, ref_cid, records = decode_pending(reader.blob(oid), oid)
         if (ref_ns, ref_cid) == (ns, checkpoint_id):
             found.append(records)

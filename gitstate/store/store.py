@@ -10,7 +10,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -84,7 +84,8 @@ class RunSummary:
         }
 
 
-SUMMARY_CACHE_VERSION = 3  # 2: status from recorded outcomes (node logs); 3: LangGraph's step and status rules
+SUMMARY_CACHE_VERSION = 4  # 2: status from recorded outcomes (node logs); 3: LangGraph's step and status rules;
+# 4: a LangGraph thread whose tasks all wrote is running, not interrupted
 SUMMARY_CACHE_MIN_RUNS = 64  # below this, listing reads every run afresh
 _SUMMARY_FIELDS = ("workflow", "branch", "node", "step", "status", "updated_at", "checkpoints", "created_at",
                    "branches")
@@ -107,15 +108,17 @@ def _summary_from_row(run_id: str, worktree: str, row: list[Any]) -> RunSummary 
     return RunSummary(id=run_id, worktree=worktree, **fields)
 
 
-def derive_status(cp: Checkpoint | None, last_node: NodeRecord | None = None) -> str:
+def derive_status(cp: Checkpoint | None, last_node: NodeRecord | None = None,
+                  writes: Iterable[str] | None = None) -> str:
     """The run status, from what the run recorded on its summarised branch: the tip's own status
     (``running``, ``completed``, ``failed``, ``interrupted``; integrations such as the LangGraph
     saver record theirs there; see :attr:`Checkpoint.tip_status` for a LangGraph thread), else
     ``failed`` when the tip closes a failed node, else ``running`` (a run is running until it
-    records a terminal status)."""
+    records a terminal status). ``writes``: the blob ids of the run's LangGraph writes refs, in
+    name order (``None``: looked up when needed)."""
     if cp is None:
         return "running"
-    status = cp.tip_status  # LangGraph: tasks pending at the latest checkpoint read "interrupted"
+    status = cp.line_status(writes)  # LangGraph: a task to run at the latest checkpoint reads "interrupted"
     if status in cpfmt.STATUSES:
         return status
     if cp.trigger == cpfmt.NODE_END and cp.node_status == "failed":  # the earlier node format
@@ -256,18 +259,22 @@ class Store(StoreCore):
             parsed = parse_ref(name)
             if parsed is None:
                 continue
-            entry = grouped.setdefault((parsed.worktree, parsed.run_id), {"record": None, "heads": {}, "nodes": {}})
+            entry = grouped.setdefault((parsed.worktree, parsed.run_id),
+                                       {"record": None, "heads": {}, "nodes": {}, "writes": {}})
             if parsed.kind == "run":
                 entry["record"] = oid
             elif parsed.kind == "heads" and parsed.name is not None:
                 entry["heads"][parsed.name] = oid
             elif parsed.kind == "nodes" and parsed.name is not None:
                 entry["nodes"][parsed.name] = oid
+            elif parsed.kind == "writes" and parsed.name is not None:
+                entry["writes"][parsed.name] = oid
         broken: dict[tuple[str, str], str] = {}
         for ref in self.broken_refs(prefix):  # skipped by the listing above, so named here
             parsed = parse_ref(ref.name)
             if parsed is not None:
-                grouped.setdefault((parsed.worktree, parsed.run_id), {"record": None, "heads": {}, "nodes": {}})
+                grouped.setdefault((parsed.worktree, parsed.run_id),
+                                   {"record": None, "heads": {}, "nodes": {}, "writes": {}})
                 broken.setdefault((parsed.worktree, parsed.run_id),
                                   f"corrupt object {ref.name}: {ref.problem} (`git agentos verify --repair` removes it)")
         by_worktree: dict[str, list[tuple[str, dict[str, Any]]]] = {}
@@ -297,7 +304,8 @@ class Store(StoreCore):
         out = []
         for run_id, e in runs:
             key = "\0".join([run_id, e["record"] or "", *sorted(f"{b}\0{o}" for b, o in e["heads"].items()),
-                             *sorted(f"nodes:{b}\0{o}" for b, o in e["nodes"].items())])
+                             *sorted(f"nodes:{b}\0{o}" for b, o in e["nodes"].items()),
+                             *sorted(f"writes:{o}" for o in e["writes"].values())])
             row = cache.get(key)
             summary = _summary_from_row(run_id, worktree, row) if isinstance(row, list) else None
             if summary is None:
@@ -345,8 +353,12 @@ class Store(StoreCore):
         except GitStateError as exc:
             return RunSummary(run_id, workflow, branch, tip.node, tip.step, "corrupt", updated, 0, worktree,
                               created, len(heads), error=f"node log: {exc}")
-        return RunSummary(run_id, workflow or tip.workflow, branch, tip.node, tip.display_step,
-                          derive_status(tip, last_node),
+        try:
+            status = derive_status(tip, last_node, [o for _n, o in sorted(refs["writes"].items())])
+        except GitStateError as exc:
+            return RunSummary(run_id, workflow, branch, tip.node, tip.step, "corrupt", updated, 0, worktree,
+                              created, len(heads), error=f"pending writes: {exc}")
+        return RunSummary(run_id, workflow or tip.workflow, branch, tip.node, tip.display_step, status,
                           updated, tip.step - tip.base + 1, worktree, created, len(tips))
 
     def _last_node(self, log_tip: str | None) -> NodeRecord | None:

@@ -366,9 +366,14 @@ class ViewData:
                 branch = summary_line(tips)
                 tip = tips[branch]
                 tip_meta = tip.metadata
+                error: str | None = None
+                try:
+                    status = derive_status(tip)
+                except GitStateError as exc:
+                    status, error = "corrupt", f"pending writes: {exc}"
                 summary = RunSummary(refs.run_id, workflow or tip.workflow, branch, tip.node, tip.display_step,
-                                     derive_status(tip), max(cp.created_at for cp in tips.values()),
-                                     tip.step - tip.base + 1, refs.worktree, created, len(tips))
+                                     status, max(cp.created_at for cp in tips.values()),
+                                     tip.step - tip.base + 1, refs.worktree, created, len(tips), error=error)
         text = " ".join(str(x) for x in (summary.id, summary.workflow or "", summary.status, summary.node or "",
                                           summary.branch or "", summary.worktree,
                                           _json_text(metadata), _json_text(tip_meta))).lower()
@@ -576,7 +581,8 @@ class ViewData:
             item["refs"] = refs
             if item.get("langgraph") and item.get("status") == "running" \
                     and any(r["kind"] != "reflog" for r in refs):
-                item["status"] = "interrupted"  # a thread's line stopped with tasks pending (Checkpoint.tip_status)
+                # a thread's line stopped with a task to run is interrupted (Checkpoint.tip_status)
+                item["status"] = self.store.read_checkpoint(row.id).tip_status
             item["reflog"] = row.id in data.dimmed
             if row.id in data.failed_exits:
                 item["node_status"] = "failed"
@@ -634,7 +640,7 @@ class ViewData:
         cp = self.checkpoint_of(ref)
         limits = self.limits
         out = checkpoint_label(cp)
-        if cp.tip_status != cp.status and self._is_tip(cp):
+        if self._is_tip(cp) and cp.tip_status != cp.status:
             out["status"] = cp.tip_status  # the newest checkpoint of its line shows the line's status
         out.update(parents=list(cp.parent_ids), workflow=cp.workflow, node_entry=cp.node_entry,
                    base=cp.base, tree=cp.tree_id, metadata=values.encode(cp.metadata, limits),
