@@ -39,7 +39,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gitstate  # noqa: E402
-from gitstate.workspace import trash  # noqa: E402
 
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.com",
        "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.com", "GIT_CONFIG_NOSYSTEM": "1"}
@@ -217,7 +216,6 @@ def bench_restore(files: int, changed: int, rounds: int, contenders: list[str]) 
         print(f"\nrestore, {files} files ({changed} changed), {rounds} rounds "
               f"(set up in {time.perf_counter() - t0:.1f}s)")
         times: dict[str, list[float]] = {w: [] for w in contenders}
-        after: list[float] = []
         cpu: dict[str, list[float]] = {w: [] for w in contenders}
         rng = random.Random(3)
         for r in range(rounds):
@@ -233,21 +231,12 @@ def bench_restore(files: int, changed: int, rounds: int, contenders: list[str]) 
                 c0, t0 = _cpu_seconds(), time.perf_counter()
                 _restore_once(which, root, run, cp)
                 times[which].append(time.perf_counter() - t0)
-                if which == "gitstate API":
-                    # its replaced files are deleted on a background thread after it returned: waited
-                    # for here, out of its wall time (but in its CPU time), so that the deletion does
-                    # not slow the next contender down
-                    w0 = time.perf_counter()
-                    trash.wait()
-                    after.append(time.perf_counter() - w0)
                 cpu[which].append(_cpu_seconds() - c0)
                 sample = root / edit[0]
                 assert not sample.read_bytes().startswith(b"round"), f"{which} did not restore {edit[0]}"
         print("  wall time:")
         for which in contenders:
             print(f"  {which:18s} {_spread(times[which])}")
-        if after:
-            print(f"  (gitstate API: its trash was deleted in the background afterwards, {_spread(after)})")
         print("  CPU time (user + system, the process and its children; waiting for the disk excluded):")
         for which in contenders:
             print(f"  {which:18s} {_spread(cpu[which])}")

@@ -670,7 +670,6 @@ def test_parallel_restore_writes_what_a_serial_one_writes(work: Path, monkeypatc
     from gitstate.workspace import restore as restoring
 
     assert restoring.WRITERS > 1 and restoring.PARALLEL_MIN <= 300  # the path under test is taken
-    monkeypatch.setattr(restoring.Trash, "open", classmethod(lambda cls, *args: None))  # (no trash)
     _many_files(work)
     run = gitstate.open_store(work).create_run()
     c1 = run.checkpoint({}, files=True)

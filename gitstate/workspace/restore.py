@@ -23,12 +23,10 @@ checkpoint has the old ones and the restore can simply run again. HEAD and the u
 never touched. Large blobs are streamed from the object store, never read whole into memory.
 
 Costs are git's: the safety snapshot is one ``lstat`` per file plus one read per changed file
-(:mod:`gitstate.workspace.scan`), and each restored file one unlink, one create and its write. A
-large restore renames the old files into a trash instead of unlinking them and deletes the trash
-afterwards on a background thread (:mod:`gitstate.workspace.trash`: the kernel's unlink was most of
-a restore's time); without a trash it writes on four threads (as git's ``checkout.workers``
-would). ``scripts/bench_files.py`` measures a restore against ``git read-tree -u``/``git
-checkout``."""
+(:mod:`gitstate.workspace.scan`), and each restored file one unlink, one create and its write, done
+by four writer threads in a large restore (as git's ``checkout.workers`` would), since the kernel's
+unlink and create are most of a restore's time; ``scripts/bench_files.py`` measures a restore
+against ``git read-tree -u``/``git checkout``."""
 
 from __future__ import annotations
 
@@ -56,10 +54,9 @@ from gitstate.errors import (
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.git.objects import MODE_COMMIT, MODE_EXEC, MODE_LINK, MODE_TREE, write_all
 from gitstate.git.reader import ObjectReader
-from gitstate.workspace import scan, trash
+from gitstate.workspace import scan
 from gitstate.workspace.pathsafety import WRITABLE_MODES, check_name, hfs_fold
 from gitstate.workspace.snapshot import BIG_BLOB, matches
-from gitstate.workspace.trash import Trash
 
 _CHUNK = 1 << 20
 
@@ -415,14 +412,10 @@ def apply(repo: pygit2.Repository, common_dir: str, workdir: str, plan: Plan,
     header again. ``reader``: the reader to read the blobs with (one already
     :meth:`~ObjectReader.listing_loose` goes on with its listings), else a new one.
 
-    A plan of :data:`TRASH_MIN` files or more moves the files it replaces or removes into a
-    :class:`~gitstate.workspace.trash.Trash` instead of unlinking them (deleted on a background
-    thread afterwards), one file after the other on the calling thread. Where there can be no
-    trash, a plan of :data:`PARALLEL_MIN` writes or more is written by :data:`WRITERS` threads (as
-    git's ``checkout.workers`` does): the calling thread reads each blob from the object store, in
-    path order, and hands it to the writers, whose unlink, create and write of each file mostly
-    wait in the kernel. Every file is still written as :func:`_place` says, whichever thread writes
-    it.
+    A plan of :data:`PARALLEL_MIN` writes or more is written by :data:`WRITERS` threads (as git's
+    ``checkout.workers`` does): the calling thread reads each blob from the object store, in path
+    order, and hands it to the writers, whose unlink, create and write of each file mostly wait in
+    the kernel. Every file is still written as :func:`_place` says, whichever thread writes it.
 
     Returns what was written: path → (blob id, mode, ``lstat`` of the new file), for the stat
     cache. An ``OSError`` becomes :class:`WorktreeWriteError` naming the path."""
@@ -430,36 +423,28 @@ def apply(repo: pygit2.Repository, common_dir: str, workdir: str, plan: Plan,
     done = 0
     if reader is None:
         reader = ObjectReader(repo)
-    bin_ = Trash.open(common_dir, workdir) if total >= TRASH_MIN else None
-    try:
-        with _Directories(workdir, bin_) as dirs, reading_many(reader, len(plan.writes)):
-            for path in sorted(plan.deletes, key=lambda p: (-p.count("/"), p)):
-                _guarded(workdir, path, dirs.delete, path)
-                done += 1
-                if progress is not None:
-                    progress("writing", done, total)
-            dirs.close_all()  # directories were removed: look them up afresh
-            known = sizes if sizes is not None else {}
-            jobs = (_prepare(reader, path, *plan.writes[path], filters, known.get(plan.writes[path][0]))
-                    for path in sorted(plan.writes))
-            if bin_ is None and len(plan.writes) >= PARALLEL_MIN and WRITERS > 1:
-                return _write_parallel(workdir, common_dir, jobs, progress, done, total)
-            written: Written = {}
-            for job in jobs:
-                written[job.path] = (job.oid, job.mode, _guarded(workdir, job.path, _place, dirs, common_dir, job))
-                done += 1
-                if progress is not None:
-                    progress("writing", done, total)
-        return written
-    finally:
-        if bin_ is not None:
-            bin_.close()
+    with _Directories(workdir) as dirs, reading_many(reader, len(plan.writes)):
+        for path in sorted(plan.deletes, key=lambda p: (-p.count("/"), p)):
+            _guarded(workdir, path, dirs.delete, path)
+            done += 1
+            if progress is not None:
+                progress("writing", done, total)
+        dirs.close_all()  # directories were removed: look them up afresh
+        known = sizes if sizes is not None else {}
+        jobs = (_prepare(reader, path, *plan.writes[path], filters, known.get(plan.writes[path][0]))
+                for path in sorted(plan.writes))
+        if len(plan.writes) >= PARALLEL_MIN and WRITERS > 1:
+            return _write_parallel(workdir, common_dir, jobs, progress, done, total)
+        written: Written = {}
+        for job in jobs:
+            written[job.path] = (job.oid, job.mode, _guarded(workdir, job.path, _place, dirs, common_dir, job))
+            done += 1
+            if progress is not None:
+                progress("writing", done, total)
+    return written
 
 
-#: Files (written and removed) from which a restore moves what it replaces into a trash.
-TRASH_MIN = trash.MIN_FILES
-#: Writes from which a restore without a trash uses :data:`WRITERS` threads; fewer are written by
-#: the caller's.
+#: Writes from which a restore uses :data:`WRITERS` threads; fewer are written by the caller's.
 PARALLEL_MIN = 64
 #: Threads writing files in a large restore: each unlink and create waits in the kernel (for the
 #: file system journal as much as for a core), not for the GIL, so more threads than cores help.
@@ -567,11 +552,9 @@ def _guarded(workdir: str, path: str, call: Callable[..., Any], *args: Any) -> A
 class _Directories:
     """Descriptors of the directories a restore writes into, opened one component at a time from
     the worktree root with ``O_NOFOLLOW``; the chain to the current directory stays open, so files
-    written in path order cost one ``open`` per directory, not per file. ``trash``: where replaced
-    and removed files go instead of being unlinked (see :meth:`discard`)."""
+    written in path order cost one ``open`` per directory, not per file."""
 
-    def __init__(self, workdir: str, trash: Trash | None = None) -> None:
-        self.trash = trash
+    def __init__(self, workdir: str) -> None:
         self.root = os.open(workdir, _OPEN_DIR)
         self.chain: list[tuple[str, int]] = []  # (component, descriptor), each inside the previous
         self.last: str | None = None  # the folder the chain leads to (None: not known)
@@ -622,13 +605,6 @@ class _Directories:
         self.last = folder
         return self.chain[-1][1] if self.chain else self.root
 
-    def discard(self, parent: int, name: str) -> None:
-        """Remove the file or link ``name`` of ``parent``: into the trash when there is one and it
-        takes it, else unlinked (``FileNotFoundError``, ``IsADirectoryError`` or ``PermissionError``
-        as ``unlink`` raises them)."""
-        if self.trash is None or not self.trash.discard(parent, name):
-            os.unlink(name, dir_fd=parent)
-
     def delete(self, path: str) -> None:
         """Remove the file or link ``path`` (never following a link), then the directories it
         leaves empty."""
@@ -637,7 +613,7 @@ class _Directories:
         if fd is None:
             return
         try:
-            self.discard(fd, name)
+            os.unlink(name, dir_fd=fd)
         except (FileNotFoundError, IsADirectoryError):
             return  # gone, or a directory now: not the file the plan saw
         except PermissionError:
@@ -681,15 +657,14 @@ def _open_dir(name: str, parent: int, create: bool) -> int | None:
 
 
 def _place(dirs: _Directories, common_dir: str, job: _Job) -> os.stat_result:
-    """Write one file as git's checkout does: remove what is there (unlinked, or moved into the
-    restore's trash), create it ``O_EXCL`` with ``O_NOFOLLOW`` in its directory's descriptor, write;
-    returns its ``lstat``."""
+    """Write one file as git's checkout does: unlink what is there, create it ``O_EXCL`` with
+    ``O_NOFOLLOW`` in its directory's descriptor, write; returns its ``lstat``."""
     path = job.path
     folder, _, name = path.rpartition("/")
     parent = dirs.open(path, folder, create=True)
     assert parent is not None
     try:
-        dirs.discard(parent, name)
+        os.unlink(name, dir_fd=parent)
     except FileNotFoundError:
         pass
     except (IsADirectoryError, PermissionError) as exc:
