@@ -293,7 +293,9 @@ def print_restore(result: gitstate.RestoreResult, verbose: bool = False, headlin
 def undo(store: gitstate.Store, run_id: str, branch: str | None, as_json: bool) -> None:
     """Revert the last move of a branch (checkpoint, rollback, fork, prune or undo).
 
-    The moves are read from the branch's reflog, so undoing twice redoes. RUN may be RUN@BRANCH.
+    The moves are read from the branch's reflog, so undoing twice redoes, except after an undo
+    that removed a branch it had just created (the branch goes with its reflog: nothing is left to
+    redo from; checkpoint or fork again). RUN may be RUN@BRANCH.
     A bare RUN of a LangGraph thread is the line that moved last (the newest reflog entry among
     its lines): after `rollback RUN ~N` the line rolled back, even when another line now holds the
     thread's latest checkpoint, so the undo puts the thread back; else the line the graph wrote
@@ -316,7 +318,7 @@ def undo(store: gitstate.Store, run_id: str, branch: str | None, as_json: bool) 
         return
     where = f"branch {out.safe(loc.branch)} of run {out.safe(run.id)}"
     if cp is None:
-        click.echo(f"undone: {where} removed (it was just created)")
+        click.echo(f"undone: {where} removed (it was just created; an undo cannot bring it back)")
     else:
         click.echo(f"undone: {where} is at {_describe(cp)}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -115,6 +116,19 @@ def _is_gitstate_error(exc: BaseException) -> bool:
     return errors is not None and isinstance(exc, errors.GitStateError)
 
 
+class _PipeClosed(Exception):
+    """Standard output's reader closed the pipe."""
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 class LazyGroup(click.Group):
     """A group whose commands are imported from :data:`COMMANDS` on first use."""
 
@@ -132,6 +146,12 @@ class LazyGroup(click.Group):
             raise TypeError(f"{entry.target} is not a click command")
         return command
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:  # (click would turn it into exit 1)
+            raise _PipeClosed from exc
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # The listing must not import every command module: summaries come from the registry.
         rows = [(name, COMMANDS[name].summary) for name in self.list_commands(ctx) if not COMMANDS[name].hidden]
@@ -148,6 +168,11 @@ class LazyGroup(click.Group):
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
+        except _PipeClosed:
+            # the reader went away (`git agentos log | head`): exit as git does when SIGPIPE ends
+            # it (128 + 13), silently; nothing more reaches the closed pipe at exit either
+            _silence_stdout()
+            sys.exit(141)
         except BaseException as exc:  # noqa: BLE001 - classified below, bugs re-raised
             code = report_error(exc, wants_json(args))
             if code is None:

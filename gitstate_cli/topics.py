@@ -91,6 +91,8 @@ Exit codes
   2    a usage error: unknown command or option, missing argument, a --state file that cannot
        be read (a device, bad JSON) or stored (text that is not Unicode)
   130  interrupted (Ctrl-C)
+  141  the reader of the output went away (`git agentos log | head`), as git's 128 + SIGPIPE;
+       nothing is printed
 
 Errors are one line, 'error: <message>', on stderr (plus the JSON object with --json). A bad
 argument never changes the store; push, pull and import say which refs moved before a failure.
@@ -110,12 +112,15 @@ summarised, its main branch:
                      get_state returns), whose recorded status the saver derives from the graph:
                        failed       a task wrote an error there
                        interrupted  a task called interrupt() there (the interrupt is pending),
-                                    or tasks are scheduled there and nothing came after them:
-                                    the graph stopped before them (interrupt_before, a process
-                                    that ended) or a process is still running them, which the
-                                    store cannot tell apart
+                                    or a task is scheduled there that has not written (as
+                                    get_state's next shows it) and nothing came after it: the
+                                    graph stopped before it (interrupt_before, a process that
+                                    ended) or a process is still running it, which the store
+                                    cannot tell apart
                        completed    nothing is scheduled: the graph reached END
-                       running      a thread written before statuses were recorded
+                       running      every task scheduled there wrote, but no checkpoint came
+                                    after them (a rollback to such a step); or a thread written
+                                    before statuses were recorded
 
 log shows what each checkpoint recorded (a LangGraph checkpoint with tasks scheduled: running)
 and, on the branch's tip, the status of the line; show does the same for a tip. A node boundary

@@ -86,6 +86,22 @@ def test_process_errors_are_one_line(repo: Path, tmp_path: Path) -> None:
     assert git(repo, "for-each-ref", "refs/agentos/") == ""
 
 
+def test_a_reader_that_closes_the_pipe_ends_the_command_as_sigpipe_ends_git(repo: Path) -> None:
+    import gitstate
+
+    run_ = gitstate.open_store(repo).create_run(run_id="long")
+    for i in range(600):  # more output than a pipe buffers
+        run_.checkpoint({"i": i})
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    proc = subprocess.Popen(["git", "agentos", "log", "long"], cwd=repo, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"ID")
+    proc.stdout.close()  # as `| head -1` does
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141 and err == b""  # git's own: killed by SIGPIPE, 128 + 13, silent
+
+
 def test_setup_makes_plain_git_readable(repo: Path) -> None:
     state = {"messages": [f"message number {i}" for i in range(40)], "plan": {"goal": "readable-state"}}
     first = json.loads(run(repo, "git", "agentos", "checkpoint", "r", "--state", "-", "--json",

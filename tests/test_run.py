@@ -200,6 +200,25 @@ def test_undo_fork_deletes_branch_and_nothing_to_undo(store: gitstate.Store) -> 
         run.rollback(cp.id, branch="nope")
 
 
+def test_deleting_a_branch_deletes_its_node_log(store: gitstate.Store, repo: Path) -> None:
+    run = store.create_run(run_id="logs")
+    base = run.checkpoint({"a": 0})
+    run.fork(base.id, "b")
+    with run.node("secret", branch="b") as n:
+        n.checkpoint({"a": 1})
+    run.fork(base.id, "c")
+    with run.node("other", branch="c"):
+        pass
+    refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/agentos/").split()
+    assert run.ref("b").replace("/heads/", "/nodes/") in refs and run.ref("c").replace("/heads/", "/nodes/") in refs
+    run.delete_branch("b", force=True)
+    assert run.undo("c") is None  # the fork of c undone: c goes, with its node log
+    refs = git(repo, "for-each-ref", "--format=%(refname)", "refs/agentos/").split()
+    assert [r for r in refs if "/nodes/" in r] == [] and sorted(run.branches()) == ["main"]
+    run.fork(base.id, "b")
+    assert run.nodes("b") == []  # a branch made again under that name starts without the old markers
+
+
 def test_node_boundaries(store: gitstate.Store) -> None:
     run = store.create_run(run_id="nodes")
     run.checkpoint({"x": 0})

@@ -33,7 +33,7 @@ from gitstate.errors import (
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint, read_meta
-from gitstate.format.names import branch_ref, check_name, decode_component, run_prefix
+from gitstate.format.names import branch_ref, check_name, decode_component, node_log_ref, run_prefix
 from gitstate.format.nodes import NodeRecord
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
 from gitstate.git.reader import CommitData
@@ -125,6 +125,21 @@ class Run:
     def _move(self, branch: str, old: str | None, new: str | None, message: str) -> None:
         """One strict compare-and-swap of a branch (fork, rollback, undo, delete, prune)."""
         self.store.move_ref(self.ref(branch), old, new, message)
+
+    def _remove(self, branch: str, tip: str, message: str) -> None:
+        """Delete a branch (strict compare-and-swap from ``tip``) and, once it is gone, its node log:
+        markers of a branch that no longer exists would only travel with a push."""
+        store = self.store
+        log_ref = node_log_ref(self.worktree, self.id, branch)
+
+        def build(tx: Transaction) -> None:
+            tx.delete_ref(self.ref(branch), tip, message, strict=True)
+            log = store.read_ref(log_ref)
+            if log is not None:
+                tx.delete_ref(log_ref, log, message, missing_ok=True)
+
+        store.write(build)
+        store.forget_objects()  # what only the branch reached may now be pruned by git gc
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -517,7 +532,8 @@ class Run:
 
     def undo(self, branch: str = "main") -> Checkpoint | None:
         """Revert the last move of ``branch`` recorded in its reflog (a checkpoint, rollback, fork,
-        prune, or an earlier undo) and return the new tip (``None`` if the branch is gone)."""
+        prune, or an earlier undo) and return the new tip. Undoing the branch's creation deletes it
+        with its reflog and node log (returns ``None``): that undo cannot be undone."""
         ref = self.ref(branch)
         entries = self.store.reflog(ref)
         current = self.store.read_ref(ref)
@@ -530,7 +546,7 @@ class Run:
             raise ConflictError(ref, last.new, current)
         if last.old is None:
             assert current is not None
-            self._move(branch, current, None, "gitstate: undo branch creation")
+            self._remove(branch, current, "gitstate: undo branch creation")
             return None
         self._move(branch, current, last.old, f"gitstate: undo ({last.message})")
         return self.store.read_checkpoint(last.old)
@@ -538,11 +554,12 @@ class Run:
     def delete_branch(self, branch: str, *, force: bool = False) -> str:
         """Remove a branch ref and return the tip it had. Refused (:class:`BranchDeleteRefused`)
         for ``main`` and for a branch whose checkpoints no other branch of the run reaches, unless
-        ``force``; the checkpoints other branches share stay. The branch's reflog goes with it."""
+        ``force``; the checkpoints other branches share stay. The branch's reflog and its node log
+        go with it."""
         from gitstate.store.branches import check_deletable
 
         tip = check_deletable(self.store, self.worktree, self.id, branch, force)
-        self._move(branch, tip, None, "gitstate: delete branch")
+        self._remove(branch, tip, "gitstate: delete branch")
         return tip
 
     # -- workspace ----------------------------------------------------------------------------
