@@ -17,7 +17,7 @@ from gitstate.git.refs import list_refs
 from gitstate.store import refspec
 
 from . import output as out
-from .context import PathParam, get_run, locate, locate_branch, parse_meta, pass_store, read_state
+from .context import PathParam, get_run, locate, locate_branch, parse_meta, pass_store, read_state, resolve
 
 branch_option = click.option("--branch", "-b", default=None,
                              help="Branch of the run when RUN names none (default: main; a LangGraph "
@@ -52,8 +52,9 @@ def _describe(cp: gitstate.Checkpoint) -> str:
               help="Snapshot the workspace files (all, or only the PATHs given after the run, "
                    "relative to the current directory).")
 @branch_option
-@click.option("--expect", default=None, metavar="ID",
-              help="Write only if the branch tip is this checkpoint (compare-and-swap); else fail.")
+@click.option("--expect", default=None, metavar="REF",
+              help="Write only if the branch tip is this checkpoint (compare-and-swap); else fail. "
+                   "REF is any checkpoint reference: an id or prefix, RUN@BRANCH, RUN~N ('help refs').")
 @json_option
 @pass_store
 def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workflow: str | None,
@@ -121,6 +122,8 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
         raise click.BadParameter(f"run {out.safe(run.id)!r} exists with {recorded}, not {out.safe(workflow)!r}: a "
                                  "run's workflow is recorded when it is created and never changes; drop -w, "
                                  "or write to another run id", param_hint="'--workflow' / '-w'")
+    if expect is not None:
+        expect = resolve(store, expect).id  # the one reference grammar
     try:
         if state_file is None:
             head = run.head(branch)

@@ -101,6 +101,21 @@ def test_exact_run_id_still_wins(at_repo: Path) -> None:
     assert as_json("show", "a@b~0")["run"] == "a@b"
 
 
+def test_expect_takes_the_reference_grammar(at_repo: Path) -> None:
+    first = as_json("checkpoint", "r", "--state", "-", input='{"n": 0}')
+    agentos("fork", "r", "~0", "alt")
+    second = as_json("checkpoint", "r", "--state", "-", input='{"n": 1}')
+    third = as_json("checkpoint", "r", "--state", "-", "--expect", "r@main", input='{"n": 2}')
+    assert third["parent_ids"] == [second["id"]]
+    fourth = as_json("checkpoint", "r", "--state", "-", "--expect", "r", input='{"n": 3}')
+    assert fourth["parent_ids"] == [third["id"]]
+    assert as_json("checkpoint", "r@alt", "--state", "-", "--expect", "r@alt", input="{}")["parent_ids"] == [first["id"]]
+    lost = agentos("checkpoint", "r", "--state", "-", "--expect", "r~1", input="{}", code=1)
+    assert "conflict" in error_line(lost).lower()
+    assert as_json("checkpoint", "r", "--state", "-", "--expect", fourth["id"][:8], input="{}")["parent_ids"] == \
+        [fourth["id"]]
+
+
 def test_branch_option_and_at_branch_must_agree(at_repo: Path) -> None:
     agentos("checkpoint", "r", "--state", "-", input="{}")
     agentos("fork", "r", "~0", "alt")
