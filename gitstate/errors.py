@@ -320,10 +320,11 @@ class RestoreConflictError(GitStateError):
     ``force=True`` overrides), or would touch ignored files or nested repositories (never
     overridden)."""
 
-    def __init__(self, paths: list[str], reason: str, forceable: bool = False) -> None:
+    def __init__(self, paths: list[str], reason: str, forceable: bool = False, run_id: str | None = None) -> None:
         self.paths = list(paths)
         self.reason = reason
         self.forceable = forceable
+        self.run_id = run_id  # the run restored (None: not known)
         hint = " (use force=True to overwrite them)" if forceable else ""
         super().__init__(f"restore refused: {reason}{hint}: {self.shown_paths()}")
 

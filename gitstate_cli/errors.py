@@ -5,6 +5,7 @@ error kind, the exit code and the data stay the library's."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import gitstate
@@ -23,8 +24,9 @@ def _branch_words(ref: str) -> str | None:
 def describe(exc: gitstate.GitStateError) -> tuple[str, dict[str, Any]]:
     """The one-line message for ``error: …`` and any extra fields for the ``--json`` error object."""
     if isinstance(exc, gitstate.RestoreConflictError) and exc.forceable:
+        run = shlex.quote(exc.run_id) if exc.run_id is not None else "RUN"
         return (f"restore refused: {exc.reason}: {exc.shown_paths()} (use --force to overwrite them, "
-                "or checkpoint them first: git agentos checkpoint RUN --files)"), {"paths": exc.paths}
+                f"or checkpoint them first: git agentos checkpoint {run} --files)"), {"paths": exc.paths}
     if isinstance(exc, gitstate.RestoreConflictError):
         return str(exc), {"paths": exc.paths}
     if isinstance(exc, gitstate.NoSnapshotError):

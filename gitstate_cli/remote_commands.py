@@ -106,7 +106,7 @@ def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str)
                        + (f"{changed} changed" if changed else "nothing changed"))
     if failed:
         click.echo(f"error: {len(failed)} of {len(results)} run(s) not fully {verb} ({out.safe(where)}); "
-                   "see the lines above", err=True)
+                   + ("see the refs of each run in the JSON output" if as_json else "see the lines above"), err=True)
         click.get_current_context().exit(1)
 
 

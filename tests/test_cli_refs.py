@@ -197,6 +197,8 @@ def test_errors_speak_cli_not_python(at_repo: Path) -> None:
         assert not any(p in line for p in PYTHONISMS), line
         if flag:
             assert flag in line, (args, line)
+    refused = CliRunner().invoke(cli, ["restore", "r~1"])
+    assert "--force" in error_line(refused) and "git agentos checkpoint r --files" in error_line(refused)
     agentos("rollback", "r", "~1", "--restore", "--force")
     assert (at_repo / "a.txt").read_text() == "one\n"
 

@@ -662,7 +662,8 @@ class Run:
                 blocked, "ignored files, nested repositories, directories or symbolic links are in the way")
         lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
         if lost and refuse_unsaved:
-            raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True)
+            raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True,
+                                       run_id=self.id)
         return sizes, lost
 
     def _saved_trees(self, user_head_tree: str | None) -> Iterator[str]:
