@@ -196,7 +196,9 @@ def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
     a LangGraph checkpoint adds "langgraph": {"checkpoint_id", "checkpoint_ns", "source", "step",
     "parents", "next", "metadata", "writes": [{"task", "path", "node", "channel", "idx", "value"}]}
     ("next": the nodes scheduled there; at a branch's tip, those still to run, as LangGraph's
-    get_state shows them).
+    get_state shows them). "status" is what the checkpoint recorded, as in log --json;
+    "line_status" is the status of the branch whose tip it is, as runs and the text form show it
+    (null when it is not a tip).
     """
     from gitstate.workspace import views  # show alone reads snapshot listings
 
@@ -206,6 +208,7 @@ def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
     if as_json:
         data = cp.to_dict(with_state=True, live=cp.id == tip)
         data.update(tools=cp.tools, audit=cp.audit, files=[f.to_dict() for f in files])
+        data["line_status"] = cp.tip_status if cp.id == tip else None  # as the text form and runs show it
         out.emit_json(data)
         return
     lg = cp.langgraph_view(live=cp.id == tip)

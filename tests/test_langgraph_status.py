@@ -149,6 +149,7 @@ def test_a_thread_stopped_before_a_join_is_interrupted_and_the_join_is_named(rep
     assert _runs(repo, monkeypatch)["fan"]["status"] == "interrupted"
     shown = json.loads(_cli(repo, monkeypatch, "show", "fan", "--json"))
     assert shown["langgraph"]["next"] == ["join"] and shown["status"] == "running"  # JSON: as recorded
+    assert shown["line_status"] == "interrupted"
     assert "status:       interrupted" in _cli(repo, monkeypatch, "show", "fan")  # the line's status
     app.invoke(None, config)
     assert sorted(app.get_state(config).values["msgs"]) == ["a", "b", "joined"]
@@ -302,8 +303,30 @@ def test_sent_tasks_that_wrote_are_not_next() -> None:
                ["t2", "__interrupt__", "msgpack", b"", "~__pregel_push, 0000000002", 0],
                ["t3", "__no_writes__", "null", b"", "~__pregel_pull, plan", 0],
                ["t4", "__error__", "msgpack", b"", "~__pregel_pull, review", 0],
-               ["t5", "x", "msgpack", b"", "~__pregel_push, ~__pregel_pull, plan, 0000000002, t9", 0]]
-    assert lgtree.ran_tasks(records) == ({"plan"}, {1})
+               ["t5", "x", "msgpack", b"", "~__pregel_push, ~__pregel_pull, plan, 0000000002, t9", 0],
+               ["t6", "y", "msgpack", b"", "~__pregel_push, 0000000003, 0000000000", 0]]  # as LangGraph runs it
+    assert lgtree.ran_tasks(records) == ({"plan"}, {1, 3})
     packets = [{"args": ["work", 1]}, {"args": ["work", 2]}, {"args": ["check", 3]}]
     assert lgtree.send_targets(packets, skip={1}) == {"work", "check"}
     assert lgtree.send_targets(packets, skip={0, 1}) == {"check"}
+
+
+def test_show_json_of_a_tip_has_the_line_status_the_text_shows(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    saver = GitCheckpointSaver(gitstate.open_store(repo))
+    graph = StateGraph(S)
+    graph.add_node("a", lambda s: {"msgs": ["a"]})
+    graph.add_node("b", lambda s: {"msgs": ["b"]})
+    graph.add_edge(START, "a")
+    graph.add_edge("a", "b")
+    graph.add_edge("b", END)
+    app = graph.compile(checkpointer=saver, interrupt_before=["b"])
+    app.invoke({"msgs": []}, {"configurable": {"thread_id": "ib"}})
+    monkeypatch.chdir(repo)
+    shown = CliRunner().invoke(cli, ["show", "ib", "--json"], prog_name="git agentos")
+    text = CliRunner().invoke(cli, ["show", "ib"], prog_name="git agentos").output
+    data = json.loads(shown.stdout)
+    assert data["line_status"] == "interrupted" and "status:       interrupted" in text
+    assert data["status"] == "running"  # what the checkpoint recorded, as log --json says
+    assert data["langgraph"]["next"] == ["b"] and _runs(repo, monkeypatch)["ib"]["status"] == "interrupted"
+    logged = json.loads(CliRunner().invoke(cli, ["log", "ib", "--json"], prog_name="git agentos").stdout)
+    assert logged[0]["status"] == "running"  # log keeps what the checkpoint recorded

@@ -174,7 +174,8 @@ def next_nodes(reader: ObjectReader, values: str, records: Sequence[Any] = ()) -
     ``Send`` packets (``__pregel_tasks``); less the tasks that have run already, as ``get_state``
     leaves them out: those with an output among the write ``records`` (a write to a channel not in
     :data:`CONTROL_CHANNELS`, LangGraph's ``__no_writes__`` marker included), found by their task
-    path (``~__pregel_pull, <node>``; ``~__pregel_push, <n>`` for the n-th ``Send`` packet)."""
+    path (``~__pregel_pull, <node>``; ``~__pregel_push, <n>[, 0000000000]`` for the n-th ``Send``
+    packet)."""
     entries = channel_entries(reader, values)
     pulled, pushed = ran_tasks(records)
     names = {ch[len(TRIGGER_PREFIX):] for ch in entries if ch.startswith(TRIGGER_PREFIX)}
@@ -203,8 +204,8 @@ def ran_tasks(records: Sequence[Any]) -> tuple[set[str], set[int]]:
         parts = [p.strip() for p in record[4].split(",")]
         if len(parts) >= 2 and parts[0] == _PULL and parts[1]:
             pulled.add(parts[1])
-        elif len(parts) == 2 and parts[0] == _PUSH and parts[1].isdigit():
-            pushed.add(int(parts[1]))
+        elif parts[0] == _PUSH and all(p.isdigit() for p in parts[1:3]) and len(parts) in (2, 3):
+            pushed.add(int(parts[1]))  # (PUSH, n), run as (PUSH, n, False): "…, 0000000000"
     return pulled, pushed
 
 
