@@ -120,6 +120,30 @@ class _PipeClosed(Exception):
     """Standard output's reader closed the pipe."""
 
 
+class OutputError(click.ClickException):
+    """Standard output cannot be written (a full disk, a closed descriptor): exit 1, as a store
+    that cannot be written."""
+
+    exit_code = 1
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"cannot write the output: {reason}")
+
+
+def _writing_output(exc: OSError) -> bool:
+    """Whether ``exc`` was raised writing the command's output: in ``click.echo`` (every command
+    prints through it) or the final flush of standard output."""
+    echo = click.utils.echo.__code__
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        if tb.tb_frame.f_code is echo:
+            return True
+        last = tb
+        tb = tb.tb_next
+    return last is not None and last.tb_frame.f_code is LazyGroup.invoke.__code__  # the flush
+
+
 def _silence_stdout() -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -148,9 +172,17 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            if sys.stdout is not None:
+                sys.stdout.flush()  # a write that fails shows here, not silently at exit
+            return result
         except BrokenPipeError as exc:  # (click would turn it into exit 1)
             raise _PipeClosed from exc
+        except OSError as exc:
+            if not _writing_output(exc):
+                raise
+            _silence_stdout()  # what it still holds is not written at exit either
+            raise OutputError(exc.strerror or str(exc)) from exc
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # The listing must not import every command module: summaries come from the registry.

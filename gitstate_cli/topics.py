@@ -87,7 +87,8 @@ Exit codes
   0    success
   1    a store error: unknown run, branch or checkpoint, a lost compare-and-swap, corrupt data,
        a refused restore or branch deletion, a push, pull or import that did not fully succeed,
-       problems found by verify, a setup --check that fails
+       problems found by verify, a setup --check that fails, output that cannot be written
+       (a full disk)
   2    a usage error: unknown command or option, missing argument, a --state file that cannot
        be read (a device, bad JSON) or stored (text that is not Unicode)
   130  interrupted (Ctrl-C)

@@ -102,6 +102,19 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_as_sigpipe_ends_git(repo
     assert proc.wait(timeout=60) == 141 and err == b""  # git's own: killed by SIGPIPE, 128 + 13, silent
 
 
+def test_output_that_cannot_be_written_is_one_error_line(repo: Path) -> None:
+    import gitstate
+
+    gitstate.open_store(repo).create_run(run_id="r").checkpoint({"i": 1})
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    for args in (["runs"], ["log", "r", "--json"]):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(["git", "agentos", *args], cwd=repo, env=env, stdout=full,
+                                  stderr=subprocess.PIPE, text=True, check=False)
+        assert done.returncode == 1, (args, done.stderr)
+        assert done.stderr == "error: cannot write the output: No space left on device\n", done.stderr
+
+
 def test_setup_makes_plain_git_readable(repo: Path) -> None:
     state = {"messages": [f"message number {i}" for i in range(40)], "plan": {"goal": "readable-state"}}
     first = json.loads(run(repo, "git", "agentos", "checkpoint", "r", "--state", "-", "--json",

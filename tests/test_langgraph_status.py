@@ -304,7 +304,8 @@ def test_sent_tasks_that_wrote_are_not_next() -> None:
                ["t3", "__no_writes__", "null", b"", "~__pregel_pull, plan", 0],
                ["t4", "__error__", "msgpack", b"", "~__pregel_pull, review", 0],
                ["t5", "x", "msgpack", b"", "~__pregel_push, ~__pregel_pull, plan, 0000000002, t9", 0],
-               ["t6", "y", "msgpack", b"", "~__pregel_push, 0000000003, 0000000000", 0]]  # as LangGraph runs it
+               ["t6", "y", "msgpack", b"", "~__pregel_push, 0000000003, 0000000000", 0],  # as LangGraph runs it
+               ["t7", "z", "msgpack", b"", "~__pregel_pull, review, node_error_handler, 0000000000", 0]]
     assert lgtree.ran_tasks(records) == ({"plan"}, {1, 3})
     packets = [{"args": ["work", 1]}, {"args": ["work", 2]}, {"args": ["check", 3]}]
     assert lgtree.send_targets(packets, skip={1}) == {"work", "check"}

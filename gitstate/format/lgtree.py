@@ -202,8 +202,8 @@ def ran_tasks(records: Sequence[Any]) -> tuple[set[str], set[int]]:
                 or record[1] in CONTROL_CHANNELS:
             continue
         parts = [p.strip() for p in record[4].split(",")]
-        if len(parts) >= 2 and parts[0] == _PULL and parts[1]:
-            pulled.add(parts[1])
+        if len(parts) == 2 and parts[0] == _PULL and parts[1]:
+            pulled.add(parts[1])  # (a longer pull path is another task: a node's error handler)
         elif parts[0] == _PUSH and all(p.isdigit() for p in parts[1:3]) and len(parts) in (2, 3):
             pushed.add(int(parts[1]))  # (PUSH, n), run as (PUSH, n, False): "…, 0000000000"
     return pulled, pushed
