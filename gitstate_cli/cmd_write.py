@@ -123,7 +123,11 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
                                  "run's workflow is recorded when it is created and never changes; drop -w, "
                                  "or write to another run id", param_hint="'--workflow' / '-w'")
     if expect is not None:
-        expect = resolve(store, expect).id  # the one reference grammar
+        expected = resolve(store, expect)  # the one reference grammar
+        if expected.run_id != run.id:
+            raise gitstate.InvalidReferenceError(
+                expect, f"it names a checkpoint of run {expected.run_id!r}, not of run {run.id!r}")
+        expect = expected.id
     try:
         if state_file is None:
             head = run.head(branch)

@@ -114,6 +114,9 @@ def test_expect_takes_the_reference_grammar(at_repo: Path) -> None:
     assert "conflict" in error_line(lost).lower()
     assert as_json("checkpoint", "r", "--state", "-", "--expect", fourth["id"][:8], input="{}")["parent_ids"] == \
         [fourth["id"]]
+    agentos("checkpoint", "other", "--state", "-", input="{}")
+    elsewhere = error_line(agentos("checkpoint", "r", "--state", "-", "--expect", "other", input="{}", code=1))
+    assert "'other': it names a checkpoint of run 'other', not of run 'r'" in elsewhere, elsewhere
 
 
 def test_branch_option_and_at_branch_must_agree(at_repo: Path) -> None:
