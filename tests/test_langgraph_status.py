@@ -27,7 +27,7 @@ class S(TypedDict):
     msgs: Annotated[list[str], operator.add]
 
 
-def _app(saver: GitCheckpointSaver, ask: bool = False, fail: bool = False) -> Any:
+def _app(saver: GitCheckpointSaver, ask: bool = False, fail: bool = False, before: list[str] | None = None) -> Any:
     def first(state: S) -> dict[str, list[str]]:
         return {"msgs": ["first"]}
 
@@ -43,7 +43,7 @@ def _app(saver: GitCheckpointSaver, ask: bool = False, fail: bool = False) -> An
     graph.add_edge(START, "first")
     graph.add_edge("first", "second")
     graph.add_edge("second", END)
-    return graph.compile(checkpointer=saver)
+    return graph.compile(checkpointer=saver, interrupt_before=before)
 
 
 def _runs(repo: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
@@ -313,21 +313,14 @@ def test_sent_tasks_that_wrote_are_not_next() -> None:
 
 
 def test_show_json_of_a_tip_has_the_line_status_the_text_shows(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    saver = GitCheckpointSaver(gitstate.open_store(repo))
-    graph = StateGraph(S)
-    graph.add_node("a", lambda s: {"msgs": ["a"]})
-    graph.add_node("b", lambda s: {"msgs": ["b"]})
-    graph.add_edge(START, "a")
-    graph.add_edge("a", "b")
-    graph.add_edge("b", END)
-    app = graph.compile(checkpointer=saver, interrupt_before=["b"])
-    app.invoke({"msgs": []}, {"configurable": {"thread_id": "ib"}})
+    _app(GitCheckpointSaver(gitstate.open_store(repo)), before=["second"]).invoke(
+        {"msgs": []}, {"configurable": {"thread_id": "ib"}})
     monkeypatch.chdir(repo)
     shown = CliRunner().invoke(cli, ["show", "ib", "--json"], prog_name="git agentos")
     text = CliRunner().invoke(cli, ["show", "ib"], prog_name="git agentos").output
     data = json.loads(shown.stdout)
     assert data["line_status"] == "interrupted" and "status:       interrupted" in text
     assert data["status"] == "running"  # what the checkpoint recorded, as log --json says
-    assert data["langgraph"]["next"] == ["b"] and _runs(repo, monkeypatch)["ib"]["status"] == "interrupted"
+    assert data["langgraph"]["next"] == ["second"] and _runs(repo, monkeypatch)["ib"]["status"] == "interrupted"
     logged = json.loads(CliRunner().invoke(cli, ["log", "ib", "--json"], prog_name="git agentos").stdout)
     assert logged[0]["status"] == "running"  # log keeps what the checkpoint recorded
