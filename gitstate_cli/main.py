@@ -121,8 +121,8 @@ class _PipeClosed(Exception):
 
 
 class OutputError(click.ClickException):
-    """Standard output cannot be written (a full disk, a closed descriptor): exit 1, as a store
-    that cannot be written."""
+    """Standard output cannot be written (a full disk, an I/O error): exit 1, as a store that
+    cannot be written."""
 
     exit_code = 1
 
