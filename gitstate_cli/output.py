@@ -74,9 +74,17 @@ def dumps(value: Any) -> str:
                                         default=_default, allow_nan=False))
 
 
+_JSON_PIECE = 1 << 14
+
+
 def emit_json(value: Any) -> None:
-    """Print one JSON document to stdout."""
-    click.echo(dumps(value))
+    """Print one JSON document to stdout, in pieces well below a pipe's buffer: a reader that goes
+    away mid-document then fails the next write (exit 141) instead of taking part of one write,
+    which Python would not report."""
+    text = dumps(value)
+    for start in range(0, len(text), _JSON_PIECE):
+        click.echo(text[start:start + _JSON_PIECE], nl=False)
+    click.echo()
 
 
 #: Set while output goes to a pager on a terminal (the pager shows colour: ``less -R``).

@@ -93,13 +93,14 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_as_sigpipe_ends_git(repo
     for i in range(600):  # more output than a pipe buffers
         run_.checkpoint({"i": i})
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    proc = subprocess.Popen(["git", "agentos", "log", "long"], cwd=repo, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stderr is not None
-    assert proc.stdout.readline().startswith(b"ID")
-    proc.stdout.close()  # as `| head -1` does
-    err = proc.stderr.read()
-    assert proc.wait(timeout=60) == 141 and err == b""  # git's own: killed by SIGPIPE, 128 + 13, silent
+    for args, first in ((["log", "long"], b"ID"), (["log", "long", "--json"], b"[")):  # the JSON: one document
+        proc = subprocess.Popen(["git", "agentos", *args], cwd=repo, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.read(1) == first[:1]
+        proc.stdout.close()  # as `| head -c 1` does
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == 141 and err == b"", args  # git's own: killed by SIGPIPE, 128 + 13
 
 
 def test_output_that_cannot_be_written_is_one_error_line(repo: Path) -> None:
