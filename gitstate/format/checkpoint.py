@@ -269,15 +269,21 @@ class Checkpoint:
         if self.status != "running" or self.workflow != lgtree.WORKFLOW:
             return self.status
         reader = self._reader().reader
-        cid, ns = self.metadata.get("checkpoint_id"), str(self.metadata.get("checkpoint_ns") or "")
-        pending = None
-        if isinstance(cid, str) and writes is not None:
-            pending = lgwrites.blob_records(reader, writes, ns, cid)
-        elif isinstance(cid, str):
-            worktree = read_meta(reader, reader.commit(self.id)).get("worktree")
-            if isinstance(worktree, str):
-                pending = lgwrites.ref_records(reader, worktree, self.run_id, ns, cid)
+        pending = self._pending_writes(reader, None, writes)
         return "interrupted" if lgtree.tasks_pending(reader, self.tree_id, pending) else "running"
+
+    def _pending_writes(self, reader: ObjectReader, meta: Mapping[str, Any] | None,
+                        writes: Iterable[str] | None = None) -> dict[tuple[str, int], list[Any]] | None:
+        """The records the run's LangGraph writes refs hold for this checkpoint: from the blobs
+        ``writes`` when given, else from the refs listed (``meta``: its ``meta.cbor``, read when
+        ``None``, which names the worktree of the refs)."""
+        cid, ns = self.metadata.get("checkpoint_id"), str(self.metadata.get("checkpoint_ns") or "")
+        if not isinstance(cid, str):
+            return None
+        if writes is not None:
+            return lgwrites.blob_records(reader, writes, ns, cid)
+        worktree = (meta if meta is not None else read_meta(reader, reader.commit(self.id))).get("worktree")
+        return lgwrites.ref_records(reader, worktree, self.run_id, ns, cid) if isinstance(worktree, str) else None
 
     @property
     def short_id(self) -> str:
@@ -360,10 +366,7 @@ class Checkpoint:
             return None
         reader = self._reader().reader
         meta = read_meta(reader, reader.commit(self.id))
-        cid, ns, worktree = self.metadata.get("checkpoint_id"), self.metadata.get("checkpoint_ns") or "", meta.get("worktree")
-        pending = (lgwrites.ref_records(reader, worktree, self.run_id, str(ns), cid)
-                   if isinstance(cid, str) and isinstance(worktree, str) else None)
-        return lgtree.details(reader, self.tree_id, meta, pending, live=live)
+        return lgtree.details(reader, self.tree_id, meta, self._pending_writes(reader, meta), live=live)
 
     @property
     def files_tree_id(self) -> str | None:
