@@ -8,6 +8,7 @@ import shutil
 import threading
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -951,3 +952,45 @@ def test_the_cli_dry_run_lists_a_link_that_replaced_a_directory(work: Path, tmp_
     assert runner.invoke(cli, ["restore", "r", "--force"]).exit_code == 0
     assert (work / "d" / "f").read_text() == "the checkpoint's\n"
     assert (tmp_path / "somewhere" / "f").read_text() == "never touched\n"
+
+
+def _age(root: Path) -> None:
+    """Date every worktree file a minute back, so none is racily clean against the stat cache
+    written next (a snapshot then trusts them all without reading)."""
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in files:
+            full = os.path.join(dirpath, name)
+            st = os.lstat(full)
+            os.utime(full, ns=(st.st_atime_ns - 60 * 10**9, st.st_mtime_ns - 60 * 10**9), follow_symlinks=False)
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_a_restore_scans_a_worktree_it_finds_as_cached_once(work: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           edited: bool) -> None:
+    """A restore checks the worktree first with a scan that writes nothing; when that scan found
+    every file as the stat cache holds it, it is the snapshot (no second scan) and the safety
+    checkpoint holds that tree. A file changed since (here to content a checkpoint holds, so no
+    refusal) needs the snapshot, taken as before."""
+    run = gitstate.open_store(work).create_run()
+    first = run.checkpoint({}, files=True)
+    (work / "src" / "a.py").write_text("a = 2\n")
+    second = run.checkpoint({}, files=True)
+    _age(work)
+    run.store.workspace.snapshot(fast=True)  # the stat cache takes every file, as a restore's snapshot does
+    if edited:
+        (work / "src" / "a.py").write_text("a = 1\n")  # as in the first checkpoint: saved
+    calls: list[int] = []
+    real = gitstate.Workspace.snapshot
+
+    def counting(self: gitstate.Workspace, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(gitstate.Workspace, "snapshot", counting)
+    result = run.restore(first if not edited else second)
+    assert len(calls) == (1 if edited else 0)
+    assert result.safety is not None
+    safety = run.load(result.safety)
+    assert safety.files_tree_id == (second.files_tree_id if not edited else first.files_tree_id)
+    assert (work / "src" / "a.py").read_text() == ("a = 1\n" if not edited else "a = 2\n")

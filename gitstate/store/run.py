@@ -608,17 +608,27 @@ class Run:
             # without one (else it snapshots as a restore does: unreferenced objects, no ref moved)
             survey = workspace.survey(progress=reading.tick, announce=reading.announce,
                                       prefixes=prefixes) if dry_run else None
+            checked: tuple[dict[str, int], list[str]] | None = None
+            snap = None
             if not dry_run and not force:
                 # a restore refused for unsaved changes or files in the way writes nothing either:
-                # found by a scan first, where it can tell (the snapshot below checks again)
+                # found by a scan first, where it can tell (the snapshot below checks again, unless
+                # the scan found the worktree just as the stat cache holds it: that is the snapshot)
                 checking = _Counter("checking", progress)
                 early = workspace.survey(progress=checking.tick, announce=checking.announce, prefixes=prefixes)
                 if early is not None:
-                    self._refusals(restoring.plan_against(store.repo, early.entries, target, prefixes),
-                                   early.skipped, force)
+                    # a tree diff in libgit2 where the survey has the worktree's tree
+                    plan = (restoring.plan_against(store.repo, early.entries, target, prefixes) if early.tree is None
+                            else restoring.make_plan(store.repo, early.tree, target, prefixes))
+                    checked = self._refusals(plan, early.skipped, force)
+                    snap = workspace.settled(early)
+                    if snap is None:
+                        checked = None
             if survey is not None:
                 plan = restoring.plan_against(store.repo, survey.entries, target, prefixes)
                 skipped = survey.skipped
+            elif snap is not None:
+                skipped = snap.skipped  # the plan and its checks are the survey's
             else:
                 # the whole worktree: the safety checkpoint covers any scope
                 try:
@@ -633,13 +643,14 @@ class Run:
             # one listing of the loose objects for both passes over the blobs (sizes, then contents),
             # taken before the writer threads start
             with restoring.reading_many(reader, len(plan.writes)):
-                sizes, lost = self._refusals(plan, skipped, force, refuse_unsaved=not dry_run)
+                sizes, lost = checked or self._refusals(plan, skipped, force, refuse_unsaved=not dry_run)
                 unchanged = restoring.count_files(store.repo, target, prefixes) - len(plan.writes)
                 result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
                                        removed=tuple(plan.deletes), dry_run=dry_run, skipped=skipped,
                                        unsaved=tuple(lost), unchanged=unchanged)
                 if dry_run or not (plan.writes or plan.deletes):
                     return result
+                assert snap is not None  # only a dry run plans from a survey alone
                 safety = self._safety_checkpoint(snap.tree, cp)
                 filters = not snap.scanned or restoring.filters_possible(store.repo, store.location.common_dir, plan)
                 written = restoring.apply(store.repo, store.location.common_dir, workdir, plan, progress,

@@ -85,6 +85,10 @@ class Survey:
 
     entries: dict[str, tuple[str, int]]
     skipped: tuple[str, ...] = ()
+    #: The worktree's tree when the survey found every file exactly as the stat cache holds it (no
+    #: file to hash, none gone, no rule changed) and that tree is stored: a snapshot taken now would
+    #: write nothing and return it (see :meth:`Workspace.settled`). ``None`` otherwise.
+    tree: str | None = None
 
 
 def normalize_path(path: str | os.PathLike[str], workdir: str) -> str:
@@ -611,14 +615,39 @@ class Workspace:
                 entries[name] = found
         # what _add_tracked and _drop_ignored do to the private index, in memory
         rules_changed, todo = self._tracked_news(True, remember=False)
-        for name in sorted(filter(wanted, todo - set(entries))):
+        news = todo - set(entries)
+        for name in sorted(filter(wanted, news)):
             found = self._hashed(name)
             if found is not None:
                 entries[name] = found
         if rules_changed or cap.ignore_changed:
             for name in self._ignored(repo, list(entries)):
                 del entries[name]
-        return Survey(entries, tuple(cap.skipped))
+        settled = (prefixes is None and not (cap.stats or cap.big or cap.removed or news or rules_changed
+                                             or cap.ignore_changed))
+        return Survey(entries, tuple(cap.skipped), self._stored_tree(repo, cap.entries) if settled else None)
+
+    def _stored_tree(self, repo: pygit2.Repository, entries: dict[bytes, tuple[int, bytes]]) -> str | None:
+        """The id of the tree of ``entries`` (a capture found nothing to hash) where a fast snapshot
+        would return it without writing: the tree is stored, no ``git gc`` ran since the stat
+        cache was checked (:func:`gc_epoch`), the private index on disk is what this process holds,
+        and no big file has its own stat record. ``None`` otherwise."""
+        if (getattr(self._local, "unsaved", False) or self._big_stats()
+                or gc_epoch(objects_dir(repo)) != self._saved_epoch()):
+            return None
+        root, _ = scan.build_trees(entries)
+        return root.hex() if root.hex() in repo.odb else None
+
+    def settled(self, survey: Survey) -> Snapshot | None:
+        """The snapshot of the whole worktree from a :meth:`survey` that found it exactly as the
+        stat cache holds it (:attr:`Survey.tree`), without scanning it again: what a fast
+        :meth:`snapshot` would return then, having nothing to hash or write. ``None`` for any other
+        survey (take a :meth:`snapshot`). A restore that surveyed the worktree to check it first
+        uses this instead of a second scan."""
+        if survey.tree is None:
+            return None
+        self._save_last_tree(survey.tree)
+        return Snapshot(survey.tree, survey.skipped, None, scanned=True)
 
     def _hashed(self, name: str) -> tuple[str, int] | None:
         """``(blob id, mode)`` of a worktree file or link as libgit2 would add it with no filter
