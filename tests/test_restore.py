@@ -714,9 +714,11 @@ def test_parallel_restore_writes_what_a_serial_one_writes(work: Path, monkeypatc
     assert ticks == []
 
 
-@pytest.mark.parametrize("where", ["writer", "reader"])
+@pytest.mark.parametrize("where", ["writer", "reader", "in place"])
 def test_parallel_restore_stops_at_the_first_failure(work: Path, monkeypatch: pytest.MonkeyPatch,
                                                       where: str) -> None:
+    """A failure of a writer thread (a file replaced), of the reading thread, or of a file rewritten
+    in place on the reading thread stops the restore, is raised once, and leaves no thread."""
     from gitstate.workspace import restore as restoring
 
     _many_files(work)
@@ -725,16 +727,20 @@ def test_parallel_restore_stops_at_the_first_failure(work: Path, monkeypatch: py
     for i in range(300):
         (work / f"pkg{i % 7}" / f"sub{i % 3}" / f"m{i:03d}.py").write_text(f"edited {i}\n")
     calls: list[str] = []
-    if where == "writer":
-        place = restoring._place
+    if where in ("writer", "in place"):
+        if where == "writer":
+            monkeypatch.setattr(restoring, "INPLACE_MAX", -1)  # every file replaced, by the writer threads
+        name = "_place" if where == "writer" else "_overwrite"
+        real = getattr(restoring, name)
 
-        def failing(dirs: object, common_dir: str, job: restoring._Job) -> os.stat_result:
+        def failing(*args: Any) -> os.stat_result:
+            job = args[2]
             calls.append(job.path)
             if len(calls) == 40:
                 raise OSError(errno.EIO, "Input/output error")
-            return place(dirs, common_dir, job)  # type: ignore[arg-type]
+            return real(*args)  # type: ignore[no-any-return]
 
-        monkeypatch.setattr(restoring, "_place", failing)
+        monkeypatch.setattr(restoring, name, failing)
         expected: type[Exception] = gitstate.StoreWriteError
     else:
         prepare = restoring._prepare
@@ -749,7 +755,7 @@ def test_parallel_restore_stops_at_the_first_failure(work: Path, monkeypatch: py
         expected = gitstate.CorruptObjectError
     with pytest.raises(expected) as caught:
         bounded(lambda: run.restore(c1, force=True), seconds=30)
-    if where == "writer":
+    if where != "reader":
         assert calls[39] in str(caught.value)  # the path that failed is named
         assert isinstance(caught.value, gitstate.WorktreeWriteError)
         assert str(caught.value).startswith(f"cannot write {work}") and "in the worktree" in str(caught.value)
@@ -798,16 +804,19 @@ def test_two_restores_of_one_worktree_at_once_take_turns(work: Path, monkeypatch
     run.restore(c1, force=True)
     for i in range(1, 300, 3):
         (work / f"pkg{i % 7}" / f"sub{i % 3}" / f"m{i:03d}.py").write_text("unsaved\n")
-    place = restoring._place
     first_writing, go_on = threading.Event(), threading.Event()
 
-    def pausing(*args: object) -> os.stat_result:
-        if not first_writing.is_set():  # the first file of the first restore: it waits there
-            first_writing.set()
-            go_on.wait(10)
-        return place(*args)  # type: ignore[arg-type]
+    def pausing(real: Any) -> Any:
+        def wrapper(*args: object) -> os.stat_result | None:
+            if not first_writing.is_set():  # the first file of the first restore: it waits there
+                first_writing.set()
+                go_on.wait(10)
+            return real(*args)  # type: ignore[no-any-return]
+        return wrapper
 
-    monkeypatch.setattr(restoring, "_place", pausing)
+    # a file is written in place (_overwrite) or replaced (_place): the first one written pauses
+    monkeypatch.setattr(restoring, "_place", pausing(restoring._place))
+    monkeypatch.setattr(restoring, "_overwrite", pausing(restoring._overwrite))
     failures: list[BaseException] = []
     done: list[str] = []
 
@@ -952,6 +961,78 @@ def test_the_cli_dry_run_lists_a_link_that_replaced_a_directory(work: Path, tmp_
     assert runner.invoke(cli, ["restore", "r", "--force"]).exit_code == 0
     assert (work / "d" / "f").read_text() == "the checkpoint's\n"
     assert (tmp_path / "somewhere" / "f").read_text() == "never touched\n"
+
+
+@pytest.mark.parametrize("count", [3, 300])  # written by the calling thread / with the writer threads
+def test_small_files_are_rewritten_in_place_with_exact_bytes(work: Path, count: int) -> None:
+    """A small, plain file is rewritten in place (its inode stays: nothing freed, nothing made),
+    to exactly the snapshot's bytes whether it grows or shrinks; a snapshot then finds the
+    worktree as restored."""
+    paths = [work / "src" / f"f{i:03d}.txt" for i in range(count)]
+    for i, path in enumerate(paths):
+        path.write_bytes(b"x" * (10 + i))
+    run = gitstate.open_store(work).create_run()
+    first = run.checkpoint({}, files=True)
+    for i, path in enumerate(paths):
+        path.write_bytes(b"y" * (5000 if i % 2 else 3))  # longer and shorter than before
+    second = run.checkpoint({}, files=True)
+    # a descriptor open on each file reads what the restore wrote only if the file was rewritten
+    # (an unlinked one keeps its old bytes for its open descriptors; inode numbers can be reused)
+    held = {p: os.open(p, os.O_RDONLY) for p in paths}
+    try:
+        result = run.restore(first)
+        assert len(result.changed) == count
+        for i, path in enumerate(paths):
+            assert path.read_bytes() == b"x" * (10 + i)
+            assert os.pread(held[path], 10_000, 0) == b"x" * (10 + i), "replaced, not rewritten in place"
+    finally:
+        for fd in held.values():
+            os.close(fd)
+    assert run.restore(second).changed and paths[1].read_bytes() == b"y" * 5000
+    assert paths[0].read_bytes() == b"yyy"
+    assert run.store.workspace.snapshot(fast=True).tree == second.files_tree_id
+
+
+def test_files_git_would_replace_are_replaced_not_rewritten(work: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rewriting in place is only for a file git's checkout would leave the same: a second name of a
+    hard-linked file keeps its bytes, a read-only file comes back with the usual permissions, a
+    file that becomes executable or stops being one is replaced, and so is a file above the size
+    limit."""
+    from gitstate.workspace import restore as restoring
+
+    src = work / "src"
+    def text(name: str, version: int) -> str:
+        return f"{name} {version}\n" * (50 if name == "big" else 1)
+
+    for name in ("linked", "readonly", "to-exec", "from-exec", "big"):
+        (src / name).write_text(text(name, 1))
+    (src / "from-exec").chmod(0o755)
+    run = gitstate.open_store(work).create_run()
+    first = run.checkpoint({}, files=True)
+    for name in ("linked", "readonly", "to-exec", "from-exec", "big"):
+        (src / name).write_text(text(name, 2))
+    (src / "to-exec").chmod(0o755)
+    (src / "from-exec").chmod(0o644)
+    run.checkpoint({}, files=True)
+    other_name = tmp_path / "other-name"
+    os.link(src / "linked", other_name)
+    (src / "readonly").chmod(0o444)
+    monkeypatch.setattr(restoring, "INPLACE_MAX", 100)  # "big" is above it, the others below
+    names = ("linked", "readonly", "to-exec", "from-exec", "big")
+    held = {name: os.open(src / name, os.O_RDONLY) for name in names}  # see the test above
+    try:
+        bounded(lambda: run.restore(first), seconds=30)
+        for name in names:
+            assert (src / name).read_text() == text(name, 1), name
+            assert os.pread(held[name], 1000, 0) == text(name, 2).encode(), f"{name} was rewritten in place"
+    finally:
+        for fd in held.values():
+            os.close(fd)
+    assert other_name.read_text() == "linked 2\n"  # the other name of the linked file kept its bytes
+    assert (src / "readonly").stat().st_mode & 0o200  # made anew, with the umask's permissions
+    assert os.access(src / "to-exec", os.X_OK) is False
+    assert (src / "from-exec").stat().st_mode & 0o100
 
 
 def _age(root: Path) -> None:
