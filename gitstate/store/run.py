@@ -578,7 +578,10 @@ class Run:
         checkpoint are not overwritten unless ``force`` (:class:`RestoreConflictError` lists them).
         Before writing, the current worktree is saved as a checkpoint on branch
         ``restore-safety`` (:attr:`RestoreResult.safety`), so ``run.restore(result.safety)`` undoes
-        it. ``dry_run`` changes nothing and returns the plan: what would be written and removed, and
+        it. Files are written as ``git checkout`` writes them, except that a small, plain,
+        singly linked file is rewritten in place (it keeps its inode and permission bits; see
+        "Restore safety checkpoints" in docs/FORMAT.md). ``dry_run`` changes nothing and returns
+        the plan: what would be written and removed, and
         in :attr:`RestoreResult.unsaved` the files a real restore would refuse to overwrite; it
         writes nothing under ``.git`` either (it works on a read-only repository), except where
         only a snapshot can tell what the worktree holds (no stat cache yet, or checkout filters or
