@@ -3,6 +3,7 @@ plain-git readability after `setup`, the demo, and the generated reference docs.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import click
+from click.testing import CliRunner
 from conftest import git, user_snapshot
 
 from gitstate_cli.main import COMMANDS, cli
@@ -55,6 +57,25 @@ def test_process_skips_the_final_collections(tmp_path: Path) -> None:
     assert "FROZEN True" in run(tmp_path, sys.executable, "-c", code, "--version").stdout
     code = "import atexit, gc\natexit.register(lambda: print('FROZEN', gc.get_freeze_count() > 0))\n"
     assert "FROZEN False" in run(tmp_path, sys.executable, "-c", code).stdout  # not Python's default
+
+
+def test_process_freezes_the_imports_of_its_command(repo: Path) -> None:
+    """Once a `git agentos` process has imported its command, those objects are frozen out of the
+    collector's passes (the command's own allocations then trigger collections over its objects
+    only); the group used in-process (click's CliRunner) leaves the collector as it is."""
+    code = ("import gc, sys\n"
+            "from gitstate_cli.main import cli, main\n"
+            "real = cli.get_command\n"
+            "def spy(ctx, name):\n"
+            "    command = real(ctx, name)\n"
+            "    print('FROZEN', gc.get_freeze_count() > 0, 'pygit2' in sys.modules, flush=True)\n"
+            "    return command\n"
+            "cli.get_command = spy\n"
+            "main(sys.argv[1:])\n")
+    assert "FROZEN True True" in run(repo, sys.executable, "-c", code, "runs").stdout
+    before = gc.get_freeze_count()
+    assert CliRunner().invoke(cli, ["runs"]).exit_code == 0
+    assert gc.get_freeze_count() == before
 
 
 def test_real_git_subcommand(repo: Path, tmp_path: Path) -> None:
