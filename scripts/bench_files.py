@@ -16,9 +16,14 @@
    ``--restore-files`` files with ``--restore-changed`` changed (the issue's bar: gitstate within
    2x of git), and ``--full-files`` files all changed. Medians, means, spread and ratios (of the
    medians, and the median of the per-round ratios) are printed.
+5. Switching between two saved versions, as an agent rolling back does: in each worktree a
+   checkpoint (and a commit) A, then ``--restore-changed`` files edited and checkpoint (commit) B;
+   each round every contender goes to the other version, A then B then A..., with nothing unsaved,
+   so gitstate's restore runs without ``--force``: ``run.restore(cp)``, ``git agentos restore ID``,
+   ``git read-tree -u --reset COMMIT`` and ``git checkout -f COMMIT``.
 
 Small smoke run: ``python scripts/bench_files.py --files 200 --total-mb 2 --rounds 3 --big-mib 64
---restore-files 300 --restore-changed 30 --full-files 200``. ``--only restore`` runs part 4 alone."""
+--restore-files 300 --restore-changed 30 --full-files 200``. ``--only restore`` runs parts 4 and 5 alone."""
 
 from __future__ import annotations
 
@@ -160,17 +165,18 @@ def bench_memory(args: argparse.Namespace) -> None:
 CONTENDERS = ("gitstate API", "gitstate CLI", "git read-tree -u", "git checkout -f")
 
 
-def _restore_once(which: str, root: Path, run: gitstate.Run | None, cp: gitstate.Checkpoint | None) -> None:
+def _restore_once(which: str, root: Path, run: gitstate.Run | None, cp: gitstate.Checkpoint | None,
+                  commit: str = "HEAD", force: bool = True) -> None:
     if which == "gitstate API":
         assert run is not None and cp is not None
-        run.restore(cp, force=True)
+        run.restore(cp, force=force)
     elif which == "gitstate CLI":
         assert cp is not None
-        _cli(root, "restore", cp.id, "--force")
+        _cli(root, "restore", cp.id, *(["--force"] if force else []))
     elif which == "git read-tree -u":
-        git(root, "read-tree", "-u", "--reset", "HEAD")
+        git(root, "read-tree", "-u", "--reset", commit)
     else:
-        git(root, "checkout", "-f", "-q")
+        git(root, "checkout", "-f", "-q", *([] if commit == "HEAD" else [commit]))
 
 
 def _cli(root: Path, *args: str) -> None:
@@ -234,20 +240,72 @@ def bench_restore(files: int, changed: int, rounds: int, contenders: list[str]) 
                 cpu[which].append(_cpu_seconds() - c0)
                 sample = root / edit[0]
                 assert not sample.read_bytes().startswith(b"round"), f"{which} did not restore {edit[0]}"
-        print("  wall time:")
-        for which in contenders:
-            print(f"  {which:18s} {_spread(times[which])}")
-        print("  CPU time (user + system, the process and its children; waiting for the disk excluded):")
-        for which in contenders:
-            print(f"  {which:18s} {_spread(cpu[which])}")
-        for ours, theirs in itertools.product([w for w in contenders if w.startswith("gitstate")],
-                                              [w for w in contenders if w.startswith("git ")]):
-            per_round = [a / b for a, b in zip(times[ours], times[theirs], strict=True)]
-            ratio = statistics.median(times[ours]) / statistics.median(times[theirs])
-            cpu_ratio = statistics.median(cpu[ours]) / max(statistics.median(cpu[theirs]), 1e-9)
-            print(f"  ratio {ours} / {theirs}: {ratio:.2f} (medians); per round: median "
-                  f"{statistics.median(per_round):.2f}, min {min(per_round):.2f}, max {max(per_round):.2f}; "
-                  f"CPU {cpu_ratio:.2f}")
+        _report(contenders, times, cpu)
+
+
+def _report(contenders: list[str], times: dict[str, list[float]], cpu: dict[str, list[float]]) -> None:
+    print("  wall time:")
+    for which in contenders:
+        print(f"  {which:18s} {_spread(times[which])}")
+    print("  CPU time (user + system, the process and its children; waiting for the disk excluded):")
+    for which in contenders:
+        print(f"  {which:18s} {_spread(cpu[which])}")
+    for ours, theirs in itertools.product([w for w in contenders if w.startswith("gitstate")],
+                                          [w for w in contenders if w.startswith("git ")]):
+        per_round = [a / b for a, b in zip(times[ours], times[theirs], strict=True)]
+        ratio = statistics.median(times[ours]) / statistics.median(times[theirs])
+        cpu_ratio = statistics.median(cpu[ours]) / max(statistics.median(cpu[theirs]), 1e-9)
+        print(f"  ratio {ours} / {theirs}: {ratio:.2f} (medians); per round: median "
+              f"{statistics.median(per_round):.2f}, min {min(per_round):.2f}, max {max(per_round):.2f}; "
+              f"CPU {cpu_ratio:.2f}")
+
+
+def bench_switch(files: int, changed: int, rounds: int, contenders: list[str]) -> None:
+    """Part 5: going back and forth between two saved versions (see the module docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        base = Path(tmp) / "base"
+        base.mkdir()
+        paths = [p.relative_to(base) for p in make_tree(base, files, files * 1000 / 1024 / 1024)]
+        git(base, "repack", "-adq")
+        edit = paths if changed >= files else random.Random(5).sample(paths, changed)
+        targets: dict[str, list[tuple[gitstate.Run | None, gitstate.Checkpoint | None, str]]] = {}
+        roots = {}
+        for i, which in enumerate(contenders):
+            root = roots[which] = Path(tmp) / f"w{i}"
+            shutil.copytree(base, root, symlinks=True)
+            git(root, "read-tree", "-u", "--reset", "HEAD")  # the copy's index stat data is stale
+            run = gitstate.open_store(root).create_run(run_id="bench") if which.startswith("gitstate") else None
+            versions = []
+            for version in ("a", "b"):
+                if version == "b":
+                    for rel in edit:
+                        full = root / rel
+                        full.write_bytes(b"version b\n" + full.read_bytes()[::-1])
+                    git(root, "commit", "-qam", "b")
+                cp = run.checkpoint({"version": version}, files=True) if run is not None else None
+                versions.append((run, cp, git(root, "rev-parse", "HEAD").strip()))
+            targets[which] = versions
+            if which == "gitstate CLI":
+                _cli(root, "restore", versions[1][1].id, "--dry-run")  # type: ignore[union-attr]  # compiles the CLI once
+        shutil.rmtree(base)
+        print(f"\nswitching between two saved versions, {files} files ({changed} differ), {rounds} rounds "
+              f"(set up in {time.perf_counter() - t0:.1f}s)")
+        times: dict[str, list[float]] = {w: [] for w in contenders}
+        cpu: dict[str, list[float]] = {w: [] for w in contenders}
+        for r in range(rounds):
+            order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
+            want = r % 2  # every worktree holds version b first: the first round goes to a
+            for which in order:
+                run, cp, commit = targets[which][want]
+                os.sync()
+                c0, t0 = _cpu_seconds(), time.perf_counter()
+                _restore_once(which, roots[which], run, cp, commit=commit, force=False)
+                times[which].append(time.perf_counter() - t0)
+                cpu[which].append(_cpu_seconds() - c0)
+                sample = (roots[which] / edit[0]).read_bytes()
+                assert sample.startswith(b"version b") == (want == 1), f"{which} did not switch {edit[0]}"
+        _report(contenders, times, cpu)
 
 
 def main() -> None:
@@ -274,6 +332,8 @@ def main() -> None:
             bench_restore(args.restore_files, args.restore_changed, args.restore_rounds, contenders)
         if args.full_files:
             bench_restore(args.full_files, args.full_files, args.restore_rounds, contenders)
+        if args.restore_files:
+            bench_switch(args.restore_files, args.restore_changed, args.restore_rounds, contenders)
 
 
 if __name__ == "__main__":

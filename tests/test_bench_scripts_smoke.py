@@ -27,3 +27,5 @@ def test_bench_files_tiny_run(tmp_path: Path) -> None:
     assert "git stash create" in out
     assert "ratio gitstate / git stash create" in out
     assert "ratio gitstate API / git read-tree -u" in out and "ratio gitstate API / git checkout -f" in out
+    switching = out[out.index("switching between two saved versions"):]
+    assert "ratio gitstate API / git checkout -f" in switching
