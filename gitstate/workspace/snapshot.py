@@ -646,7 +646,8 @@ class Workspace:
         uses this instead of a second scan."""
         if survey.tree is None:
             return None
-        self._save_last_tree(survey.tree)
+        if self._last_tree() != survey.tree:
+            self._save_last_tree(survey.tree)
         return Snapshot(survey.tree, survey.skipped, None, scanned=True)
 
     def _hashed(self, name: str) -> tuple[str, int] | None:
