@@ -1075,3 +1075,36 @@ def test_a_restore_scans_a_worktree_it_finds_as_cached_once(work: Path, monkeypa
     safety = run.load(result.safety)
     assert safety.files_tree_id == (second.files_tree_id if not edited else first.files_tree_id)
     assert (work / "src" / "a.py").read_text() == ("a = 1\n" if not edited else "a = 2\n")
+
+
+def test_unsaved_takes_a_saved_tree_that_is_the_worktree_whole(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unsaved-work check knows the worktree's tree when it has one: a saved tree that is
+    that tree holds every file the restore would overwrite (no file looked up in it); a tree
+    that is not still has each file looked up, and unsaved content is still found."""
+    from gitstate.workspace import restore as restoring
+
+    store = gitstate.open_store(work)
+    run = store.create_run()
+    first = run.checkpoint({}, files=True)
+    (work / "src" / "a.py").write_text("a = 2\n")
+    (work / "src" / "b.py").write_text("b = 2\n")
+    second = run.checkpoint({}, files=True)
+    assert first.files_tree_id is not None and second.files_tree_id is not None
+    plan = restoring.make_plan(store.repo, second.files_tree_id, first.files_tree_id, None)
+    assert set(plan.changed) == {"src/a.py", "src/b.py"}
+    lookups: list[str] = []
+    real = restoring.find_entry
+
+    def counting(reader: Any, tree_id: str, path: str, trees: Any = None) -> Any:
+        lookups.append(tree_id)
+        return real(reader, tree_id, path, trees)
+
+    monkeypatch.setattr(restoring, "find_entry", counting)
+    saved = [first.files_tree_id, second.files_tree_id]
+    assert restoring.unsaved(store.reader, plan, saved, second.files_tree_id) == []
+    assert lookups == [first.files_tree_id] * 2  # the second tree is the worktree's: no lookup
+    lookups.clear()
+    assert restoring.unsaved(store.reader, plan, saved) == []
+    assert len(lookups) == 4
+    # a worktree tree that no saved tree is: its changed files are unsaved
+    assert restoring.unsaved(store.reader, plan, [first.files_tree_id], second.files_tree_id) == ["src/a.py", "src/b.py"]

@@ -623,7 +623,7 @@ class Run:
                     # a tree diff in libgit2 where the survey has the worktree's tree
                     plan = (restoring.plan_against(store.repo, early.entries, target, prefixes) if early.tree is None
                             else restoring.make_plan(store.repo, early.tree, target, prefixes))
-                    checked = self._refusals(plan, early.skipped, force)
+                    checked = self._refusals(plan, early.skipped, force, current=early.tree)
                     snap = workspace.settled(early)
                     if snap is None:
                         checked = None
@@ -646,7 +646,8 @@ class Run:
             # one listing of the loose objects for both passes over the blobs (sizes, then contents),
             # taken before the writer threads start
             with restoring.reading_many(reader, len(plan.writes)):
-                sizes, lost = checked or self._refusals(plan, skipped, force, refuse_unsaved=not dry_run)
+                sizes, lost = checked or self._refusals(plan, skipped, force, refuse_unsaved=not dry_run,
+                                                        current=None if snap is None else snap.tree)
                 unchanged = restoring.count_files(store.repo, target, prefixes) - len(plan.writes)
                 result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
                                        removed=tuple(plan.deletes), dry_run=dry_run, skipped=skipped,
@@ -662,9 +663,10 @@ class Run:
                 return dataclasses.replace(result, safety=safety.id, safety_branch=SAFETY_BRANCH, unsaved=())
 
     def _refusals(self, plan: restoring.Plan, skipped: Sequence[str], force: bool, *,
-                  refuse_unsaved: bool = True) -> tuple[dict[str, int], list[str]]:
+                  refuse_unsaved: bool = True, current: str | None = None) -> tuple[dict[str, int], list[str]]:
         """Check a restore's plan: :class:`RestoreConflictError` when files are in the way, or (not
-        ``force``, ``refuse_unsaved``) hold changes saved in no checkpoint. Returns the blob sizes
+        ``force``, ``refuse_unsaved``) hold changes saved in no checkpoint (``current``: the
+        worktree's tree, when known). Returns the blob sizes
         (:func:`restoring.check_blobs`) and those unsaved files (none with ``force``)."""
         store = self.store
         reader = store.reader
@@ -674,7 +676,7 @@ class Run:
         if blocked:
             raise RestoreConflictError(
                 blocked, "ignored files, nested repositories, directories or symbolic links are in the way")
-        lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)))
+        lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)), current)
         if lost and refuse_unsaved:
             raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True,
                                        run_id=self.id)

@@ -381,13 +381,17 @@ def find_entry(reader: ObjectReader, tree_id: str, path: str,
     return found
 
 
-def unsaved(reader: ObjectReader, plan: Plan, saved_trees: Iterable[str]) -> list[str]:
-    """Paths the restore would overwrite or delete whose current content no saved tree holds."""
+def unsaved(reader: ObjectReader, plan: Plan, saved_trees: Iterable[str], current: str | None = None) -> list[str]:
+    """Paths the restore would overwrite or delete whose current content no saved tree holds.
+    ``current``: the tree of the worktree as the plan found it, when known (a saved tree that is
+    that tree holds every such path, with no lookup)."""
     pending = {p: plan.current[p] for p in (*plan.changed, *plan.deletes)}
     trees: dict[str, dict[str, tuple[str, int]]] = {}
     for tree_id in saved_trees:
         if not pending:
             break
+        if tree_id == current:
+            return []
         for path in list(pending):
             if find_entry(reader, tree_id, path, trees) == pending[path]:
                 del pending[path]
