@@ -197,14 +197,21 @@ def _spread(values: list[float]) -> str:
             f"min {min(ms):8.1f}  max {max(ms):8.1f}")
 
 
+def _packed_tree(tmp: Path, files: int) -> tuple[Path, list[Path]]:
+    """A repository ``tmp/base`` of ``files`` files of about 1 KB, committed and packed (history
+    packed, as a repository in use has it), and the files' relative paths."""
+    base = tmp / "base"
+    base.mkdir()
+    paths = [p.relative_to(base) for p in make_tree(base, files, files * 1000 / 1024 / 1024)]
+    git(base, "repack", "-adq")
+    return base, paths
+
+
 def bench_restore(files: int, changed: int, rounds: int, contenders: list[str]) -> None:
     """Part 4: one scenario of restore against git's checkout (see the module docstring)."""
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        base = Path(tmp) / "base"
-        base.mkdir()
-        paths = [p.relative_to(base) for p in make_tree(base, files, files * 1000 / 1024 / 1024)]
-        git(base, "repack", "-adq")  # a repository as it is used: history packed
+        base, paths = _packed_tree(Path(tmp), files)
         roots = {}
         for i, which in enumerate(contenders):
             roots[which] = Path(tmp) / f"w{i}"
@@ -264,10 +271,7 @@ def bench_switch(files: int, changed: int, rounds: int, contenders: list[str]) -
     """Part 5: going back and forth between two saved versions (see the module docstring)."""
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        base = Path(tmp) / "base"
-        base.mkdir()
-        paths = [p.relative_to(base) for p in make_tree(base, files, files * 1000 / 1024 / 1024)]
-        git(base, "repack", "-adq")
+        base, paths = _packed_tree(Path(tmp), files)
         edit = paths if changed >= files else random.Random(5).sample(paths, changed)
         targets: dict[str, list[tuple[gitstate.Run | None, gitstate.Checkpoint | None, str]]] = {}
         roots = {}
