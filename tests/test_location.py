@@ -74,6 +74,43 @@ def test_agentos_repo_naming_a_linked_worktrees_git_file_opens_that_worktree(
     assert store.worktree != "main" and os.path.realpath(store.path) == os.path.realpath(wt)
 
 
+@pytest.mark.parametrize("where", ["top", "subdirectory", "git file", "AGENTOS_REPO", "GIT_DIR"])
+def test_a_separate_git_dir_works_on_the_work_tree_its_git_file_is_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """`git init --separate-git-dir`: the work tree holds a `.git` file, the git dir elsewhere has
+    no core.worktree. The store's work tree is the one with the `.git` file, as git's; opened from
+    the git dir's own path it was the git dir's parent, so a snapshot held the git dir's files and
+    a restore deleted files there, outside the work tree."""
+    wt, gd = tmp_path / "wt", tmp_path / "gd"
+    gd.mkdir()
+    git(tmp_path, "init", "-q", "-b", "main", "--separate-git-dir", str(gd / "repo.git"), str(wt))
+    (wt / "sub").mkdir()
+    (wt / "sub" / "a.txt").write_text("a\n")
+    git(wt, "add", ".")
+    git(wt, "commit", "-q", "-m", "a")
+    outside = gd / "beside-the-git-dir.txt"
+    outside.write_text("not in the work tree\n")
+    start = {"top": wt, "subdirectory": wt / "sub", "git file": wt / ".git"}.get(where)
+    if where == "AGENTOS_REPO":
+        monkeypatch.setenv("AGENTOS_REPO", str(wt / "sub"))
+    elif where == "GIT_DIR":  # git's rule: the current directory is the top of the work tree
+        monkeypatch.setenv("GIT_DIR", str(gd / "repo.git"))
+        monkeypatch.chdir(wt)
+    store = gitstate.open_store(start)
+    assert os.path.realpath(store.workspace.workdir) == os.path.realpath(wt)
+    assert git(wt, "rev-parse", "--show-toplevel").strip() == os.path.realpath(wt)
+    monkeypatch.delenv("GIT_DIR", raising=False)
+    run = store.create_run(run_id="r")
+    cp = run.checkpoint({}, files=True)
+    listed = git(wt, "ls-tree", "-r", "--name-only", cp.files_tree_id or "")
+    assert listed.split() == ["sub/a.txt"]
+    (wt / "sub" / "a.txt").write_text("b\n")
+    (gd / "new.txt").write_text("also outside\n")
+    run.restore(cp, force=True)
+    assert (wt / "sub" / "a.txt").read_text() == "a\n"
+    assert outside.read_text() == "not in the work tree\n" and (gd / "new.txt").exists()
+
+
 def test_050_worktrees_are_isolated(repo: Path, tmp_path: Path) -> None:
     wt = tmp_path / "wt"
     git(repo, "worktree", "add", "-q", str(wt))

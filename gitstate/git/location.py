@@ -3,7 +3,12 @@
 Order: ``AGENTOS_REPO`` (empty means unset, ``~`` expanded) overrides everything; otherwise
 ``GIT_DIR`` is honoured as git honours it; otherwise the repository is discovered upwards from the
 given path or the current directory. Outside any repository it fails closed with
-:class:`NotARepositoryError`, whose message names ``AGENTOS_REPO``."""
+:class:`NotARepositoryError`, whose message names ``AGENTOS_REPO``.
+
+The work tree is git's: a discovered repository's is the directory holding its ``.git`` (a
+directory, or a file naming the git dir elsewhere); with ``GIT_DIR`` it is ``GIT_WORK_TREE``, the
+git dir's ``core.worktree``, a linked worktree's own, the parent of a git dir named ``.git``, else
+the current directory (git's rule for a git dir that says nothing of its work tree)."""
 
 from __future__ import annotations
 
@@ -84,7 +89,13 @@ def _discover(start: str, via: str | None = None) -> pygit2.Repository:
         found = None
     if not found:
         raise NotARepositoryError(start)
-    return _open(found)
+    # Opened from where the search started, as git does, not from the git dir found: libgit2 then
+    # takes the work tree from the `.git` file it followed (`git init --separate-git-dir`: the
+    # git dir has no core.worktree; opened directly, its parent would be taken for the work tree).
+    repo = _open(start if os.path.isdir(start) else os.path.dirname(start))
+    if os.path.realpath(repo.path) != os.path.realpath(found):  # pragma: no cover - libgit2 found the same
+        return _open(found)
+    return repo
 
 
 def open_repository(path: str | os.PathLike[str] | None = None) -> pygit2.Repository:
@@ -101,8 +112,26 @@ def open_repository(path: str | os.PathLike[str] | None = None) -> pygit2.Reposi
         work_tree = os.environ.get("GIT_WORK_TREE")
         if work_tree and not repo.is_bare:
             repo.workdir = os.path.abspath(os.path.expanduser(work_tree))
+        elif _work_tree_unknown(repo):
+            # git's rule: GIT_DIR with neither GIT_WORK_TREE nor core.worktree makes the current
+            # directory the top of the work tree (libgit2 would take the git dir's parent, which
+            # for a git dir made by `git init --separate-git-dir` holds other things)
+            repo.workdir = os.getcwd()
         return repo
     return _discover(start)
+
+
+def _work_tree_unknown(repo: pygit2.Repository) -> bool:
+    """Whether a non-bare git dir opened by its path says nothing of its work tree: it is not
+    named ``.git`` (whose parent is its work tree, as libgit2 takes it), it is no linked
+    worktree's admin dir (its ``gitdir`` file names the work tree) and has no core.worktree."""
+    git_dir = os.path.realpath(repo.path)
+    if repo.is_bare or os.path.basename(git_dir) == ".git" or os.path.exists(os.path.join(git_dir, "gitdir")):
+        return False
+    try:
+        return "core.worktree" not in repo.config
+    except pygit2.GitError:
+        return False
 
 
 def locate(repo: pygit2.Repository) -> Location:
