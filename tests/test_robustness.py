@@ -4,10 +4,12 @@ leave the store unchanged."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -180,6 +182,35 @@ def test_bad_references(store: gitstate.Store, repo: Path) -> None:
     with pytest.raises(gitstate.RunNotFound):
         store.get_run("missing")
     assert git(repo, "for-each-ref", "refs/agentos") == before
+
+
+@pytest.mark.parametrize("after_gc", [False, True])
+def test_a_fifo_at_a_path_the_user_tracks_never_hangs_a_snapshot_or_restore(repo: Path, after_gc: bool) -> None:
+    """The user's git index tracks ``p``; ``p`` is now a FIFO. A snapshot leaves it out, as git
+    adds no FIFO (libgit2 opened it to hash it, waiting for a writer for ever, whenever the private
+    index was empty: the first snapshot, or any after a `git gc`); a restore that would write ``p``
+    refuses, naming it as a special file in the way, even with --force."""
+    (repo / "p").write_text("p\n")
+    (repo / "q").write_text("q\n")
+    git(repo, "add", "p", "q")
+    git(repo, "commit", "-q", "-m", "p and q")
+    if after_gc:
+        assert _cli(repo, "checkpoint", "r", "--files").returncode == 0
+        git(repo, "gc", "-q", "--prune=now")
+    (repo / "p").unlink()
+    os.mkfifo(repo / "p")
+    try:
+        done = _cli(repo, "checkpoint", "r", "--files", "--json", timeout=30)
+        assert done.returncode == 0, done.stderr
+        if after_gc:
+            refused = _cli(repo, "restore", "r~1", "--force", timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a FIFO at a tracked path made a command hang")
+    tree = gitstate.open_store(repo).get_run("r").load(json.loads(done.stdout)["id"]).files_tree_id
+    assert tree is not None and git(repo, "ls-tree", "--name-only", tree).split() == ["README", "q"]
+    if after_gc:
+        assert refused.returncode == 1 and "special files" in refused.stderr and refused.stderr.rstrip().endswith(": p")
+        assert stat.S_ISFIFO(os.lstat(repo / "p").st_mode)
 
 
 @pytest.mark.skipif(not shutil.which("setpriv") and os.geteuid() == 0, reason="needs setpriv to drop root")

@@ -675,7 +675,8 @@ class Run:
         blocked = sorted(set(restoring.find_obstacles(store.workspace.workdir, plan)) | set(nested))
         if blocked:
             raise RestoreConflictError(
-                blocked, "ignored files, nested repositories, directories or symbolic links are in the way")
+                blocked, "ignored files, nested repositories, directories, symbolic links or special files "
+                "(FIFOs, sockets, devices) are in the way")
         lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)), current)
         if lost and refuse_unsaved:
             raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True,

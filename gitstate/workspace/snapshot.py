@@ -499,7 +499,7 @@ class Workspace:
             todo -= captured()
         for path in todo:
             if path not in index and _in_real_dirs(self.workdir, path) \
-                    and os.path.lexists(os.path.join(self.workdir, path)):
+                    and _file_or_link(os.path.join(self.workdir, path)):
                 try:
                     index.add(path)  # add by path: ignore rules do not apply
                 except (pygit2.GitError, OSError):
@@ -1055,6 +1055,16 @@ def add_entry(index: pygit2.Index, path: bytes, oid: bytes, mode: int, st: os.st
     cpath = ffi.new("char[]", path)
     centry.path = cpath
     check_error(C.git_index_add(index._index, centry))
+
+
+def _file_or_link(path: str) -> bool:
+    """Whether ``path`` is a regular file or a symbolic link, what git adds (a FIFO, socket or
+    device is not: libgit2 would open a FIFO to hash it and wait for a writer for ever)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return S_ISREG(mode) or S_ISLNK(mode)
 
 
 def _file_state(path: str) -> tuple[int, int, int] | None:
