@@ -63,10 +63,12 @@ def test_wheel_holds_every_package_and_a_regular_install_imports_them(tmp_path: 
                          text=True, timeout=120)
     assert cli.returncode == 0 and cli.stdout.strip() == "[]", cli.stderr
     # README's first command ends with the demo: it runs from this regular install, anywhere.
-    demo = subprocess.run(["git", "agentos", "demo"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    # (its temporary repository, which it keeps for the user to explore, made under tmp_path)
+    demo = subprocess.run(["git", "agentos", "demo"], cwd=tmp_path, env={**env, "TMPDIR": str(tmp_path)},
+                          capture_output=True, text=True, timeout=600)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "git agentos" in demo.stdout
+    assert [p.name.startswith("gitstate-demo-") for p in tmp_path.iterdir()].count(True) == 1
 
 
 def test_without_langgraph_the_import_error_names_this_project() -> None:
