@@ -5,6 +5,7 @@ repositories, unsupported formats, and never touching the user's data."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,86 @@ def test_a_separate_git_dir_works_on_the_work_tree_its_git_file_is_in(
     run.restore(cp, force=True)
     assert (wt / "sub" / "a.txt").read_text() == "a\n"
     assert outside.read_text() == "not in the work tree\n" and (gd / "new.txt").exists()
+
+
+def _layouts(tmp: Path) -> dict[str, Path]:
+    """A repository, a separate git dir with its work tree, one whose `.git` is a link to a git dir
+    elsewhere, and a bare repository, each with one commit of `sub/a.txt` (and a file beside the
+    git dirs, which no work tree holds)."""
+    repo, wt, gd, lwt, store = tmp / "repo", tmp / "wt", tmp / "gd", tmp / "lwt", tmp / "store"
+    for path in (repo, gd, store):
+        path.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(tmp, "init", "-q", "-b", "main", "--separate-git-dir", str(gd / "repo.git"), str(wt))
+    git(store, "init", "-q", "--bare", "real.git")
+    git(store / "real.git", "config", "core.bare", "false")
+    lwt.mkdir()
+    (lwt / ".git").symlink_to(store / "real.git")
+    for top in (repo, wt, lwt):
+        (top / "sub").mkdir()
+        (top / "sub" / "a.txt").write_text("a\n")
+        git(top, "add", ".")
+        git(top, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
+    git(tmp, "init", "-q", "--bare", "bare.git")
+    (tmp / "elsewhere").mkdir()
+    (gd / "beside.txt").write_text("x\n")
+    (store / "beside.txt").write_text("x\n")
+    return {"repo": repo, "wt": wt, "gd": gd / "repo.git", "lwt": lwt, "bare": tmp / "bare.git",
+            "elsewhere": tmp / "elsewhere"}
+
+
+# (cwd, environment, the work tree git and gitstate use: None = none)
+WORK_TREE_CASES = {
+    "separate git dir, from inside it": ("gd", {}, None),
+    "separate git dir, from a folder inside it": ("gd/refs", {}, None),
+    "separate git dir named by AGENTOS_REPO": ("elsewhere", {"AGENTOS_REPO": "gd"}, None),
+    "`.git` a link to a git dir elsewhere, from the work tree": ("lwt/sub", {}, "lwt"),
+    "`.git` a link named by AGENTOS_REPO": ("elsewhere", {"AGENTOS_REPO": "lwt/.git"}, "lwt"),
+    "GIT_DIR from a subdirectory: the current directory, as git": ("repo/sub", {"GIT_DIR": "repo/.git"}, "repo/sub"),
+    "GIT_DIR from elsewhere: the current directory, as git": ("elsewhere", {"GIT_DIR": "repo/.git"}, "elsewhere"),
+    "GIT_DIR of a bare repository with GIT_WORK_TREE": (
+        "elsewhere", {"GIT_DIR": "bare", "GIT_WORK_TREE": "elsewhere"}, "elsewhere"),
+}
+
+
+@pytest.mark.parametrize("case", list(WORK_TREE_CASES))
+def test_the_work_tree_is_the_one_git_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """Which work tree a store snapshots and restores is git's, checked against `git rev-parse
+    --show-toplevel` in the same place: where git has none, gitstate has none (workspace commands
+    refuse, refs work), and nothing outside git's work tree is ever captured or written."""
+    paths = _layouts(tmp_path)
+
+    def at(spec: str) -> Path:  # "lwt/sub": the folder sub of the layout lwt
+        first, _, rest = spec.partition("/")
+        return paths[first] / rest if rest else paths[first]
+
+    cwd_name, env, expected = WORK_TREE_CASES[case]
+    cwd = at(cwd_name)
+    environ = {k: str(at(v)) for k, v in env.items()}
+    for key in ("AGENTOS_REPO", "GIT_DIR", "GIT_WORK_TREE"):
+        monkeypatch.delenv(key, raising=False)
+    shown = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True,
+                           env={**os.environ, **{k: v for k, v in environ.items() if k != "AGENTOS_REPO"}})
+    want = None if expected is None else os.path.realpath(at(expected))
+    if "AGENTOS_REPO" not in environ:  # git's own answer, where git is asked the same thing
+        assert (shown.stdout.strip() or None) == want, shown.stderr
+    monkeypatch.chdir(cwd)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    store = gitstate.open_store()
+    got = store.location.workdir
+    assert (None if got is None else os.path.realpath(got)) == want
+    run = store.create_run(run_id="r")
+    run.checkpoint({"refs": "work"})  # refs work wherever the repository is
+    if want is None:
+        with pytest.raises(gitstate.UsageError, match="no work tree here"):
+            run.checkpoint({}, files=True)
+    else:
+        cp = run.checkpoint({}, files=True)
+        assert cp.files_tree_id is not None
+        names = git(tmp_path, f"--git-dir={store.location.git_dir}", "ls-tree", "-r", "--name-only", cp.files_tree_id)
+        assert not [n for n in names.split() if n in ("HEAD", "config") or n.startswith(("objects/", "refs/"))]
+    assert (tmp_path / "gd" / "beside.txt").exists() and (tmp_path / "store" / "beside.txt").exists()
 
 
 def test_050_worktrees_are_isolated(repo: Path, tmp_path: Path) -> None:

@@ -5,10 +5,12 @@ Order: ``AGENTOS_REPO`` (empty means unset, ``~`` expanded) overrides everything
 given path or the current directory. Outside any repository it fails closed with
 :class:`NotARepositoryError`, whose message names ``AGENTOS_REPO``.
 
-The work tree is git's: a discovered repository's is the directory holding its ``.git`` (a
-directory, or a file naming the git dir elsewhere); with ``GIT_DIR`` it is ``GIT_WORK_TREE``, the
-git dir's ``core.worktree``, a linked worktree's own, the parent of a git dir named ``.git``, else
-the current directory (git's rule for a git dir that says nothing of its work tree)."""
+The work tree is git's. A discovered repository's is the first folder on the way up holding a
+``.git`` (a directory, a link to one, or a file naming the git dir elsewhere); searched from inside
+a git dir there is none (opened bare: git says "this operation must be run in a work tree"), unless
+the git dir has ``core.worktree`` or is named ``.git`` (its parent). With ``GIT_DIR`` it is
+``GIT_WORK_TREE`` (a bare repository's too), else the git dir's ``core.worktree``, else the current
+directory, whatever the git dir's name or place (git's rule)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 import pygit2
+from pygit2.enums import RepositoryOpenFlag
 
 from gitstate.errors import NotARepositoryError, RepositoryGoneError, UnsupportedRepositoryError
 from gitstate.git.refnames import encode_component
@@ -53,9 +56,9 @@ def _unsupported_feature(git_dir: str, message: str) -> str | None:
     return None
 
 
-def _open(path: str) -> pygit2.Repository:
+def _open(path: str, bare: bool = False) -> pygit2.Repository:
     try:
-        return pygit2.Repository(path)
+        return pygit2.Repository(path, RepositoryOpenFlag.BARE) if bare else pygit2.Repository(path)
     except (pygit2.GitError, ValueError, KeyError) as exc:
         feature = _unsupported_feature(path if os.path.isdir(path) else os.path.dirname(path), str(exc))
         if feature is None and os.path.isdir(os.path.join(path, ".git")):
@@ -89,13 +92,46 @@ def _discover(start: str, via: str | None = None) -> pygit2.Repository:
         found = None
     if not found:
         raise NotARepositoryError(start)
-    # Opened from where the search started, as git does, not from the git dir found: libgit2 then
-    # takes the work tree from the `.git` file it followed (`git init --separate-git-dir`: the
-    # git dir has no core.worktree; opened directly, its parent would be taken for the work tree).
-    repo = _open(start if os.path.isdir(start) else os.path.dirname(start))
-    if os.path.realpath(repo.path) != os.path.realpath(found):  # pragma: no cover - libgit2 found the same
-        return _open(found)
+    work_tree = _discovered_work_tree(start, found)
+    if work_tree is None:
+        # started inside a git dir that names no work tree: git has none there either ("this
+        # operation must be run in a work tree"); its parent is not one (a separate git dir's)
+        repo = _open(found, bare=not _has_core_worktree(found))
+    else:
+        repo = _open(work_tree)  # libgit2 follows its `.git` (a directory, a link to one, or a file)
+        if os.path.realpath(repo.path) != os.path.realpath(found):  # pragma: no cover - the same search
+            return _open(found)
+    if work_tree is not None and not repo.is_bare and not _has_core_worktree(found) \
+            and os.path.realpath(repo.workdir or "") != os.path.realpath(work_tree):
+        repo.workdir = work_tree  # `.git` a link to a git dir elsewhere: libgit2 took that dir's parent
     return repo
+
+
+def _discovered_work_tree(start: str, found: str) -> str | None:
+    """The work tree git uses for a repository found searching upwards from ``start`` (its git dir
+    ``found``): the first directory on the way up holding a ``.git`` (a directory, a link to one,
+    or a file naming the git dir elsewhere); ``None`` when the search started inside the git dir
+    itself, unless that dir is named ``.git`` (then its parent, where it is a ``.git``)."""
+    folder = start if os.path.isdir(start) and os.path.basename(start) != ".git" else os.path.dirname(start)
+    if os.path.basename(start) == ".git":
+        return folder  # a `.git` named directly (AGENTOS_REPO may name it): the folder holding it
+    target = os.path.realpath(found)
+    while True:
+        if os.path.lexists(os.path.join(folder, ".git")):
+            return folder
+        if os.path.realpath(folder) == target:
+            return os.path.dirname(folder) if os.path.basename(folder) == ".git" else None
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None  # pragma: no cover - libgit2 found the repository on this way up
+        folder = parent
+
+
+def _has_core_worktree(git_dir: str) -> bool:
+    try:
+        return "core.worktree" in pygit2.Config(os.path.join(git_dir, "config"))
+    except (pygit2.GitError, OSError, ValueError):
+        return False
 
 
 def open_repository(path: str | os.PathLike[str] | None = None) -> pygit2.Repository:
@@ -110,28 +146,15 @@ def open_repository(path: str | os.PathLike[str] | None = None) -> pygit2.Reposi
         # which pygit2 cannot express: open the named git dir directly, as git does.
         repo = _open(os.path.abspath(os.path.expanduser(git_dir)))
         work_tree = os.environ.get("GIT_WORK_TREE")
-        if work_tree and not repo.is_bare:
-            repo.workdir = os.path.abspath(os.path.expanduser(work_tree))
-        elif _work_tree_unknown(repo):
+        if work_tree:
+            repo.workdir = os.path.abspath(os.path.expanduser(work_tree))  # a bare one's too, as git
+        elif not repo.is_bare and not _has_core_worktree(repo.path):
             # git's rule: GIT_DIR with neither GIT_WORK_TREE nor core.worktree makes the current
-            # directory the top of the work tree (libgit2 would take the git dir's parent, which
-            # for a git dir made by `git init --separate-git-dir` holds other things)
+            # directory the top of the work tree, whatever the git dir's name or place (libgit2
+            # would take the git dir's parent)
             repo.workdir = os.getcwd()
         return repo
     return _discover(start)
-
-
-def _work_tree_unknown(repo: pygit2.Repository) -> bool:
-    """Whether a non-bare git dir opened by its path says nothing of its work tree: it is not
-    named ``.git`` (whose parent is its work tree, as libgit2 takes it), it is no linked
-    worktree's admin dir (its ``gitdir`` file names the work tree) and has no core.worktree."""
-    git_dir = os.path.realpath(repo.path)
-    if repo.is_bare or os.path.basename(git_dir) == ".git" or os.path.exists(os.path.join(git_dir, "gitdir")):
-        return False
-    try:
-        return "core.worktree" not in repo.config
-    except pygit2.GitError:
-        return False
 
 
 def locate(repo: pygit2.Repository) -> Location:

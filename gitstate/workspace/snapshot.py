@@ -129,7 +129,9 @@ class Workspace:
         self._store_objects = store_objects
         loc = location
         if loc.workdir is None:
-            raise UsageError("a bare repository has no worktree to snapshot")
+            raise UsageError("this repository has no work tree here to snapshot or restore (a bare "
+                             "repository, or a git dir opened from inside it): run from the work tree, "
+                             "or set GIT_WORK_TREE")
         self.workdir = loc.workdir
         agentos = os.path.join(loc.common_dir, "agentos")
         os.makedirs(agentos, exist_ok=True)
