@@ -38,6 +38,17 @@ class UnsupportedRepositoryError(GitStateError):
         super().__init__(f"repository {path} uses {feature}, which gitstate (libgit2) cannot open")
 
 
+class SpecialFileError(UnsupportedRepositoryError):
+    """A FIFO, socket or device is where the repository keeps a file git reads (libgit2 and git
+    would wait on it for ever)."""
+
+    def __init__(self, path: str, name: str, kind: str) -> None:
+        GitStateError.__init__(self, f"cannot open the repository at {path}: its {name} is {kind}, not a file "
+                                     "(git would wait on it for ever too); remove it")
+        self.path = path
+        self.feature = f"{kind} in place of {name}"
+
+
 class GitVersionError(GitStateError):
     """The ``git`` command is missing or older than gitstate needs (see README, "Requirements")."""
 

@@ -184,6 +184,37 @@ def test_bad_references(store: gitstate.Store, repo: Path) -> None:
     assert git(repo, "for-each-ref", "refs/agentos") == before
 
 
+@pytest.mark.parametrize("name", ["packed-refs", "config", "HEAD", "index", "info/exclude", "info/attributes",
+                                  "objects/info/alternates", ".git in a subdirectory", "AGENTOS_REPO"])
+def test_a_fifo_where_git_keeps_a_file_is_one_error_line_not_a_hang(repo: Path, name: str) -> None:
+    """A FIFO where git keeps a file it reads (packed-refs, config, the index, ignore and attribute
+    files of .git/info, alternates, a `.git` on the way up) makes libgit2 (and git) wait for a
+    writer for ever. Every command refuses at once, in one line that names it, and changes nothing."""
+    assert _cli(repo, "checkpoint", "r", "--files").returncode == 0
+    cwd, env = repo, {}
+    if name == ".git in a subdirectory":
+        (repo / "sub").mkdir()
+        os.mkfifo(repo / "sub" / ".git")
+        cwd = repo / "sub"
+    elif name == "AGENTOS_REPO":
+        os.mkfifo(repo / "pipe")
+        env = {"AGENTOS_REPO": str(repo / "pipe")}
+    else:
+        target = repo / ".git" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        os.mkfifo(target)
+    for args in (["runs"], ["log", "r"], ["checkpoint", "r", "--files"], ["restore", "r", "--force"]):
+        try:
+            done = subprocess.run([sys.executable, "-m", "gitstate_cli", *args], cwd=cwd, capture_output=True, text=True,
+                                  env=dict(os.environ, PYTHONPATH=str(ROOT), **env), timeout=30, check=False)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"git agentos {' '.join(args)} hung on a FIFO ({name})")
+        assert done.returncode == 1 and done.stdout == "", (args, done.stdout, done.stderr)
+        assert done.stderr.startswith("error: ") and "a FIFO" in done.stderr and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("after_gc", [False, True])
 def test_a_fifo_at_a_path_the_user_tracks_never_hangs_a_snapshot_or_restore(repo: Path, after_gc: bool) -> None:
     """The user's git index tracks ``p``; ``p`` is now a FIFO. A snapshot leaves it out, as git

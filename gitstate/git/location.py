@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 import pygit2
 from pygit2.enums import RepositoryOpenFlag
 
-from gitstate.errors import NotARepositoryError, RepositoryGoneError, UnsupportedRepositoryError
+from gitstate.errors import (
+    NotARepositoryError,
+    RepositoryGoneError,
+    SpecialFileError,
+    UnsupportedRepositoryError,
+)
 from gitstate.git.refnames import encode_component
 
 MAIN_WORKTREE = "main"
@@ -78,11 +84,81 @@ def _is_gitfile(path: str) -> bool:
         return False
 
 
+#: Files of a git dir that libgit2 (and git) open as plain files when they open the repository, read
+#: its refs, its index or its ignore and attribute rules: a FIFO in one's place makes that open wait
+#: for a writer for ever (git's too), so it is refused first, in bounded time.
+READ_AS_FILES = ("HEAD", "config", "config.worktree", "commondir", "gitdir", "index", "packed-refs", "shallow",
+                 "info/grafts", "info/exclude", "info/attributes", "info/sparse-checkout",
+                 "objects/info/alternates", "objects/info/commit-graph", "objects/pack/multi-pack-index")
+
+
+def _special(path: str) -> str | None:
+    """What ``path`` is when it exists and is neither a file nor a directory (through links, as
+    libgit2 opens it): ``"a FIFO"``, ``"a socket"``, ``"a device"``; else ``None``."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+
+
+def check_git_files(git_dir: str) -> None:
+    """Raise :class:`UnsupportedRepositoryError` when a FIFO, socket or device is where ``git_dir``
+    (or its common dir) keeps a file git reads (:data:`READ_AS_FILES`)."""
+    dirs = [git_dir]
+    commondir = os.path.join(git_dir, "commondir")
+    if _special(commondir) is None and os.path.isfile(commondir):
+        try:
+            with open(commondir, encoding="utf-8", errors="replace") as fh:
+                dirs.append(os.path.join(git_dir, fh.read(4096).strip()))
+        except OSError:
+            pass
+    for folder in dirs:
+        for name in READ_AS_FILES:
+            kind = _special(os.path.join(folder, name))
+            if kind is not None:
+                raise SpecialFileError(git_dir.rstrip(os.sep), name, kind)
+
+
+def _check_dot_gits(start: str) -> None:
+    """Refuse a FIFO, socket or device named ``.git`` on the way up from ``start`` (a search would
+    open it as a `.git` file and wait for ever)."""
+    folder = start if os.path.isdir(start) else os.path.dirname(start)
+    while True:
+        kind = _special(os.path.join(folder, ".git"))
+        if kind is not None:
+            raise NotARepositoryError(start, f"{os.path.join(folder, '.git')} is {kind}, not a repository")
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return
+        folder = parent
+
+
+def _explain_missing(start: str) -> None:
+    """Where a search found no repository: a ``.git`` directory on the way up that libgit2 did not
+    take because a FIFO, socket or device is in place of one of its files (``HEAD``) is reported
+    as such (:func:`check_git_files`)."""
+    folder = start if os.path.isdir(start) else os.path.dirname(start)
+    while True:
+        if os.path.isdir(os.path.join(folder, ".git")):
+            check_git_files(os.path.join(folder, ".git"))
+            return
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return
+        folder = parent
+
+
 def _discover(start: str, via: str | None = None) -> pygit2.Repository:
     if not os.path.exists(start):
         raise NotARepositoryError(start, f"{via} points to a path that does not exist" if via else "no such path")
-    if via and not os.path.isdir(start) and not _is_gitfile(start):
-        raise NotARepositoryError(start, f"{via} points to a file, not to a repository's directory")
+    if via and not os.path.isdir(start):
+        kind = _special(start)  # never opened: a FIFO would wait for a writer
+        if kind is not None or not _is_gitfile(start):
+            raise NotARepositoryError(start, f"{via} points to {kind or 'a file'}, not to a repository's directory")
+    _check_dot_gits(start)
     try:
         found = pygit2.discover_repository(start)
     except (pygit2.GitError, ValueError) as exc:
@@ -91,7 +167,9 @@ def _discover(start: str, via: str | None = None) -> pygit2.Repository:
             raise UnsupportedRepositoryError(start, feature) from exc
         found = None
     if not found:
+        _explain_missing(start)
         raise NotARepositoryError(start)
+    check_git_files(found)
     work_tree = _discovered_work_tree(start, found)
     if work_tree is None:
         # started inside a git dir that names no work tree: git has none there either ("this
@@ -144,7 +222,10 @@ def open_repository(path: str | os.PathLike[str] | None = None) -> pygit2.Reposi
     if git_dir:
         # pygit2 ignores GIT_DIR, and libgit2's FROM_ENV flag only reads it when no path is given,
         # which pygit2 cannot express: open the named git dir directly, as git does.
-        repo = _open(os.path.abspath(os.path.expanduser(git_dir)))
+        named = os.path.abspath(os.path.expanduser(git_dir))
+        if os.path.isdir(named):
+            check_git_files(named)
+        repo = _open(named)
         work_tree = os.environ.get("GIT_WORK_TREE")
         if work_tree:
             repo.workdir = os.path.abspath(os.path.expanduser(work_tree))  # a bare one's too, as git
