@@ -131,6 +131,7 @@ def _layouts(tmp: Path) -> dict[str, Path]:
         git(top, "add", ".")
         git(top, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "a")
     git(tmp, "init", "-q", "--bare", "bare.git")
+    (repo / "sub" / "inner" / ".git").mkdir(parents=True)  # a `.git` that is no repository: passed
     (tmp / "elsewhere").mkdir()
     (gd / "beside.txt").write_text("x\n")
     (store / "beside.txt").write_text("x\n")
@@ -144,6 +145,7 @@ WORK_TREE_CASES = {
     "separate git dir, from a folder inside it": ("gd/refs", {}, None),
     "separate git dir named by AGENTOS_REPO": ("elsewhere", {"AGENTOS_REPO": "gd"}, None),
     "`.git` a link to a git dir elsewhere, from the work tree": ("lwt/sub", {}, "lwt"),
+    "below a `.git` that is no repository": ("repo/sub/inner", {}, "repo"),
     "`.git` a link named by AGENTOS_REPO": ("elsewhere", {"AGENTOS_REPO": "lwt/.git"}, "lwt"),
     "GIT_DIR from a subdirectory: the current directory, as git": ("repo/sub", {"GIT_DIR": "repo/.git"}, "repo/sub"),
     "GIT_DIR from elsewhere: the current directory, as git": ("elsewhere", {"GIT_DIR": "repo/.git"}, "elsewhere"),

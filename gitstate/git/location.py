@@ -187,15 +187,15 @@ def _discover(start: str, via: str | None = None) -> pygit2.Repository:
 
 def _discovered_work_tree(start: str, found: str) -> str | None:
     """The work tree git uses for a repository found searching upwards from ``start`` (its git dir
-    ``found``): the first directory on the way up holding a ``.git`` (a directory, a link to one,
-    or a file naming the git dir elsewhere); ``None`` when the search started inside the git dir
-    itself, unless that dir is named ``.git`` (then its parent, where it is a ``.git``)."""
+    ``found``): the first directory on the way up whose ``.git`` leads to ``found`` (a directory, a
+    link to one, or a file naming the git dir elsewhere); ``None`` when the search started inside
+    the git dir itself, unless that dir is named ``.git`` (then its parent, where it is a ``.git``)."""
     folder = start if os.path.isdir(start) and os.path.basename(start) != ".git" else os.path.dirname(start)
     if os.path.basename(start) == ".git":
         return folder  # a `.git` named directly (AGENTOS_REPO may name it): the folder holding it
     target = os.path.realpath(found)
     while True:
-        if os.path.lexists(os.path.join(folder, ".git")):
+        if _dot_git_target(folder) == target:  # a `.git` that is not a repository is passed, as git passes it
             return folder
         if os.path.realpath(folder) == target:
             return os.path.dirname(folder) if os.path.basename(folder) == ".git" else None
@@ -203,6 +203,22 @@ def _discovered_work_tree(start: str, found: str) -> str | None:
         if parent == folder:
             return None  # pragma: no cover - libgit2 found the repository on this way up
         folder = parent
+
+
+def _dot_git_target(folder: str) -> str | None:
+    """The real path of the git dir ``folder/.git`` leads to (a directory, a link to one, or a
+    ``gitdir:`` file; it is no FIFO: :func:`_check_dot_gits` ran), or ``None``."""
+    dot_git = os.path.join(folder, ".git")
+    if os.path.isdir(dot_git):
+        return os.path.realpath(dot_git)
+    if not _is_gitfile(dot_git):
+        return None
+    try:
+        with open(dot_git, encoding="utf-8", errors="surrogateescape") as fh:
+            named = fh.readline(4096)[len("gitdir: "):].strip()
+    except OSError:
+        return None
+    return os.path.realpath(os.path.join(folder, named)) if named else None
 
 
 def _has_core_worktree(git_dir: str) -> bool:
