@@ -133,10 +133,14 @@ def _layouts(tmp: Path) -> dict[str, Path]:
     git(tmp, "init", "-q", "--bare", "bare.git")
     (repo / "sub" / "inner" / ".git").mkdir(parents=True)  # a `.git` that is no repository: passed
     (tmp / "elsewhere").mkdir()
-    (gd / "beside.txt").write_text("x\n")
-    (store / "beside.txt").write_text("x\n")
+    (tmp / "other").mkdir()
+    (tmp / "other" / "link").symlink_to(repo / "sub")  # other/link/.. is repo on disk, other as text
+    (tmp / "store2").mkdir()  # a separate git dir named .git, in a folder that is no work tree
+    git(tmp, "init", "-q", "-b", "main", "--separate-git-dir", str(tmp / "store2" / ".git"), str(tmp / "wt2"))
+    for folder in (gd, store, tmp / "store2", tmp / "other"):
+        (folder / "beside.txt").write_text("x\n")
     return {"repo": repo, "wt": wt, "gd": gd / "repo.git", "lwt": lwt, "bare": tmp / "bare.git",
-            "elsewhere": tmp / "elsewhere"}
+            "elsewhere": tmp / "elsewhere", "other": tmp / "other", "store2": tmp / "store2"}
 
 
 # (cwd, environment, the work tree git and gitstate use: None = none)
@@ -146,6 +150,14 @@ WORK_TREE_CASES = {
     "separate git dir named by AGENTOS_REPO": ("elsewhere", {"AGENTOS_REPO": "gd"}, None),
     "`.git` a link to a git dir elsewhere, from the work tree": ("lwt/sub", {}, "lwt"),
     "below a `.git` that is no repository": ("repo/sub/inner", {}, "repo"),
+    "inside a `.git` that is no repository": ("repo/sub/inner/.git", {}, "repo"),
+    "a `.git` that is no repository named by AGENTOS_REPO": (
+        "elsewhere", {"AGENTOS_REPO": "repo/sub/inner/.git"}, "repo"),
+    "inside a separate git dir named .git": ("store2/.git", {}, None),
+    "inside a repository's .git": ("repo/.git/refs", {}, None),
+    "GIT_WORK_TREE without GIT_DIR": ("repo", {"GIT_WORK_TREE": "repo/sub"}, "repo/sub"),
+    "GIT_WORK_TREE through a link and ..": (
+        "elsewhere", {"GIT_DIR": "repo/.git", "GIT_WORK_TREE": "other/link/.."}, "repo"),
     "`.git` a link named by AGENTOS_REPO": ("elsewhere", {"AGENTOS_REPO": "lwt/.git"}, "lwt"),
     "GIT_DIR from a subdirectory: the current directory, as git": ("repo/sub", {"GIT_DIR": "repo/.git"}, "repo/sub"),
     "GIT_DIR from elsewhere: the current directory, as git": ("elsewhere", {"GIT_DIR": "repo/.git"}, "elsewhere"),
@@ -191,7 +203,33 @@ def test_the_work_tree_is_the_one_git_uses(tmp_path: Path, monkeypatch: pytest.M
         assert cp.files_tree_id is not None
         names = git(tmp_path, f"--git-dir={store.location.git_dir}", "ls-tree", "-r", "--name-only", cp.files_tree_id)
         assert not [n for n in names.split() if n in ("HEAD", "config") or n.startswith(("objects/", "refs/"))]
-    assert (tmp_path / "gd" / "beside.txt").exists() and (tmp_path / "store" / "beside.txt").exists()
+    for folder in ("gd", "store", "store2", "other"):
+        assert (tmp_path / folder / "beside.txt").exists()
+
+
+@pytest.mark.parametrize("case", ["GIT_DIR names a work tree", "GIT_DIR names a folder of a git dir",
+                                  "GIT_WORK_TREE names nothing", "the current directory is gone"])
+def test_what_git_refuses_is_one_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """GIT_DIR is the git dir itself, never searched from (git: not a git repository); a
+    GIT_WORK_TREE that is no directory, or a current directory deleted under the process, is a
+    NotARepositoryError (one line from the CLI), never a traceback or a guess."""
+    repo = make_repo(tmp_path / "repo")
+    for key in ("AGENTOS_REPO", "GIT_DIR", "GIT_WORK_TREE"):
+        monkeypatch.delenv(key, raising=False)
+    if case == "GIT_DIR names a work tree":
+        monkeypatch.setenv("GIT_DIR", str(repo))
+    elif case == "GIT_DIR names a folder of a git dir":
+        monkeypatch.setenv("GIT_DIR", str(repo / ".git" / "refs"))
+    elif case == "GIT_WORK_TREE names nothing":
+        monkeypatch.setenv("GIT_DIR", str(repo / ".git"))
+        monkeypatch.setenv("GIT_WORK_TREE", str(tmp_path / "missing"))
+    else:
+        gone = tmp_path / "gone"
+        gone.mkdir()
+        monkeypatch.chdir(gone)
+        gone.rmdir()
+    with pytest.raises(gitstate.NotARepositoryError):
+        gitstate.open_store()
 
 
 def test_050_worktrees_are_isolated(repo: Path, tmp_path: Path) -> None:

@@ -5,12 +5,16 @@ Order: ``AGENTOS_REPO`` (empty means unset, ``~`` expanded) overrides everything
 given path or the current directory. Outside any repository it fails closed with
 :class:`NotARepositoryError`, whose message names ``AGENTOS_REPO``.
 
-The work tree is git's. A discovered repository's is the first folder on the way up holding a
-``.git`` (a directory, a link to one, or a file naming the git dir elsewhere); searched from inside
-a git dir there is none (opened bare: git says "this operation must be run in a work tree"), unless
-the git dir has ``core.worktree`` or is named ``.git`` (its parent). With ``GIT_DIR`` it is
-``GIT_WORK_TREE`` (a bare repository's too), else the git dir's ``core.worktree``, else the current
-directory, whatever the git dir's name or place (git's rule)."""
+The work tree is git's. ``GIT_WORK_TREE`` wins (a bare repository's too). A discovered
+repository's is then the first folder on the way up whose ``.git`` leads to it (a directory, a link
+to one, or a file naming the git dir elsewhere; a ``.git`` that is no repository is passed, as git
+passes it); searched from inside a git dir there is none (opened bare: git says "this operation
+must be run in a work tree") unless the git dir has ``core.worktree``; ``AGENTOS_REPO`` (or a path)
+naming a ``.git`` means its folder. ``GIT_DIR`` must name the git dir itself (no search, as git);
+its work tree is the git dir's ``core.worktree``, else the current directory, whatever the git
+dir's name or place. Paths given are resolved on disk as git resolves them (``link/..`` is the
+link target's parent). Not followed: ``core.worktree`` set in ``config.worktree`` or through
+``include.path`` (libgit2 reads the first not, the second where git does not)."""
 
 from __future__ import annotations
 
@@ -62,9 +66,14 @@ def _unsupported_feature(git_dir: str, message: str) -> str | None:
     return None
 
 
-def _open(path: str, bare: bool = False) -> pygit2.Repository:
+def _open(path: str, bare: bool = False, exact: bool = False) -> pygit2.Repository:
+    flags = RepositoryOpenFlag(0)
+    if bare:
+        flags |= RepositoryOpenFlag.BARE
+    if exact:  # the git dir itself: no search upwards, no `/.git` appended
+        flags |= RepositoryOpenFlag.NO_SEARCH | RepositoryOpenFlag.NO_DOTGIT
     try:
-        return pygit2.Repository(path, RepositoryOpenFlag.BARE) if bare else pygit2.Repository(path)
+        return pygit2.Repository(path, flags) if flags else pygit2.Repository(path)
     except (pygit2.GitError, ValueError, KeyError) as exc:
         feature = _unsupported_feature(path if os.path.isdir(path) else os.path.dirname(path), str(exc))
         if feature is None and os.path.isdir(os.path.join(path, ".git")):
@@ -151,7 +160,7 @@ def _explain_missing(start: str) -> None:
         folder = parent
 
 
-def _discover(start: str, via: str | None = None) -> pygit2.Repository:
+def _discover(start: str, via: str | None = None, named: bool = False) -> pygit2.Repository:
     if not os.path.exists(start):
         raise NotARepositoryError(start, f"{via} points to a path that does not exist" if via else "no such path")
     if via and not os.path.isdir(start):
@@ -170,7 +179,7 @@ def _discover(start: str, via: str | None = None) -> pygit2.Repository:
         _explain_missing(start)
         raise NotARepositoryError(start)
     check_git_files(found)
-    work_tree = _discovered_work_tree(start, found)
+    work_tree = _discovered_work_tree(start, found, named or via is not None)
     if work_tree is None:
         # started inside a git dir that names no work tree: git has none there either ("this
         # operation must be run in a work tree"); its parent is not one (a separate git dir's)
@@ -185,20 +194,22 @@ def _discover(start: str, via: str | None = None) -> pygit2.Repository:
     return repo
 
 
-def _discovered_work_tree(start: str, found: str) -> str | None:
+def _discovered_work_tree(start: str, found: str, named: bool) -> str | None:
     """The work tree git uses for a repository found searching upwards from ``start`` (its git dir
-    ``found``): the first directory on the way up whose ``.git`` leads to ``found`` (a directory, a
+    ``found``): the first folder on the way up whose ``.git`` leads to ``found`` (a directory, a
     link to one, or a file naming the git dir elsewhere); ``None`` when the search started inside
-    the git dir itself, unless that dir is named ``.git`` (then its parent, where it is a ``.git``)."""
-    folder = start if os.path.isdir(start) and os.path.basename(start) != ".git" else os.path.dirname(start)
-    if os.path.basename(start) == ".git":
-        return folder  # a `.git` named directly (AGENTOS_REPO may name it): the folder holding it
+    the git dir itself (git: "this operation must be run in a work tree"). ``named``: ``start`` was
+    given by name (``AGENTOS_REPO``, a path): a ``.git`` named so is its folder's, where that
+    folder's ``.git`` leads to ``found``."""
     target = os.path.realpath(found)
+    if named and os.path.basename(start) == ".git" and _dot_git_target(os.path.dirname(start)) == target:
+        return os.path.dirname(start)
+    folder = start if os.path.isdir(start) else os.path.dirname(start)
     while True:
         if _dot_git_target(folder) == target:  # a `.git` that is not a repository is passed, as git passes it
             return folder
         if os.path.realpath(folder) == target:
-            return os.path.dirname(folder) if os.path.basename(folder) == ".git" else None
+            return None
         parent = os.path.dirname(folder)
         if parent == folder:
             return None  # pragma: no cover - libgit2 found the repository on this way up
@@ -228,30 +239,62 @@ def _has_core_worktree(git_dir: str) -> bool:
         return False
 
 
+def _physical(path: str) -> str:
+    """``path`` made absolute as git resolves it on disk: ``..`` after a symbolic link is the
+    link target's parent (``os.path.abspath`` would drop the link textually); the last component
+    itself is kept (a ``.git`` named may be a link)."""
+    full = path if os.path.isabs(path) else os.path.join(_cwd(), path)
+    head, tail = os.path.split(full)
+    if tail in ("", ".", ".."):
+        return os.path.realpath(full)
+    return os.path.join(os.path.realpath(head), tail)
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError as exc:  # the current directory was deleted
+        raise NotARepositoryError(".", f"the current directory is gone ({exc.strerror})") from None
+
+
+def _work_tree_env(repo: pygit2.Repository, value: str) -> None:
+    """Make ``GIT_WORK_TREE`` (``value``) the work tree of ``repo``, as git does."""
+    work_tree = os.path.realpath(os.path.expanduser(value if os.path.isabs(value) else os.path.join(_cwd(), value)))
+    if not os.path.isdir(work_tree):
+        raise NotARepositoryError(work_tree, "GIT_WORK_TREE names no directory")
+    repo.workdir = work_tree  # a bare repository's too, as git
+
+
 def open_repository(path: str | os.PathLike[str] | None = None) -> pygit2.Repository:
     """Open the repository for a store, following the documented lookup order."""
     override = os.environ.get("AGENTOS_REPO", "")
     if override:
-        return _discover(os.path.abspath(os.path.expanduser(override)), via="AGENTOS_REPO")
-    start = os.path.abspath(os.fspath(path)) if path is not None else os.getcwd()
+        return _discover(_physical(os.path.expanduser(override)), via="AGENTOS_REPO")
+    start = _physical(os.fspath(path)) if path is not None else _cwd()
     git_dir = os.environ.get("GIT_DIR")
+    work_tree = os.environ.get("GIT_WORK_TREE")
     if git_dir:
         # pygit2 ignores GIT_DIR, and libgit2's FROM_ENV flag only reads it when no path is given,
-        # which pygit2 cannot express: open the named git dir directly, as git does.
-        named = os.path.abspath(os.path.expanduser(git_dir))
+        # which pygit2 cannot express: open the named git dir itself (no search, no `/.git`
+        # appended: git takes GIT_DIR as the git dir or refuses it)
+        named = _physical(os.path.expanduser(git_dir))
         if os.path.isdir(named):
             check_git_files(named)
-        repo = _open(named)
-        work_tree = os.environ.get("GIT_WORK_TREE")
+        elif _special(named) is not None:
+            raise NotARepositoryError(named, f"GIT_DIR names {_special(named)}")
+        repo = _open(named, exact=True)
         if work_tree:
-            repo.workdir = os.path.abspath(os.path.expanduser(work_tree))  # a bare one's too, as git
+            _work_tree_env(repo, work_tree)
         elif not repo.is_bare and not _has_core_worktree(repo.path):
             # git's rule: GIT_DIR with neither GIT_WORK_TREE nor core.worktree makes the current
             # directory the top of the work tree, whatever the git dir's name or place (libgit2
             # would take the git dir's parent)
-            repo.workdir = os.getcwd()
+            repo.workdir = _cwd()
         return repo
-    return _discover(start)
+    repo = _discover(start, named=path is not None)
+    if work_tree:  # git: found by searching, with GIT_WORK_TREE the work tree
+        _work_tree_env(repo, work_tree)
+    return repo
 
 
 def locate(repo: pygit2.Repository) -> Location:
