@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pygit2
@@ -131,33 +132,35 @@ def check_git_files(git_dir: str) -> None:
                 raise SpecialFileError(git_dir.rstrip(os.sep), name, kind)
 
 
-def _check_dot_gits(start: str) -> None:
-    """Refuse a FIFO, socket or device named ``.git`` on the way up from ``start`` (a search would
-    open it as a `.git` file and wait for ever)."""
+def _upwards(start: str) -> Iterator[str]:
+    """The folders a search from ``start`` looks at, in order: ``start`` (its folder when it is
+    not a directory), then each parent up to the root."""
     folder = start if os.path.isdir(start) else os.path.dirname(start)
     while True:
-        kind = _special(os.path.join(folder, ".git"))
-        if kind is not None:
-            raise NotARepositoryError(start, f"{os.path.join(folder, '.git')} is {kind}, not a repository")
+        yield folder
         parent = os.path.dirname(folder)
         if parent == folder:
             return
         folder = parent
+
+
+def _check_dot_gits(start: str) -> None:
+    """Refuse a FIFO, socket or device named ``.git`` on the way up from ``start`` (a search would
+    open it as a `.git` file and wait for ever)."""
+    for folder in _upwards(start):
+        kind = _special(os.path.join(folder, ".git"))
+        if kind is not None:
+            raise NotARepositoryError(start, f"{os.path.join(folder, '.git')} is {kind}, not a repository")
 
 
 def _explain_missing(start: str) -> None:
     """Where a search found no repository: a ``.git`` directory on the way up that libgit2 did not
     take because a FIFO, socket or device is in place of one of its files (``HEAD``) is reported
     as such (:func:`check_git_files`)."""
-    folder = start if os.path.isdir(start) else os.path.dirname(start)
-    while True:
+    for folder in _upwards(start):
         if os.path.isdir(os.path.join(folder, ".git")):
             check_git_files(os.path.join(folder, ".git"))
             return
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return
-        folder = parent
 
 
 def _discover(start: str, via: str | None = None, named: bool = False) -> pygit2.Repository:
@@ -204,16 +207,12 @@ def _discovered_work_tree(start: str, found: str, named: bool) -> str | None:
     target = os.path.realpath(found)
     if named and os.path.basename(start) == ".git" and _dot_git_target(os.path.dirname(start)) == target:
         return os.path.dirname(start)
-    folder = start if os.path.isdir(start) else os.path.dirname(start)
-    while True:
+    for folder in _upwards(start):
         if _dot_git_target(folder) == target:  # a `.git` that is not a repository is passed, as git passes it
             return folder
         if os.path.realpath(folder) == target:
             return None
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return None  # pragma: no cover - libgit2 found the repository on this way up
-        folder = parent
+    return None  # pragma: no cover - libgit2 found the repository on this way up
 
 
 def _dot_git_target(folder: str) -> str | None:
@@ -259,7 +258,7 @@ def _cwd() -> str:
 
 def _work_tree_env(repo: pygit2.Repository, value: str) -> None:
     """Make ``GIT_WORK_TREE`` (``value``) the work tree of ``repo``, as git does."""
-    work_tree = os.path.realpath(os.path.expanduser(value if os.path.isabs(value) else os.path.join(_cwd(), value)))
+    work_tree = os.path.realpath(value if os.path.isabs(value) else os.path.join(_cwd(), value))
     if not os.path.isdir(work_tree):
         raise NotARepositoryError(work_tree, "GIT_WORK_TREE names no directory")
     repo.workdir = work_tree  # a bare repository's too, as git
@@ -278,10 +277,11 @@ def open_repository(path: str | os.PathLike[str] | None = None) -> pygit2.Reposi
         # which pygit2 cannot express: open the named git dir itself (no search, no `/.git`
         # appended: git takes GIT_DIR as the git dir or refuses it)
         named = _physical(os.path.expanduser(git_dir))
+        kind = _special(named)
+        if kind is not None:
+            raise NotARepositoryError(named, f"GIT_DIR names {kind}")
         if os.path.isdir(named):
             check_git_files(named)
-        elif _special(named) is not None:
-            raise NotARepositoryError(named, f"GIT_DIR names {_special(named)}")
         repo = _open(named, exact=True)
         if work_tree:
             _work_tree_env(repo, work_tree)
