@@ -10,6 +10,7 @@ by age), and packing gitstate's loose refs into ``packed-refs`` without touching
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import secrets
@@ -221,19 +222,20 @@ def _ensure_reflog(common_dir: str, name: str) -> None:
             pass
 
 
-PACKED_LOCK_STALE_AGE = 120.0  # packed-refs.lock is held for whole batches by git and by pack_refs
+PACKED_LOCK_STALE_AGE = math.inf  # git's packed-refs.lock is never broken: git itself never does
+# (it guards every ref of the repository, the user's too); only one left by a dead gitstate writer is
 
 
 def _lock_paths(common_dir: str, name: str, max_age: float) -> list[tuple[str, float]]:
     return [(os.path.join(common_dir, *name.split("/")) + ".lock", max_age),
-            (os.path.join(common_dir, "packed-refs.lock"), max(max_age, PACKED_LOCK_STALE_AGE))]
+            (os.path.join(common_dir, "packed-refs.lock"), PACKED_LOCK_STALE_AGE)]
 
 
 def break_stale_locks(common_dir: str, name: str, max_age: float) -> bool:
     """Remove the ``.lock`` files of this ref (and ``packed-refs.lock``) that are stale: left by a
     gitstate writer that is gone (at once, see :func:`lockfile.is_stale`), or holding no owner
-    record (git's own locks) and older than ``max_age`` seconds (``packed-refs.lock``: older than
-    :data:`PACKED_LOCK_STALE_AGE`, since git holds it through whole batches).
+    record (git's own locks) and older than ``max_age`` seconds. A ``packed-refs.lock`` without
+    gitstate's record is git's, and never broken, as git never breaks it.
 
     Through :func:`lockfile.break_stale`: a lock is taken aside by an atomic rename before it is
     deleted, so a lock that a live writer created in the meantime is never removed: if the file we
@@ -273,7 +275,7 @@ def _break_lock(path: str, limit: float) -> bool:
 
 
 def _lock_age_limit(path: str, max_age: float) -> float:
-    return max(max_age, PACKED_LOCK_STALE_AGE) if os.path.basename(path) == "packed-refs.lock" else max_age
+    return PACKED_LOCK_STALE_AGE if os.path.basename(path) == "packed-refs.lock" else max_age
 
 
 def _lock_files(common_dir: str, prefix: str) -> list[str]:
@@ -406,20 +408,7 @@ def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message
     ``refs/heads``, ``refs/remotes`` and ``refs/notes`` by default either)."""
     path = os.path.join(common_dir, *name.split("/"))
     lock = path + ".lock"
-    try:
-        fd = _create_lock(common_dir, path, lock)
-    except FileExistsError as exc:
-        if os.path.isdir(lock):
-            raise StoreWriteError(path, f"{name} cannot be written: refs exist below {name}.lock") from exc
-        raise LockBusy(name) from exc  # held, or released a moment ago: either way, try again
-    except (NotADirectoryError, FileNotFoundError) as exc:
-        # a parent name is a ref file (refs a/b and a/b/c cannot both exist) -- or a concurrent
-        # pack-refs removed the directory we just made: tell them apart by looking
-        if any(os.path.isfile(p) for p in _parents(common_dir, name)):
-            raise StoreWriteError(path, f"{name} cannot be written: a ref of a parent name exists") from exc
-        raise TransientRefError(name, str(exc)) from exc
-    except OSError as exc:
-        raise StoreWriteError(path, str(exc)) from exc
+    fd = _lock_for_update(common_dir, name, path)
     # The lock holds gitstate's owner record under a flock (so a contender breaks it at once if we
     # die). Once the value is compared and the reflog line appended, the record is replaced by the
     # new value and the lock renamed over the ref, git's own protocol: the flock, held until the
@@ -621,6 +610,146 @@ def remove_transient_ref(common_dir: str, name: str, old: str, message: str) -> 
         pass
 
 
+@dataclass(frozen=True)
+class Move:
+    """One compare-and-swap of :func:`update_atomically`: ``old`` → ``new`` (``None``: absent /
+    delete), with a reflog line when ``log`` (a deleted ref's reflog goes with it)."""
+
+    ref: str
+    old: str | None
+    new: str | None
+    message: str
+    log: bool = True
+
+
+def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[str, str],
+                      fsync: bool = False) -> None:
+    """Move several refs at once, all or nothing, also when the process is killed at any point.
+
+    git's files backend commits a multi-ref transaction ref by ref (``git update-ref --stdin``
+    renames one lock after another), so a ``kill -9`` half way leaves some refs moved. The one
+    atomic step it has is the rename of ``packed-refs``, so this commits through it, with git's own
+    locks (git, libgit2 and gitstate writers all respect them):
+
+    1. every ref's ``<ref>.lock`` (sorted, so two such writers cannot deadlock), then
+       ``packed-refs.lock``; a lock held: :class:`LockBusy`, nothing changed;
+    2. every ref's value read under its lock and compared: :class:`ConflictError`, nothing changed;
+    3. refs that have a loose file are first packed with the value they hold (a new
+       ``packed-refs`` renamed in, then the loose files unlinked): each ref reads the same before
+       and after, so a kill here changes nothing;
+    4. reflog lines appended (as git does, before the move);
+    5. **the commit point**: one ``packed-refs`` holding every new value (deleted refs left out)
+       renamed over the old one;
+    6. deleted refs' reflogs removed, locks released.
+
+    The locks carry gitstate's owner record under a flock, so locks left by a killed writer are
+    broken at once by the next one (:func:`break_stale_locks`). Costs a rewrite of ``packed-refs``
+    (proportional to the number of packed refs), so single-ref moves keep :func:`set_if_equals`."""
+    names = [m.ref for m in moves]
+    if len(set(names)) != len(names):
+        raise ValueError("a ref appears twice in one transaction")
+    held: list[tuple[str, int]] = []
+    packed_path = os.path.join(common_dir, "packed-refs")
+    packed_lock = packed_path + ".lock"
+    try:
+        for move in sorted(moves, key=lambda m: m.ref):
+            path = os.path.join(common_dir, *move.ref.split("/"))
+            held.append((path + ".lock", _lock_for_update(common_dir, move.ref, path)))
+        try:
+            held.append((packed_lock, lockfile.create_held(packed_lock)))
+        except FileExistsError as exc:
+            raise LockBusy("packed-refs") from exc
+        except OSError as exc:
+            raise StoreWriteError(packed_lock, str(exc)) from exc
+        loose: dict[str, str] = {}  # ref -> its loose file, for refs that have one
+        for move in moves:
+            path = os.path.join(common_dir, *move.ref.split("/"))
+            actual = _read_loose_or_packed(common_dir, move.ref, path)
+            if actual != move.old:
+                raise ConflictError(move.ref, move.old, actual)
+            if actual is not None and os.path.exists(path):
+                loose[move.ref] = path
+        header, entries = _read_packed(packed_path)  # under the lock, as git reads it
+        for move in moves:
+            if move.ref in loose:
+                entries[move.ref] = [f"{move.old} {move.ref}\n"]
+        if loose:
+            _install_packed(packed_path, packed_lock, header, entries, fsync)
+            for path in loose.values():
+                os.unlink(path)  # packed with the same value: no reader sees a change
+        for move in moves:
+            if move.new is not None and move.log:
+                _append_reflog(common_dir, move.ref, move.old, move.new, move.message, committer, fsync)
+        for move in moves:
+            if move.new is None:
+                entries.pop(move.ref, None)
+            else:
+                entries[move.ref] = [f"{move.new} {move.ref}\n"]
+        _install_packed(packed_path, packed_lock, header, entries, fsync)  # the commit point
+        for move in moves:
+            if move.new is None:
+                try:
+                    os.unlink(os.path.join(common_dir, "logs", *move.ref.split("/")))
+                except OSError:
+                    pass
+    except FileNotFoundError as exc:
+        raise TransientRefError(names[0], str(exc)) from exc
+    except (IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        raise StoreWriteError(common_dir, str(exc)) from exc
+    finally:
+        for lock, fd in reversed(held):
+            try:
+                lockfile.release_held(lock, fd)
+            except OSError:
+                pass
+    root = os.path.join(common_dir, "refs")
+    _remove_empty_dirs(root, {os.path.dirname(p) for p in loose.values()})
+
+
+def _lock_for_update(common_dir: str, name: str, path: str) -> int:
+    """Take ``<ref>.lock`` for a write, the errors classified as :func:`set_if_equals` does."""
+    lock = path + ".lock"
+    try:
+        return _create_lock(common_dir, path, lock)
+    except FileExistsError as exc:
+        if os.path.isdir(lock):
+            raise StoreWriteError(path, f"{name} cannot be written: refs exist below {name}.lock") from exc
+        raise LockBusy(name) from exc  # held, or released a moment ago: either way, try again
+    except (NotADirectoryError, FileNotFoundError) as exc:
+        # a parent name is a ref file (refs a/b and a/b/c cannot both exist) -- or a concurrent
+        # pack-refs removed the directory we just made: tell them apart by looking
+        if any(os.path.isfile(p) for p in _parents(common_dir, name)):
+            raise StoreWriteError(path, f"{name} cannot be written: a ref of a parent name exists") from exc
+        raise TransientRefError(name, str(exc)) from exc
+    except OSError as exc:
+        raise StoreWriteError(path, str(exc)) from exc
+
+
+def _install_packed(packed_path: str, packed_lock: str, header: str, entries: dict[str, list[str]],
+                    fsync: bool) -> None:
+    """Write ``entries`` as the new ``packed-refs`` (sorted by name as git sorts it) beside the held
+    ``packed-refs.lock`` (which keeps its owner record) and rename it in."""
+    new_path = _new_value_name(packed_lock)
+    fd = os.open(new_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
+            fh.write(header)
+            for name in sorted(entries, key=lambda n: n.encode("utf-8", "surrogateescape")):
+                fh.writelines(entries[name])
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.rename(new_path, packed_path)
+    except BaseException:
+        try:
+            os.unlink(new_path)
+        except OSError:
+            pass
+        raise
+    if fsync:
+        fsync_dir(os.path.dirname(packed_path))
+
+
 def _read_value(common_dir: str, name: str, path: str) -> str | None:
     try:
         return _read_loose_or_packed(common_dir, name, path)
@@ -684,9 +813,7 @@ def _pack_batch(common_dir: str, root: str, paths: list[str]) -> int:
     except FileExistsError:
         return -1
     # As in set_if_equals: the lock keeps gitstate's owner record; the new file is written beside
-    # it and renamed over packed-refs while the lock is held.
-    new_path = _new_value_name(lock_path)
-    renamed = False
+    # it and renamed over packed-refs while the lock is held (_install_packed).
     held: dict[str, int] = {}  # loose refs locked by us -> descriptor of their lock
     try:
         header, entries = _read_packed(packed_path)  # read under the lock, as git does
@@ -708,15 +835,9 @@ def _pack_batch(common_dir: str, root: str, paths: list[str]) -> int:
             entries[name] = [f"{value} {name}\n"]
         if not held:
             return 0
-        fd = os.open(new_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
-            fh.write(header)
-            for name in sorted(entries, key=lambda n: n.encode("utf-8", "surrogateescape")):
-                fh.writelines(entries[name])
         if os.fstat(lock_fd).st_ino != os.stat(lock_path).st_ino:
             return -1  # our lock was broken and retaken by someone else: leave everything loose
-        os.replace(new_path, packed_path)
-        renamed = True
+        _install_packed(packed_path, lock_path, header, entries, False)
         done = list(held)
         for path in done:
             try:
@@ -730,11 +851,6 @@ def _pack_batch(common_dir: str, root: str, paths: list[str]) -> int:
         for path, ref_fd in held.items():
             try:
                 lockfile.release_held(path + ".lock", ref_fd)
-            except OSError:
-                pass
-        if not renamed:
-            try:
-                os.unlink(new_path)
             except OSError:
                 pass
         try:

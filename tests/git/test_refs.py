@@ -282,15 +282,16 @@ def test_break_stale_locks_removes_only_old_locks(repo: Path) -> None:
     assert not list(Path(common(repo), REF).parent.glob("*.stale.*"))
 
 
-def test_break_stale_locks_gives_packed_refs_lock_longer(repo: Path) -> None:
+def test_gits_packed_refs_lock_is_never_broken(repo: Path) -> None:
+    """A packed-refs.lock left by git (no owner record) guards every ref of the repository; git
+    never breaks it, however old, and neither does gitstate: a write waits and times out."""
     packed_lock = Path(common(repo), "packed-refs.lock")
     packed_lock.write_text("")
-    _age(packed_lock, 60)  # older than max_age, younger than PACKED_LOCK_STALE_AGE
+    _age(packed_lock, 10 * 86400)
     assert refs.break_stale_locks(common(repo), REF, 5.0) is False
+    assert refs.stale_locks(common(repo), 0.0) == []
+    assert refs.remove_stale_locks(common(repo), 0.0) == []
     assert packed_lock.exists()
-    _age(packed_lock, refs.PACKED_LOCK_STALE_AGE + 60)
-    assert refs.break_stale_locks(common(repo), REF, 5.0) is True
-    assert not packed_lock.exists()
 
 
 def test_pack_refs_packs_only_refs_agentos(repo: Path) -> None:
@@ -338,3 +339,66 @@ def test_pack_refs_gives_way_to_a_held_packed_refs_lock(repo: Path) -> None:
     assert refs.pack_refs(common(repo)) == 0
     assert Path(common(repo), REF).exists()
     assert Path(common(repo), "packed-refs.lock").read_text() == ""
+
+
+# --------------------------------------------------------------------------------------------
+# update_atomically: several refs, all or nothing
+
+REF2 = "refs/agentos/main/runs/r/heads/other"
+REF3 = "refs/agentos/main/runs/r/run"
+
+
+def _moves(*triples: tuple[str, str | None, str | None]) -> list[refs.Move]:
+    return [refs.Move(name, old, new, "gitstate: test") for name, old, new in triples]
+
+
+def test_update_atomically_moves_creates_and_deletes_at_once(repo: Path) -> None:
+    a, b, c = commits(repo, 3)
+    refs.add_if_new(common(repo), REF, a, "gitstate: create", committer=WHO)  # loose
+    refs.add_if_new(common(repo), REF3, c, "gitstate: create", committer=WHO)
+    git(repo, "branch", "user-branch")
+    refs.update_atomically(common(repo), _moves((REF, a, b), (REF2, None, a), (REF3, c, None)), committer=WHO)
+    assert (rev_parse(repo, REF), rev_parse(repo, REF2), rev_parse(repo, REF3)) == (b, a, None)
+    assert rev_parse(repo, "user-branch") == a  # the user's refs keep their values
+    repo_ = pygit2.Repository(str(repo))
+    assert [(e.old, e.new) for e in refs.reflog(repo_, REF)][:1] == [(a, b)]
+    assert [(e.old, e.new) for e in refs.reflog(repo_, REF2)] == [(None, a)]
+    assert not Path(common(repo), "logs", *REF3.split("/")).exists()  # a deleted ref's log goes too
+    assert not list(Path(common(repo)).rglob("*.lock"))
+    git(repo, "fsck", "--strict")
+    git(repo, "pack-refs", "--all")
+    assert (rev_parse(repo, REF), rev_parse(repo, REF2), rev_parse(repo, REF3)) == (b, a, None)
+
+
+@pytest.mark.parametrize("loose", [True, False], ids=["loose", "packed"])
+def test_update_atomically_changes_nothing_on_a_conflict(repo: Path, loose: bool) -> None:
+    """A later ref that holds something else: no ref moves, not even the ones before it."""
+    a, b, c = commits(repo, 3)
+    refs.add_if_new(common(repo), REF, a, "gitstate: create", committer=WHO)
+    refs.add_if_new(common(repo), REF3, c, "gitstate: create", committer=WHO)
+    if not loose:
+        git(repo, "pack-refs", "--all")
+    before = Path(common(repo), "packed-refs").read_bytes() if not loose else None
+    with pytest.raises(ConflictError) as caught:
+        refs.update_atomically(common(repo), _moves((REF, a, b), (REF2, None, a), (REF3, b, None)),
+                               committer=WHO)
+    assert caught.value.ref == REF3
+    assert (rev_parse(repo, REF), rev_parse(repo, REF2), rev_parse(repo, REF3)) == (a, None, c)
+    if before is not None:
+        assert Path(common(repo), "packed-refs").read_bytes() == before
+    assert not list(Path(common(repo)).rglob("*.lock"))
+
+
+@pytest.mark.parametrize("held", ["ref", "packed-refs"])
+def test_update_atomically_changes_nothing_while_a_lock_is_held(repo: Path, held: str) -> None:
+    a, b = commits(repo, 2)
+    refs.add_if_new(common(repo), REF, a, "gitstate: create", committer=WHO)
+    lock = Path(common(repo), *(REF2 if held == "ref" else "packed-refs").split("/")).with_name(
+        (REF2.rsplit("/", 1)[1] if held == "ref" else "packed-refs") + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")  # git's: no owner record
+    with pytest.raises(LockBusy):
+        refs.update_atomically(common(repo), _moves((REF, a, b), (REF2, None, b)), committer=WHO)
+    assert (rev_parse(repo, REF), rev_parse(repo, REF2)) == (a, None)
+    assert lock.read_text() == ""  # git's lock is left as it was
+    assert sorted(p.name for p in Path(common(repo)).rglob("*.lock")) == [lock.name]
