@@ -26,6 +26,7 @@ from gitstate.errors import (
     NoSnapshotError,
     NothingToUndoError,
     RestoreConflictError,
+    RunExistsError,
     StoreWriteError,
     UsageError,
     WorktreeWriteError,
@@ -33,7 +34,14 @@ from gitstate.errors import (
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint, read_meta
-from gitstate.format.names import branch_ref, check_name, decode_component, node_log_ref, run_prefix
+from gitstate.format.names import (
+    branch_ref,
+    check_name,
+    decode_component,
+    node_log_ref,
+    run_info_ref,
+    run_prefix,
+)
 from gitstate.format.nodes import NodeRecord
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
 from gitstate.git.reader import CommitData
@@ -100,7 +108,7 @@ class Run:
     NO_CHANGE: Any = NO_CHANGE
 
     def __init__(self, store: StoreCore, run_id: str, worktree: str, workflow: str | None,
-                 created_at: datetime, metadata: dict[str, Any] | None = None) -> None:
+                 created_at: datetime, metadata: dict[str, Any] | None = None, *, saved: bool = True) -> None:
         self.store = store
         self.id = run_id
         self.worktree = worktree
@@ -108,6 +116,36 @@ class Run:
         self.created_at = created_at
         self.metadata = metadata or {}
         self.last_restore: RestoreResult | None = None
+        self.saved = saved  # False: from Store.new_run, the record is written with the first checkpoint
+
+    def stage_record(self, tx: Transaction) -> str:
+        """Stage the run's record (``run.cbor`` in a commit of its own) and the creation of its
+        ref, strict: a run of this id must not exist. Returns the record's commit id."""
+        created = self.created_at
+        record = {
+            "format": cpfmt.RUN_KIND, "v": cpfmt.FORMAT_VERSION, "id": self.id, "workflow": self.workflow,
+            "worktree": self.worktree, "created_at": created.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "metadata": self.metadata or None,
+        }
+        tree = tx.tree([(cpfmt.RUN_RECORD, tx.blob(cpfmt.encode_meta(record)), MODE_BLOB)])
+        workflow = self.workflow
+        subject = f"run {self.id}" + (f" · {workflow}" if workflow else "")
+        msg = f"{subject}\n\nRun: {self.id}\n" + (f"Workflow: {workflow}\n" if workflow else "")
+        msg += f"Gitstate-Format: {cpfmt.FORMAT_VERSION}\n"
+        oid = tx.commit(tree, [], msg, when=created.timestamp())
+        tx.set_ref(run_info_ref(self.worktree, self.id), None, oid, f"gitstate: create run {self.id}", strict=True)
+        return oid
+
+    @contextlib.contextmanager
+    def _first_write(self) -> Iterator[None]:
+        """Around a write that may create the run (see :meth:`gitstate.Store.new_run`): a run of
+        this id created meanwhile is :class:`RunExistsError`."""
+        try:
+            yield
+        except ConflictError as exc:
+            if not self.saved and exc.ref == run_info_ref(self.worktree, self.id):
+                raise RunExistsError(self.id) from None
+            raise
 
     def __repr__(self) -> str:
         return f"<Run {self.id!r} workflow={self.workflow!r} worktree={self.worktree!r}>"
@@ -127,8 +165,8 @@ class Run:
         self.store.move_ref(self.ref(branch), old, new, message)
 
     def _remove(self, branch: str, tip: str, message: str) -> None:
-        """Delete a branch (strict compare-and-swap from ``tip``) and, once it is gone, its node log:
-        markers of a branch that no longer exists would only travel with a push."""
+        """Delete a branch (strict compare-and-swap from ``tip``) and its node log, in one
+        transaction: markers of a branch that no longer exists would only travel with a push."""
         store = self.store
         log_ref = node_log_ref(self.worktree, self.id, branch)
 
@@ -136,7 +174,7 @@ class Run:
             tx.delete_ref(self.ref(branch), tip, message, strict=True)
             log = store.read_ref(log_ref)
             if log is not None:
-                tx.delete_ref(log_ref, log, message, missing_ok=True)
+                tx.delete_ref(log_ref, log, message)  # with the branch, in one transaction
 
         store.write(build)
         store.forget_objects()  # what only the branch reached may now be pruned by git gc
@@ -349,9 +387,13 @@ class Run:
                 self.node_log(branch).stage_step(tx, node, cp.id, tip, failed=status == "failed")
             return cp
 
-        cp = store.write(build)
+        with self._first_write():
+            cp = store.write(build)
         store.remember(cp)
         return cp
+
+    def _now_saved(self) -> None:
+        self.saved = True
 
     def stage_checkpoint(
         self,
@@ -379,6 +421,9 @@ class Run:
         that build several checkpoints or refs in one :meth:`StoreCore.write` (integrations); the
         caller remembers the returned view once the write succeeded (:meth:`StoreCore.remember`)."""
         store = self.store
+        if not self.saved and not any(u.ref == run_info_ref(self.worktree, self.id) for u in tx.updates):
+            self.stage_record(tx)
+            tx.after(self._now_saved)
         scope = None if files_paths is None else sorted(set(files_paths))
         meta_user = dict(metadata or {})
         if fork_from is not None and tip is not None:
@@ -443,7 +488,8 @@ class Run:
                 tx, tip, cpfmt.state_entry(tx.writer, state), branch=branch, node=node, trigger=trigger,
                 status=cpfmt.normalize_status(status), metadata=meta)
 
-        cp = store.write(build)
+        with self._first_write():
+            cp = store.write(build)
         if cp is not None:
             store.remember(cp)
         return cp

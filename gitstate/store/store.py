@@ -41,7 +41,6 @@ from gitstate.format.names import (
 from gitstate.format.nodes import NodeRecord
 from gitstate.git import safeopen
 from gitstate.git.location import open_repository
-from gitstate.git.objects import MODE_BLOB
 from gitstate.git.refs import list_refs, read_ref, remove_broken
 from gitstate.store.base import StoreCore
 from gitstate.store.run import Run
@@ -143,31 +142,24 @@ class Store(StoreCore):
                    metadata: dict[str, Any] | None = None) -> Run:
         """Create a run (``run_id`` generated, time-sortable, when ``None``); raises
         :class:`RunExistsError` if a run of that id exists in this worktree."""
+        run = self.new_run(workflow, run_id, metadata)
+        try:
+            self.write(run.stage_record)
+        except ConflictError:
+            raise RunExistsError(run.id) from None
+        run.saved = True
+        return run
+
+    def new_run(self, workflow: str | None = None, run_id: str | None = None,
+                metadata: dict[str, Any] | None = None) -> Run:
+        """A run not written yet: its record is written by its first checkpoint, in the same
+        transaction (so a first checkpoint that fails leaves no empty run behind), which raises
+        :class:`RunExistsError` if a run of that id was created meanwhile. ``run_id`` as in
+        :meth:`create_run`."""
         run_id = new_run_id() if run_id is None else run_id
         check_name("run id", run_id)
-        now = time.time()
-        created = datetime.fromtimestamp(now, UTC)
-        record = {
-            "format": cpfmt.RUN_KIND, "v": cpfmt.FORMAT_VERSION, "id": run_id, "workflow": workflow,
-            "worktree": self.worktree, "created_at": created.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            "metadata": metadata or None,
-        }
-        ref = run_info_ref(self.worktree, run_id)
-
-        def build(tx: Transaction) -> str:
-            tree = tx.tree([(cpfmt.RUN_RECORD, tx.blob(cpfmt.encode_meta(record)), MODE_BLOB)])
-            subject = f"run {run_id}" + (f" · {workflow}" if workflow else "")
-            msg = f"{subject}\n\nRun: {run_id}\n" + (f"Workflow: {workflow}\n" if workflow else "")
-            msg += f"Gitstate-Format: {cpfmt.FORMAT_VERSION}\n"
-            oid = tx.commit(tree, [], msg, when=now)
-            tx.set_ref(ref, None, oid, f"gitstate: create run {run_id}", strict=True)
-            return oid
-
-        try:
-            self.write(build)
-        except ConflictError:
-            raise RunExistsError(run_id) from None
-        return Run(self, run_id, self.worktree, workflow, created, metadata or {})
+        created = datetime.fromtimestamp(time.time(), UTC)
+        return Run(self, run_id, self.worktree, workflow, created, metadata or {}, saved=False)
 
     def read_run_record(self, oid: str) -> dict[str, Any]:
         """The decoded run record (``run.cbor``) of a run-record commit."""
@@ -219,8 +211,8 @@ class Store(StoreCore):
         return bool(list_refs(self.repo, prefix) or self.broken_refs(prefix))
 
     def delete_run(self, run_id: str) -> list[str]:
-        """Delete every ref of a run (each by compare-and-swap) and return the names of the branches
-        it had. Its objects become unreachable and are left to ``git gc``; none is read, so a run
+        """Delete every ref of a run in one transaction (each by compare-and-swap: all of them or,
+        when one moved meanwhile, none) and return the names of the branches it had. Its objects become unreachable and are left to ``git gc``; none is read, so a run
         whose objects are missing or damaged is deleted too."""
         check_name("run id", run_id)
         prefix = run_prefix(self.worktree, run_id)
@@ -233,8 +225,7 @@ class Store(StoreCore):
             remove_broken(self.repo, self.location.common_dir, ref, message)
 
         def build(tx: Transaction) -> None:
-            # branches first, the run record last: an interrupted delete leaves a run that still lists
-            for name, oid in sorted(found, key=lambda r: r[0].endswith("/run")):
+            for name, oid in found:  # all at once or none (see Transaction)
                 tx.delete_ref(name, oid, message, strict=True)
 
         if found:

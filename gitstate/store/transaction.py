@@ -1,5 +1,5 @@
-"""The one write path of gitstate: a :class:`Transaction` stages objects, then moves refs by
-compare-and-swap, each move logged in the ref's reflog.
+"""The one write path of gitstate: a :class:`Transaction` stages objects, then moves its refs by
+compare-and-swap, all of them or none (also under ``kill -9``), each move logged in the ref's reflog.
 
 Every writer (runs, node boundaries, prune, session files, run records, the LangGraph saver, remote
 merges, adapters) writes through :meth:`gitstate.Store.write`, which owns the one retry policy::
@@ -17,8 +17,8 @@ merges, adapters) writes through :meth:`gitstate.Store.write`, which owns the on
 another writer is waited for without rebuilding; both with jittered exponential backoff, until the
 store's ``lock_timeout`` passes; then the caller gets :class:`LockTimeoutError` (a lock stayed held) or
 :class:`ConflictError` (the ref kept moving). A ``strict`` update (the caller expected one exact
-value) fails at once with :class:`ConflictError`. Nothing is visible before the ref moves; objects
-of a transaction that never moved its ref are left unreferenced, for ``git gc``."""
+value) fails at once with :class:`ConflictError`. Nothing is visible before the refs move; objects
+of a transaction that never moved its refs are left unreferenced, for ``git gc``."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class Transaction:
         self.writer = writer
         self.identity = identity
         self.updates: list[RefUpdate] = []
-        self.moved = 0  # how many of ``updates`` have been applied (they are applied in order)
+        self.moved = 0  # steps of apply_updates done: the moves (as one), then each cleanup
         self._after: list[Callable[[], None]] = []
 
     # -- objects ------------------------------------------------------------------------------
@@ -125,19 +125,34 @@ class Backoff:
 
 
 def apply_updates(common_dir: str, tx: Transaction, *, fsync: bool) -> None:
-    """Move the transaction's refs not moved yet, in order, each by one compare-and-swap attempt
-    (``tx.moved`` counts those done, so a retry after a held lock goes on where it stopped)."""
-    for update in tx.updates[tx.moved:]:
-        if update.new is None:
-            assert update.old is not None
-            if update.missing_ok:
-                refs.remove_transient_ref(common_dir, update.ref, update.old, update.message)
-            else:
-                refs.remove_if_equals(common_dir, update.ref, update.old, update.message)
-        else:
-            refs.set_if_equals(common_dir, update.ref, update.old, update.new, update.message,
-                               committer=tx.identity, fsync=fsync, log=update.log)
+    """Publish the transaction's ref moves, all or nothing: one move by one compare-and-swap
+    (:func:`refs.set_if_equals`, :func:`refs.remove_if_equals`), several by
+    :func:`refs.update_atomically` (a ``kill -9`` at any point leaves all of them or none moved).
+    Then the deletions of short-lived refs (``missing_ok``: cleanup that may already have been done
+    by another writer), one by one; ``tx.moved`` counts the steps done (the moves as one), so a retry
+    after a held lock goes on where it stopped."""
+    main = [u for u in tx.updates if not u.missing_ok]
+    if tx.moved == 0:
+        if len(main) == 1:
+            _apply_one(common_dir, tx, main[0], fsync)
+        elif main:
+            refs.update_atomically(common_dir, [refs.Move(u.ref, u.old, u.new, u.message, u.log) for u in main],
+                                   committer=tx.identity, fsync=fsync)
+        tx.moved = 1
+    cleanup = [u for u in tx.updates if u.missing_ok]
+    for update in cleanup[tx.moved - 1:]:
+        assert update.old is not None
+        refs.remove_transient_ref(common_dir, update.ref, update.old, update.message)
         tx.moved += 1
+
+
+def _apply_one(common_dir: str, tx: Transaction, update: RefUpdate, fsync: bool) -> None:
+    if update.new is None:
+        assert update.old is not None
+        refs.remove_if_equals(common_dir, update.ref, update.old, update.message)
+    else:
+        refs.set_if_equals(common_dir, update.ref, update.old, update.new, update.message,
+                           committer=tx.identity, fsync=fsync, log=update.log)
 
 
 def failed_update(tx: Transaction, ref: str) -> RefUpdate | None:
