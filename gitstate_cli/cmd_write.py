@@ -12,8 +12,6 @@ import click
 import gitstate
 from gitstate.format import encoding, frameworks, names
 from gitstate.format.checkpoint import STATUS_WORDS
-from gitstate.format.names import run_info_ref, run_prefix
-from gitstate.git.refs import list_refs
 from gitstate.store import refspec
 
 from . import output as out
@@ -128,17 +126,22 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
             raise gitstate.InvalidReferenceError(
                 expect, f"it names a checkpoint of run {expected.run_id!r}, not of run {run.id!r}")
         expect = expected.id
-    try:
-        if state_file is None:
-            head = run.head(branch)
-            state = head.state if head is not None else {}
+    if state_file is None:
+        head = run.head(branch) if run.saved else None
+        state = head.state if head is not None else {}
+    def write(run: gitstate.Run) -> gitstate.Checkpoint:
         with out.progress("snapshotting files") as step:
-            cp = run.checkpoint(state, node=node, trigger=trigger, status=status, metadata=metadata or None,
-                                branch=branch, expect=expect, progress=step, mark_node=node is not None, **kwargs)
-    except BaseException:
-        if created:
-            _discard_new_run(store, run)
-        raise
+            return run.checkpoint(state, node=node, trigger=trigger, status=status, metadata=metadata or None,
+                                  branch=branch, expect=expect, progress=step, mark_node=node is not None, **kwargs)
+
+    try:
+        cp = write(run)
+    except gitstate.RunExistsError:
+        # created by another writer since we looked: checkpoint onto it, as if it had been there
+        run = get_run(store, run_id)
+        if workflow is not None and workflow != run.workflow:
+            raise
+        cp = write(run)
     if as_json:
         out.emit_json(cp.to_dict())
     else:
@@ -146,26 +149,12 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
 
 
 def _open_or_create(store: gitstate.Store, run_id: str, workflow: str | None) -> tuple[gitstate.Run, bool]:
-    """The run of that id, and whether this call created it."""
+    """The run of that id, and whether it is new: a new one is written with its first checkpoint
+    (:meth:`gitstate.Store.new_run`), so a failed command leaves no empty run behind."""
     try:
         return store.get_run(run_id), False
     except gitstate.RunNotFound:
-        pass
-    try:
-        return store.create_run(workflow=workflow, run_id=run_id), True
-    except gitstate.RunExistsError:
-        return store.get_run(run_id), False
-
-
-def _discard_new_run(store: gitstate.Store, run: gitstate.Run) -> None:
-    """Delete a run this command created when its first checkpoint failed, so a failed command
-    leaves the store as it found it; left alone if anything else was written to it meanwhile."""
-    refs = list_refs(store.repo, run_prefix(run.worktree, run.id))
-    if [name for name, _ in refs] == [run_info_ref(run.worktree, run.id)]:
-        try:
-            store.delete_run(run.id)  # compare-and-swap on each ref
-        except gitstate.GitStateError:
-            pass  # someone else changed it: theirs now
+        return store.new_run(workflow=workflow, run_id=run_id), True
 
 
 RESTORE_PHASES = {"checking": "checking changed files", "reading": "reading changed files",
