@@ -3,8 +3,11 @@ environment (no user config, fixed identities), so results never depend on the m
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +19,9 @@ import gitstate
 
 _SCRUB = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
           "GIT_CEILING_DIRECTORIES", "AGENTOS_REPO", "GIT_CONFIG", "GIT_CONFIG_GLOBAL")
+_FIXED = {"GIT_AUTHOR_NAME": "Test Author", "GIT_AUTHOR_EMAIL": "author@example.com",
+          "GIT_COMMITTER_NAME": "Test Committer", "GIT_COMMITTER_EMAIL": "committer@example.com",
+          "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
 
 
 @pytest.fixture(autouse=True)
@@ -25,12 +31,8 @@ def clean_git_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    monkeypatch.setenv("GIT_AUTHOR_NAME", "Test Author")
-    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "author@example.com")
-    monkeypatch.setenv("GIT_COMMITTER_NAME", "Test Committer")
-    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "committer@example.com")
-    monkeypatch.setenv("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
-    monkeypatch.setenv("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+    for name, value in _FIXED.items():
+        monkeypatch.setenv(name, value)
 
 
 def git(cwd: str | os.PathLike[str], *args: str, check: bool = True) -> str:
@@ -41,13 +43,29 @@ def git(cwd: str | os.PathLike[str], *args: str, check: bool = True) -> str:
     return out.stdout
 
 
+_TEMPLATE: list[Path] = []  # the repository make_repo copies, made once per test process
+
+
+def _template() -> Path:
+    if not _TEMPLATE:
+        path = Path(tempfile.mkdtemp(prefix="gitstate-template-")) / "repo"
+        atexit.register(shutil.rmtree, path.parent, True)
+        path.mkdir()
+        env = {k: v for k, v in os.environ.items() if k not in _SCRUB and not k.startswith("GIT_")}
+        env.update(_FIXED, HOME=str(path.parent), GIT_CONFIG_NOSYSTEM="1")  # whatever the first test set
+        for args in (["init", "-q", "-b", "main"], ["add", "README"], ["commit", "-q", "-m", "initial"]):
+            if args[0] == "add":
+                (path / "README").write_text("hello\n")
+            subprocess.run(["git", *args], cwd=path, env=env, check=True, capture_output=True)
+        _TEMPLATE.append(path)
+    return _TEMPLATE[0]
+
+
 def make_repo(path: Path) -> Path:
-    """A fresh repository with one commit on ``main`` and a tracked file."""
-    path.mkdir(parents=True, exist_ok=True)
-    git(path, "init", "-q", "-b", "main")
-    (path / "README").write_text("hello\n")
-    git(path, "add", "README")
-    git(path, "commit", "-q", "-m", "initial")
+    """A fresh repository with one commit on ``main`` and a tracked file: a copy of one made with
+    ``git init/add/commit`` once per test process (the scrubbed environment fixes identities and
+    dates, so every copy holds the same commit a fresh one would)."""
+    shutil.copytree(_template(), path, symlinks=True, dirs_exist_ok=True)
     return path
 
 
