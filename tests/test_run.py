@@ -11,6 +11,24 @@ import gitstate
 from tests.conftest import git, user_snapshot
 
 
+def test_new_run_is_written_with_its_first_checkpoint(store: gitstate.Store, repo: Path) -> None:
+    """A run from new_run exists once its first checkpoint is written, in the same transaction: a
+    first checkpoint that fails leaves nothing, and one created meanwhile is RunExistsError."""
+    run = store.new_run(workflow="w", run_id="lazy")
+    assert not run.saved and not store.has_run("lazy")
+    with pytest.raises(gitstate.GitStateError):
+        run.checkpoint({"bad": object()})
+    assert not store.has_run("lazy") and git(repo, "for-each-ref", "refs/agentos/") == ""
+    first = run.checkpoint({"n": 1})
+    assert run.saved and store.get_run("lazy").workflow == "w"
+    assert run.checkpoint({"n": 2}).parent_ids == (first.id,)
+    assert len(git(repo, "for-each-ref", "refs/agentos/").splitlines()) == 2  # the record and main
+    late = store.new_run(run_id="lazy")
+    with pytest.raises(gitstate.RunExistsError):
+        late.checkpoint({"n": 3})
+    assert [c.state["n"] for c in store.get_run("lazy").history()] == [2, 1]
+
+
 def test_create_get_list_delete(store: gitstate.Store) -> None:
     run = store.create_run(workflow="issue-workflow", run_id="issue-78")
     assert store.get_run("issue-78").workflow == "issue-workflow"
