@@ -351,7 +351,7 @@ async def test_a_save_cut_off_at_any_ref_move_leaves_one_copy_readable(
                   cp("wf-b", "b0", None, 0)):
             await storage.save(c)
         moves = [0]
-        real_set, real_remove = refs.set_if_equals, refs.remove_if_equals
+        real_set, real_remove, real_many = refs.set_if_equals, refs.remove_if_equals, refs.update_atomically
 
         def counted(real: Any, moves: list[int] = moves, cut: int = cut) -> Any:
             def move(*args: Any, **kwargs: Any) -> Any:
@@ -363,6 +363,7 @@ async def test_a_save_cut_off_at_any_ref_move_leaves_one_copy_readable(
 
         monkeypatch.setattr(refs, "set_if_equals", counted(real_set))
         monkeypatch.setattr(refs, "remove_if_equals", counted(real_remove))
+        monkeypatch.setattr(refs, "update_atomically", counted(real_many))
         try:
             await storage.save(cp(target, "c1", "c0", 2))
             done = True
@@ -384,7 +385,7 @@ async def test_a_save_cut_off_at_any_ref_move_leaves_one_copy_readable(
         assert _stored_ids(path) == ["b0", "c0", "c2"]
         assert verify(storage.store).ok
         storage.close()
-    assert outcomes == [False, False, True, True, True]  # the save moves two refs
+    assert outcomes == [False, True, True, True, True]  # the save moves its refs in one transaction
 
 async def test_plain_data_matches_file_storage(repo: Path, tmp_path: Path) -> None:
     ours = GitCheckpointStorage(repo)
@@ -545,8 +546,8 @@ def test_two_processes_save_concurrently(repo: Path) -> None:
 
 async def test_a_writer_moving_the_old_workflow_during_a_move_loses_nothing(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Another writer extends the old workflow's branch between the move's two ref updates: the
-    compare-and-swap on it fails, the save drops the old copy again from the new tip (its new
+    """Another writer extends the old workflow's branch after the move read it, before its refs
+    move: the transaction's compare-and-swap on it fails and nothing moves, the save drops the old copy again from the new tip (its new
     commit, already published, is not written twice), and the other writer's checkpoint stays."""
     from gitstate.git import refs
 
@@ -557,16 +558,16 @@ async def test_a_writer_moving_the_old_workflow_during_a_move_loses_nothing(
     storage, other = GitCheckpointStorage(repo), GitCheckpointStorage(repo)
     for c in (cp("wf-a", "c0", None, 0), cp("wf-a", "c1", "c0", 1), cp("wf-b", "b0", None, 0)):
         await storage.save(c)
-    real_set = refs.set_if_equals
+    real_update = refs.update_atomically
     interfered: list[str] = []
 
-    def set_if_equals(common_dir: str, name: str, *args: Any, **kwargs: Any) -> Any:
-        if name.endswith("/runs/wf-a/heads/main") and not interfered:
-            interfered.append(name)
+    def update_atomically(common_dir: str, moves: list[refs.Move], **kwargs: Any) -> Any:
+        if any(m.ref.endswith("/runs/wf-a/heads/main") for m in moves) and not interfered:
+            interfered.append("wf-a")
             asyncio.run(other.save(cp("wf-a", "c2", "c1", 9)))  # another writer, in between
-        return real_set(common_dir, name, *args, **kwargs)
+        return real_update(common_dir, moves, **kwargs)
 
-    monkeypatch.setattr(refs, "set_if_equals", set_if_equals)
+    monkeypatch.setattr(refs, "update_atomically", update_atomically)
     await storage.save(cp("wf-b", "c1", "b0", 2))
     monkeypatch.undo()
     assert interfered
