@@ -50,7 +50,7 @@ class SpecialFileError(UnsupportedRepositoryError):
 
 
 class GitVersionError(GitStateError):
-    """The ``git`` command is missing or older than gitstate needs (see README, "Requirements")."""
+    """The ``git`` command is missing or older than gitstate needs (see README, "Install")."""
 
 
 class RunNotFound(GitStateError):
