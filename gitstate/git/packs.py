@@ -82,8 +82,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError
+from gitstate.errors import CorruptObjectError, GitStateError, StoreWriteError, UsageError
 from gitstate.git import deflate, safeopen
+from gitstate.git.command import run_git
 from gitstate.git.durability import start_writeback
 
 OBJ_COMMIT = 1
@@ -846,79 +847,17 @@ def geometric_plan(packs: Sequence[tuple[str, int]], factor: int = 2) -> list[st
 
 # -- orphan packs: a .pack whose .idx is gone ------------------------------------------------------
 
-_TYPE_NAMES = {OBJ_COMMIT: b"commit", OBJ_TREE: b"tree", OBJ_BLOB: b"blob", OBJ_TAG: b"tag"}
-
-
-def index_bytes(pack_path: str) -> bytes:
-    """The version-2 ``.idx`` of a pack of whole objects (as :func:`write_pack` writes them),
-    computed from the pack alone: each entry is inflated (in chunks) and hashed, its CRC-32 and
-    offset noted. The result is byte for byte the index :func:`write_pack` wrote for it.
-    :class:`DeltaPackError` for a pack holding deltas, :class:`~gitstate.errors.CorruptObjectError`
-    for a damaged one."""
-    name = os.path.basename(pack_path)[: -len(".pack")]
-    with _map(pack_path) as mm:
-        size = len(mm)
-        signature, version, count = _PACK_HEADER.unpack_from(mm, 0)
-        if signature != b"PACK" or version not in (2, 3):
-            raise CorruptObjectError(pack_path, "not a version 2 pack")
-        if hashlib.sha1(memoryview(mm)[: size - 20], usedforsecurity=False).digest() != mm[size - 20:]:
-            raise CorruptObjectError(pack_path, "pack checksum does not match its content")
-        end = size - 20
-        pos = _PACK_HEADER.size
-        index: list[tuple[bytes, int, int]] = []
-        for _ in range(count):
-            start = pos
-            if pos >= end:
-                raise CorruptObjectError(pack_path, "pack is shorter than its object count")
-            byte = mm[pos]
-            kind, length, shift = (byte >> 4) & 0x07, byte & 0x0F, 4
-            pos += 1
-            while byte & 0x80:
-                if pos >= end:
-                    raise CorruptObjectError(pack_path, "truncated entry header")
-                byte = mm[pos]
-                pos += 1
-                length |= (byte & 0x7F) << shift
-                shift += 7
-            if kind not in _WHOLE_TYPES:
-                if kind in (OBJ_OFS_DELTA, OBJ_REF_DELTA):
-                    raise DeltaPackError(name, f"at offset {start}", kind)
-                raise CorruptObjectError(pack_path, f"entry at offset {start} has invalid type {kind}")
-            digest = hashlib.sha1(b"%s %d\x00" % (_TYPE_NAMES[kind], length), usedforsecurity=False)
-            inflater = zlib.decompressobj()
-            inflated = 0
-            while not inflater.eof:
-                if pos >= end:
-                    raise CorruptObjectError(pack_path, f"entry at offset {start} is truncated")
-                chunk = mm[pos:min(pos + _CHUNK, end)]
-                try:
-                    out = inflater.decompress(chunk)
-                except zlib.error as exc:
-                    raise CorruptObjectError(pack_path, f"entry at offset {start} does not inflate") from exc
-                digest.update(out)
-                inflated += len(out)
-                pos += len(chunk) - len(inflater.unused_data)
-            if inflated != length:
-                raise CorruptObjectError(pack_path, f"entry at offset {start} has the wrong size")
-            index.append((digest.digest(), start, zlib.crc32(mm[start:pos])))
-        if pos != end:
-            raise CorruptObjectError(pack_path, "pack has bytes after its last object")
-        checksum = mm[end:]
-    index.sort()
-    return _idx_bytes(index, checksum)
-
-
-_CHUNK = 1 << 16
+_UNINDEXABLE: set[tuple[str, int, int]] = set()  # (path, mtime, size) of packs git index-pack refused
 
 
 def reindex_orphans(pack_dir: str) -> list[str]:
-    """Give every ``pack-*.pack`` of whole objects that has no ``.idx`` its index again; returns the
-    names indexed. Such a pack is complete (a ``.pack`` is renamed into place only once written),
+    """Give every ``pack-*.pack`` that has no ``.idx`` its index again (``git index-pack``); returns
+    the names indexed. Such a pack is complete (a ``.pack`` is renamed into place only once written),
     so only its index is missing: ``git gc`` removes an ``.idx`` whose ``.pack`` its directory scan
     missed (its final scan can run while a pack's two files are renamed into place), which leaves
     every object of the pack unreadable although a ref names them. Safe at any time and from any
-    process: the index written is the one the pack's writer writes (identical bytes, renamed into
-    place). Packs holding deltas (not gitstate's) and damaged ones are left alone."""
+    process: the index is the one the pack's writer writes (identical bytes, renamed into place).
+    A pack git cannot index (damaged, or thin) is left alone, and not tried again by this process."""
     try:
         listing = os.listdir(pack_dir)
     except FileNotFoundError:
@@ -926,20 +865,36 @@ def reindex_orphans(pack_dir: str) -> list[str]:
     present = set(listing)
     done = []
     for entry in listing:
-        if not (entry.startswith("pack-") and entry.endswith(".pack")):
-            continue
         stem = entry[: -len(".pack")]
-        if stem + ".idx" in present or not _NAME.match(stem):
+        if not entry.endswith(".pack") or stem + ".idx" in present or not _NAME.match(stem):
             continue
         path = os.path.join(pack_dir, entry)
+        tmp = os.path.join(pack_dir, "tmp_idx_" + secrets.token_hex(8))
         try:
-            idx = index_bytes(path)
+            info = os.stat(path)
+            key = (path, info.st_mtime_ns, info.st_size)
+            if key in _UNINDEXABLE:
+                continue
+            try:
+                made = run_git(None, ["-c", "pack.indexVersion=2", "-c", "pack.writeReverseIndex=false",
+                                      "index-pack", "-o", tmp, path], cwd=pack_dir)
+                if made.returncode != 0:
+                    _UNINDEXABLE.add(key)
+                    continue
+                with open(tmp, "rb") as fh:
+                    idx = fh.read()
+            finally:
+                _unlink(tmp)
             if os.path.exists(os.path.join(pack_dir, stem + ".idx")):
                 continue  # its writer finished meanwhile
-            tmp = _write_temp(pack_dir, "tmp_idx_", [idx], False)
+            tmp, fd = _open_temp(pack_dir, "tmp_idx_", idx)  # git's 0444 less the umask, as write_pack's
+            os.close(fd)
             os.replace(tmp, os.path.join(pack_dir, stem + ".idx"))
-        except (OSError, CorruptObjectError, UsageError):
-            continue  # gone meanwhile, damaged, or deltas (another program's pack)
+            if not os.path.exists(path):  # removed meanwhile (a repack deletes the .idx first)
+                _unlink(os.path.join(pack_dir, stem + ".idx"))
+                continue
+        except (OSError, GitStateError):
+            continue  # gone meanwhile, or no usable git
         done.append(stem)
     return done
 

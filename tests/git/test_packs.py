@@ -438,23 +438,12 @@ def test_remove_orphans_removes_only_old_orphans(repo: Path) -> None:
 # -- orphan packs (an .idx removed by git gc) ---------------------------------------------------------
 
 
-def test_index_bytes_rebuilds_the_index_write_pack_wrote(repo: Path) -> None:
-    d = pack_dir(repo)
-    big = [obj(packs.OBJ_BLOB, os.urandom(200_000))]  # inflated in several chunks
-    for objects in (blobs("small", 3), blobs("many", 300, 40), big, [obj(packs.OBJ_TREE, b""), *blobs("t", 1)]):
-        written = packs.write_pack(str(d), objects)
-        base = d / written.name
-        assert packs.index_bytes(str(base) + ".pack") == (Path(str(base) + ".idx")).read_bytes()
-    merged = packs.merge_packs(str(d), [p.stem for p in d.glob("*.idx")])
-    base = d / merged.name
-    assert packs.index_bytes(str(base) + ".pack") == Path(str(base) + ".idx").read_bytes()
-
-
-def test_reindex_orphans_repairs_whole_object_packs_only(repo: Path) -> None:
+def test_reindex_orphans_repairs_packs_git_can_index(repo: Path) -> None:
     d = pack_dir(repo)
     ours = packs.write_pack(str(d), blobs("lost index", 4))
     idx = d / f"{ours.name}.idx"
     expected = idx.read_bytes()
+    mode = stat.S_IMODE(idx.stat().st_mode)
     idx.unlink()  # as `git gc` removes an .idx whose .pack its scan missed
     oid = ours.oids[0]
     assert run_git(repo, "cat-file", "-t", oid, check=False) == ""
@@ -463,13 +452,16 @@ def test_reindex_orphans_repairs_whole_object_packs_only(repo: Path) -> None:
     similar = [run_git(repo, "hash-object", "-w", "--stdin", data=(text + tail).encode()).strip()
                for tail in ("a\n", "b\n")]
     delta = run_git(repo, "pack-objects", "-q", str(d / "pack"), data="\n".join(similar).encode() + b"\n").strip()
+    delta_idx = (d / f"pack-{delta}.idx").read_bytes()
     assert "delta" in run_git(repo, "verify-pack", "-v", str(d / f"pack-{delta}.idx"))
-    (d / f"pack-{delta}.idx").unlink()  # another program's pack, with deltas: not ours to index
-    assert packs.reindex_orphans(str(d)) == [ours.name]
-    assert idx.read_bytes() == expected
+    (d / f"pack-{delta}.idx").unlink()  # a merged pack (git pack-objects, with deltas) loses it too
+    assert sorted(packs.reindex_orphans(str(d))) == sorted([ours.name, f"pack-{delta}"])
+    assert idx.read_bytes() == expected and stat.S_IMODE(idx.stat().st_mode) == mode
+    assert (d / f"pack-{delta}.idx").read_bytes() == delta_idx
     assert run_git(repo, "cat-file", "-t", oid).strip() == "blob"
     assert (d / ("pack-" + "4" * 40 + ".pack")).exists()
     assert packs.reindex_orphans(str(d)) == []
+    assert not [n for n in pack_files(repo) if n.startswith("tmp_")]
     fsck_clean(repo)
 
 
