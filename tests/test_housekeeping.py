@@ -382,14 +382,14 @@ def test_pack_never_removes_a_lock_it_no_longer_owns(store: gitstate.Store, monk
     _checkpoints(store)
     lock = _lock_path(store)
     theirs = lockfile.Owner.current().to_bytes()  # another owner (its own token)
-    real = housekeeping._write_pack
+    real = housekeeping._pack_objects
 
     def write_pack_while_lock_is_retaken(*args: object, **kwargs: object) -> str | None:
         lock.unlink()  # our lock was broken...
         lock.write_bytes(theirs)  # ...and taken by someone else
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(housekeeping, "_write_pack", write_pack_while_lock_is_retaken)
+    monkeypatch.setattr(housekeeping, "_pack_objects", write_pack_while_lock_is_retaken)
     assert store.pack() > 0
     assert lock.read_bytes() == theirs
 
@@ -409,18 +409,19 @@ def test_pack_records_its_own_pack_not_a_concurrent_one(store: gitstate.Store, r
                              capture_output=True, text=True, check=True).stdout.strip()
         foreign.append(f"pack-{out}")
 
-    real = pygit2.PackBuilder.write
+    real = housekeeping.run_git
 
-    def write_among_other_packs(self: pygit2.PackBuilder, path: object = None) -> None:
+    def write_among_other_packs(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
         concurrent_gc_pack("before\n")
-        real(self, path)  # type: ignore[arg-type]
+        done = real(*args, **kwargs)  # type: ignore[arg-type]
         concurrent_gc_pack("after\n")  # a pack that appears while ours is being put in place
+        return done
 
-    monkeypatch.setattr(pygit2.PackBuilder, "write", write_among_other_packs)
+    monkeypatch.setattr(housekeeping, "run_git", write_among_other_packs)
     assert store.pack() == len(journaled)
     names = (common / "agentos" / "packs").read_text().split()
     assert len(names) == 1 and names[0] not in foreign, (names, foreign)
-    assert set(housekeeping.read_pack_index(str(pack_dir / f"{names[0]}.idx"))) == journaled
+    assert set(packs.index_ids(str(pack_dir / f"{names[0]}.idx"))) == journaled
     assert all((pack_dir / f"{n}.idx").exists() for n in foreign)  # theirs untouched
     assert not [p for p in (common / "objects").iterdir() if p.name.startswith(housekeeping.PACK_TMP_PREFIX)]
     git(repo, "fsck", "--strict")
@@ -502,6 +503,29 @@ def test_a_pack_size_limit_does_not_stop_merges(repo: Path) -> None:
     git(repo, "fsck", "--strict")
 
 
+def test_packs_of_loose_objects_are_merged_into_one(store: gitstate.Store, repo: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the packs of loose objects reach MERGE_THRESHOLD they are merged into one pack holding
+    every object of them, listed alone, the merged-away packs removed."""
+    monkeypatch.setattr(housekeeping, "MERGE_THRESHOLD", 3)
+    common = Path(store.location.common_dir)
+    pack_dir = common / "objects" / "pack"
+    written: list[str] = []
+    packed: set[str] = set()
+    for round_ in range(3):
+        run = store.create_run(run_id=f"hk{round_}")
+        (Path(store.path) / f"loose-{round_}.txt").write_text(f"round {round_}\n" * 50)
+        run.checkpoint({"round": round_}, files=[f"loose-{round_}.txt"])
+        packed |= set((common / "agentos" / "loose.journal").read_text().split())
+        assert store.pack() > 0
+        written += (common / "agentos" / "packs").read_text().split()
+    names = (common / "agentos" / "packs").read_text().split()
+    assert len(names) == 1 and names[0] not in written[:2], (names, written)
+    assert set(packs.index_ids(str(pack_dir / f"{names[0]}.idx"))) >= packed
+    assert not [n for n in dict.fromkeys(written) if n != names[0] and (pack_dir / f"{n}.idx").exists()]
+    git(repo, "fsck", "--strict")
+
+
 def test_fifos_in_place_of_the_packers_files_never_block_it(store: gitstate.Store, repo: Path) -> None:
     """A FIFO where housekeeping reads a file (its pack list, its lock, a journal taken aside, git's
     gc.pid) would make the read wait for ever for a writer: each is taken as a missing or stale
@@ -515,7 +539,7 @@ def test_fifos_in_place_of_the_packers_files_never_block_it(store: gitstate.Stor
     assert bounded(store.pack, 60) == len(journaled)
     names = (agentos / "packs").read_text().split()  # made anew
     assert len(names) == 1
-    assert set(housekeeping.read_pack_index(str(common / "objects" / "pack" / f"{names[0]}.idx"))) == journaled
+    assert set(packs.index_ids(str(common / "objects" / "pack" / f"{names[0]}.idx"))) == journaled
     assert not _lock_path(store).exists() and not (agentos / "loose.journal.99999.packing").exists()
     git(repo, "fsck", "--strict")
 

@@ -6,7 +6,7 @@ pack it just wrote, never touches packs it did not write, and never runs ``git g
 Writers append the ids of objects they create to ``<common git dir>/agentos/loose.journal`` (one
 append per checkpoint). When the journal holds :data:`PACK_THRESHOLD` ids, the writer that notices
 takes ``agentos/housekeeping.lock`` (a :class:`lockfile.OwnedLock`: one left by a killed packer is
-broken at once by the next), writes those objects into one pack with libgit2's PackBuilder (deltas
+broken at once by the next), writes those objects into one pack with ``git pack-objects`` (deltas
 included), and removes the loose copies. The pack names gitstate wrote are listed in
 ``agentos/packs``; when they reach :data:`MERGE_THRESHOLD` they are merged into one pack. When
 ``refs/agentos/`` holds :data:`REF_PACK_THRESHOLD` loose refs they are moved into ``packed-refs``
@@ -19,7 +19,6 @@ import os
 import shutil
 import socket
 import stat
-import struct
 import tempfile
 import time
 from collections.abc import Iterable
@@ -97,57 +96,37 @@ def _loose_path(common_dir: str, oid: str) -> str:
     return os.path.join(common_dir, "objects", oid[:2], oid[2:])
 
 
-def read_pack_index(idx_path: str) -> list[str]:
-    """Object ids listed in a pack ``.idx`` (version 2) file."""
-    with safeopen.open_file(idx_path, "rb") as fh:
-        data = fh.read()
-    if data[:4] != b"\xfftOc" or struct.unpack(">I", data[4:8])[0] != 2:
-        raise ValueError(f"{idx_path}: not a version 2 pack index")
-    count = struct.unpack(">I", data[8 + 255 * 4: 8 + 256 * 4])[0]
-    base = 8 + 256 * 4
-    return [data[base + 20 * i: base + 20 * (i + 1)].hex() for i in range(count)]
-
-
 PACK_TMP_PREFIX = "agentos-pack-"  # private directories under objects/ that packs are written into
 
 
-def _write_pack(repo: pygit2.Repository, pack_dir: str, oids: Iterable[str]) -> str | None:
-    """Write ``oids`` into one new pack in ``pack_dir`` and return its name (``pack-<hash>``).
+def _pack_objects(common_dir: str, pack_dir: str, ids: str, lock: lockfile.OwnedLock | None) -> str | None:
+    """Write the objects ``ids`` names (one hex id a line) into one new pack with deltas (``git
+    pack-objects``, run with ``LC_ALL=C``) and put it in place; return its name (``pack-<hash>``),
+    or ``None`` when git failed or, with a ``lock``, the lock was lost meanwhile (nothing installed).
 
-    The name must be the one of the pack *we* wrote: the pack directory can gain other packs
-    meanwhile (a concurrent ``git gc``, fetch or push), so "the new ``.idx`` in the listing" may be
-    theirs. pygit2 does not expose libgit2's ``git_packbuilder_name``, and deriving the name by
-    comparing every new index with what we added costs a read of each; so the simplest correct
-    way is to have PackBuilder write into a private directory beside the pack directory (same file
-    system), where the only pack is ours by construction, and rename its files into place: the
-    ``.idx`` last, since readers find packs by their index. A pack of the same name already there
-    has the same content (the name is the checksum of the pack), so it is kept as it is."""
-    builder = pygit2.PackBuilder(repo)
-    added = 0
-    for oid in oids:
-        builder.add(pygit2.Oid(hex=oid))
-        added += 1
-    if not added:
-        return None
+    git writes into a private directory beside the pack directory (same file system), where the
+    only pack is ours by construction (the pack directory can gain other packs meanwhile: a
+    concurrent ``git gc``, fetch or push), then its files are renamed into place, the ``.idx``
+    last since readers find packs by their index, and the directory is flushed. A pack of the same
+    name already there has the same content, so it is kept as it is. ``pack.packSizeLimit`` is 0
+    for the run (split packs would be chosen again at every merge) and ``pack.indexVersion`` 2 (the
+    version gitstate reads)."""
     private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
     try:
-        builder.write(private)
-        written = os.listdir(private)
-        names = [n[: -len(".idx")] for n in written if n.startswith("pack-") and n.endswith(".idx")]
-        if len(names) != 1:
-            raise OSError(f"PackBuilder wrote {sorted(written)} into {private}")
-        name = names[0]
-        files = sorted((n for n in written if n.startswith(name + ".")), key=lambda n: n.endswith(".idx"))
-        for entry in files:
-            target = os.path.join(pack_dir, entry)
+        done = run_git(common_dir, ["-c", "pack.packSizeLimit=0", "-c", "pack.indexVersion=2", "pack-objects",
+                                    "-q", "--threads=1", "--delta-base-offset", "--depth=20",
+                                    os.path.join(private, "pack")], stdin=ids)
+        name = "pack-" + done.stdout.strip()
+        if done.returncode != 0 or not packs.is_pack_name(name) or (lock is not None and not lock.refresh()):
+            return None
+        for entry in sorted(os.listdir(private), key=lambda n: n.endswith(".idx")):  # the index last
+            target = os.path.join(pack_dir, name + entry[entry.rfind("."):])
             if not os.path.exists(target):
                 os.rename(os.path.join(private, entry), target)
-        fsync_dir(pack_dir)  # the pack is durable before any loose copy is deleted
+        fsync_dir(pack_dir)  # the pack is durable before any loose copy or source pack is removed
         return name
     finally:
         shutil.rmtree(private, ignore_errors=True)
-
-
 
 
 def _remove_leftover_dirs(common_dir: str) -> None:
@@ -191,19 +170,20 @@ def pack_loose(repo: pygit2.Repository, common_dir: str) -> int:
     """Pack the journaled loose objects now (if no other process is doing it); return how many.
 
     Safe to call at any time and from any process: it packs only objects listed in the journal that
-    are still loose, and deletes a loose file only after the pack holding it is complete."""
+    are still loose, and deletes a loose file only after the pack holding it is complete. (``repo``
+    is not used: git reads the objects.)"""
     agentos = _agentos_dir(common_dir)
     lock = lockfile.acquire(os.path.join(agentos, "housekeeping.lock"), stale_after=LOCK_STALE_SECONDS)
     if lock is None:
         return 0
     with lock:  # released only while it is still ours
-        return _pack_locked(repo, common_dir, lock)
+        return _pack_locked(common_dir, lock)
 
 
 PACK_STEP = 5000  # loose objects one pack step packs at most; a larger backlog takes more steps
 
 
-def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedLock) -> int:
+def _pack_locked(common_dir: str, lock: lockfile.OwnedLock) -> int:
     journal = _journal(common_dir)
     taken = f"{journal}.{os.getpid()}.packing"
     try:
@@ -236,12 +216,16 @@ def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedL
         batches = [b for b in batches if b != rest]
     pack_dir = os.path.join(common_dir, "objects", "pack")
     os.makedirs(pack_dir, exist_ok=True)
-    name = _write_pack(repo, pack_dir, loose)
-    packs = _our_packs(common_dir)
+    name = None
+    if loose:
+        name = _pack_objects(common_dir, pack_dir, "".join(o + "\n" for o in loose), None)
+        if name is None:
+            raise OSError(f"git pack-objects could not pack {len(loose)} loose objects")
+    ours = _our_packs(common_dir)
     if name:
-        if name not in packs:
-            packs.append(name)
-        _save_packs(common_dir, packs)
+        if name not in ours:
+            ours.append(name)
+        _save_packs(common_dir, ours)
         for oid in loose:
             try:
                 os.unlink(_loose_path(common_dir, oid))
@@ -254,28 +238,13 @@ def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedL
             pass
     # Merging deletes packs: only while the lock is provably still ours (renewed for the merge),
     # and not while the user's `git gc` runs (it fails when a pack it listed goes away).
-    if len(packs) >= MERGE_THRESHOLD and not git_gc_running(common_dir) and lock.refresh():
-        _merge_packs(repo, common_dir, packs)
+    if len(ours) >= MERGE_THRESHOLD and not git_gc_running(common_dir) and lock.refresh():
+        merged = _merge_with_deltas(common_dir, pack_dir, ours, lock)
+        if merged is not None:
+            _save_packs(common_dir, [merged])
     if refs.count_loose_refs(common_dir) >= REF_PACK_THRESHOLD:
         refs.pack_refs(common_dir)
     return len(loose)
-
-
-def _merge_packs(repo: pygit2.Repository, common_dir: str, names: list[str]) -> None:
-    pack_dir = os.path.join(common_dir, "objects", "pack")
-    oids: set[str] = set()
-    present = []
-    for name in names:
-        try:
-            oids.update(read_pack_index(os.path.join(pack_dir, name + ".idx")))
-        except FileNotFoundError:
-            continue  # removed meanwhile by the user's git repack: its objects are in their pack
-        present.append(name)
-    merged = _write_pack(repo, pack_dir, sorted(oids))
-    if merged is None:
-        return
-    _save_packs(common_dir, [merged])
-    packs.remove_packs(pack_dir, [name for name in present if name != merged])
 
 
 _TEMP_PREFIXES = ("tmp_obj_", "tmp_object_git2_")  # ours (ObjectWriter) and libgit2's loose temps
@@ -531,46 +500,23 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
 
 
 def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: lockfile.OwnedLock) -> str | None:
-    """Write every object of the packs ``chosen`` into one pack with deltas (``git pack-objects``,
-    run with ``LC_ALL=C``), install it, then remove the merged-away packs; returns its name, or
-    ``None`` when nothing was merged (every pack left in place).
+    """Write every object of the packs ``chosen`` into one pack with deltas (:func:`_pack_objects`),
+    then remove the merged-away packs; returns its name, or ``None`` when nothing was merged (every
+    pack left in place).
 
-    git is given the ids the chosen packs' indexes list, one per line, made at C speed
-    (:func:`packs.index_id_lines`): this thread holds the GIL beside the writer's for a moment
-    only, and waits while git works in its own process. (Walking the chosen packs' commits in
-    Python to name their objects, as this once did, held the GIL long enough to double a
-    LangGraph step while merges ran.) Unnamed objects are sorted by size for delta search, which
-    still finds the versions of a list chunk, which grow by an item each, as deltas of each other.
-    Every object of the chosen packs goes into the new pack, also those another pack holds too:
-    ``pack-objects --stdin-packs`` would leave those out, and a concurrent ``git repack
-    --geometric`` that does the same with our packs could then delete the only other copy (a
-    stress test lost objects that way). ``pack.packSizeLimit`` is set to 0 for this run (packs
-    split by a size limit would be chosen again at every merge) and ``pack.indexVersion`` to 2
-    (the version gitstate reads pack sizes from). Only gitstate's own transaction
-    packs are chosen, and only they are removed. The new pack is in place (written and flushed
-    by git as ``core.fsync`` says, its directory flushed) before any source is removed."""
+    git is given the ids the chosen packs' indexes list (:func:`packs.index_id_lines`, made at C
+    speed: this thread holds the GIL beside the writer's for a moment only; walking the packs'
+    commits in Python, as this once did, doubled a LangGraph step while merges ran). Unnamed
+    objects are sorted by size for delta search, which still finds the versions of a list chunk as
+    deltas of each other. Every object of the chosen packs goes into the new pack, also those
+    another pack holds too: ``pack-objects --stdin-packs`` would leave those out, and a concurrent
+    ``git repack --geometric`` doing the same with our packs could then delete the only other copy.
+    Only gitstate's own packs are chosen, and only they are removed, once the new one is in place."""
     try:
         lines = "".join(packs.index_id_lines(os.path.join(pack_dir, name + ".idx")) for name in chosen)
     except (OSError, GitStateError):
         return None  # removed or damaged meanwhile: merge nothing now
-    private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
-    try:
-        done = run_git(common_dir, ["-c", "pack.packSizeLimit=0", "-c", "pack.indexVersion=2", "pack-objects",
-                                    "-q", "--threads=1", "--delta-base-offset", "--depth=20",
-                                    os.path.join(private, "pack")], stdin=lines)
-        name = "pack-" + done.stdout.strip()
-        if done.returncode != 0 or not packs.is_pack_name(name):
-            return None
-        written = sorted(os.listdir(private), key=lambda n: n.endswith(".idx"))  # the index last
-        if not lock.refresh():
-            return None  # our lock was broken meanwhile: leave everything as it is
-        for entry in written:
-            ext = entry[entry.rfind("."):]
-            target = os.path.join(pack_dir, name + ext)
-            if not os.path.exists(target):
-                os.rename(os.path.join(private, entry), target)
-        fsync_dir(pack_dir)  # the merged pack is durable before any source is removed
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-    packs.remove_packs(pack_dir, [source for source in chosen if source != name])
+    name = _pack_objects(common_dir, pack_dir, lines, lock)
+    if name is not None:
+        packs.remove_packs(pack_dir, [source for source in chosen if source != name])
     return name
