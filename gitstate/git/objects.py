@@ -21,7 +21,8 @@ from pygit2.enums import ObjectType
 from gitstate.errors import StoreWriteError
 from gitstate.git import deflate
 from gitstate.git.lockfile import Owner
-from gitstate.git.packs import write_pack
+from gitstate.git.packs import freshen, write_pack
+from gitstate.git.safeopen import write_all  # also imported from here by its callers
 
 MODE_BLOB = 0o100644
 MODE_EXEC = 0o100755
@@ -117,7 +118,7 @@ class ObjectWriter:
         raw = header + data
         loose = os.path.join(self.objects, oid[:2], oid[2:])
         try:
-            existed = _freshen(loose) or oid in self.odb
+            existed = freshen(loose) or oid in self.odb
             if not existed:
                 self._write_loose(loose, raw)
         except (pygit2.GitError, OSError) as exc:
@@ -264,7 +265,7 @@ class ObjectWriter:
         try:
             for oid, (kind, data, _z) in staged.items():
                 loose = os.path.join(self.objects, oid[:2], oid[2:])
-                if _freshen(loose):
+                if freshen(loose):
                     continue
                 self._write_loose(loose, b"%s %d\x00" % (_TYPE_NAMES[ObjectType(kind)], len(data)) + data)
                 written += 1
@@ -382,25 +383,6 @@ def tree_bytes(entries: Iterable[TreeEntry]) -> bytes:
 def entry_bytes(name: str, oid: str, mode: int) -> bytes:
     """One tree entry as git serialises it (a tree's bytes are its entries' in git's order)."""
     return b"%o %s\x00" % (mode, name.encode("utf-8", "surrogateescape")) + bytes.fromhex(oid)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """``os.write`` until every byte is out (one call writes at most about 2 GiB)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _freshen(path: str) -> bool:
-    """Whether the loose object exists; if so, touch it as git does when it reuses an object, so a
-    concurrent ``git gc`` does not prune it as old and unreachable just before a ref names it."""
-    try:
-        os.utime(path)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return os.path.exists(path)  # read-only or foreign file: it exists, leave its time alone
-    return True
 
 
 _OBJECT_DIRS: dict[str, str] = {}

@@ -50,7 +50,8 @@ from dataclasses import dataclass
 from gitstate.errors import CorruptObjectError, GitStateError, StoreWriteError, UsageError
 from gitstate.git import deflate, safeopen
 from gitstate.git.command import run_git
-from gitstate.git.durability import start_writeback
+from gitstate.git.durability import fsync_dir, start_writeback
+from gitstate.git.safeopen import write_all
 
 OBJ_COMMIT = 1
 OBJ_TREE = 2
@@ -94,22 +95,16 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
                compressed: Mapping[str, bytes] | None = None) -> PackWritten:
     """Write ``objects`` as one version-2 pack with its version-2 index in ``pack_dir``.
 
-    Each object is ``(hex id, type, body)``: type 1 commit, 2 tree, 3 blob, 4 tag, and the body
-    without git's ``"<type> <size>\\0"`` header. The id is trusted, not recomputed (see the module
-    documentation). An id given twice is written once (its first occurrence). ``compression`` is the
-    zlib level of objects of 1 KiB or more (1, git's ``core.looseCompression`` default, is fast
-    and small enough); smaller ones are stored (:func:`gitstate.git.deflate.compress`). With ``fsync`` both files' contents are flushed (``fdatasync``, as git flushes the
-    packs it writes) before they are renamed into place; with ``sync_dir`` the directory is flushed
-    after the renames too, so the names survive a power loss as well (``core.fsync=all``).
+    Each object is ``(hex id, type 1-4, body without git's header)``; an id given twice is written
+    once. Bodies are compressed by :func:`gitstate.git.deflate.compress` at level ``compression``
+    unless ``compressed`` maps the id to its zlib stream already. ``fsync``: both files are flushed
+    (``fdatasync``, as git flushes its packs) before they are renamed into place; ``sync_dir``: the
+    directory after the renames too, as far as the file system can (``core.fsync=all``).
 
-    With ``keep`` a ``<name>.keep`` file holding those bytes is created before the ``.pack`` is
-    put in place (as ``git receive-pack`` keeps the pack it received until its refs are updated):
-    ``git repack -a -d`` and ``git gc`` neither delete a kept pack nor drop its objects, which are
-    unreachable until the caller's refs name them. The caller removes the file afterwards
-    (:attr:`PackWritten.keep`; ``None`` when a ``.keep`` of that name existed already).
-
-    ``compressed`` maps ids to the zlib stream of their body, made already by the caller
-    (:mod:`gitstate.git.deflate`): the entry holds it as it is (it must inflate to the body)."""
+    ``keep``: a ``<name>.keep`` holding those bytes is created before the ``.pack`` appears (as
+    ``git receive-pack`` keeps a received pack until its refs move), so ``git repack -a -d`` and
+    ``git gc`` neither delete the pack nor drop its objects, unreachable until the caller's refs
+    name them; the caller removes it (:attr:`PackWritten.keep`, ``None`` when one existed)."""
     if not -1 <= compression <= 9:
         raise UsageError(f"compression must be a zlib level from -1 to 9, not {compression}")
     seen: set[str] = set()
@@ -292,18 +287,12 @@ def _open_temp(pack_dir: str, prefix: str, data: bytes) -> tuple[str, int]:
     path = os.path.join(pack_dir, prefix + secrets.token_hex(8))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
     try:
-        _write_all(fd, data)
+        write_all(fd, data)
     except BaseException:
         os.close(fd)
         _unlink(path)
         raise
     return path, fd
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool,
@@ -321,7 +310,7 @@ def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool,
     try:
         if keep is not None:
             kept = _create_keep(base + ".keep", keep)
-        if os.path.exists(base + ".idx") and _freshen(base + ".pack"):
+        if os.path.exists(base + ".idx") and freshen(base + ".pack"):
             _unlink(tmp_pack)
             _unlink(tmp_idx)
             return True, kept
@@ -334,7 +323,7 @@ def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool,
             _unlink(kept)
         raise
     if fsync:
-        _fsync_dir(pack_dir)
+        fsync_dir(pack_dir)
     return False, kept
 
 
@@ -345,15 +334,16 @@ def _create_keep(path: str, content: bytes) -> str | None:
     except FileExistsError:
         return None
     try:
-        _write_all(fd, content)
+        write_all(fd, content)
     finally:
         os.close(fd)
     return path
 
 
-def _freshen(path: str) -> bool:
-    """Whether ``path`` exists; if so its mtime is set to now (kept as it was where that is not
-    allowed, e.g. a read-only repository)."""
+def freshen(path: str) -> bool:
+    """Whether ``path`` exists; if so its mtime is set to now, as git freshens an object it reuses,
+    so a concurrent ``git gc`` does not prune it as old (left as it was where that is not allowed,
+    e.g. a read-only repository)."""
     try:
         os.utime(path)
     except FileNotFoundError:
@@ -361,14 +351,6 @@ def _freshen(path: str) -> bool:
     except OSError:
         return os.path.exists(path)
     return True
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _unlink(path: str) -> bool:

@@ -20,7 +20,8 @@ import os
 import stat
 from typing import IO, Any
 
-__all__ = ["NotRegularFileError", "describe", "open_fd", "open_file", "regular_or_absent", "remove_special"]
+__all__ = ["NotRegularFileError", "describe", "open_fd", "open_file", "regular_or_absent", "remove_special",
+           "write_all"]
 
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -118,3 +119,10 @@ def remove_special(path: str | bytes) -> bool:
     except OSError:
         return False
     return True
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """``os.write`` until every byte is out (one call writes at most about 2 GiB)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
