@@ -44,7 +44,7 @@ import stat
 import struct
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gitstate.errors import CorruptObjectError, GitStateError, StoreWriteError, UsageError
@@ -631,50 +631,47 @@ def reindex_orphans(pack_dir: str) -> list[str]:
 # -- cleaning up -----------------------------------------------------------------------------------
 
 
+def old_files(directory: str, wanted: Callable[[str], bool], max_age: float) -> list[str]:
+    """The regular files of ``directory`` whose name is ``wanted`` and that were last modified more
+    than ``max_age`` seconds ago, sorted (``[]`` when the directory cannot be listed)."""
+    try:
+        names = [n for n in os.listdir(directory) if wanted(n)]
+    except OSError:
+        return []
+    now = time.time()
+    found = []
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and now - info.st_mtime > max_age:
+            found.append(path)
+    return sorted(found)
+
+
 def remove_orphans(pack_dir: str, max_age_seconds: float) -> int:
     """Remove what dead writers left in ``pack_dir``: gitstate's ``tmp_pack_*`` and ``tmp_idx_*``
     files (:func:`is_temp_name`; git's own are git's to remove), and ``.pack`` files without their
     ``.idx`` (and without a ``.keep``) that :func:`reindex_orphans` cannot index, when last modified
-    more than ``max_age_seconds`` ago. Nothing else is touched. Returns how many files were removed.
-
-    A live writer's files are younger than that as long as ``max_age_seconds`` is far above the
-    time between its writes and its last rename (use minutes at least; git prunes its temporary
-    files after two weeks)."""
+    more than ``max_age_seconds`` ago (far above a live writer's time between its writes and its
+    last rename: minutes at least). Nothing else is touched. Returns how many files were removed."""
     if max_age_seconds < 0:
         raise UsageError(f"max_age_seconds cannot be negative, not {max_age_seconds}")
     reindex_orphans(pack_dir)  # a complete pack that lost its index is repaired, never removed
-    try:
-        listing = os.listdir(pack_dir)
-    except FileNotFoundError:
-        return 0
-    present = set(listing)
-    now = time.time()
+
+    def orphan(entry: str) -> bool:
+        stem = os.path.join(pack_dir, entry[:-5])
+        return (entry.endswith(".pack") and entry.startswith("pack-") and not os.path.exists(stem + ".idx")
+                and not os.path.exists(stem + ".keep"))
+
     removed = 0
-    for entry in listing:
-        is_pack = False
-        if is_temp_name(entry):
-            pass
-        elif entry.endswith(".pack") and entry[:-5].startswith("pack-"):
-            stem = entry[:-5]
-            if stem + ".idx" in present or stem + ".keep" in present:
-                continue
-            is_pack = True
-        else:
-            continue
-        path = os.path.join(pack_dir, entry)
-        try:
-            info = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISREG(info.st_mode) or now - info.st_mtime <= max_age_seconds:
-            continue
-        if is_pack:
-            stem = path[:-5]
-            if os.path.exists(stem + ".idx") or os.path.exists(stem + ".keep"):
-                continue  # its writer finished after the listing
-        try:
-            if _unlink(path):
-                removed += 1
-        except OSError:
-            pass
+    for path in old_files(pack_dir, lambda n: is_temp_name(n) or orphan(n), max_age_seconds):
+        name = os.path.basename(path)
+        if is_temp_name(name) or orphan(name):  # a pack's writer may have finished since the listing
+            try:
+                removed += _unlink(path)
+            except OSError:
+                pass
     return removed
