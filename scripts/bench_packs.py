@@ -10,6 +10,8 @@ includes computing the ids:
 - ``loose files``: ``ObjectWriter._write_loose`` per object (zlib level 1, temp file, rename): only
   the file writes of today's path. The loose repositories have their 256 fan-out directories made
   beforehand, as a repository in use has.
+- ``Odb.write``: libgit2's loose write per object (``repo.odb.write``), what ``loose files``
+  replaces.
 - ``ObjectWriter.write``: today's whole path per object (existence checks with libgit2, then the
   loose write).
 - ``write_pack``: ``gitstate.git.packs.write_pack`` of all of them (one ``.pack`` + one ``.idx``).
@@ -91,6 +93,7 @@ class Variants:
         self.fsync = fsync
         self.loose_repo = init_repo(root / "loose", fanout=True)
         self.loose_writer = ObjectWriter(self.loose_repo, fsync=fsync)
+        self.odb_repo = init_repo(root / "odb", fanout=True)
         self.writer_repo = init_repo(root / "writer", fanout=True)
         self.writer = ObjectWriter(self.writer_repo, fsync=fsync)
         self.pack_dir = str(root / "pack" / ".git" / "objects" / "pack")
@@ -111,6 +114,10 @@ class Variants:
             raw = b"%s %d\x00" % (names[kind], len(body)) + body
             oid = hashlib.sha1(raw, usedforsecurity=False).hexdigest()
             self.loose_writer._write_loose(os.path.join(objects_dir, oid[:2], oid[2:]), raw)
+
+    def odb_write(self, objects: Objects) -> None:
+        for kind, body in objects:
+            self.odb_repo.odb.write(kind, body)
 
     def object_writer(self, objects: Objects) -> None:
         for kind, body in objects:
@@ -151,6 +158,7 @@ def run_writes(root: Path, rounds: int, count: int, size: int, fsync: bool, seed
     variants = Variants(root, fsync)
     table: dict[str, Callable[[Objects], None]] = {
         "loose files": variants.loose,
+        "Odb.write": variants.odb_write,
         "ObjectWriter.write": variants.object_writer,
         "write_pack": variants.pack,
         "write_pack + git index-pack": variants.pack_and_index,

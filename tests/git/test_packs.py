@@ -489,8 +489,8 @@ def test_bench_script_quick_run(tmp_path: Path) -> None:
                   "deleted packs it holds open", "old ÷ fresh", "git fsck --strict of the merged repository: clean"):
         assert label in proc.stdout, label
     figures = json.loads(out_json.read_text())
-    assert set(figures["writes"]) == {"loose files", "ObjectWriter.write", "write_pack", "write_pack + git index-pack",
-                                       "write_pack + merges"}
+    assert set(figures["writes"]) == {"loose files", "Odb.write", "ObjectWriter.write", "write_pack",
+                                       "write_pack + git index-pack", "write_pack + merges"}
     assert figures["writes"]["write_pack"]["n"] == 20
     assert figures["handle"]["deleted_pack_fds_held"] > 0 and figures["handle"]["after_set_odb_fds"] == 0
     assert figures["fsck_clean"] is True
