@@ -1,13 +1,11 @@
 """Opening gitstate's private files under ``.git`` (``agentos/*``, lock files, the stat cache)
 without ever blocking.
 
-A FIFO put in the place of such a file would make a plain ``open`` wait forever (for a writer when
-reading, for a reader when writing), and a device or socket is no file of ours either. So every
-private file is opened with ``O_NONBLOCK`` and kept only when ``fstat`` says it is a regular file;
-anything else raises an :class:`OSError` (:class:`NotRegularFileError`; :class:`IsADirectoryError`
-for a directory), which callers already treat as an unreadable file: derived data is rebuilt, a
-required file is an error. ``O_NONBLOCK`` is cleared once the file is known to be regular.
-Before handing a private path to libgit2 (which opens it blocking), check it with
+A FIFO in the place of such a file would make a plain ``open`` wait forever, and a device or
+socket is no file of ours either. So private files are opened with ``O_NONBLOCK`` (cleared once
+``fstat`` says the file is regular), and anything else raises an :class:`OSError`
+(:class:`NotRegularFileError`, or :class:`IsADirectoryError`), which callers treat as an unreadable
+file. Before handing a private path to libgit2 (which opens it blocking), check it with
 :func:`regular_or_absent`.
 
 Only the standard library: :mod:`gitstate.git.lockfile` sits on it."""
