@@ -419,16 +419,12 @@ _MIDX_HEADER = struct.Struct(">4sBBBBI")  # signature, version, hash version, ch
 
 
 def remove_packs(pack_dir: str, names: Iterable[str]) -> None:
-    """Delete the packs ``names`` (``pack-<hex>``) that have no ``.keep``: each one's files, its
-    index first (readers find packs by it); files already gone are fine. Before that, as git's
-    ``repack -d`` does (its ``clear_midx_file``), a multi-pack-index naming one of them is removed
-    with its bitmap and reverse index: git would find it naming a pack that is gone (its commands
-    print ``packfile ... index unavailable`` and ``git fsck`` fails); git reads the packs without
-    one, and ``git multi-pack-index write`` (or ``git maintenance``) writes a new one. A concurrent
-    ``git multi-pack-index write`` can still list a pack just before it goes (git's own repack has
-    that race too): a multi-pack-index naming a pack that is gone is removed as well, here before
-    and after the deletions, so such a one lasts until the next merge at most. Callers serialize
-    this under the housekeeping lock."""
+    """Delete the packs ``names`` (``pack-<hex>``) that have no ``.keep``, each one's index first;
+    files already gone are fine. As git's ``repack -d`` does (``clear_midx_file``), a
+    multi-pack-index naming one of them is removed first, with its bitmap and reverse index (git
+    would print ``packfile ... index unavailable`` and ``git fsck`` fail; git reads the packs
+    without one), and so is one naming a pack already gone, before and after the deletions (a
+    concurrent ``git multi-pack-index write`` can list a pack just before it goes)."""
     doomed = [n for n in names if not os.path.exists(os.path.join(pack_dir, n + ".keep"))]
     if not doomed:
         return
@@ -462,7 +458,7 @@ def damaged_midx(pack_dir: str) -> bool:
             head = fh.read(_MIDX_HEADER.size)
     except OSError:
         return False
-    return len(head) < 5 or (head[:4] == b"MIDX" and head[4] in (1, 2)) or head[:4] != b"MIDX"
+    return len(head) < 5 or head[:4] != b"MIDX" or head[4] in (1, 2)
 
 
 def stale_midx(pack_dir: str) -> list[str]:
