@@ -63,9 +63,10 @@ def _template() -> Path:
 
 def make_repo(path: Path) -> Path:
     """A fresh repository with one commit on ``main`` and a tracked file: a copy of one made with
-    ``git init/add/commit`` once per test process (the scrubbed environment fixes identities and
+    ``git init/add/commit`` once per test process, its index refreshed (the scrubbed environment fixes identities and
     dates, so every copy holds the same commit a fresh one would)."""
     shutil.copytree(_template(), path, symlinks=True, dirs_exist_ok=True)
+    git(path, "update-index", "-q", "--refresh")  # the copy's stat data, as a user's git would write it
     return path
 
 
