@@ -368,11 +368,11 @@ def test_a_killed_merge_leaves_no_temporary_list_behind(repo: Path) -> None:
     young = agentos / f"{housekeeping.TX_PACKS}.kept.4194001.tmp"
     for path in (old, young):
         path.write_text("pack-" + "0" * 40 + "\n")
-    aged = time.time() - housekeeping.LOCK_STALE_SECONDS - 60
+    aged = time.time() - housekeeping.LEFTOVER_AGE - 60
     os.utime(old, (aged, aged))
     housekeeping.merge_tx_packs(str(repo / ".git"))
     assert not old.exists()
-    assert young.exists()  # perhaps a merge on another machine whose lock was broken by age
+    assert young.exists()  # perhaps a merge on another machine, whose flock this kernel cannot see
 
 
 def test_repack_between_a_snapshot_and_its_checkpoint_drops_nothing(repo: Path,

@@ -5,7 +5,7 @@ pack it just wrote, never touches packs it did not write, and never runs ``git g
 
 Writers append the ids of the loose objects they create to ``agentos/loose.journal``; at
 :data:`PACK_THRESHOLD` ids the writer that notices takes ``agentos/housekeeping.lock`` (a
-:class:`lockfile.OwnedLock`), packs them (``git pack-objects``) and removes the loose copies; those
+:class:`lockfile.FileLock`), packs them (``git pack-objects``) and removes the loose copies; those
 packs, listed in ``agentos/packs``, are merged into one at :data:`MERGE_THRESHOLD`. Transactions'
 packs are listed in ``agentos/tx-packs`` and merged geometrically (:func:`merge_tx_packs`). At
 :data:`REF_PACK_THRESHOLD` loose refs under ``refs/agentos/`` they go to ``packed-refs``."""
@@ -32,7 +32,7 @@ from gitstate.git.safeopen import NotRegularFileError
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
 MERGE_THRESHOLD = 12  # gitstate packs before they are merged (git's gc.autoPackLimit is 50)
 REF_PACK_THRESHOLD = 500  # loose refs under refs/agentos/ before they are moved to packed-refs
-LOCK_STALE_SECONDS = 120.0  # age after which a lock whose owner cannot be checked is broken
+LEFTOVER_AGE = 120.0  # seconds: a private pack directory this old was left by a killed packer
 
 
 _MADE: set[str] = set()  # agentos directories known to exist (one makedirs per process, not per write)
@@ -92,10 +92,10 @@ def _loose_path(common_dir: str, oid: str) -> str:
 PACK_TMP_PREFIX = "agentos-pack-"  # private directories under objects/ that packs are written into
 
 
-def _pack_objects(common_dir: str, pack_dir: str, ids: str, lock: lockfile.OwnedLock | None) -> str | None:
+def _pack_objects(common_dir: str, pack_dir: str, ids: str) -> str | None:
     """Write the objects ``ids`` names (one hex id a line) into one new pack with deltas (``git
     pack-objects``, run with ``LC_ALL=C``) and put it in place; return its name (``pack-<hash>``),
-    or ``None`` when git failed or, with a ``lock``, the lock was lost meanwhile (nothing installed).
+    or ``None`` when git failed (nothing installed).
 
     git writes into a private directory beside the pack directory (same file system), where the
     only pack is ours by construction (the pack directory can gain other packs meanwhile: a
@@ -110,7 +110,7 @@ def _pack_objects(common_dir: str, pack_dir: str, ids: str, lock: lockfile.Owned
                                     "-q", "--threads=1", "--delta-base-offset", "--depth=20",
                                     os.path.join(private, "pack")], stdin=ids)
         name = "pack-" + done.stdout.strip()
-        if done.returncode != 0 or not packs.is_pack_name(name) or (lock is not None and not lock.refresh()):
+        if done.returncode != 0 or not packs.is_pack_name(name):
             return None
         for entry in sorted(os.listdir(private), key=lambda n: n.endswith(".idx")):  # the index last
             target = os.path.join(pack_dir, name + entry[entry.rfind("."):])
@@ -124,13 +124,13 @@ def _pack_objects(common_dir: str, pack_dir: str, ids: str, lock: lockfile.Owned
 
 def _remove_leftover_dirs(common_dir: str) -> None:
     """Remove the private pack directories and ``tx-packs.kept`` copies of killed packers and
-    merges (with the lock held; the age limit spares one on another machine whose lock was broken
-    by age while it still wrote)."""
+    merges (with the lock held; the age limit spares one that a packer on another machine, whose
+    flock this kernel may not see, still writes)."""
     objects = os.path.join(common_dir, "objects")
     kept_tmp = os.path.join(glob.escape(_agentos_dir(common_dir)), TX_PACKS + ".kept.*.tmp")
     for path in glob.glob(os.path.join(glob.escape(objects), PACK_TMP_PREFIX + "*")) + glob.glob(kept_tmp):
         try:
-            if time.time() - os.stat(path).st_mtime > LOCK_STALE_SECONDS:
+            if time.time() - os.stat(path).st_mtime > LEFTOVER_AGE:
                 if os.path.isdir(path):
                     shutil.rmtree(path, ignore_errors=True)
                 else:
@@ -155,12 +155,12 @@ def _write_names(path: str, names: Iterable[str]) -> None:
     os.replace(tmp, path)
 
 
-def _lock(common_dir: str, wait: float) -> lockfile.OwnedLock | None:
+def _lock(common_dir: str, wait: float) -> lockfile.FileLock | None:
     """The housekeeping lock, waited for up to ``wait`` seconds: ``None`` when another process holds
     it (with a ``wait``, :class:`HousekeepingBusy` when it held it all that time)."""
     path = os.path.join(_agentos_dir(common_dir), "housekeeping.lock")
     deadline = time.monotonic() + wait
-    while (lock := lockfile.acquire(path, stale_after=LOCK_STALE_SECONDS)) is None:
+    while (lock := lockfile.acquire(path)) is None:
         if time.monotonic() >= deadline:
             if wait > 0:
                 raise HousekeepingBusy(common_dir)
@@ -178,14 +178,14 @@ def pack_loose(repo: pygit2.Repository, common_dir: str) -> int:
     lock = _lock(common_dir, 0.0)
     if lock is None:
         return 0
-    with lock:  # released only while it is still ours
-        return _pack_locked(common_dir, lock)
+    with lock:
+        return _pack_locked(common_dir)
 
 
 PACK_STEP = 5000  # loose objects one pack step packs at most; a larger backlog takes more steps
 
 
-def _pack_locked(common_dir: str, lock: lockfile.OwnedLock) -> int:
+def _pack_locked(common_dir: str) -> int:
     journal = _journal(common_dir)
     taken = f"{journal}.{os.getpid()}.packing"
     try:
@@ -217,7 +217,7 @@ def _pack_locked(common_dir: str, lock: lockfile.OwnedLock) -> int:
     os.makedirs(pack_dir, exist_ok=True)
     name = None
     if loose:
-        name = _pack_objects(common_dir, pack_dir, "".join(o + "\n" for o in loose), None)
+        name = _pack_objects(common_dir, pack_dir, "".join(o + "\n" for o in loose))
         if name is None:
             raise OSError(f"git pack-objects could not pack {len(loose)} loose objects")
     listed = os.path.join(_agentos_dir(common_dir), "packs")
@@ -236,10 +236,10 @@ def _pack_locked(common_dir: str, lock: lockfile.OwnedLock) -> int:
             os.unlink(batch)
         except FileNotFoundError:
             pass
-    # Merging deletes packs: only while the lock is provably still ours (renewed for the merge),
-    # and not while the user's `git gc` runs (it fails when a pack it listed goes away).
-    if len(ours) >= MERGE_THRESHOLD and not git_gc_running(common_dir) and lock.refresh():
-        merged = _merge_with_deltas(common_dir, pack_dir, ours, lock)
+    # Merging deletes packs: not while the user's `git gc` runs (it fails when a pack it listed
+    # goes away).
+    if len(ours) >= MERGE_THRESHOLD and not git_gc_running(common_dir):
+        merged = _merge_with_deltas(common_dir, pack_dir, ours)
         if merged is not None:
             _write_names(listed, [merged])
     if refs.count_loose_refs(common_dir) >= REF_PACK_THRESHOLD:
@@ -345,7 +345,7 @@ def merge_tx_packs(common_dir: str, wait: float = 0.0) -> str | None:
     if lock is None:
         return None
     with lock:
-        return _merge_tx_locked(common_dir, _agentos_dir(common_dir), lock)
+        return _merge_tx_locked(common_dir, _agentos_dir(common_dir))
 
 
 def remove_dead_keeps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]:
@@ -406,7 +406,7 @@ def _sweep_leftovers(common_dir: str, pack_dir: str) -> None:
     _remove_leftover_dirs(common_dir)
 
 
-def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) -> str | None:
+def _merge_tx_locked(common_dir: str, agentos: str) -> str | None:
     pack_dir = os.path.join(common_dir, "objects", "pack")
     _sweep_leftovers(common_dir, pack_dir)
     path = os.path.join(agentos, TX_PACKS)
@@ -431,9 +431,7 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
     chosen = packs.geometric_plan(weights)
     if chosen and git_gc_running(common_dir):
         chosen = []  # deleting packs under a running `git gc` makes it fail: merge next time
-    if chosen and not lock.refresh():
-        chosen = []  # our lock was broken and retaken: deleting packs is no longer ours to do
-    merged = _merge_with_deltas(common_dir, pack_dir, chosen, lock) if chosen else None
+    merged = _merge_with_deltas(common_dir, pack_dir, chosen) if chosen else None
     if merged is None:
         chosen = []  # nothing merged: every pack stays listed
     keep = kept + [n for n, _w in weights if n not in chosen] + ([merged] if merged else [])
@@ -443,7 +441,7 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
     return merged
 
 
-def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: lockfile.OwnedLock) -> str | None:
+def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str]) -> str | None:
     """Write every object of the packs ``chosen`` into one pack with deltas (:func:`_pack_objects`),
     then remove the merged-away packs; returns its name, or ``None`` when nothing was merged (every
     pack left in place).
@@ -460,7 +458,7 @@ def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: 
         lines = "".join(packs.index_id_lines(os.path.join(pack_dir, name + ".idx")) for name in chosen)
     except (OSError, GitStateError):
         return None  # removed or damaged meanwhile: merge nothing now
-    name = _pack_objects(common_dir, pack_dir, lines, lock)
+    name = _pack_objects(common_dir, pack_dir, lines)
     if name is not None:
         packs.remove_packs(pack_dir, [source for source in chosen if source != name])
     return name

@@ -1,17 +1,8 @@
-"""Lock files that know their owner, and the one safe way to break a stale lock.
+"""Locks: gitstate's own, and gitstate's hold on git's lock files.
 
-:func:`break_stale` removes a lock file that a predicate calls stale without ever removing one a
-live process holds: the file is renamed aside (atomic), judged again where nobody else can touch
-it, and put back with ``os.link`` if it turned out fresh. ``refs.break_stale_locks`` uses it for
-git's ``<ref>.lock`` files, :class:`OwnedLock` for its own.
-
-:class:`OwnedLock` is a lock file (``O_EXCL`` semantics) whose content names its owner: pid, the
-process's start time, the machine and the time it was taken. A lock whose owner is provably dead
-(same machine; pid not running, a zombie, or running with another start time) is broken at once by
-the next :meth:`OwnedLock.acquire`; a lock whose owner is provably alive is never broken; any other
-lock (owner on another machine, start time unknown, unreadable content) only when older than
-``stale_after`` seconds (by its mtime, which :meth:`OwnedLock.refresh` renews). :meth:`release`
-removes the file only while it is still the one we wrote.
+:class:`FileLock` is the one lock primitive for gitstate's own locks (the housekeeping lock, a
+worktree's restore lock): a ``flock`` on a file that stays, released by the kernel when its holder
+dies, so it is never stale and never broken.
 
 :func:`create_held` makes the lock files of git's own protocol (``<ref>.lock``, ``packed-refs.lock``)
 that gitstate takes: created exclusively as git creates them, then held with ``flock`` for as long
@@ -21,14 +12,18 @@ can tell the cases apart: a flock held, a live gitstate owner (never broken), wi
 without one (in the two system calls before the record is written, or once the holder replaced it
 by the ref's new value before renaming the lock over the ref); a record and no flock, a dead one
 (broken at once); neither (git's lock, or ours left in one of those instants by a killed holder),
-judged by age alone.
+judged by age alone (``packed-refs.lock``: never, see :mod:`gitstate.git.refs`).
+
+:func:`break_stale` removes such a lock file that a predicate calls stale without ever removing one
+a live process holds: the file is renamed aside (atomic), judged again where nobody else can touch
+it, and put back with ``os.link`` if it turned out fresh. :class:`Owner` records also mark the
+``.keep`` files of transaction packs, whose owner's life is told by its pid and start time.
 
 Only the standard library (and :mod:`gitstate.git.safeopen`, itself only that): this module sits
 at the bottom of the git layer."""
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
@@ -41,7 +36,7 @@ from types import TracebackType
 
 from gitstate.git import safeopen
 
-__all__ = ["Owner", "OwnedLock", "acquire", "break_stale", "create_held", "holds_flock", "is_stale",
+__all__ = ["FileLock", "Owner", "acquire", "break_stale", "create_held", "holder", "holds_flock", "is_stale",
            "read_owner", "release_held"]
 
 
@@ -428,123 +423,54 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# the lock
+# gitstate's own locks
 
 
-_NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK}
+class FileLock:
+    """A lock of gitstate's own (``agentos/housekeeping.lock``, a worktree's restore lock): an
+    exclusive ``flock`` on a file that stays in place. The kernel drops it when the holder's
+    descriptor closes, also when the holder is killed, so such a lock is never stale: nothing
+    judges or breaks it. The file holds the holder's pid, for messages only."""
 
-
-class OwnedLock:
-    """A held lock file; get one with :meth:`acquire` (or the module's :func:`acquire`)."""
-
-    def __init__(self, path: str, owner: Owner, content: bytes, file_id: tuple[int, int]) -> None:
+    def __init__(self, path: str, fd: int) -> None:
         self.path = path
-        self.owner = owner
-        self._content = content
-        self._file_id = file_id  # (st_dev, st_ino) of the file we created
-        self._released = False
+        self._fd: int | None = fd
+        self._pid = os.getpid()  # a forked child's copy is closed at the fork (_close_inherited)
 
     @classmethod
-    def acquire(cls, path: str, *, stale_after: float) -> OwnedLock | None:
-        """Take the lock at ``path`` without waiting; None when another owner holds it.
-
-        A lock left by a provably dead owner is broken at once, any other only after
-        ``stale_after`` seconds (see :func:`is_stale`). The owner record is written to a private
-        file first and hard-linked to ``path`` (which fails if ``path`` exists), so nobody ever
-        reads a half-written owner."""
-        for _attempt in range(3):
-            lock = cls._create(path)
-            if lock is not None:
-                return lock
-            if not break_stale(path, lambda p: is_stale(p, stale_after)):
-                return None
-        return None
-
-    @classmethod
-    def _create(cls, path: str) -> OwnedLock | None:
-        owner = Owner.current()
-        content = owner.to_bytes()
-        tmp = f"{path}.new-{owner.token}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    def acquire(cls, path: str) -> FileLock | None:
+        """Take the lock at ``path`` without waiting; None while another process (or another
+        :class:`FileLock` of this one) holds it. :class:`OSError` when the file cannot be made."""
+        fd = safeopen.open_fd(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644, replace_special=True)
         try:
-            try:
-                os.write(fd, content)
-                st = os.fstat(fd)
-            finally:
-                os.close(fd)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return None
-            except OSError as exc:
-                if exc.errno not in _NO_LINK:
-                    raise
-                return cls._create_without_link(path, owner, content)
-            return cls(path, owner, content, (st.st_dev, st.st_ino))
-        finally:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-    @classmethod
-    def _create_without_link(cls, path: str, owner: Owner, content: bytes) -> OwnedLock | None:
-        """For file systems without hard links: O_EXCL, then the record. A reader that comes in
-        between sees an empty file, which is judged by age alone, so it is not broken early."""
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return None
-        try:
-            os.write(fd, content)
-            st = os.fstat(fd)
-        finally:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             os.close(fd)
-        return cls(path, owner, content, (st.st_dev, st.st_ino))
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            record = f"{os.getpid()}\n".encode("ascii")
+            os.pwrite(fd, record, 0)
+            os.ftruncate(fd, len(record))
+        except OSError:
+            pass  # the pid is for messages only
+        _HELD.add(fd)
+        return cls(path, fd)
 
     def held(self) -> bool:
-        """Whether ``path`` is still the file we created, with our record in it (not broken, or
-        broken and taken again by someone else)."""
-        if self._released:
-            return False
-        try:
-            with safeopen.open_file(self.path, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                data = fh.read(len(self._content) + 1)
-        except OSError:
-            return False
-        # both: an inode number can be reused at once by the next lock file, and content alone
-        # could be copied
-        return (st.st_dev, st.st_ino) == self._file_id and data == self._content
+        """Whether this lock is still held (not released; by this process, not a forked child)."""
+        return self._fd is not None and self._pid == os.getpid()
 
-    def refresh(self) -> bool:
-        """Renew the lock's mtime (for holders that run long, against age-based breaking by
-        processes that cannot see whether we are alive); False when the lock is no longer ours."""
-        if not self.held():
-            return False
-        try:
-            os.utime(self.path)
-        except OSError:
-            return False
-        return True
+    def release(self) -> None:
+        """Give the lock up (the file stays, for the next holder). Safe to call twice."""
+        fd, self._fd = self._fd, None
+        if fd is not None and self._pid == os.getpid():
+            _HELD.discard(fd)
+            os.close(fd)
 
-    def release(self) -> bool:
-        """Remove the lock file if it is still ours; True when it was removed. Safe to call twice.
-
-        A lock broken and retaken by another owner is left in place. (Between the check and the
-        unlink another process could break ours only if it judged it stale, i.e. never while we are
-        provably alive on this machine.)"""
-        if not self.held():
-            self._released = True
-            return False
-        self._released = True
-        try:
-            os.unlink(self.path)
-        except OSError:
-            return False
-        return True
-
-    def __enter__(self) -> OwnedLock:
+    def __enter__(self) -> FileLock:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -552,10 +478,19 @@ class OwnedLock:
         self.release()
 
     def __repr__(self) -> str:
-        return f"OwnedLock({self.path!r}, pid={self.owner.pid}, held={self.held()})"
+        return f"FileLock({self.path!r}, held={self.held()})"
 
 
-def acquire(path: str, *, stale_after: float) -> OwnedLock | None:
-    """Take the lock file at ``path`` (non-blocking); None when another owner holds it. See
-    :meth:`OwnedLock.acquire`."""
-    return OwnedLock.acquire(path, stale_after=stale_after)
+def holder(path: str) -> int | None:
+    """The pid the lock file at ``path`` names (its holder, or its last one), if any."""
+    try:
+        with safeopen.open_file(path, "rb") as fh:
+            text = fh.read(32).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def acquire(path: str) -> FileLock | None:
+    """Take gitstate's own lock at ``path`` (non-blocking); see :meth:`FileLock.acquire`."""
+    return FileLock.acquire(path)

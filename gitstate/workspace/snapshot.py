@@ -64,7 +64,6 @@ _ENTRY_UPTODATE = 1 << 2  # GIT_INDEX_ENTRY_UPTODATE: in memory only; libgit2 sk
 RESTORE_WAIT = 10.0
 #: Age after which a restore lock whose owner cannot be checked (another machine) is broken; a lock
 #: of a live process on this machine is never broken, one of a dead process at once.
-RESTORE_LOCK_STALE = 600.0
 
 
 @dataclass(frozen=True)
@@ -176,39 +175,24 @@ class Workspace:
 
     @contextlib.contextmanager
     def restoring(self, wait: float | None = None) -> Iterator[None]:
-        """Hold the worktree's restore lock (``<private index>.restore.lock``, an owned lock file)
-        for a restore's snapshot, writes and stat cache: two restores of one worktree at once (two
-        processes, or two threads) would unlink and create the same files under each other. A
-        second restore waits up to ``wait`` seconds (:data:`RESTORE_WAIT`) for the first to end,
-        then raises :class:`WorktreeBusyError` having changed nothing; a lock left by a killed
-        restore is broken at once (see :class:`lockfile.OwnedLock`). The lock's mtime is renewed
-        while it is held, so one whose owner cannot be checked (another machine or container) is
-        broken by age only when its restore no longer runs. :class:`StoreWriteError` when the lock
-        cannot be made (a read-only repository)."""
+        """Hold the worktree's restore lock (``<private index>.restore.lock``, a
+        :class:`lockfile.FileLock`) for a restore's snapshot, writes and stat cache: two restores of
+        one worktree at once (two processes, or two threads) would unlink and create the same files
+        under each other. A second restore waits up to ``wait`` seconds (:data:`RESTORE_WAIT`) for
+        the first to end, then raises :class:`WorktreeBusyError` having changed nothing; the kernel
+        releases the lock of a killed restore. :class:`StoreWriteError` when the lock cannot be made
+        (a read-only repository)."""
         path = self.index_path + ".restore.lock"
         limit = RESTORE_WAIT if wait is None else wait
         deadline = time.monotonic() + limit
         pause = 0.005
-        while (lock := _take_lock(path, RESTORE_LOCK_STALE)) is None:
+        while (lock := _take_lock(path)) is None:
             if time.monotonic() >= deadline:
-                owner = lockfile.read_owner(path)
-                raise WorktreeBusyError(self.workdir, limit, owner.pid if owner is not None else None)
+                raise WorktreeBusyError(self.workdir, limit, lockfile.holder(path))
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
-        done = threading.Event()
-
-        def renew() -> None:  # a long restore's lock stays young for those who can only judge its age
-            while not done.wait(RESTORE_LOCK_STALE / 4):
-                lock.refresh()
-
-        renewer = threading.Thread(target=renew, name="gitstate-restore-lock", daemon=True)
-        renewer.start()
-        try:
+        with lock:
             yield
-        finally:
-            done.set()
-            renewer.join()
-            lock.release()
 
     # -- capture ----------------------------------------------------------------------------------
 
@@ -895,14 +879,13 @@ class _AddFailed(StoreWriteError):
         self.name = name
 
 
-def _take_lock(path: str, stale_after: float) -> lockfile.OwnedLock | None:
-    """:func:`lockfile.acquire`, a failure to write the lock file (a read-only repository, a full
+def _take_lock(path: str) -> lockfile.FileLock | None:
+    """:func:`lockfile.acquire`, a failure to make the lock file (a read-only repository, a full
     disk) being :class:`StoreWriteError`."""
     try:
-        return lockfile.acquire(path, stale_after=stale_after)
+        return lockfile.acquire(path)
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
-
 
 def _retrying(call: Callable[[], T]) -> T:
     """``call()``, again after a :class:`StoreWriteError`, a few times with growing pauses (a file

@@ -1,7 +1,6 @@
-"""Owned lock files and the stale-lock breaker, with real processes where the owner's life matters:
-a killed owner's lock is broken at once, a live owner's never, another machine's only by age; a
-release never removes a lock someone else retook; two processes racing for a stale lock never both
-win."""
+"""gitstate's own locks (flocks the kernel releases when their holder dies), the owner records of
+the git lock files gitstate holds, and the stale-lock breaker, with real processes where the
+owner's life matters."""
 
 from __future__ import annotations
 
@@ -28,29 +27,10 @@ needs_proc = pytest.mark.skipif(not LINUX_PROC, reason="process start times need
 _HOLDER = r"""
 import sys, time
 from gitstate.git import lockfile
-lock = lockfile.acquire(sys.argv[1], stale_after=3600)
+lock = lockfile.acquire(sys.argv[1])
 print("held" if lock is not None else "busy", flush=True)
 time.sleep(60)
 """
-
-_RACER = r"""
-import sys
-from gitstate.git import lockfile
-path = sys.argv[1]
-for line in sys.stdin:
-    cmd = line.split()
-    if cmd[0] == "go":
-        start = float(cmd[1])
-        while lockfile.time.time() < start:
-            pass
-        lock = lockfile.acquire(path, stale_after=3600)
-        print(1 if lock is not None else 0, flush=True)
-    elif cmd[0] == "release":
-        print(1 if lock is not None and lock.release() else 0, flush=True)
-    elif cmd[0] == "quit":
-        break
-"""
-
 
 def _spawn(code: str, *args: str) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -93,97 +73,60 @@ def _leftovers(directory: Path, lock: Path) -> list[str]:
 
 
 @needs_proc
-def test_lock_of_killed_process_is_broken_at_once(tmp_path: Path) -> None:
+def test_a_file_lock_of_a_killed_holder_is_free_at_once(tmp_path: Path) -> None:
+    """gitstate's own locks are flocks: the kernel releases a killed holder's, and the file stays."""
     path = tmp_path / "work.lock"
     holder = _spawn(_HOLDER, str(path))
     try:
         assert _line(holder) == "held"
-        owner = lockfile.read_owner(str(path))
-        assert owner is not None and owner.pid == holder.pid
-        assert owner.start == lockfile.process_start_time(holder.pid)
-        # alive: never broken, however small stale_after (its life is proven, not guessed)
-        assert lockfile.acquire(str(path), stale_after=3600) is None
-        assert lockfile.acquire(str(path), stale_after=0) is None
-        assert lockfile.read_owner(str(path)) == owner
+        assert lockfile.acquire(str(path)) is None  # a live holder: never taken, whatever its age
+        old = time.time() - 10 * 86400
+        os.utime(path, (old, old))
+        assert lockfile.acquire(str(path)) is None
+        assert lockfile.holder(str(path)) == holder.pid
+    finally:
         holder.send_signal(signal.SIGKILL)
-        holder.wait(timeout=30)
-    finally:
-        holder.kill()
         holder.communicate(timeout=30)
-    started = time.monotonic()
-    lock = lockfile.acquire(str(path), stale_after=3600)
-    assert lock is not None, "the lock of a killed process must be broken at once"
-    assert time.monotonic() - started < 5
-    assert lockfile.read_owner(str(path)) == lock.owner and lock.owner.pid == os.getpid()
-    assert lock.release() and not path.exists()
-    assert _leftovers(tmp_path, path) == []
+    lock = lockfile.acquire(str(path))
+    assert lock is not None and lock.held() and lockfile.holder(str(path)) == os.getpid()
+    assert lockfile.acquire(str(path)) is None  # held by this process's other lock (one per open file)
+    lock.release()
+    lock.release()  # twice is fine
+    assert not lock.held() and path.exists()
+    again = lockfile.acquire(str(path))
+    assert again is not None
+    again.release()
 
 
-@needs_proc
-def test_lock_of_killed_unreaped_process_is_broken(tmp_path: Path) -> None:
-    """A killed child its parent has not waited for yet is a zombie: dead, although its pid exists."""
+def test_a_file_lock_taken_in_a_forked_child_is_the_childs(tmp_path: Path) -> None:
+    """A child forked while the parent holds a lock does not keep it (its copy is closed at the
+    fork), and its release leaves the parent's lock alone."""
     path = tmp_path / "work.lock"
-    holder = _spawn(_HOLDER, str(path))
-    try:
-        assert _line(holder) == "held"
-        os.kill(holder.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while (stat := lockfile._proc_stat(holder.pid)) is not None and stat[0] != "Z":
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        lock = lockfile.acquire(str(path), stale_after=3600)
-        assert lock is not None
-        lock.release()
-    finally:
-        holder.kill()
-        holder.communicate(timeout=30)
+    lock = lockfile.acquire(str(path))
+    assert lock is not None
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            lock.release()  # the parent's: not the child's to release
+            code = 0 if not lock.held() and lockfile.acquire(str(path)) is None else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert lock.held() and lockfile.acquire(str(path)) is None
+    lock.release()
 
 
-def test_lock_of_this_live_process_is_not_broken(tmp_path: Path) -> None:
-    path = str(tmp_path / "work.lock")
-    first = lockfile.acquire(path, stale_after=0)
-    assert first is not None
-    with first:
-        assert first.held()
-        assert lockfile.acquire(path, stale_after=0) is None or not LINUX_PROC
-        assert first.held() or not LINUX_PROC
-    assert not os.path.exists(path)
-
-
-@pytest.mark.parametrize("content", ["other-host", "garbage", "empty"])
-def test_lock_of_other_host_or_unreadable_is_broken_only_after_stale_after(tmp_path: Path, content: str) -> None:
-    path = tmp_path / "work.lock"
-    if content == "other-host":
-        # a dead pid there says nothing: it is another machine's
-        path.write_bytes(dataclasses.replace(Owner.current(), host="elsewhere.invalid", pid=2**22 + 7).to_bytes())
-    elif content == "garbage":
-        path.write_bytes(b"12345\n")  # the old format, or another program's lock
-    else:
-        path.write_bytes(b"")  # a half-written lock
-    before = path.read_bytes()
-    assert lockfile.acquire(str(path), stale_after=60) is None
-    assert path.read_bytes() == before
-    old = time.time() - 59
-    os.utime(path, (old, old))
-    assert lockfile.acquire(str(path), stale_after=60) is None
-    old = time.time() - 61
-    os.utime(path, (old, old))
-    lock = lockfile.acquire(str(path), stale_after=60)
-    assert lock is not None and lockfile.read_owner(str(path)) == lock.owner
-    assert lock.release()
-    assert _leftovers(tmp_path, path) == []
-
-
-def test_a_fifo_in_a_locks_place_is_stale_at_once_and_never_blocks(tmp_path: Path) -> None:
-    """No holder makes its lock a FIFO; reading one would wait for ever for a writer."""
+def test_a_fifo_in_a_file_locks_place_never_blocks(tmp_path: Path) -> None:
+    """No holder makes its lock a FIFO; opening one would wait for ever for a writer."""
     path = tmp_path / "housekeeping.lock"
     os.mkfifo(path)
     assert bounded(lambda: lockfile.read_owner(str(path)), 5) is None
     assert bounded(lambda: lockfile.is_stale(str(path), 3600), 5) is True
-    lock = bounded(lambda: lockfile.acquire(str(path), stale_after=3600), 5)
+    lock = bounded(lambda: lockfile.acquire(str(path)), 5)
     assert lock is not None and path.is_file() and lock.held()
-    assert lock.release()
-    assert _leftovers(tmp_path, path) == []
+    lock.release()
 
 
 def test_dead_pid_on_this_host_is_stale_even_without_start_time(tmp_path: Path) -> None:
@@ -193,87 +136,8 @@ def test_dead_pid_on_this_host_is_stale_even_without_start_time(tmp_path: Path) 
     dead = dataclasses.replace(Owner.current(), pid=int(done.stdout), start=None)
     path.write_bytes(dead.to_bytes())
     assert lockfile.is_stale(str(path), 3600)
-    assert lockfile.acquire(str(path), stale_after=3600) is not None
-
-
-def test_release_leaves_a_lock_retaken_by_another_owner(tmp_path: Path) -> None:
-    path = tmp_path / "work.lock"
-    mine = lockfile.acquire(str(path), stale_after=60)
-    assert mine is not None
-    # someone judged it stale, broke it and took it: often on the very same inode number
-    assert lockfile.break_stale(str(path), lambda p: True)
-    theirs = lockfile.acquire(str(path), stale_after=60)
-    assert theirs is not None
-    assert not mine.held() and theirs.held()
-    assert mine.release() is False
-    assert path.exists() and lockfile.read_owner(str(path)) == theirs.owner
-    assert mine.refresh() is False
-    assert theirs.release() and not path.exists()
-
-
-def test_release_leaves_a_lock_another_process_retook(tmp_path: Path) -> None:
-    path = tmp_path / "work.lock"
-    mine = lockfile.acquire(str(path), stale_after=60)
-    assert mine is not None
-    assert lockfile.break_stale(str(path), lambda p: True)
-    holder = _spawn(_HOLDER, str(path))
-    try:
-        assert _line(holder) == "held"
-        with mine:
-            pass  # __exit__ releases: must not remove the child's lock
-        owner = lockfile.read_owner(str(path))
-        assert owner is not None and owner.pid == holder.pid
-    finally:
-        holder.kill()
-        holder.communicate(timeout=30)
-
-
-def test_release_keeps_a_lock_whose_content_was_replaced(tmp_path: Path) -> None:
-    path = tmp_path / "work.lock"
-    mine = lockfile.acquire(str(path), stale_after=60)
-    assert mine is not None
-    other = dataclasses.replace(mine.owner, token="f" * 16).to_bytes()
-    with open(path, "r+b") as fh:  # same inode, not our record
-        fh.write(other)
-        fh.truncate()
-    assert mine.release() is False and path.read_bytes() == other
-
-
-@needs_proc
-def test_two_processes_racing_for_a_stale_lock_never_both_win(tmp_path: Path) -> None:
-    path = tmp_path / "work.lock"
-    racers = [_spawn(_RACER, str(path)) for _ in range(2)]
-    try:
-        for round_ in range(50):
-            stale = round_ % 5 != 4  # mostly a dead owner's lock, sometimes a free path
-            if stale:
-                path.write_bytes(_dead_owner().to_bytes())
-            start = time.time() + 0.05
-            for r in racers:
-                _send(r, f"go {start}")
-            won = [_line(r) == "1" for r in racers]
-            assert sum(won) == 1, f"round {round_}: {won}"
-            winner = racers[won.index(True)]
-            owner = lockfile.read_owner(str(path))
-            assert owner is not None and owner.pid == winner.pid, round_
-            assert _leftovers(tmp_path, path) == [], round_
-            answers = []
-            for r in racers:
-                _send(r, "release")
-                answers.append(_line(r))
-            assert answers == ["1" if w else "0" for w in won], round_
-            assert not path.exists()
-        for r in racers:
-            _send(r, "quit")
-            r.wait(timeout=30)
-    finally:
-        for r in racers:
-            r.kill()
-            r.communicate(timeout=30)
-
-
-# --------------------------------------------------------------------------------------------
-# break_stale
+    assert lockfile.break_stale(str(path), lambda p: lockfile.is_stale(p, 3600))
+    assert not path.exists()
 
 
 def test_break_stale_removes_a_stale_lock(tmp_path: Path) -> None:
@@ -336,16 +200,6 @@ def test_break_stale_puts_back_when_the_judge_fails(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         lockfile.break_stale(str(path), judge)
     assert path.read_text() == "kept" and _leftovers(tmp_path, path) == []
-
-
-def test_refresh_renews_the_age(tmp_path: Path) -> None:
-    path = tmp_path / "work.lock"
-    lock = lockfile.acquire(str(path), stale_after=60)
-    assert lock is not None
-    old = time.time() - 600
-    os.utime(path, (old, old))
-    assert lock.refresh() and time.time() - path.stat().st_mtime < 60
-    assert lock.release()
 
 
 def test_owner_record_round_trips_and_rejects_junk() -> None:
