@@ -389,7 +389,14 @@ class Workspace:
         and the nested repositories, taken out again. A file git could not read is read again (a
         file rewritten meanwhile), then :class:`StoreWriteError`; one that is no longer a file or
         link (a FIFO in its place) leaves the index."""
-        proc = self._git(work, ["add", "-A", "--verbose", "--ignore-errors", "--", *pathspecs])
+        for delay in (*scan.SETTLE_DELAYS, None):
+            proc = self._git(work, ["add", "-A", "--verbose", "--ignore-errors", "--", *pathspecs])
+            if proc.returncode in (0, 1) or b"unstable object source data" not in proc.stderr:
+                break
+            # a file changed while git hashed and wrote it (git stops there): again, after a pause
+            if delay is None:
+                raise FileChangingError(self.workdir)
+            time.sleep(delay)
         if proc.returncode not in (0, 1):
             raise StoreWriteError(self.workdir, f"cannot snapshot the worktree: {last_line(proc.stderr)}")
         added, removed = [], []
@@ -762,8 +769,8 @@ class Workspace:
                        progress: Callable[[int], None] | None) -> Snapshot | None:
         """:func:`scan.capture`, with the new blobs and trees stored as one pack and the stat data
         of what it hashed written into the private index; ``None`` where the scan does not apply,
-        or finds something it leaves to git (a big file, a path the user's index gained, changed
-        ignore rules): then :meth:`snapshot` goes on through git."""
+        or finds something it leaves to git (a big file): then :meth:`snapshot` goes on through git. Paths the user's index gained
+        that an ignore rule matches are read here; files that became ignored leave."""
         assert self._store_objects is not None
         epoch = gc_epoch(objects_dir(repo))
         if epoch != self._saved_epoch():
@@ -774,17 +781,25 @@ class Workspace:
             return None
         rules_changed, todo, sig = self._tracked_news(True)
         entries = cap.entries
-        news = [path for path in todo if os.fsencode(path) not in entries and _in_real_dirs(self.workdir, path)
-                and _file_or_link(os.path.join(self.workdir, path))]
-        if news or rules_changed or cap.ignore_changed:
-            return None
+        for path in sorted(todo):  # tracked by the user although ignored: the scan left them out
+            raw = os.fsencode(path)
+            if raw not in entries and _in_real_dirs(self.workdir, path) \
+                    and _file_or_link(os.path.join(self.workdir, path)) and not self._read_into(raw, cap):
+                return None
+        removed = list(cap.removed)
+        if rules_changed or cap.ignore_changed:
+            for name in self._ignored(repo, [os.fsdecode(p) for p in entries]):
+                raw = os.fsencode(name)
+                del entries[raw]
+                cap.stats.pop(raw, None)
+                removed.append(raw)
         pending: list[tuple[int, bytes]] = list(cap.objects)
         tree = self._new_trees(entries, repo.odb, pending)
         self._store_in_batches(pending)
-        if cap.stats or cap.removed:
+        if cap.stats or removed:
             index = scan.read_entries(self.index_path)
             if index is not None:
-                for raw in cap.removed:
+                for raw in removed:
                     index.pop(raw, None)
                 for raw, st in cap.stats.items():
                     mode, oid = entries[raw]
@@ -797,6 +812,27 @@ class Workspace:
         self._save_signature()
         self._save_last_tree(tree)
         return Snapshot(tree, tuple(cap.skipped), None, scanned=True)
+
+    def _read_into(self, raw: bytes, cap: scan.Capture) -> bool:
+        """Read the worktree file or link ``raw`` into ``cap`` (entry, stat data, new blob);
+        ``False`` for what the scan leaves to git (a big file, not a file any more)."""
+        full = os.path.join(os.fsencode(self.workdir), raw)
+        try:
+            st = os.lstat(full)
+            if S_ISLNK(st.st_mode):
+                data = os.readlink(full)
+            else:
+                with scan.open_regular(full) as opened:
+                    if opened is None or opened[1].st_size > BIG_BLOB:
+                        return False
+                    data, st = scan.read_settled(opened[0], full, opened[1])
+        except OSError:
+            return False
+        oid = pygit2.hash(data).raw
+        cap.objects.append((int(ObjectType.BLOB), data))
+        cap.entries[raw] = (scan.git_mode(st.st_mode), oid)
+        cap.stats[raw] = st
+        return True
 
     @staticmethod
     def _new_trees(entries: dict[bytes, tuple[int, bytes]], odb: pygit2.Odb, out: list[tuple[int, bytes]]) -> str:
