@@ -376,11 +376,11 @@ class Workspace:
         ignore_changed = any(p.rpartition("/")[2] == ".gitignore" for p in (*added, *removed))
         if seed == "user":  # the user's tracked files came with the seed
             self._tracked_sig = self._signature()
-            rules_changed, news = False, list[str]()
+            news = list[str]()
         else:
-            rules_changed, news = self._add_tracked(work, cached=seed == "private")
-        if rules_changed or ignore_changed:
-            self._drop_ignored(work)
+            applied, news = self._add_tracked(work, cached=seed == "private")
+            if ignore_changed and not applied:
+                news = self._apply_rules(work)
         self._settle(work, [*added, *news], since)
         return self._write_tree(work, prefixes), skipped
 
@@ -497,14 +497,16 @@ class Workspace:
             raise StoreWriteError(self.location.git_dir, f"cannot write the snapshot: {exc}") from exc
         return tree
 
-    def _index_ids(self, work: str, names: Iterable[str]) -> dict[str, bytes]:
-        """The blob ids ``work`` holds for ``names`` (those it holds)."""
-        entries = scan.read_entries(work) or {}
+    def _index_ids(self, work: str, names: Sequence[str]) -> dict[str, bytes]:
+        """The blob ids ``work`` holds for ``names`` (those it holds, at stage 0)."""
+        proc = self._git(work, ["ls-files", "-z", "-s", "--", *names])
         out = {}
-        for name in names:
-            entry = entries.get(os.fsencode(name))
-            if entry is not None:
-                out[name] = entry[40:60]
+        if proc.returncode == 0:
+            for record in proc.stdout.split(b"\0"):
+                info, _, raw = record.partition(b"\t")
+                fields = info.split()
+                if raw and len(fields) == 3 and fields[2] == b"0":
+                    out[os.fsdecode(raw)] = bytes.fromhex(fields[1].decode("ascii"))
         return out
 
     def _settle(self, work: str, names: Iterable[str], since_ns: int) -> None:
@@ -614,35 +616,54 @@ class Workspace:
         return users
 
     def _add_tracked(self, work: str, cached: bool) -> tuple[bool, list[str]]:
-        """Tracked-but-ignored files are captured as git captures them: paths that appeared in the
-        user's index since the last look and that ``git add -A`` left out (an ignore rule matches
-        them) are added to ``work`` by ``git update-index --add`` (ignore rules do not apply).
-        Returns whether ignore rules must be applied again (see :meth:`_tracked_news`), and the
-        paths added.
+        """Tracked-but-ignored files are captured as git captures them, and files an ignore rule
+        matches that the user does not track are not. Whenever the user's index or an excludes file
+        changed since the last look (or a ``.gitignore`` did: ``rules_changed`` of the caller), git
+        lists the files an ignore rule matches in the user's index and in ``work``
+        (``ls-files -c -i --exclude-standard``): those only the user's holds are added to ``work``
+        (``update-index --add``: ignore rules do not apply), those only ``work`` holds leave it.
+        Returns whether that was done, and the paths added.
 
         The last look survives the process (``index-<wt>.user``): a fresh process whose user index,
-        ``info/exclude`` and global excludes file did not change since does not read the user's
-        index again."""
-        rules_changed, todo, sig = self._tracked_news(cached)
+        ``info/exclude`` and global excludes file did not change since looks at nothing."""
+        rules_changed, todo, sig = self._tracked_news(cached, paths=False)
         self._tracked_sig = sig
-        if not todo:
-            return rules_changed, []
-        have = {os.fsdecode(p) for p in scan.read_entries(work) or {}}
-        missing = [path for path in sorted(todo - have) if _in_real_dirs(self.workdir, path)
+        if not (todo or rules_changed):
+            return False, []
+        return True, self._apply_rules(work)
+
+    def _apply_rules(self, work: str) -> list[str]:
+        """See :meth:`_add_tracked`; the paths added to ``work``."""
+        users = self._ignored_in(os.path.join(self.location.git_dir, "index"))
+        ours = self._ignored_in(work)
+        dropped = sorted(ours - users)
+        if dropped:
+            self._git_paths(work, ["update-index", "--force-remove"], dropped)
+        missing = [path for path in sorted(users - ours) if _in_real_dirs(self.workdir, path)
                    and _file_or_link(os.path.join(self.workdir, path))]
         if not missing:
-            return rules_changed, []
+            return []
         self._git_paths(work, ["update-index", "--add", "--ignore-missing"], missing)
-        have = {os.fsdecode(p) for p in scan.read_entries(work) or {}}
-        return rules_changed, [p for p in missing if p in have]  # one that could not be read is left out, as git would
+        have = self._index_ids(work, missing)
+        return [p for p in missing if p in have]  # one that could not be read is left out, as git would
 
-    def _tracked_news(self, cached: bool) -> tuple[bool, frozenset[str], tuple[Any, ...]]:
+    def _ignored_in(self, index: str) -> set[str]:
+        """The paths of the index file ``index`` that an ignore rule matches (read only)."""
+        proc = self._git(index, ["ls-files", "-z", "-c", "-i", "--exclude-standard"])
+        if proc.returncode != 0:
+            if not os.path.lexists(index):
+                return set()
+            raise StoreWriteError(self.workdir, f"cannot snapshot the worktree: {last_line(proc.stderr)}")
+        return {os.fsdecode(r) for r in proc.stdout.split(b"\0") if r}
+
+    def _tracked_news(self, cached: bool, paths: bool = True) -> tuple[bool, frozenset[str], tuple[Any, ...]]:
         """Whether ignore rules must be applied again to the private index, the paths of the
         user's index to make sure of in it (none while the user's index is unchanged since the last
         look, else all of them), and this look's signature. Rules apply again when
         ``info/exclude`` or the global excludes file changed, or when the user's index changed: a
         path may have left it (``git rm --cached`` of a tracked-but-ignored file: ignored from
-        then on). ``.gitignore`` files are git's and the scan's to notice."""
+        then on). ``.gitignore`` files are git's and the scan's to notice. Without ``paths`` the
+        user's index is not read: a non-empty set (``{""}``) only says that it changed."""
         sig = self._signature()
         old = self._tracked_sig
         if old is None and cached:
@@ -650,7 +671,7 @@ class Workspace:
         rules_changed = old is not None and sig[1:] != old[1:]
         if old is not None and sig[0] == old[0] and cached:
             return rules_changed, frozenset(), sig
-        return rules_changed or cached, self._user_paths(), sig
+        return rules_changed or cached, self._user_paths() if paths else frozenset({""}), sig
 
     def _saved_signature(self) -> tuple[Any, ...] | None:
         try:
@@ -669,17 +690,6 @@ class Workspace:
         if sig is None or sig == self._saved_signature():
             return
         self._write_beside(".user", " ".join("-" if v is None else ",".join(str(x) for x in v) for v in sig))
-
-    def _drop_ignored(self, work: str) -> None:
-        """After ignore rules changed: files of ``work`` that an ignore rule matches and the user's
-        git does not track leave it (``git ls-files -c -i --exclude-standard``)."""
-        proc = self._git(work, ["ls-files", "-z", "-c", "-i", "--exclude-standard"])
-        if proc.returncode != 0:
-            raise StoreWriteError(self.workdir, f"cannot snapshot the worktree: {last_line(proc.stderr)}")
-        tracked = self._user_paths()
-        dropped = [name for name in (os.fsdecode(r) for r in proc.stdout.split(b"\0") if r) if name not in tracked]
-        if dropped:
-            self._git_paths(work, ["update-index", "--force-remove"], dropped)
 
     def _ignored(self, repo: pygit2.Repository, names: list[str]) -> list[str]:
         """The ``names`` an ignore rule matches now that the user's git does not track."""
@@ -1082,25 +1092,28 @@ def _blob_size(repo: pygit2.Repository, oid: str) -> int:
         return 0
 
 
+def _tree_entries(repo: pygit2.Repository, oid: str) -> dict[str, tuple[str, int]]:
+    """``name → (id, mode)`` of a tree a snapshot wrote (git wrote it: libgit2 parses it)."""
+    try:
+        tree = repo[oid]
+    except (KeyError, ValueError, pygit2.GitError):
+        return {}
+    if not isinstance(tree, pygit2.Tree):
+        return {}
+    return {str(e.name): (str(e.id), int(e.filemode)) for e in tree}
+
+
 def _new_objects(repo: pygit2.Repository, tree: str, old: str | None, common: str, out: list[str]) -> None:
     if tree == old:
         return
     if _loose_size(common, tree) is not None:
         out.append(tree)
-    reader = ObjectReader(repo)
-    before: dict[str, str] = {}
-    if old is not None:
-        try:
-            before = {e.name: e.id for e in reader.tree(old)}
-        except CorruptObjectError:
-            before = {}
-    for entry in reader.tree(tree):
-        oid = entry.id
-        prev = before.get(entry.name)
+    before = _tree_entries(repo, old) if old is not None else {}
+    for name, (oid, mode) in _tree_entries(repo, tree).items():
+        prev = before.get(name, ("", 0))[0] or None
         if oid == prev:
             continue
-        if entry.filemode == MODE_TREE:
+        if mode == MODE_TREE:
             _new_objects(repo, oid, prev, common, out)
-        elif entry.filemode != MODE_COMMIT and _loose_size(common, oid) is not None \
-                and _blob_size(repo, oid) <= BIG_BLOB:
+        elif mode != MODE_COMMIT and _loose_size(common, oid) is not None and _blob_size(repo, oid) <= BIG_BLOB:
             out.append(oid)
