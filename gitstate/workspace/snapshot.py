@@ -32,8 +32,14 @@ Choices:
   applies, and the stat data of what a restore wrote is recorded in the private index
   (:meth:`Workspace.record`), which gitstate then writes itself (:func:`scan.write_index`).
 
-Measured with ``scripts/bench_files.py --files 10000 --only snapshot`` (2 shared cores, medians
-of interleaved rounds): FIGURES"""
+Measured with ``scripts/bench_files.py --files 10000 --only snapshot --rounds 11`` (10,000
+committed files, 100 MB; 2 shared cores; medians of interleaved rounds): the first snapshot (no
+private index) 152 ms against 702 ms for ``GIT_INDEX_FILE=<new> git add -A``, ratio 0.22 (the
+libgit2 ``add_all`` it replaces: 4.9x); ``checkpoint(files=True)`` after 10 edits (the user's index
+changed by ``git add -u`` between rounds) 106 ms against 94 ms for ``git stash create``, ratio 1.13
+of the medians, 0.99 the median of the per-round ratios. A snapshot runs ``git add`` and
+``git write-tree``, plus two ``git ls-files`` when the user's index or an ignore rule changed and
+one when a file modified in the last seconds was read."""
 
 from __future__ import annotations
 
