@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pygit2
@@ -246,59 +247,74 @@ def test_a_path_untracked_and_tracked_again_by_turns_of_two_processes(work: Path
     assert first.workspace.snapshot().tree == reference_tree(work).tree
 
 
-def test_big_files_are_left_to_libgit2(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_big_files_are_left_to_git(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file above BIG_BLOB: the fast capture leaves it to git, which streams it into a pack
+    (core.bigFileThreshold), never a loose object read whole."""
     monkeypatch.setattr(snapshot_module, "BIG_BLOB", 1000)
     store = gitstate.open_store(work)
     store.workspace.snapshot()
     data = os.urandom(50_000)
     (work / "big.bin").write_bytes(data)
-    snap = fast(store)
+    snap = store.workspace.snapshot(fast=True)
+    assert not snap.scanned
     blob = git(work, "rev-parse", f"{snap.tree}:big.bin").strip()
-    assert blob in loose_objects(work)  # streamed by libgit2, never packed whole
+    assert blob not in loose_objects(work)
+    assert git(work, "cat-file", "-s", blob).strip() == "50000"
     assert snap.tree == reference_tree(work).tree
 
 
-def test_a_big_file_gone_while_settled_is_left_out(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A big file removed between libgit2's read and the settle check leaves the index there; the
-    fast snapshot leaves it out (it raised KeyError reading the index for it)."""
+def _failing_reads(monkeypatch: pytest.MonkeyPatch, name: str, times: int) -> list[int]:
+    """git fails to read ``name`` in ``git add -A`` and then ``times`` times more (as for a file
+    rewritten while git reads it); returns the count of failures left."""
+    original = snapshot_module.Workspace._git
+    left = [times]
+
+    def git_failing(self: snapshot_module.Workspace, index: str, args: list[str], stdin: bytes | None = None) -> object:
+        if args[:2] == ["add", "-A"]:
+            proc = original(self, index, args, stdin)
+            proc.stderr += f"error: unable to index file '{name}'\n".encode()
+            proc.returncode = 1
+            return proc
+        if args == ["add", "--", name] and left[0]:
+            left[0] -= 1
+            return subprocess.CompletedProcess(args, 1, b"", f"error: unable to index file '{name}'\n".encode())
+        return original(self, index, args, stdin)
+
+    monkeypatch.setattr(snapshot_module.Workspace, "_git", git_failing)
+    return left
+
+
+def test_a_file_git_fails_to_read_is_read_again(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    (work / "src" / "b.py").write_text("b, rewritten\n")
+    left = _failing_reads(monkeypatch, "src/b.py", 2)
+    snap = store.workspace.snapshot()  # two failures, then git reads it
+    assert left == [0]
+    assert git(work, "cat-file", "blob", f"{snap.tree}:src/b.py") == "b, rewritten\n"
+
+
+def test_a_file_git_keeps_failing_to_read_is_added_from_gitstates_own_read(work: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file git fails to read on every try (a log written without pause): gitstate reads it
+    itself (a file that only grew is stored as read); the rest of the snapshot is there too."""
+    store = gitstate.open_store(work)
+    store.workspace.snapshot()
+    (work / "src" / "journal.txt").write_bytes(b"entry\n" * 50)
+    _failing_reads(monkeypatch, "src/journal.txt", 100)
+    snap = store.workspace.snapshot()
+    assert git(work, "cat-file", "blob", f"{snap.tree}:src/journal.txt") == "entry\n" * 50
+    assert git(work, "cat-file", "blob", f"{snap.tree}:src/b.py") != ""
+
+
+def test_a_big_file_git_cannot_read_is_a_store_write_error(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(snapshot_module, "BIG_BLOB", 1000)
     store = gitstate.open_store(work)
     store.workspace.snapshot()
-    (work / "big.bin").write_bytes(os.urandom(50_000))
-    original = snapshot_module.Workspace._settle
-
-    def removing(self: snapshot_module.Workspace, index: pygit2.Index, names: list[str], since: int) -> None:
-        original(self, index, names, since)
-        (work / "big.bin").unlink()  # gone meanwhile: the settle check dropped it from the index
-        index.remove("big.bin")
-
-    monkeypatch.setattr(snapshot_module.Workspace, "_settle", removing)
-    snap = fast(store)
-    assert "big.bin" not in git(work, "ls-tree", "-r", "--name-only", snap.tree).split()
-
-
-def test_a_big_file_libgit2_cannot_read_is_retried_then_a_store_write_error(work: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(snapshot_module, "BIG_BLOB", 1000)
-    store = gitstate.open_store(work)
-    store.workspace.snapshot()
-    (work / "big.bin").write_bytes(os.urandom(50_000))
-    original = pygit2.Index.add
-    failures = [2]
-
-    def flaky(self: pygit2.Index, path: object) -> None:
-        if path == "big.bin" and failures[0]:
-            failures[0] -= 1
-            raise pygit2.GitError("failed to read file into stream: ")  # rewritten while read
-        original(self, path)
-
-    monkeypatch.setattr(pygit2.Index, "add", flaky)
-    snap = fast(store)  # two failures, then it reads
-    assert failures == [0] and git(work, "rev-parse", f"{snap.tree}:big.bin").strip()
-    (work / "big.bin").write_bytes(os.urandom(50_000))
-    failures[0] = 10
-    with pytest.raises(gitstate.StoreWriteError, match="big.bin.*failed to read file"):
-        store.workspace.snapshot(fast=True)
+    (work / "big.bin").write_bytes(os.urandom(50_000))  # too big for gitstate's own read
+    _failing_reads(monkeypatch, "big.bin", 100)
+    with pytest.raises(gitstate.StoreWriteError, match="big.bin.*unable to index file"):
+        store.workspace.snapshot()
 
 
 @pytest.mark.parametrize("setup", ["gitattributes", "info-attributes", "autocrlf", "nested-gitattributes"])
@@ -459,9 +475,9 @@ def test_a_read_torn_by_one_write_begun_before_it_is_read_again(work: Path, monk
     assert git(work, "cat-file", "blob", f"{snap.tree}:src/b.py").encode() == new
 
 
-def test_a_torn_read_of_libgit2_is_read_again(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same for the files libgit2's add_all reads (``checkpoint(files=True)``): it checks only
-    the size, so what it stored for a file modified just before is checked by a second read."""
+def test_a_torn_read_of_git_is_read_again(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for the files git's add reads (``checkpoint(files=True)``): it checks only the
+    size, so what it stored for a file modified just before is checked by a second read."""
     store = gitstate.open_store(work)
     run = store.create_run(run_id="r")
     run.checkpoint({}, files=True)
@@ -470,13 +486,13 @@ def test_a_torn_read_of_libgit2_is_read_again(work: Path, monkeypatch: pytest.Mo
     target.write_bytes(old)
     with open(target, "r+b") as fh:
         fh.write(new)
-    torn_id = pygit2.Repository(str(work)).create_blob(new[:1000] + old[1000:]).raw
+    torn_id = str(pygit2.Repository(str(work)).create_blob(new[:1000] + old[1000:]))
     original = snapshot_module.Workspace._add_all
 
-    def tearing(self: snapshot_module.Workspace, index: pygit2.Index, *args: object, **kwargs: object) -> object:
-        out = original(self, index, *args, **kwargs)  # type: ignore[arg-type]
-        entry = index["src/b.py"]  # as if libgit2's read had overtaken a write
-        snapshot_module.add_entry(index, b"src/b.py", torn_id, int(entry.mode), os.lstat(target))
+    def tearing(self: snapshot_module.Workspace, work_index: str, *args: object) -> object:
+        out = original(self, work_index, *args)  # type: ignore[arg-type]
+        # as if git's read had overtaken a write
+        self._git(work_index, ["update-index", "--cacheinfo", f"100644,{torn_id},src/b.py"])
         return out
 
     monkeypatch.setattr(snapshot_module.Workspace, "_add_all", tearing)
@@ -533,7 +549,7 @@ def test_a_file_written_in_place_by_another_process_is_never_stored_torn(
     assert all(o in ("changing", 1) for o in outcomes), outcomes
 
 
-def test_what_libgit2_stored_of_a_log_appended_to_since_is_kept(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_what_git_stored_of_a_log_appended_to_since_is_kept(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file modified just before the snapshot that only grew after libgit2 read it (a log being
     written) keeps what libgit2 stored: that is a version the file had, so the checkpoint does not
     fail as for a file that keeps changing in place."""
@@ -545,9 +561,9 @@ def test_what_libgit2_stored_of_a_log_appended_to_since_is_kept(work: Path, monk
     log.write_bytes(first)
     original = snapshot_module.Workspace._add_all
 
-    def appending(self: snapshot_module.Workspace, index: pygit2.Index, *args: object, **kwargs: object) -> object:
-        out = original(self, index, *args, **kwargs)  # type: ignore[arg-type]
-        with open(log, "ab") as fh:  # the writer appends right after libgit2 read the file
+    def appending(self: snapshot_module.Workspace, index: str, *args: object) -> object:
+        out = original(self, index, *args)  # type: ignore[arg-type]
+        with open(log, "ab") as fh:  # the writer appends right after git read the file
             fh.write(b"line 2\n")
         return out
 
@@ -555,34 +571,6 @@ def test_what_libgit2_stored_of_a_log_appended_to_since_is_kept(work: Path, monk
     monkeypatch.setattr(scan, "SETTLE_DELAYS", (0.0, 0.0, 0.0))
     cp = run.checkpoint({}, files=True)
     assert git(work, "cat-file", "blob", f"{cp.files_tree_id}:src/journal.txt").encode() == first
-
-
-def test_a_file_libgit2_fails_to_read_is_added_from_gitstates_own_read(work: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """libgit2's add_all fails a whole pass when a file changes between its stat and its read (a
-    log written without pause fails every pass): gitstate reads that file itself (a file that only
-    grew is stored as read) and the pass goes on without it."""
-    store = gitstate.open_store(work)
-    run = store.create_run(run_id="r")
-    run.checkpoint({}, files=True)
-    log = work / "src" / "journal.txt"
-    log.write_bytes(b"entry\n" * 50)
-    failed: list[str] = []
-    original = snapshot_module.Workspace._add_all
-
-    def failing(self: snapshot_module.Workspace, index: pygit2.Index, *args: object, **kwargs: object) -> object:
-        handled = kwargs.get("handled")
-        if not handled or "src/journal.txt" not in handled:  # libgit2 fails on the log until it is handled
-            failed.append("src/journal.txt")
-            raise snapshot_module._AddFailed(str(work), "cannot snapshot the worktree: file changed before we "
-                                             "could read it", "src/journal.txt")
-        return original(self, index, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(snapshot_module.Workspace, "_add_all", failing)
-    cp = run.checkpoint({}, files=True)
-    assert failed == ["src/journal.txt"]
-    assert git(work, "cat-file", "blob", f"{cp.files_tree_id}:src/journal.txt").encode() == b"entry\n" * 50
-    assert git(work, "cat-file", "blob", f"{cp.files_tree_id}:src/b.py") != ""  # the rest is there too
 
 
 def test_a_recent_file_that_grew_between_the_two_reads_is_stored_as_first_read(work: Path,

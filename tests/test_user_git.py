@@ -346,18 +346,24 @@ def test_the_langgraph_saver_reports_a_deleted_repository(repo: Path) -> None:
         list(saver.list(cfg))
 
 
-def test_a_snapshot_libgit2_cannot_write_is_a_store_write_error(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import pygit2
+def test_a_snapshot_git_cannot_write_is_a_store_write_error(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
 
     from gitstate.workspace.snapshot import Workspace
 
-    def read_only(*_args: object) -> str:
-        raise pygit2.GitError("failed to create temporary file '.git/objects/tmp_object_git2_x': Read-only file system")
+    original = Workspace._git
+
+    def read_only(self: Workspace, index: str, args: list[str], stdin: bytes | None = None) -> object:
+        if args == ["write-tree"]:
+            return subprocess.CompletedProcess(args, 128, b"", b"error: insufficient permission for adding an "
+                                               b"object to repository database .git/objects\nfatal: git-write-tree: "
+                                               b"error building trees\n")
+        return original(self, index, args, stdin)
 
     (repo / "a.txt").write_text("a\n")
-    monkeypatch.setattr(Workspace, "_write_tree", staticmethod(read_only))
-    with pytest.raises(gitstate.StoreWriteError, match="Read-only file system"):  # a partial one: libgit2's
-        gitstate.open_store(repo).create_run(run_id="ro").checkpoint({"n": 1}, files=["a.txt"])
+    monkeypatch.setattr(Workspace, "_git", read_only)
+    with pytest.raises(gitstate.StoreWriteError, match="error building trees"):
+        gitstate.open_store(repo).create_run(run_id="ro").checkpoint({"n": 1}, files=True)
 
 
 def test_a_killed_merge_leaves_no_temporary_list_behind(repo: Path) -> None:

@@ -276,7 +276,7 @@ def test_read_index_paths_of_a_split_index(work: Path) -> None:
     assert expected <= names
 
 
-@pytest.mark.parametrize("suffix", ["", ".tree", ".user", ".epoch", ".big", ".restore.lock"])
+@pytest.mark.parametrize("suffix", ["", ".tree", ".user", ".epoch", ".restore.lock"])
 def test_a_fifo_among_the_private_index_files_never_blocks(work: Path, monkeypatch: pytest.MonkeyPatch,
                                                             suffix: str) -> None:
     """The stat cache (``index-<wt>``, read by libgit2), the files beside it and the restore lock,
@@ -285,7 +285,7 @@ def test_a_fifo_among_the_private_index_files_never_blocks(work: Path, monkeypat
     capture what is there; the FIFO is replaced as the file is written again."""
     from gitstate.workspace import snapshot
 
-    monkeypatch.setattr(snapshot, "BIG_BLOB", 64)  # the big files' stat record is read and written too
+    monkeypatch.setattr(snapshot, "BIG_BLOB", 64)  # big files are streamed into a pack by git
     (work / "big.bin").write_bytes(os.urandom(200))
     store = gitstate.open_store(work)
     run = store.create_run()

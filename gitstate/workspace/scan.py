@@ -30,6 +30,7 @@ import hashlib
 import os
 import stat
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -107,6 +108,125 @@ def read_stat_cache(index_path: str) -> dict[bytes, tuple[bytes, bytes]] | None:
     except (struct.error, ValueError):
         return None
     return out
+
+
+_EXTENDED = 0x4000
+_SKIP_OR_ADD = 0x4000 | 0x2000  # extended flags: skip-worktree, intent-to-add
+_ENTRY = struct.Struct(">10I")  # ctime s, ns, mtime s, ns, dev, ino, mode, uid, gid, size
+
+
+def read_entries(index_path: str) -> dict[bytes, bytes] | None:
+    """The regular file and link entries of a git index file (versions 2 to 4) at stage 0: path →
+    the entry's first 60 bytes (stat data, mode, id), laid out alike in every version. Entries git
+    keeps but does not look at in the worktree (skip-worktree, intent-to-add), gitlinks and sparse
+    directories are left out. ``None`` when the file is missing, not an index, damaged, or a split
+    index (its entries are in another file). Never blocks on a FIFO, never writes."""
+    try:
+        with safeopen.open_file(index_path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    if len(data) < 32 or data[:4] != b"DIRC":
+        return None
+    version, count = _HEADER.unpack_from(data, 4)
+    if version not in (2, 3, 4):
+        return None
+    out: dict[bytes, bytes] = {}
+    pos = 12
+    prev = b""
+    find = data.index
+    try:
+        for _ in range(count):
+            flags = _FLAGS.unpack_from(data, pos + 60)[0]
+            start = pos + 62
+            extended = 0
+            if flags & _EXTENDED and version >= 3:
+                extended = _FLAGS.unpack_from(data, start)[0]
+                start += 2
+            if version == 4:
+                strip, start = _varint(data, start)
+                end = find(b"\0", start)
+                name = prev[: len(prev) - strip] + data[start:end]
+                after = end + 1
+            else:
+                end = find(b"\0", start)
+                name = data[start:end]
+                after = pos + ((start - pos + len(name) + 8) & ~7)
+            kind = data[pos + 24:pos + 28]
+            if (not flags & 0x3000 and not extended & _SKIP_OR_ADD and name
+                    and kind[2] & 0xF0 in (0x80, 0xA0) and kind[:2] == b"\0\0"):
+                out[name] = data[pos:pos + 60]
+            prev = name
+            pos = after
+    except (struct.error, ValueError, IndexError):
+        return None
+    if pos > len(data) - 20:
+        return None
+    ext = pos
+    while ext + 8 <= len(data) - 20:  # extensions, up to the trailing checksum
+        if data[ext:ext + 4] == b"link":
+            return None
+        ext += 8 + struct.unpack_from(">I", data, ext + 4)[0]
+    return out
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    byte = data[pos]
+    pos += 1
+    value = byte & 0x7F
+    while byte & 0x80:
+        value += 1
+        byte = data[pos]
+        pos += 1
+        value = (value << 7) + (byte & 0x7F)
+    return value, pos
+
+
+def entry_bytes(st: os.stat_result, oid: bytes, mode: int) -> bytes:
+    """The first 60 bytes of an index entry for a file with this ``lstat``, blob id and git mode,
+    as git records them (32-bit fields)."""
+    ctime, mtime = st.st_ctime_ns, st.st_mtime_ns
+    return _ENTRY.pack((ctime // 1_000_000_000) & _M32, ctime % 1_000_000_000,
+                       (mtime // 1_000_000_000) & _M32, mtime % 1_000_000_000, st.st_dev & _M32,
+                       st.st_ino & _M32, mode, st.st_uid & _M32, st.st_gid & _M32, st.st_size & _M32) + oid
+
+
+def entry_mode(entry: bytes) -> int:
+    """The git mode of an entry of :func:`read_entries`."""
+    return int.from_bytes(entry[24:28], "big")
+
+
+def index_bytes(entries: dict[bytes, bytes]) -> bytes:
+    """A version-2 index file holding ``entries`` (path → :func:`entry_bytes`), in git's order,
+    with no extension (git rebuilds its caches), checksum included."""
+    parts = [b"DIRC", _HEADER.pack(2, len(entries))]
+    for name in sorted(entries):
+        length = len(name)
+        parts.append(entries[name])
+        parts.append(_FLAGS.pack(min(length, 0xFFF)))
+        parts.append(name)
+        parts.append(b"\0" * (8 - (62 + length) % 8))
+    body = b"".join(parts)
+    return body + hashlib.sha1(body, usedforsecurity=False).digest()
+
+
+def write_index(path: str, entries: dict[bytes, bytes], mtime_ns: int | None = None) -> None:
+    """Replace the index file at ``path`` with one holding ``entries`` (:func:`index_bytes`), whole:
+    written beside it, then renamed over it (a FIFO in its place is replaced, never opened).
+    ``mtime_ns``: the file's modification time (git takes entries modified at or after it as racily
+    clean and looks at their content: a copy keeps the time of the index it copies). Raises
+    :class:`OSError`."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.new"
+    try:
+        with safeopen.open_file(tmp, "wb", replace_special=True) as fh:
+            fh.write(index_bytes(entries))
+        if mtime_ns is not None:
+            os.utime(tmp, ns=(mtime_ns, mtime_ns))
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def stat_key(st: os.stat_result) -> bytes:
