@@ -214,12 +214,6 @@ CASES: dict[str, tuple[str, dict[str, str], str | None]] = {
 
 Found = tuple[str, str, str | None] | None
 
-#: Where location.py's own search still differs from git (fixed in the next commit).
-DIVERGING = {"core.worktree in a linked worktree's config.worktree", "core.worktree only through include.path",
-             "`.git` file with a trailing space", "GIT_DIR empty", "GIT_WORK_TREE empty",
-             "ceiling at the repository, from below", "ceiling below the repository", "ceiling through a link",
-             "ceiling among others", "bare, refused by safe.bareRepository"}
-
 
 def _expand(value: str, base: Path) -> str:
     return ":".join(str(base / p[1:]) if p.startswith("@") else p for p in value.split(":"))
@@ -243,8 +237,7 @@ def git_says(cwd: Path, env: dict[str, str]) -> tuple[Found, str]:
     return None, done.stderr
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True)) if c in DIVERGING else c
-                                  for c in CASES])
+@pytest.mark.parametrize("case", list(CASES))
 def test_discovery_agrees_with_git(base: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     cwd_name, env_spec, path_spec = CASES[case]
     cwd = base / cwd_name
