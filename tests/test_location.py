@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import gitstate
-from tests.conftest import git, make_repo, user_snapshot
+from tests.conftest import bounded, git, make_repo, user_snapshot
 
 
 def _runs(path: Path | None = None) -> list[str]:
@@ -342,3 +342,60 @@ def test_store_used_from_threads(store: gitstate.Store) -> None:
     assert sorted(s.id for s in store.list_runs()) == ["t0", "t1", "t2", "t3"]
     assert all(s.checkpoints == 20 for s in store.list_runs())
     assert os.path.isdir(store.location.common_dir)
+
+
+def test_git_is_asked_once_per_place_and_again_when_the_way_up_changes(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Discovery asks git (one process), remembers its answer in the process for the same place and
+    environment, and asks again when what it depends on changed: a `.git` appearing on the way up,
+    the git dir's config rewritten, another environment."""
+    from gitstate.git import location
+
+    asked: list[str] = []
+
+    def counting(*args: object, **kwargs: object) -> object:
+        asked.append(str(kwargs["cwd"]))
+        return real(*args, **kwargs)
+
+    real = location.run_git
+    monkeypatch.setattr(location, "run_git", counting)
+    sub = repo / "sub"
+    sub.mkdir()
+    for _ in range(3):
+        assert gitstate.open_store(sub).location.workdir == str(repo)
+    assert len(asked) == 1
+    git(sub, "init", "-q")  # a repository inside: git's answer changes, and so does gitstate's
+    assert gitstate.open_store(sub).location.workdir == str(sub) and len(asked) == 2
+    elsewhere = repo.parent / "elsewhere"
+    elsewhere.mkdir()
+    git(sub, "config", "core.worktree", str(elsewhere))
+    assert gitstate.open_store(sub).location.workdir == str(elsewhere) and len(asked) == 3
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(repo))
+    assert gitstate.open_store(sub).location.workdir == str(elsewhere) and len(asked) == 4
+
+
+@pytest.mark.parametrize("where", ["HEAD in a folder on the way up", "config of the git dir a .git file names",
+                                   "config of GIT_DIR"])
+def test_a_fifo_git_would_open_while_searching_is_refused_before_git_starts(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """git opens each folder's HEAD on its way up, and the config of the git dir it takes (a FIFO
+    there makes git wait for ever): refused, in one error, before git is started."""
+    sub = repo / "sub"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    if where == "HEAD in a folder on the way up":
+        os.mkfifo(sub / "HEAD")
+    elif where == "config of the git dir a .git file names":
+        store = tmp_path / "store.git"
+        git(tmp_path, "init", "-q", "--bare", str(store))
+        (store / "config").unlink()
+        os.mkfifo(store / "config")
+        (sub / ".git").write_text(f"gitdir: {store}\n")
+    else:
+        store = tmp_path / "store.git"
+        git(tmp_path, "init", "-q", "--bare", str(store))
+        (store / "config").unlink()
+        os.mkfifo(store / "config")
+        monkeypatch.setenv("GIT_DIR", str(store))
+    with pytest.raises(gitstate.UnsupportedRepositoryError, match="is a FIFO"):
+        bounded(gitstate.open_store, 30)

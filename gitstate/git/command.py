@@ -41,10 +41,13 @@ def git_environment(git_dir: str | None = None, work_tree: str | None = None,
 
 def run_git(git_dir: str | None, args: Sequence[str], *, cwd: str | None = None, work_tree: str | None = None,
             stdin: str | bytes | None = None, text: bool = True, env: Mapping[str, str] | None = None,
-            stdout: int | None = None) -> subprocess.CompletedProcess[str]:
+            stdout: int | None = None, check_version: bool = True) -> subprocess.CompletedProcess[str]:
     """Run ``git args`` on the repository at ``git_dir`` (``None``: the one around ``cwd``) and
-    return the completed process (never raises for a non-zero exit; callers classify it)."""
-    check_git_version()
+    return the completed process (never raises for a non-zero exit; callers classify it).
+    ``check_version=False``: no :func:`check_git_version` first (it may start ``git --version``),
+    for a command any supported git runs alike whose caller checks the version when it fails."""
+    if check_version:
+        check_git_version()
     kwargs: dict[str, object] = {}
     if stdout is not None:
         kwargs["stdout"] = stdout

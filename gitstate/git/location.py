@@ -1,20 +1,27 @@
 """Finding the repository a store lives in, and which worktree it is scoped to.
 
-Order: ``AGENTOS_REPO`` (empty means unset, ``~`` expanded) overrides everything; otherwise
-``GIT_DIR`` is honoured as git honours it; otherwise the repository is discovered upwards from the
-given path or the current directory. Outside any repository it fails closed with
-:class:`NotARepositoryError`, whose message names ``AGENTOS_REPO``.
+git itself is asked: ``git rev-parse --absolute-git-dir --git-common-dir --show-toplevel``, run
+where the store is looked for with the caller's ``GIT_*`` environment (``GIT_DIR``,
+``GIT_WORK_TREE``, ``GIT_CEILING_DIRECTORIES``, ``safe.*`` settings...), so the git dir and the
+work tree (or none) are git's in every layout, and where git finds no repository neither does
+gitstate. That costs one git process the first time a place is asked in a process (1.4 ms at
+best, 4 ms typical on a busy 2-core machine, where libgit2's own search took 0.3 ms); the answer
+is remembered per process, keyed by the place, the environment and the identity of the
+``.git``/``HEAD`` entries on the way up and of the git dir's own config files.
+libgit2 then opens that git dir itself, bare, and is given git's work tree: its own search and its
+reading of ``core.worktree`` never decide anything.
 
-The work tree is git's. ``GIT_WORK_TREE`` wins (a bare repository's too). A discovered
-repository's is then the first folder on the way up whose ``.git`` leads to it (a directory, a link
-to one, or a file naming the git dir elsewhere; a ``.git`` that is no repository is passed, as git
-passes it); searched from inside a git dir there is none (opened bare: git says "this operation
-must be run in a work tree") unless the git dir has ``core.worktree``; ``AGENTOS_REPO`` (or a path)
-naming a ``.git`` means its folder. ``GIT_DIR`` must name the git dir itself (no search, as git);
-its work tree is the git dir's ``core.worktree``, else the current directory, whatever the git
-dir's name or place. Paths given are resolved on disk as git resolves them (``link/..`` is the
-link target's parent). Not followed: ``core.worktree`` set in ``config.worktree`` or through
-``include.path`` (libgit2 reads the first not, the second where git does not)."""
+``AGENTOS_REPO`` (empty means unset, ``~`` expanded) overrides everything: git is asked in that
+folder, without ``GIT_DIR``/``GIT_WORK_TREE``. Otherwise git is asked in the path given, or in the
+current directory (always there when ``GIT_DIR`` is set: git takes it, and ``GIT_WORK_TREE``,
+relative to the current directory). A ``.git`` named means its folder, a file named its folder
+(``AGENTOS_REPO`` naming a file that is no ``.git`` file is refused). Where git finds no
+repository, or names a work tree that is no directory (git refuses every work-tree command there),
+:class:`NotARepositoryError` is raised; its message names ``AGENTOS_REPO``.
+
+Before git is started, a FIFO, socket or device where git (or libgit2) would open a file on the way
+up (a ``.git``, a ``HEAD``, the files of :data:`READ_AS_FILES`) is refused in one line: opening it
+would wait for a writer for ever."""
 
 from __future__ import annotations
 
@@ -28,11 +35,13 @@ import pygit2
 from pygit2.enums import RepositoryOpenFlag
 
 from gitstate.errors import (
+    GitStateError,
     NotARepositoryError,
     RepositoryGoneError,
     SpecialFileError,
     UnsupportedRepositoryError,
 )
+from gitstate.git.command import check_git_version, last_line, run_git
 from gitstate.git.refnames import encode_component
 
 MAIN_WORKTREE = "main"
@@ -65,33 +74,6 @@ def _unsupported_feature(git_dir: str, message: str) -> str | None:
     if "extension" in text:
         return f"a repository extension libgit2 does not support ({message.strip()})"
     return None
-
-
-def _open(path: str, bare: bool = False, exact: bool = False) -> pygit2.Repository:
-    flags = RepositoryOpenFlag(0)
-    if bare:
-        flags |= RepositoryOpenFlag.BARE
-    if exact:  # the git dir itself: no search upwards, no `/.git` appended
-        flags |= RepositoryOpenFlag.NO_SEARCH | RepositoryOpenFlag.NO_DOTGIT
-    try:
-        return pygit2.Repository(path, flags) if flags else pygit2.Repository(path)
-    except (pygit2.GitError, ValueError, KeyError) as exc:
-        feature = _unsupported_feature(path if os.path.isdir(path) else os.path.dirname(path), str(exc))
-        if feature is None and os.path.isdir(os.path.join(path, ".git")):
-            feature = _unsupported_feature(os.path.join(path, ".git"), str(exc))
-        if feature:
-            raise UnsupportedRepositoryError(path, feature) from exc
-        raise NotARepositoryError(path, str(exc).strip() or None) from exc
-
-
-def _is_gitfile(path: str) -> bool:
-    """Whether ``path`` is a ``.git`` file naming a git dir elsewhere (``gitdir: <path>``, as a
-    linked worktree or a submodule has): git opens the repository it names."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(8) == b"gitdir: "
-    except OSError:
-        return False
 
 
 #: Files of a git dir that libgit2 (and git) open as plain files when they open the repository, read
@@ -133,9 +115,8 @@ def check_git_files(git_dir: str) -> None:
 
 
 def _upwards(start: str) -> Iterator[str]:
-    """The folders a search from ``start`` looks at, in order: ``start`` (its folder when it is
-    not a directory), then each parent up to the root."""
-    folder = start if os.path.isdir(start) else os.path.dirname(start)
+    """``start`` and each of its parents up to the root."""
+    folder = start
     while True:
         yield folder
         parent = os.path.dirname(folder)
@@ -144,109 +125,74 @@ def _upwards(start: str) -> Iterator[str]:
         folder = parent
 
 
-def _check_dot_gits(start: str) -> None:
-    """Refuse a FIFO, socket or device named ``.git`` on the way up from ``start`` (a search would
-    open it as a `.git` file and wait for ever)."""
-    for folder in _upwards(start):
-        kind = _special(os.path.join(folder, ".git"))
-        if kind is not None:
-            raise NotARepositoryError(start, f"{os.path.join(folder, '.git')} is {kind}, not a repository")
-
-
-def _explain_missing(start: str) -> None:
-    """Where a search found no repository: a ``.git`` directory on the way up that libgit2 did not
-    take because a FIFO, socket or device is in place of one of its files (``HEAD``) is reported
-    as such (:func:`check_git_files`)."""
-    for folder in _upwards(start):
-        if os.path.isdir(os.path.join(folder, ".git")):
-            check_git_files(os.path.join(folder, ".git"))
-            return
-
-
-def _discover(start: str, via: str | None = None, named: bool = False) -> pygit2.Repository:
-    if not os.path.exists(start):
-        raise NotARepositoryError(start, f"{via} points to a path that does not exist" if via else "no such path")
-    if via and not os.path.isdir(start):
-        kind = _special(start)  # never opened: a FIFO would wait for a writer
-        if kind is not None or not _is_gitfile(start):
-            raise NotARepositoryError(start, f"{via} points to {kind or 'a file'}, not to a repository's directory")
-    _check_dot_gits(start)
+def _identity(path: str) -> tuple[int, ...] | None:
+    """What a cached answer remembers of ``path``: its inode, kind, and for a file its size and
+    change time (a ``.git`` file or a config rewritten); ``None`` when it is not there."""
     try:
-        found = pygit2.discover_repository(start)
-    except (pygit2.GitError, ValueError) as exc:
-        feature = _unsupported_feature(os.path.join(start, ".git"), str(exc))
-        if feature:
-            raise UnsupportedRepositoryError(start, feature) from exc
-        found = None
-    if not found:
-        _explain_missing(start)
-        raise NotARepositoryError(start)
-    check_git_files(found)
-    work_tree = _discovered_work_tree(start, found, named or via is not None)
-    if work_tree is None:
-        # started inside a git dir that names no work tree: git has none there either ("this
-        # operation must be run in a work tree"); its parent is not one (a separate git dir's)
-        repo = _open(found, bare=not _has_core_worktree(found))
-    else:
-        repo = _open(work_tree)  # libgit2 follows its `.git` (a directory, a link to one, or a file)
-        if os.path.realpath(repo.path) != os.path.realpath(found):  # pragma: no cover - the same search
-            return _open(found)
-    if work_tree is not None and not repo.is_bare and not _has_core_worktree(found) \
-            and os.path.realpath(repo.workdir or "") != os.path.realpath(work_tree):
-        repo.workdir = work_tree  # `.git` a link to a git dir elsewhere: libgit2 took that dir's parent
-    return repo
-
-
-def _discovered_work_tree(start: str, found: str, named: bool) -> str | None:
-    """The work tree git uses for a repository found searching upwards from ``start`` (its git dir
-    ``found``): the first folder on the way up whose ``.git`` leads to ``found`` (a directory, a
-    link to one, or a file naming the git dir elsewhere); ``None`` when the search started inside
-    the git dir itself (git: "this operation must be run in a work tree"). ``named``: ``start`` was
-    given by name (``AGENTOS_REPO``, a path): a ``.git`` named so is its folder's, where that
-    folder's ``.git`` leads to ``found``."""
-    target = os.path.realpath(found)
-    if named and os.path.basename(start) == ".git" and _dot_git_target(os.path.dirname(start)) == target:
-        return os.path.dirname(start)
-    for folder in _upwards(start):
-        if _dot_git_target(folder) == target:  # a `.git` that is not a repository is passed, as git passes it
-            return folder
-        if os.path.realpath(folder) == target:
-            return None
-    return None  # pragma: no cover - libgit2 found the repository on this way up
-
-
-def _dot_git_target(folder: str) -> str | None:
-    """The real path of the git dir ``folder/.git`` leads to (a directory, a link to one, or a
-    ``gitdir:`` file; it is no FIFO: :func:`_check_dot_gits` ran), or ``None``."""
-    dot_git = os.path.join(folder, ".git")
-    if os.path.isdir(dot_git):
-        return os.path.realpath(dot_git)
-    if not _is_gitfile(dot_git):
-        return None
-    try:
-        with open(dot_git, encoding="utf-8", errors="surrogateescape") as fh:
-            named = fh.readline(4096)[len("gitdir: "):].strip()
+        st = os.lstat(path)
     except OSError:
         return None
-    return os.path.realpath(os.path.join(folder, named)) if named else None
+    if stat.S_ISDIR(st.st_mode):
+        return (st.st_ino, st.st_mode)
+    return (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns)
 
 
-def _has_core_worktree(git_dir: str) -> bool:
+def _gitfile_target(path: str) -> str | None:
+    """The git dir a ``.git`` file names (``gitdir: <path>``, relative to its folder, as a linked
+    worktree or a submodule has), or ``None`` when ``path`` is no such file (never opened if it is
+    a FIFO or another special file: that open would wait)."""
+    if _special(path) is not None:
+        return None
     try:
-        return "core.worktree" in pygit2.Config(os.path.join(git_dir, "config"))
-    except (pygit2.GitError, OSError, ValueError):
-        return False
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            line = fh.readline(4096)
+    except OSError:
+        return None
+    named = line[len("gitdir: "):].rstrip("\r\n") if line.startswith("gitdir: ") else ""
+    return os.path.join(os.path.dirname(path), named) if named else None
 
 
-def _physical(path: str) -> str:
-    """``path`` made absolute as git resolves it on disk: ``..`` after a symbolic link is the
-    link target's parent (``os.path.abspath`` would drop the link textually); the last component
-    itself is kept (a ``.git`` named may be a link)."""
-    full = path if os.path.isabs(path) else os.path.join(_cwd(), path)
-    head, tail = os.path.split(full)
-    if tail in ("", ".", ".."):
-        return os.path.realpath(full)
-    return os.path.join(os.path.realpath(head), tail)
+def _looks_like_git_dir(folder: str) -> bool:
+    """Whether git would take ``folder`` itself as a git dir (and stop searching there)."""
+    return os.path.isfile(os.path.join(folder, "HEAD")) and (
+        os.path.isfile(os.path.join(folder, "commondir"))
+        or (os.path.isdir(os.path.join(folder, "objects")) and os.path.isdir(os.path.join(folder, "refs"))))
+
+
+def _guard_git_dir(git_dir: str) -> None:
+    """Refuse special files in the git dir ``git_dir`` names (itself, or as a ``.git`` file)."""
+    target = _gitfile_target(git_dir) if os.path.isfile(git_dir) else git_dir
+    if target is not None and os.path.isdir(target):
+        check_git_files(target)
+
+
+def _guard_search(start: str) -> tuple[object, ...]:
+    """Refuse, before git searches upwards from ``start``, a FIFO, socket or device where the
+    search would open a file, up to the first folder where git would stop (a ``.git`` that is one
+    is refused too, though git passes it: anything taking it for a ``.git`` file would wait);
+    return what was seen on the way (part of the cache's key)."""
+    seen: list[object] = []
+    for folder in _upwards(start):
+        dot_git = os.path.join(folder, ".git")
+        kind = _special(dot_git)
+        if kind is not None:
+            raise NotARepositoryError(start, f"{dot_git} is {kind}, not a repository")
+        head = os.path.join(folder, "HEAD")
+        kind = _special(head)
+        if kind is not None:
+            raise SpecialFileError(folder, "HEAD", kind)
+        seen.append((_identity(dot_git), _identity(head)))
+        if os.path.isdir(dot_git):
+            check_git_files(dot_git)
+            if _looks_like_git_dir(dot_git):
+                break
+        elif os.path.isfile(dot_git):
+            _guard_git_dir(dot_git)
+            break
+        if _looks_like_git_dir(folder):
+            check_git_files(folder)
+            break
+    return tuple(seen)
 
 
 def _cwd() -> str:
@@ -256,45 +202,109 @@ def _cwd() -> str:
         raise NotARepositoryError(".", f"the current directory is gone ({exc.strerror})") from None
 
 
-def _work_tree_env(repo: pygit2.Repository, value: str) -> None:
-    """Make ``GIT_WORK_TREE`` (``value``) the work tree of ``repo``, as git does."""
-    work_tree = os.path.realpath(value if os.path.isabs(value) else os.path.join(_cwd(), value))
-    if not os.path.isdir(work_tree):
-        raise NotARepositoryError(work_tree, "GIT_WORK_TREE names no directory")
-    repo.workdir = work_tree  # a bare repository's too, as git
+def _start(path: str, via: str | None) -> str:
+    """The folder git is asked in for a path given (``via``: the variable that gave it), resolved
+    on disk as git's ``chdir`` would (``link/..`` is the link target's parent)."""
+    full = os.path.join(_cwd(), path).rstrip(os.sep) or os.sep
+    if not os.path.exists(full):
+        raise NotARepositoryError(full, f"{via} points to a path that does not exist" if via else "no such path")
+    if os.path.isdir(full) and os.path.basename(full) != ".git":
+        return os.path.realpath(full)
+    kind = _special(full)
+    if via and os.path.basename(full) != ".git" and (kind is not None or _gitfile_target(full) is None):
+        raise NotARepositoryError(full, f"{via} points to {kind or 'a file'}, not to a repository's directory")
+    return os.path.realpath(os.path.dirname(full))  # a `.git` (or a file) named: its folder
+
+
+#: git's answers in this process: (where, environment, what the guard saw) -> (git dir, work tree,
+#: identities of the git dir's config files when asked).
+_answers: dict[tuple[object, ...], tuple[str, str | None, tuple[object, ...]]] = {}
+
+#: Outside ``GIT_*``, what changes git's answer: the user's global config (``safe.*``).
+_ENV_KEYS = ("HOME", "XDG_CONFIG_HOME")
+
+
+def _config_identities(git_dir: str) -> tuple[object, ...]:
+    return tuple(_identity(os.path.join(git_dir, name)) for name in ("HEAD", "config", "config.worktree", "commondir"))
+
+
+def _ask_git(cwd: str, git_dir: str | None, work_tree: str | None, seen: tuple[object, ...]) -> tuple[str, str | None]:
+    """git's git dir and work tree (``None``: none) for ``cwd`` and the environment (``GIT_DIR``
+    ``git_dir``, ``GIT_WORK_TREE`` ``work_tree``); raises what git refused as a gitstate error."""
+    key = (cwd, git_dir, work_tree, seen,
+           tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("GIT_") or k in _ENV_KEYS)))
+    cached = _answers.get(key)
+    if cached is not None and _config_identities(cached[0]) == cached[2]:
+        return cached[0], cached[1]
+    # no version check first (a second process): a git too old or missing is reported when it fails
+    done = run_git(git_dir, ["rev-parse", "--absolute-git-dir", "--git-common-dir", "--show-toplevel"],
+                   cwd=cwd, work_tree=work_tree, text=False, check_version=False)
+    lines = [os.fsdecode(line) for line in os.fsencode(done.stdout).split(b"\n")[:-1]]  # bytes (text=False)
+    if done.returncode == 0 and len(lines) == 3:
+        found, top = lines[0], lines[2]
+    elif done.returncode != 0 and len(lines) == 2:  # --show-toplevel refused: no work tree here
+        found, top = lines[0], None
+    else:
+        raise _refusal(cwd, git_dir, last_line(done.stderr))
+    _answers[key] = (found, top, _config_identities(found))
+    return found, top
+
+
+def _refusal(cwd: str, git_dir: str | None, message: str) -> GitStateError:
+    """The error for a place where git found no repository it can use: git too old or missing, a
+    repository format libgit2 (or this git) cannot read, else not a repository."""
+    check_git_version()
+    candidates = [git_dir] if git_dir else [p for f in _upwards(cwd) for p in (os.path.join(f, ".git"), f)]
+    for candidate in candidates:
+        if os.path.isfile(os.path.join(candidate, "HEAD")):  # the first repository on the way
+            feature = _unsupported_feature(candidate, message)
+            if feature:
+                return UnsupportedRepositoryError(candidate, feature)
+            break
+    return NotARepositoryError(git_dir or cwd, f"git: {message.removeprefix('fatal: ')}" if message else None)
+
+
+def _open(git_dir: str, work_tree: str | None) -> pygit2.Repository:
+    """Open ``git_dir`` itself (no search, no ``/.git`` appended, no work tree of libgit2's
+    choosing) and give it ``work_tree``."""
+    check_git_files(git_dir)
+    flags = RepositoryOpenFlag.NO_SEARCH | RepositoryOpenFlag.NO_DOTGIT | RepositoryOpenFlag.BARE
+    try:
+        repo = pygit2.Repository(git_dir, flags)
+    except (pygit2.GitError, ValueError, KeyError) as exc:
+        feature = _unsupported_feature(git_dir, str(exc))
+        if feature:
+            raise UnsupportedRepositoryError(git_dir, feature) from exc
+        raise NotARepositoryError(git_dir, str(exc).strip() or None) from exc
+    if work_tree is not None:
+        repo.workdir = work_tree  # in memory only (libgit2 writes no core.worktree)
+    return repo
 
 
 def open_repository(path: str | os.PathLike[str] | None = None) -> pygit2.Repository:
     """Open the repository for a store, following the documented lookup order."""
     override = os.environ.get("AGENTOS_REPO", "")
+    git_dir = None if override else os.environ.get("GIT_DIR")
+    work_tree = None if override else os.environ.get("GIT_WORK_TREE")
     if override:
-        return _discover(_physical(os.path.expanduser(override)), via="AGENTOS_REPO")
-    start = _physical(os.fspath(path)) if path is not None else _cwd()
-    git_dir = os.environ.get("GIT_DIR")
-    work_tree = os.environ.get("GIT_WORK_TREE")
+        cwd = _start(os.path.expanduser(override), "AGENTOS_REPO")
+    elif path is not None and git_dir is None:
+        cwd = _start(os.fspath(path), None)
+    else:  # GIT_DIR, and a relative GIT_WORK_TREE, are the current directory's
+        cwd = _cwd()
+    # absolute, joined as text (the file system resolves `link/..` as git would); "" is git's to refuse
+    git_dir, work_tree = (os.path.join(_cwd(), v) if v else v for v in (git_dir, work_tree))
     if git_dir:
-        # pygit2 ignores GIT_DIR, and libgit2's FROM_ENV flag only reads it when no path is given,
-        # which pygit2 cannot express: open the named git dir itself (no search, no `/.git`
-        # appended: git takes GIT_DIR as the git dir or refuses it)
-        named = _physical(os.path.expanduser(git_dir))
-        kind = _special(named)
+        kind = _special(git_dir)
         if kind is not None:
-            raise NotARepositoryError(named, f"GIT_DIR names {kind}")
-        if os.path.isdir(named):
-            check_git_files(named)
-        repo = _open(named, exact=True)
-        if work_tree:
-            _work_tree_env(repo, work_tree)
-        elif not repo.is_bare and not _has_core_worktree(repo.path):
-            # git's rule: GIT_DIR with neither GIT_WORK_TREE nor core.worktree makes the current
-            # directory the top of the work tree, whatever the git dir's name or place (libgit2
-            # would take the git dir's parent)
-            repo.workdir = _cwd()
-        return repo
-    repo = _discover(start, named=path is not None)
-    if work_tree:  # git: found by searching, with GIT_WORK_TREE the work tree
-        _work_tree_env(repo, work_tree)
-    return repo
+            raise NotARepositoryError(git_dir, f"GIT_DIR names {kind}")
+        _guard_git_dir(git_dir)
+    seen = (_identity(git_dir),) if git_dir else _guard_search(cwd)
+    found, top = _ask_git(cwd, git_dir, work_tree, seen)
+    if top is not None and not os.path.isdir(top):
+        source = "GIT_WORK_TREE" if work_tree else "core.worktree"
+        raise NotARepositoryError(top, f"the work tree git names ({source}) is no directory")
+    return _open(found, top)
 
 
 def locate(repo: pygit2.Repository) -> Location:

@@ -117,19 +117,23 @@ def test_a_fifo_in_the_caches_place_never_blocks_and_is_replaced(tmp_path: Path,
     assert calls(log) == ["--version"]  # remembered from then on
 
 
-def test_opening_a_store_starts_no_git_once_remembered(repo: Path, tmp_path: Path) -> None:
+def test_opening_a_store_starts_no_git_version_once_remembered(repo: Path, tmp_path: Path) -> None:
+    """Each opening process asks git where the repository is (one `git rev-parse`), and no
+    `git --version` once the version is remembered in the store's private folder."""
     log = fake_git(tmp_path / "bin")
     env = dict(os.environ, PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     code = "import sys, gitstate\ngitstate.open_store(sys.argv[1]).close()\n"
+    where = "rev-parse --absolute-git-dir --git-common-dir --show-toplevel"
     for _ in range(3):
         subprocess.run([sys.executable, "-c", code, str(repo)], env=env, check=True)
-    assert calls(log) == ["--version"] * 3  # a store never written to has no private folder: asked each time
+    assert calls(log) == [where, "--version"] * 3  # a store never written to has no private folder: asked each time
     (repo / ".git" / "agentos").mkdir()
     for _ in range(3):
         subprocess.run([sys.executable, "-c", code, str(repo)], env=env, check=True)
-    assert calls(log) == ["--version"] * 4
+    assert calls(log) == [where, "--version"] * 4 + [where] * 2
     assert (repo / ".git" / "agentos" / "git-version").read_text().count("\t") == 4
     code = ("import sys, gitstate\nfrom gitstate.git.command import run_git\n"
             "store = gitstate.open_store(sys.argv[1])\nrun_git(store.location.git_dir, ['rev-parse', 'HEAD'])\n")
     subprocess.run([sys.executable, "-c", code, str(repo)], env=env, check=True)
-    assert calls(log) == ["--version"] * 4 + ["rev-parse HEAD"]  # the remembered version serves run_git too
+    assert calls(log)[-2:] == [where, "rev-parse HEAD"]  # the remembered version serves run_git too
+    assert "--version" not in calls(log)[8:]
