@@ -62,6 +62,15 @@ __all__ = ["Located", "Parsed", "branch_text", "default_branch", "locate", "loca
 _STEPS = re.compile(r"~(\d+)$")
 _NODE = ":node:"
 _HEX = re.compile(r"[0-9a-fA-F]{4,40}")
+#: ``N`` of a ``~N`` of more than 18 significant digits: a count past any line (int() refuses
+#: text of more than ``sys.get_int_max_str_digits()`` digits, so the text is not converted).
+_FAR = 10**18
+
+
+def _count(digits: str) -> int:
+    """``N`` of ``~N``, for a run of digits of any length (never ValueError)."""
+    significant = digits.lstrip("0")
+    return int(significant or "0") if len(significant) <= 18 else _FAR
 
 
 @dataclass(frozen=True)
@@ -180,7 +189,7 @@ def _candidates(store: Store, text: str, default: str | None) -> list[Parsed]:
     out = list(_splits(store, text, default))
     m = _STEPS.search(text)
     if m:
-        out += [replace(p, back=int(m.group(1))) for p in _splits(store, text[: m.start()], default)]
+        out += [replace(p, back=_count(m.group(1))) for p in _splits(store, text[: m.start()], default)]
     start = 0
     while (i := text.find(_NODE, start)) >= 0:
         name = text[i + len(_NODE):]
@@ -210,7 +219,7 @@ def parse(store: Store, text: str, branch: str | None = None) -> Parsed:
     if _HEX.fullmatch(text):
         return Parsed(None, oid=text)
     if m and _HEX.fullmatch(text[: m.start()]):
-        return Parsed(None, oid=text[: m.start()], back=int(m.group(1)))
+        return Parsed(None, oid=text[: m.start()], back=_count(m.group(1)))
     if m or _NODE in text or "@" in text:
         base = (text[: m.start()] if m else text).split(_NODE, 1)[0].split("@", 1)[0]
         if base and store.has_run(base):  # the run is there; the rest is malformed ("r@", "r:node:")
@@ -315,7 +324,7 @@ def resolve_target(store: Store, run: Run, text: str, branch: str = "main") -> C
     if text.startswith("~"):
         if not _STEPS.fullmatch(text):
             raise InvalidReferenceError(text, "expected ~N with N a number")
-        return _walk_back(run, branch, int(text[1:]), text)
+        return _walk_back(run, branch, _count(text[1:]), text)
     if text.startswith("@"):
         return _other_branch(run, text)
     if text.startswith("node:"):
@@ -337,7 +346,7 @@ def _other_branch(run: Run, text: str) -> Checkpoint:
         return _walk_back(run, rest, 0, text)
     m = _STEPS.search(rest)
     if m and m.start() > 0 and run.tip(rest[: m.start()]) is not None:
-        return _walk_back(run, rest[: m.start()], int(m.group(1)), text)
+        return _walk_back(run, rest[: m.start()], _count(m.group(1)), text)
     start = 0
     while (i := rest.find(_NODE, start)) >= 0:
         if i > 0 and rest[i + len(_NODE):] and run.tip(rest[:i]) is not None:
