@@ -48,6 +48,7 @@ from gitstate.errors import (
 )
 from gitstate.format import lgtree
 from gitstate.format.checkpoint import latest_line
+from gitstate.format.names import check_name
 from gitstate.git.refs import reflog_mtime
 
 if TYPE_CHECKING:
@@ -342,16 +343,25 @@ def _other_branch(run: Run, text: str) -> Checkpoint:
     rest = text[1:]
     if not rest:
         raise InvalidReferenceError(text, "branch name missing after '@'")
-    if run.tip(rest) is not None:
+    if _has_tip(run, rest):
         return _walk_back(run, rest, 0, text)
     m = _STEPS.search(rest)
-    if m and m.start() > 0 and run.tip(rest[: m.start()]) is not None:
+    if m and m.start() > 0 and _has_tip(run, rest[: m.start()]):
         return _walk_back(run, rest[: m.start()], _count(m.group(1)), text)
     start = 0
     while (i := rest.find(_NODE, start)) >= 0:
-        if i > 0 and rest[i + len(_NODE):] and run.tip(rest[:i]) is not None:
+        if i > 0 and rest[i + len(_NODE):] and _has_tip(run, rest[:i]):
             return run.load("node:" + rest[i + len(_NODE):], branch=rest[:i])
         start = i + 1
-    if m and m.start() > 0:
-        raise BranchNotFound(run.id, rest[: m.start()])
-    raise BranchNotFound(run.id, rest.split(_NODE, 1)[0] or rest)
+    missing = rest[: m.start()] if m and m.start() > 0 else rest.split(_NODE, 1)[0] or rest
+    check_name("branch name", missing)  # a name no branch can have is an InvalidNameError
+    raise BranchNotFound(run.id, missing)
+
+
+def _has_tip(run: Run, branch: str) -> bool:
+    """Whether ``branch`` of ``run`` has a tip; ``False`` for a name no branch can have (too long
+    once encoded, not UTF-8), so that the text's other readings are tried."""
+    try:
+        return run.tip(branch) is not None
+    except InvalidNameError:
+        return False
