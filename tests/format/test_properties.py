@@ -5,8 +5,9 @@ component and back; any reference text resolves to a checkpoint of the store or 
 GitStateError, and references built from the store's runs, branches, nodes and ids resolve to the
 checkpoint they name.
 
-Each property runs a modest number of examples with no deadline (the machine is shared); the
-example database is off so that runs leave nothing in the checkout."""
+Each property runs a modest number of examples with no deadline (the machine is shared). Failing
+examples are kept in hypothesis's database, ``.hypothesis/`` (which ignores itself in git), and
+tried first on the next run."""
 
 from __future__ import annotations
 
@@ -53,10 +54,9 @@ from gitstate.store import refspec
 
 
 def props(examples: int) -> settings:
-    """Settings of one property: ``examples`` examples, no deadline, no example database (the
-    autouse environment fixture is per test, not per example: it holds for every example)."""
-    return settings(max_examples=examples, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+    """Settings of one property: ``examples`` examples, no deadline (generating the longest texts
+    may take a while on a busy machine)."""
+    return settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # -- encoding ---------------------------------------------------------------------------------------
@@ -448,7 +448,6 @@ WORDS = ["r", "a", "b", "c", "a@b", "s:1", "s", "1", "deadbeef", "main", "alt", 
          "٣", "ABCD"]
 # runs of digits of any length: short ones, and ones longer than int() converts from text
 DIGITS = st.one_of(st.integers(0, 25), st.integers(4000, 2 * sys.get_int_max_str_digits())).map(lambda n: "1" * n)
-
 
 
 def reference_texts(w: World) -> st.SearchStrategy[str]:
