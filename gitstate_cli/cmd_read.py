@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 import gitstate
+from gitstate.format import frameworks
 
 from . import output as out
 from .context import locate, locate_branch, pass_store, resolve
@@ -77,12 +78,16 @@ def _tip_of(store: gitstate.Store, cp: gitstate.Checkpoint) -> str | None:
         return None
 
 
-def _checkpoint_rows(cps: list[gitstate.Checkpoint], tip: str | None) -> list[list[Any]]:
-    return [[out.style(cp.short_id, fg="yellow"), cp.display_step, cp.node, cp.trigger,
-             out.status(shown_status(cp, tip)), cp.created_at] for cp in cps]
-
-
-CHECKPOINT_HEADERS = ["id", "step", "node", "trigger", "status", "created"]
+def _checkpoint_table(cps: list[gitstate.Checkpoint], tip: str | None) -> tuple[list[str], list[list[Any]]]:
+    """Headers and rows of ``log``; a LangGraph thread's also show LangGraph's checkpoint ids, which
+    name checkpoints as gitstate's ids do."""
+    langgraph = any(isinstance(cp.metadata.get("checkpoint_id"), str) and cp.workflow == frameworks.LANGGRAPH
+                    for cp in cps)
+    headers = ["id", *(["langgraph id"] if langgraph else []), "step", "node", "trigger", "status", "created"]
+    rows = [[out.style(cp.short_id, fg="yellow"),
+             *([out.safe(str(cp.metadata.get("checkpoint_id", "-")))] if langgraph else []),
+             cp.display_step, cp.node, cp.trigger, out.status(shown_status(cp, tip)), cp.created_at] for cp in cps]
+    return headers, rows
 
 
 @click.command()
@@ -123,7 +128,7 @@ def log(store: gitstate.Store, ref: str, branch: str | None, limit: int | None, 
         out.emit_json([cp.to_dict() for cp in cps])
         return
     with paged(store.location.git_dir, store.location.workdir, no_pager):
-        out.table(CHECKPOINT_HEADERS, _checkpoint_rows(cps, run.tip(loc.branch)))
+        out.table(*_checkpoint_table(cps, run.tip(loc.branch)))
 
 
 def _show_value(state: Any) -> str:

@@ -10,11 +10,16 @@ includes computing the ids:
 - ``loose files``: ``ObjectWriter._write_loose`` per object (zlib level 1, temp file, rename): only
   the file writes of today's path. The loose repositories have their 256 fan-out directories made
   beforehand, as a repository in use has.
+- ``Odb.write``: libgit2's loose write per object (``repo.odb.write``), what ``loose files``
+  replaces.
 - ``ObjectWriter.write``: today's whole path per object (existence checks with libgit2, then the
   loose write).
 - ``write_pack``: ``gitstate.git.packs.write_pack`` of all of them (one ``.pack`` + one ``.idx``).
-- ``write_pack + merges``: the same, then ``geometric_plan`` over the packs so far and
-  ``merge_packs`` when it asks: the amortized cost the pack count is bounded with.
+- ``write_pack + git index-pack``: the same, then ``git index-pack`` of that pack into a scratch
+  file: what letting git write the ``.idx`` would add to every transaction.
+- ``write_pack + merges``: the same, listed as a store lists its packs, with the store's merge
+  (``housekeeping.merge_tx_packs``, ``git pack-objects``) every ``TX_MERGE_AT`` packs: the
+  amortized cost the pack count is bounded with (the store runs merges in a background thread).
 
 Medians, 10th and 90th percentiles per variant; ratios are of medians. The same again with fsync
 (files, and for packs the directory) over fewer rounds.
@@ -49,7 +54,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import ObjectType
 
-from gitstate.git import packs
+from gitstate.git import housekeeping, packs
 from gitstate.git.objects import ObjectWriter
 
 Objects = list[tuple[int, bytes]]
@@ -88,6 +93,7 @@ class Variants:
         self.fsync = fsync
         self.loose_repo = init_repo(root / "loose", fanout=True)
         self.loose_writer = ObjectWriter(self.loose_repo, fsync=fsync)
+        self.odb_repo = init_repo(root / "odb", fanout=True)
         self.writer_repo = init_repo(root / "writer", fanout=True)
         self.writer = ObjectWriter(self.writer_repo, fsync=fsync)
         self.pack_dir = str(root / "pack" / ".git" / "objects" / "pack")
@@ -95,7 +101,8 @@ class Variants:
         self.merge_root = root / "merge"
         self.merge_handle = init_repo(self.merge_root)
         self.merge_dir = str(self.merge_root / ".git" / "objects" / "pack")
-        self.live: list[tuple[str, int]] = []
+        self.index_dir = str(root / "index-pack" / ".git" / "objects" / "pack")
+        init_repo(root / "index-pack")
         self.merges = 0
         self.most_packs = 0
         self.to_read: list[str] = []
@@ -108,6 +115,10 @@ class Variants:
             oid = hashlib.sha1(raw, usedforsecurity=False).hexdigest()
             self.loose_writer._write_loose(os.path.join(objects_dir, oid[:2], oid[2:]), raw)
 
+    def odb_write(self, objects: Objects) -> None:
+        for kind, body in objects:
+            self.odb_repo.odb.write(kind, body)
+
     def object_writer(self, objects: Objects) -> None:
         for kind, body in objects:
             self.writer.write(ObjectType(kind), body)
@@ -115,18 +126,25 @@ class Variants:
     def pack(self, objects: Objects) -> None:
         packs.write_pack(self.pack_dir, ids(objects), fsync=self.fsync)
 
+    def pack_and_index(self, objects: Objects) -> None:
+        written = packs.write_pack(self.index_dir, ids(objects), fsync=self.fsync)
+        scratch = os.path.join(self.index_dir, "scratch.idx")
+        subprocess.run(["git", "index-pack", "-o", scratch, os.path.join(self.index_dir, written.name + ".pack")],
+                       check=True, capture_output=True)
+        os.unlink(scratch)
+
     def pack_and_merge(self, objects: Objects) -> None:
         with_ids = ids(objects)
         written = packs.write_pack(self.merge_dir, with_ids, fsync=self.fsync)
-        self.live.append((written.name, written.count))
-        plan = packs.geometric_plan(self.live)
-        if plan:
-            merged = packs.merge_packs(self.merge_dir, plan, fsync=self.fsync)
-            chosen = set(plan)
-            self.live = [p for p in self.live if p[0] not in chosen] + [(merged.name, merged.count)]
-            self.merges += 1
-        self.most_packs = max(self.most_packs, len(self.live))
+        common = str(self.merge_root / ".git")
+        if housekeeping.record_tx_pack(common, written.name) >= housekeeping.TX_MERGE_AT:
+            self.merges += housekeeping.merge_tx_packs(common) is not None
+        self.most_packs = max(self.most_packs, len(self.live()))
         self.to_read.extend(oid for oid, _, _ in with_ids)
+
+    def live(self) -> list[str]:
+        """The packs of the merged repository."""
+        return [n[: -len(".idx")] for n in os.listdir(self.merge_dir) if n.endswith(".idx")]
 
     def read_back(self) -> None:
         """Untimed: the long-lived handle reads what was just written, as a store would."""
@@ -140,8 +158,10 @@ def run_writes(root: Path, rounds: int, count: int, size: int, fsync: bool, seed
     variants = Variants(root, fsync)
     table: dict[str, Callable[[Objects], None]] = {
         "loose files": variants.loose,
+        "Odb.write": variants.odb_write,
         "ObjectWriter.write": variants.object_writer,
         "write_pack": variants.pack,
+        "write_pack + git index-pack": variants.pack_and_index,
         "write_pack + merges": variants.pack_and_merge,
     }
     times: dict[str, list[float]] = {name: [] for name in table}
@@ -174,9 +194,9 @@ def summarize(times: dict[str, list[float]]) -> dict[str, dict[str, float]]:
 def print_writes(title: str, summary: dict[str, dict[str, float]], count: int) -> None:
     base = summary["write_pack"]["median_us"]
     print(f"\n{title}")
-    print(f"  {'variant':<22}{'median µs':>11}{'p10':>9}{'p90':>9}{'per object':>12}{'÷write_pack':>13}")
+    print(f"  {'variant':<30}{'median µs':>11}{'p10':>9}{'p90':>9}{'per object':>12}{'÷write_pack':>13}")
     for name, row in summary.items():
-        print(f"  {name:<22}{row['median_us']:>11.0f}{row['p10_us']:>9.0f}{row['p90_us']:>9.0f}"
+        print(f"  {name:<30}{row['median_us']:>11.0f}{row['p10_us']:>9.0f}{row['p90_us']:>9.0f}"
               f"{row['median_us'] / count:>12.1f}{row['median_us'] / base:>13.2f}")
 
 
@@ -224,15 +244,15 @@ def time_lookups(handle: pygit2.Repository, present: list[str], absent: list[str
 
 def run_handle(variants: Variants) -> dict[str, object]:
     root = variants.merge_root
-    present_all = [oid for name, _ in variants.live
-                   for oid, _, _ in packs.read_index(os.path.join(variants.merge_dir, name + ".idx"))]
+    present_all = [oid for name in variants.live()
+                   for oid in packs.index_ids(os.path.join(variants.merge_dir, name + ".idx"))]
     present = random.Random(1).sample(present_all, min(500, len(present_all)))
     absent = [hashlib.sha1(b"absent %d" % i).hexdigest() for i in range(200)]
     old = variants.merge_handle
     dead_fds = deleted_fds_under(variants.merge_dir)
     fresh = pygit2.Repository(str(root))
     result: dict[str, object] = {"merges": variants.merges,
-                                 "live_packs": len(variants.live), "deleted_pack_fds_held": dead_fds}
+                                 "live_packs": len(variants.live()), "deleted_pack_fds_held": dead_fds}
     rows = {"old handle": time_lookups(old, present, absent), "fresh handle": time_lookups(fresh, present, absent)}
     old.set_odb(pygit2.Odb(str(root / ".git" / "objects")))
     gc.collect()

@@ -110,11 +110,18 @@ def test_pack_count_stays_bounded_over_ten_thousand_transactions(memory_repo: Pa
     exceeds git's gc.autoPackLimit (50), checked every 100 writes and at the end.
 
     The count is the policy's (when to merge, which packs, how far writers may run ahead); to keep
-    this test at seconds the packs are merged by copying bytes (packs.merge_packs) instead of by
+    this test at seconds the packs are merged by packs.write_pack of their objects instead of by
     ``git pack-objects``, whose deltas the next test checks on a shorter history."""
-    monkeypatch.setattr(housekeeping, "_merge_with_deltas",
-                        lambda _common, pack_dir, chosen, _lock: packs.merge_packs(pack_dir, chosen).name)
     repo = memory_repo
+    odb = pygit2.Odb(str(repo / ".git" / "objects"))
+
+    def quick_merge(_common: str, pack_dir: str, chosen: list[str], *_args: object) -> str:
+        oids = [oid for name in chosen for oid in packs.index_ids(os.path.join(pack_dir, name + ".idx"))]
+        name = packs.write_pack(pack_dir, [(oid, *odb.read(oid)) for oid in oids]).name
+        packs.remove_packs(pack_dir, [n for n in chosen if n != name])
+        return name
+
+    monkeypatch.setattr(housekeeping, "_merge_with_deltas", quick_merge)
     store = gitstate.open_store(repo, fsync=False)
     store.pack_in_background = True
     seen = []
@@ -161,9 +168,8 @@ def test_merges_store_list_chunk_versions_as_deltas(repo: Path) -> None:
         messages = [*messages, _item(rng, i)]
         run.checkpoint({"messages": messages})
     pack_dir = repo / ".git" / "objects" / "pack"
-    kinds = [k for p in pack_dir.glob("*.idx") for k in packs.entry_types(str(pack_dir), p.stem).values()]
-    deltas = sum(1 for k in kinds if k in (packs.OBJ_OFS_DELTA, packs.OBJ_REF_DELTA))
-    assert deltas >= 2 * housekeeping.TX_MERGE_AT, (deltas, len(kinds))
+    deltas, total = _deltas(pack_dir)
+    assert deltas >= 2 * housekeeping.TX_MERGE_AT, (deltas, total)
     whole = sum(len(zlib_size) for zlib_size in _whole_sizes(repo, pack_dir))
     assert _bytes_under(pack_dir) < whole / 2, (_bytes_under(pack_dir), whole)
     head = run.head()
@@ -190,8 +196,7 @@ def test_merges_lose_nothing_and_keep_deltas_over_many_merges(repo: Path) -> Non
     left = {oid for idx in pack_dir.glob("*.idx") for oid in packs.index_ids(str(idx))}
     assert every <= left, len(every - left)
     assert len(list(pack_dir.glob("*.idx"))) < 2 * housekeeping.TX_MERGE_AT
-    kinds = [k for p in pack_dir.glob("*.idx") for k in packs.entry_types(str(pack_dir), p.stem).values()]
-    assert sum(1 for k in kinds if k in (packs.OBJ_OFS_DELTA, packs.OBJ_REF_DELTA)) >= 2 * housekeeping.TX_MERGE_AT
+    assert _deltas(pack_dir)[0] >= 2 * housekeeping.TX_MERGE_AT
     head = run.head()
     assert head is not None and head.state["messages"] == messages
 
@@ -199,11 +204,16 @@ def test_merges_lose_nothing_and_keep_deltas_over_many_merges(repo: Path) -> Non
 def _whole_sizes(repo: Path, pack_dir: Path) -> list[bytes]:
     """Each object of the packs compressed on its own (what packs without deltas would hold)."""
     odb = pygit2.Repository(str(repo)).odb
-    out = []
-    for idx in pack_dir.glob("*.idx"):
-        for oid, _offset, _crc in packs.read_index(str(idx)):
-            out.append(zlib.compress(odb.read(oid)[1], 1))
-    return out
+    return [zlib.compress(odb.read(oid)[1], 1) for idx in pack_dir.glob("*.idx") for oid in packs.index_ids(str(idx))]
+
+
+def _deltas(pack_dir: Path) -> tuple[int, int]:
+    """How many entries of the packs are deltas, of how many (``git verify-pack -v``: a delta's
+    line names its depth and base)."""
+    lines = [line.split() for idx in pack_dir.glob("*.idx")
+             for line in git(pack_dir, "verify-pack", "-v", str(idx)).splitlines()]
+    entries = [parts for parts in lines if len(parts) >= 5 and len(parts[0]) == 40]
+    return sum(1 for parts in entries if len(parts) == 7), len(entries)
 
 
 def test_pack_refs_only_ours_and_updates_still_work(store: gitstate.Store, repo: Path) -> None:
@@ -372,14 +382,14 @@ def test_pack_never_removes_a_lock_it_no_longer_owns(store: gitstate.Store, monk
     _checkpoints(store)
     lock = _lock_path(store)
     theirs = lockfile.Owner.current().to_bytes()  # another owner (its own token)
-    real = housekeeping._write_pack
+    real = housekeeping._pack_objects
 
     def write_pack_while_lock_is_retaken(*args: object, **kwargs: object) -> str | None:
         lock.unlink()  # our lock was broken...
         lock.write_bytes(theirs)  # ...and taken by someone else
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(housekeeping, "_write_pack", write_pack_while_lock_is_retaken)
+    monkeypatch.setattr(housekeeping, "_pack_objects", write_pack_while_lock_is_retaken)
     assert store.pack() > 0
     assert lock.read_bytes() == theirs
 
@@ -399,18 +409,19 @@ def test_pack_records_its_own_pack_not_a_concurrent_one(store: gitstate.Store, r
                              capture_output=True, text=True, check=True).stdout.strip()
         foreign.append(f"pack-{out}")
 
-    real = pygit2.PackBuilder.write
+    real = housekeeping.run_git
 
-    def write_among_other_packs(self: pygit2.PackBuilder, path: object = None) -> None:
+    def write_among_other_packs(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
         concurrent_gc_pack("before\n")
-        real(self, path)  # type: ignore[arg-type]
+        done = real(*args, **kwargs)  # type: ignore[arg-type]
         concurrent_gc_pack("after\n")  # a pack that appears while ours is being put in place
+        return done
 
-    monkeypatch.setattr(pygit2.PackBuilder, "write", write_among_other_packs)
+    monkeypatch.setattr(housekeeping, "run_git", write_among_other_packs)
     assert store.pack() == len(journaled)
     names = (common / "agentos" / "packs").read_text().split()
     assert len(names) == 1 and names[0] not in foreign, (names, foreign)
-    assert set(housekeeping.read_pack_index(str(pack_dir / f"{names[0]}.idx"))) == journaled
+    assert set(packs.index_ids(str(pack_dir / f"{names[0]}.idx"))) == journaled
     assert all((pack_dir / f"{n}.idx").exists() for n in foreign)  # theirs untouched
     assert not [p for p in (common / "objects").iterdir() if p.name.startswith(housekeeping.PACK_TMP_PREFIX)]
     git(repo, "fsck", "--strict")
@@ -492,6 +503,29 @@ def test_a_pack_size_limit_does_not_stop_merges(repo: Path) -> None:
     git(repo, "fsck", "--strict")
 
 
+def test_packs_of_loose_objects_are_merged_into_one(store: gitstate.Store, repo: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the packs of loose objects reach MERGE_THRESHOLD they are merged into one pack holding
+    every object of them, listed alone, the merged-away packs removed."""
+    monkeypatch.setattr(housekeeping, "MERGE_THRESHOLD", 3)
+    common = Path(store.location.common_dir)
+    pack_dir = common / "objects" / "pack"
+    written: list[str] = []
+    packed: set[str] = set()
+    for round_ in range(3):
+        run = store.create_run(run_id=f"hk{round_}")
+        (Path(store.path) / f"loose-{round_}.txt").write_text(f"round {round_}\n" * 50)
+        run.checkpoint({"round": round_}, files=[f"loose-{round_}.txt"])
+        packed |= set((common / "agentos" / "loose.journal").read_text().split())
+        assert store.pack() > 0
+        written += (common / "agentos" / "packs").read_text().split()
+    names = (common / "agentos" / "packs").read_text().split()
+    assert len(names) == 1 and names[0] not in written[:2], (names, written)
+    assert set(packs.index_ids(str(pack_dir / f"{names[0]}.idx"))) >= packed
+    assert not [n for n in dict.fromkeys(written) if n != names[0] and (pack_dir / f"{n}.idx").exists()]
+    git(repo, "fsck", "--strict")
+
+
 def test_fifos_in_place_of_the_packers_files_never_block_it(store: gitstate.Store, repo: Path) -> None:
     """A FIFO where housekeeping reads a file (its pack list, its lock, a journal taken aside, git's
     gc.pid) would make the read wait for ever for a writer: each is taken as a missing or stale
@@ -505,7 +539,7 @@ def test_fifos_in_place_of_the_packers_files_never_block_it(store: gitstate.Stor
     assert bounded(store.pack, 60) == len(journaled)
     names = (agentos / "packs").read_text().split()  # made anew
     assert len(names) == 1
-    assert set(housekeeping.read_pack_index(str(common / "objects" / "pack" / f"{names[0]}.idx"))) == journaled
+    assert set(packs.index_ids(str(common / "objects" / "pack" / f"{names[0]}.idx"))) == journaled
     assert not _lock_path(store).exists() and not (agentos / "loose.journal.99999.packing").exists()
     git(repo, "fsck", "--strict")
 

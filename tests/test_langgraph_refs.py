@@ -263,3 +263,24 @@ def test_an_id_shown_before_the_next_step_names_the_checkpoint_after_it(repo: Pa
     assert run.load(before["id"]).id == shown["id"]
     _cli("rollback", "ti", before["id"][:12])
     assert _json("show", "ti")["id"] == shown["id"]  # ...and rollback puts main on the copy on the line
+
+
+def test_a_langgraph_checkpoint_id_is_a_reference(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The id LangGraph gives a checkpoint (a UUID, as get_state shows it), or 8+ characters of it,
+    names that checkpoint wherever a checkpoint id does; the text log shows it."""
+    app = _app(GitCheckpointSaver(gitstate.open_store(repo)))
+    cfg: dict[str, Any] = {"configurable": {"thread_id": "lg"}}
+    app.invoke({"msgs": []}, cfg)
+    latest = app.get_state(cfg)
+    assert latest.parent_config is not None
+    cid, parent = _cid(latest.config), _cid(latest.parent_config)
+    monkeypatch.chdir(repo)
+    tip = _json("show", "lg")
+    assert _json("show", cid)["id"] == tip["id"]
+    assert _json("show", cid[:13])["id"] == tip["id"]  # a prefix, hyphen included
+    assert _json("show", f"{cid}~1")["langgraph"]["checkpoint_id"] == parent
+    assert _json("show", parent)["langgraph"]["checkpoint_id"] == parent
+    assert _json("diff", parent, cid)["b"] == tip["id"]
+    assert cid in _cli("log", "lg")
+    wrong = CliRunner().invoke(cli, ["show", "ffffffff-0000-0000-0000-000000000000"], prog_name="git agentos")
+    assert wrong.exit_code != 0 and "Traceback" not in wrong.output

@@ -1,10 +1,8 @@
 """Running the ``git`` command: the one place gitstate starts it.
 
-pygit2 covers most of what gitstate does; a few operations fall back to git on purpose (ref
-deletes and remote transfers, bundles, config edits, streaming big packed blobs), each saying why
-where it calls :func:`run_git`. Every run has a fixed locale (``LC_ALL=C``), so the little that is
-ever read from git's output is in one language, and failures are classified by exit code or by
-looking at the repository afterwards, never by translated text.
+pygit2 covers most of what gitstate does; where git is run instead, the caller of :func:`run_git`
+says why. Every run has ``LC_ALL=C``, so the little read from git's output is in one language;
+failures are classified by exit code or by the repository afterwards, never by translated text.
 
 gitstate needs git :data:`MIN_GIT_VERSION` or newer (negative refspecs and
 ``fetch --no-write-fetch-head`` arrived in 2.29; ``--no-auto-maintenance`` in 2.29 too).

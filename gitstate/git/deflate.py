@@ -1,21 +1,15 @@
-"""zlib streams of objects that grow by appending, without compressing the whole object again.
+"""zlib streams of git objects, hand-made where ``scripts/bench_langgraph.py`` showed zlib's
+defaults dominating a checkpoint's object writing.
 
-A growing list's last chunk (the LangGraph saver's message history) is written anew at every step,
-one item longer each time; compressing all of it again costs more than anything else in the step's
-object writing. :class:`AppendDeflater` compresses each appended part once, with the history of
-the parts before it (``Z_SYNC_FLUSH`` after each, so the compressed output ends on a byte boundary
-and later parts only append to it), and :meth:`AppendDeflater.stream` wraps any short ``head`` (the
-part of the object that changes as it grows, such as a count) and the parts so far into one
-complete zlib stream: the zlib header, ``head`` as a stored block, the parts' deflate blocks, an
-empty final block and the Adler-32 of the whole. Back-references inside the parts' blocks never
-reach before the first part, so they mean the same behind any ``head``. Any zlib inflater (git,
-libgit2) reads such a stream as the object's bytes; its size is a few bytes per part more than
-one-shot compression.
+:func:`compress` is the one-shot compression of every object gitstate writes, sized to the object
+(``zlib.compress`` sets up a 32 KiB window and a 64 Ki-entry table per call: about 50 µs even for
+40 bytes, more than the rest of writing a small object).
 
-:func:`compress` is the one-shot compression of every object gitstate writes: a zlib stream sized to
-the object, since ``zlib.compress`` sets up a 32 KiB window and a 64 Ki-entry hash table for each
-call, which costs about 50 µs on the test machine even for 40 bytes, more than the rest of writing
-a small object."""
+:class:`AppendDeflater` serves objects that grow by appending (a list's last chunk, written anew,
+one item longer, at every step): each part is compressed once, with the history of the parts
+before it and a ``Z_SYNC_FLUSH`` after it, and :meth:`AppendDeflater.stream` wraps a short ``head``
+(as a stored block) and the parts' blocks into one complete zlib stream. Back-references never
+reach before the first part, so they mean the same behind any ``head``; any inflater reads it."""
 
 from __future__ import annotations
 
@@ -47,22 +41,19 @@ def compress(data: bytes, level: int = 1) -> bytes:
     """The zlib stream of ``data``: below :data:`STORED_BELOW` bytes one stored (uncompressed)
     block, which costs no deflate at all; else deflated at ``level`` with, below 32 KiB, a window
     of the next power of two above the object's size, and below 2 KiB a smaller hash table (within
-    a few percent of ``zlib.compress``'s size, up to twice as fast for small objects). Any inflater
-    (git, libgit2) reads each of them as the object's bytes.
+    a few percent of ``zlib.compress``'s size, up to twice as fast for small objects).
 
-    Why small objects are stored: in a checkpoint write, deflating each of its ten or so small
-    objects (metadata, trees, the commit, a message) took about 30-50 µs apiece on the test machine,
-    a fifth of the whole write (``scripts/bench_langgraph.py``), and saved about 300 bytes each;
-    the background merge (``git pack-objects``) then stores many of them as deltas."""
+    Small objects are stored: deflating a checkpoint's ten or so small objects took 30-50 µs apiece,
+    a fifth of the write (``scripts/bench_langgraph.py``), to save about 300 bytes each, which the
+    background merge (``git pack-objects``) mostly stores as deltas anyway."""
     size = len(data)
     if size < STORED_BELOW:
         return stored(data)
     if size >= _SMALL:
         return zlib.compress(data, level)
     wbits = max(10, size.bit_length())  # 2**wbits > size (zlib's smallest usable window is 2**10)
-    # the small hash table (memLevel 4) pays for itself below 2 KiB; above it, deflating data
-    # that does not compress (trees: mostly 20-byte ids; binary files) took two to six times as
-    # long as with zlib's default table (measured on the test machine, level 1)
+    # a small hash table (memLevel 4) pays below 2 KiB; above, data that does not compress (trees,
+    # binary files) took two to six times as long as with zlib's default table
     deflater = zlib.compressobj(level, zlib.DEFLATED, wbits, 4 if size < _SMALL_TABLE else 8)
     return deflater.compress(data) + deflater.flush()
 

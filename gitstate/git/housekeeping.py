@@ -3,14 +3,12 @@ git's ``gc.auto`` threshold (6,700 loose objects) because of checkpoints, and me
 when they become many (below ``gc.autoPackLimit``). It never deletes anything that is not also in a
 pack it just wrote, never touches packs it did not write, and never runs ``git gc`` or prunes.
 
-Writers append the ids of objects they create to ``<common git dir>/agentos/loose.journal`` (one
-append per checkpoint). When the journal holds :data:`PACK_THRESHOLD` ids, the writer that notices
-takes ``agentos/housekeeping.lock`` (a :class:`lockfile.OwnedLock`: one left by a killed packer is
-broken at once by the next), writes those objects into one pack with libgit2's PackBuilder (deltas
-included), and removes the loose copies. The pack names gitstate wrote are listed in
-``agentos/packs``; when they reach :data:`MERGE_THRESHOLD` they are merged into one pack. When
-``refs/agentos/`` holds :data:`REF_PACK_THRESHOLD` loose refs they are moved into ``packed-refs``
-(:func:`refs.pack_refs`), so listing thousands of runs reads one file."""
+Writers append the ids of the loose objects they create to ``agentos/loose.journal``; at
+:data:`PACK_THRESHOLD` ids the writer that notices takes ``agentos/housekeeping.lock`` (a
+:class:`lockfile.OwnedLock`), packs them (``git pack-objects``) and removes the loose copies; those
+packs, listed in ``agentos/packs``, are merged into one at :data:`MERGE_THRESHOLD`. Transactions'
+packs are listed in ``agentos/tx-packs`` and merged geometrically (:func:`merge_tx_packs`). At
+:data:`REF_PACK_THRESHOLD` loose refs under ``refs/agentos/`` they go to ``packed-refs``."""
 
 from __future__ import annotations
 
@@ -18,8 +16,6 @@ import glob
 import os
 import shutil
 import socket
-import stat
-import struct
 import tempfile
 import time
 from collections.abc import Iterable
@@ -51,15 +47,11 @@ def _agentos_dir(common_dir: str) -> str:
 
 
 def _append(path: str, data: bytes) -> int:
-    """Append ``data`` to the list file ``path`` (created if missing, its directory too); return
-    the new size.
+    """Append ``data`` to the list file ``path`` (made if missing, its folder too); return its size.
 
-    A packer or merger takes a list aside by renaming it and then reads it; a line appended
-    through a descriptor opened before that rename may land after the reading, and be lost with
-    the file. So after writing, the file is checked to still be the one at ``path``; if it was
-    taken aside meanwhile, the line is appended again to the new list (a name listed twice is
-    read once). A FIFO, device or socket in the list's place is replaced by a new list (it holds
-    no names, and opening it would block)."""
+    A packer or merger takes a list aside by renaming it before reading it, so a line that lands
+    in the list after that is appended again to the new one (a name listed twice is read once). A
+    FIFO, device or socket in the list's place is replaced (opening it would block)."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     for _attempt in range(8):
         try:
@@ -97,64 +89,43 @@ def _loose_path(common_dir: str, oid: str) -> str:
     return os.path.join(common_dir, "objects", oid[:2], oid[2:])
 
 
-def read_pack_index(idx_path: str) -> list[str]:
-    """Object ids listed in a pack ``.idx`` (version 2) file."""
-    with safeopen.open_file(idx_path, "rb") as fh:
-        data = fh.read()
-    if data[:4] != b"\xfftOc" or struct.unpack(">I", data[4:8])[0] != 2:
-        raise ValueError(f"{idx_path}: not a version 2 pack index")
-    count = struct.unpack(">I", data[8 + 255 * 4: 8 + 256 * 4])[0]
-    base = 8 + 256 * 4
-    return [data[base + 20 * i: base + 20 * (i + 1)].hex() for i in range(count)]
-
-
 PACK_TMP_PREFIX = "agentos-pack-"  # private directories under objects/ that packs are written into
 
 
-def _write_pack(repo: pygit2.Repository, pack_dir: str, oids: Iterable[str]) -> str | None:
-    """Write ``oids`` into one new pack in ``pack_dir`` and return its name (``pack-<hash>``).
+def _pack_objects(common_dir: str, pack_dir: str, ids: str, lock: lockfile.OwnedLock | None) -> str | None:
+    """Write the objects ``ids`` names (one hex id a line) into one new pack with deltas (``git
+    pack-objects``, run with ``LC_ALL=C``) and put it in place; return its name (``pack-<hash>``),
+    or ``None`` when git failed or, with a ``lock``, the lock was lost meanwhile (nothing installed).
 
-    The name must be the one of the pack *we* wrote: the pack directory can gain other packs
-    meanwhile (a concurrent ``git gc``, fetch or push), so "the new ``.idx`` in the listing" may be
-    theirs. pygit2 does not expose libgit2's ``git_packbuilder_name``, and deriving the name by
-    comparing every new index with what we added costs a read of each; so the simplest correct
-    way is to have PackBuilder write into a private directory beside the pack directory (same file
-    system), where the only pack is ours by construction, and rename its files into place: the
-    ``.idx`` last, since readers find packs by their index. A pack of the same name already there
-    has the same content (the name is the checksum of the pack), so it is kept as it is."""
-    builder = pygit2.PackBuilder(repo)
-    added = 0
-    for oid in oids:
-        builder.add(pygit2.Oid(hex=oid))
-        added += 1
-    if not added:
-        return None
+    git writes into a private directory beside the pack directory (same file system), where the
+    only pack is ours by construction (the pack directory can gain other packs meanwhile: a
+    concurrent ``git gc``, fetch or push), then its files are renamed into place, the ``.idx``
+    last since readers find packs by their index, and the directory is flushed. A pack of the same
+    name already there has the same content, so it is kept as it is. ``pack.packSizeLimit`` is 0
+    for the run (split packs would be chosen again at every merge) and ``pack.indexVersion`` 2 (the
+    version gitstate reads)."""
     private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
     try:
-        builder.write(private)
-        written = os.listdir(private)
-        names = [n[: -len(".idx")] for n in written if n.startswith("pack-") and n.endswith(".idx")]
-        if len(names) != 1:
-            raise OSError(f"PackBuilder wrote {sorted(written)} into {private}")
-        name = names[0]
-        files = sorted((n for n in written if n.startswith(name + ".")), key=lambda n: n.endswith(".idx"))
-        for entry in files:
-            target = os.path.join(pack_dir, entry)
+        done = run_git(common_dir, ["-c", "pack.packSizeLimit=0", "-c", "pack.indexVersion=2", "pack-objects",
+                                    "-q", "--threads=1", "--delta-base-offset", "--depth=20",
+                                    os.path.join(private, "pack")], stdin=ids)
+        name = "pack-" + done.stdout.strip()
+        if done.returncode != 0 or not packs.is_pack_name(name) or (lock is not None and not lock.refresh()):
+            return None
+        for entry in sorted(os.listdir(private), key=lambda n: n.endswith(".idx")):  # the index last
+            target = os.path.join(pack_dir, name + entry[entry.rfind("."):])
             if not os.path.exists(target):
                 os.rename(os.path.join(private, entry), target)
-        fsync_dir(pack_dir)  # the pack is durable before any loose copy is deleted
+        fsync_dir(pack_dir)  # the pack is durable before any loose copy or source pack is removed
         return name
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
 
-
-
 def _remove_leftover_dirs(common_dir: str) -> None:
-    """Remove private pack directories left by a packer that was killed, and the temporary copies
-    of ``tx-packs.kept`` left by a merge that was killed. Called with the lock held, so no other
-    packer runs; the age limit spares, all the same, the files of one on another machine whose lock
-    was broken by age while it still wrote (its work is only redone)."""
+    """Remove the private pack directories and ``tx-packs.kept`` copies of killed packers and
+    merges (with the lock held; the age limit spares one on another machine whose lock was broken
+    by age while it still wrote)."""
     objects = os.path.join(common_dir, "objects")
     kept_tmp = os.path.join(glob.escape(_agentos_dir(common_dir)), TX_PACKS + ".kept.*.tmp")
     for path in glob.glob(os.path.join(glob.escape(objects), PACK_TMP_PREFIX + "*")) + glob.glob(kept_tmp):
@@ -168,42 +139,53 @@ def _remove_leftover_dirs(common_dir: str) -> None:
             pass
 
 
-def _our_packs(common_dir: str) -> list[str]:
-    path = os.path.join(_agentos_dir(common_dir), "packs")
+def _read_names(path: str) -> list[str]:
     try:
-        with safeopen.open_file(path, encoding="ascii") as fh:
-            names = [line.strip() for line in fh if line.strip()]
+        with safeopen.open_file(path, encoding="ascii", errors="replace") as fh:
+            return [line.strip() for line in fh if line.strip()]
     except OSError:
         return []
-    pack_dir = os.path.join(common_dir, "objects", "pack")
-    return [n for n in names if os.path.exists(os.path.join(pack_dir, n + ".idx"))]
 
 
-def _save_packs(common_dir: str, names: list[str]) -> None:
-    path = os.path.join(_agentos_dir(common_dir), "packs")
+def _write_names(path: str, names: Iterable[str]) -> None:
+    """Replace the list file ``path`` by ``names`` (through a temporary file renamed over it)."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with safeopen.open_file(tmp, "w", encoding="ascii", replace_special=True) as fh:
         fh.write("".join(n + "\n" for n in names))
     os.replace(tmp, path)
 
 
+def _lock(common_dir: str, wait: float) -> lockfile.OwnedLock | None:
+    """The housekeeping lock, waited for up to ``wait`` seconds: ``None`` when another process holds
+    it (with a ``wait``, :class:`HousekeepingBusy` when it held it all that time)."""
+    path = os.path.join(_agentos_dir(common_dir), "housekeeping.lock")
+    deadline = time.monotonic() + wait
+    while (lock := lockfile.acquire(path, stale_after=LOCK_STALE_SECONDS)) is None:
+        if time.monotonic() >= deadline:
+            if wait > 0:
+                raise HousekeepingBusy(common_dir)
+            return None
+        time.sleep(0.005)
+    return lock
+
+
 def pack_loose(repo: pygit2.Repository, common_dir: str) -> int:
     """Pack the journaled loose objects now (if no other process is doing it); return how many.
 
     Safe to call at any time and from any process: it packs only objects listed in the journal that
-    are still loose, and deletes a loose file only after the pack holding it is complete."""
-    agentos = _agentos_dir(common_dir)
-    lock = lockfile.acquire(os.path.join(agentos, "housekeeping.lock"), stale_after=LOCK_STALE_SECONDS)
+    are still loose, and deletes a loose file only after the pack holding it is complete. (``repo``
+    is not used: git reads the objects.)"""
+    lock = _lock(common_dir, 0.0)
     if lock is None:
         return 0
     with lock:  # released only while it is still ours
-        return _pack_locked(repo, common_dir, lock)
+        return _pack_locked(common_dir, lock)
 
 
 PACK_STEP = 5000  # loose objects one pack step packs at most; a larger backlog takes more steps
 
 
-def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedLock) -> int:
+def _pack_locked(common_dir: str, lock: lockfile.OwnedLock) -> int:
     journal = _journal(common_dir)
     taken = f"{journal}.{os.getpid()}.packing"
     try:
@@ -229,19 +211,21 @@ def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedL
     loose = loose[:PACK_STEP]
     if later:  # the rest is written back for the next step before the batches go
         rest = f"{journal}.{os.getpid()}-rest.packing"
-        tmp = f"{journal}.{os.getpid()}.tmp"
-        with safeopen.open_file(tmp, "w", encoding="ascii", replace_special=True) as fh:
-            fh.write("".join(o + "\n" for o in later))
-        os.replace(tmp, rest)
+        _write_names(rest, later)
         batches = [b for b in batches if b != rest]
     pack_dir = os.path.join(common_dir, "objects", "pack")
     os.makedirs(pack_dir, exist_ok=True)
-    name = _write_pack(repo, pack_dir, loose)
-    packs = _our_packs(common_dir)
+    name = None
+    if loose:
+        name = _pack_objects(common_dir, pack_dir, "".join(o + "\n" for o in loose), None)
+        if name is None:
+            raise OSError(f"git pack-objects could not pack {len(loose)} loose objects")
+    listed = os.path.join(_agentos_dir(common_dir), "packs")
+    ours = [n for n in _read_names(listed) if os.path.exists(os.path.join(pack_dir, n + ".idx"))]
     if name:
-        if name not in packs:
-            packs.append(name)
-        _save_packs(common_dir, packs)
+        if name not in ours:
+            ours.append(name)
+        _write_names(listed, ours)
         for oid in loose:
             try:
                 os.unlink(_loose_path(common_dir, oid))
@@ -254,28 +238,13 @@ def _pack_locked(repo: pygit2.Repository, common_dir: str, lock: lockfile.OwnedL
             pass
     # Merging deletes packs: only while the lock is provably still ours (renewed for the merge),
     # and not while the user's `git gc` runs (it fails when a pack it listed goes away).
-    if len(packs) >= MERGE_THRESHOLD and not git_gc_running(common_dir) and lock.refresh():
-        _merge_packs(repo, common_dir, packs)
+    if len(ours) >= MERGE_THRESHOLD and not git_gc_running(common_dir) and lock.refresh():
+        merged = _merge_with_deltas(common_dir, pack_dir, ours, lock)
+        if merged is not None:
+            _write_names(listed, [merged])
     if refs.count_loose_refs(common_dir) >= REF_PACK_THRESHOLD:
         refs.pack_refs(common_dir)
     return len(loose)
-
-
-def _merge_packs(repo: pygit2.Repository, common_dir: str, names: list[str]) -> None:
-    pack_dir = os.path.join(common_dir, "objects", "pack")
-    oids: set[str] = set()
-    present = []
-    for name in names:
-        try:
-            oids.update(read_pack_index(os.path.join(pack_dir, name + ".idx")))
-        except FileNotFoundError:
-            continue  # removed meanwhile by the user's git repack: its objects are in their pack
-        present.append(name)
-    merged = _write_pack(repo, pack_dir, sorted(oids))
-    if merged is None:
-        return
-    _save_packs(common_dir, [merged])
-    packs.remove_packs(pack_dir, [name for name in present if name != merged])
 
 
 _TEMP_PREFIXES = ("tmp_obj_", "tmp_object_git2_")  # ours (ObjectWriter) and libgit2's loose temps
@@ -283,32 +252,27 @@ _TEMP_PREFIXES = ("tmp_obj_", "tmp_object_git2_")  # ours (ObjectWriter) and lib
 
 def remove_orphan_temps(common_dir: str, max_age: float | None = None) -> int:
     """Remove temporary loose-object files that killed writers left in ``objects/??/`` (gitstate's
-    ``tmp_obj_*`` and libgit2's ``tmp_object_git2_*``) when older than ``max_age`` seconds
-    (default :data:`ORPHAN_AGE`; a live writer renames its temp within milliseconds). Returns how
-    many were removed. Lists the 256 fan-out directories, so it runs with the pack step only."""
-    limit = ORPHAN_AGE if max_age is None else max_age
+    ``tmp_obj_*`` and libgit2's ``tmp_object_git2_*``) older than ``max_age`` seconds (default
+    :data:`ORPHAN_AGE`); returns how many. Lists the 256 fan-out folders: runs with the pack step."""
     objects = os.path.join(common_dir, "objects")
-    now = time.time()
-    removed = 0
     try:
-        fanout = [d for d in os.listdir(objects) if len(d) == 2]
+        fanout = [os.path.join(objects, d) for d in os.listdir(objects) if len(d) == 2]
     except OSError:
         return 0
-    for directory in fanout:
+    old = [path for directory in fanout for path in packs.old_files(
+        directory, lambda n: n.startswith(_TEMP_PREFIXES), ORPHAN_AGE if max_age is None else max_age)]
+    return len(_remove(old))
+
+
+def _remove(paths: Iterable[str]) -> list[str]:
+    """Remove ``paths``; return those removed."""
+    removed = []
+    for path in paths:
         try:
-            names = os.listdir(os.path.join(objects, directory))
+            os.unlink(path)
         except OSError:
             continue
-        for name in names:
-            if not name.startswith(_TEMP_PREFIXES):
-                continue
-            path = os.path.join(objects, directory, name)
-            try:
-                if now - os.lstat(path).st_mtime > limit:
-                    os.unlink(path)
-                    removed += 1
-            except OSError:
-                continue
+        removed.append(path)
     return removed
 
 
@@ -363,46 +327,25 @@ def record_tx_pack(common_dir: str, name: str) -> int:
     return size // (len(name) + 1)
 
 
-def _read_names(path: str) -> list[str]:
-    try:
-        with safeopen.open_file(path, encoding="ascii", errors="replace") as fh:
-            return [line.strip() for line in fh if line.strip()]
-    except OSError:
-        return []
-
-
 class HousekeepingBusy(Exception):
     """Another process held the housekeeping lock for the whole wait a merge was given."""
 
 
 def merge_tx_packs(common_dir: str, wait: float = 0.0) -> str | None:
     """Merge transaction packs geometrically (the packs ``git repack --geometric=2`` would choose,
-    merged with deltas by :func:`_merge_with_deltas`) so their number stays logarithmic, and remove
-    what killed writers left (temporary pack files older than :data:`ORPHAN_AGE`; at a process's
-    first merge, then at most every :data:`SWEEP_EVERY` seconds). Runs under the
-    housekeeping lock, waited for up to ``wait`` seconds when another process holds it; returns the
-    merged pack's name, or ``None`` when nothing was merged (or, with no ``wait``, another process
-    is at it). With a ``wait``, a lock another process held all that time raises
-    :class:`HousekeepingBusy`.
+    merged by :func:`_merge_with_deltas`) so their number stays logarithmic, and remove what killed
+    writers left (:func:`_sweep_leftovers`). Runs under the housekeeping lock (see :func:`_lock`
+    for ``wait``); returns the merged pack's name, or ``None`` when nothing was merged.
 
-    Writers append the packs they write to ``tx-packs``; the packs a merge leaves (the geometric
-    series, and the merged one) are listed in ``tx-packs.kept``, so the length of ``tx-packs`` is
-    the number of packs written since the last merge. ``tx-packs`` is taken aside by a rename
-    first, so names writers append meanwhile land in a fresh list and are never lost; a killed
-    merge leaves its ``.merging`` file, read by the next one."""
-    agentos = _agentos_dir(common_dir)
-    deadline = time.monotonic() + wait
-    while True:
-        lock = lockfile.acquire(os.path.join(agentos, "housekeeping.lock"), stale_after=LOCK_STALE_SECONDS)
-        if lock is not None:
-            break
-        if time.monotonic() >= deadline:
-            if wait > 0:
-                raise HousekeepingBusy(common_dir)
-            return None
-        time.sleep(0.005)
+    Writers append their packs to ``tx-packs``; the packs a merge leaves are listed in
+    ``tx-packs.kept``, so ``tx-packs`` holds the packs written since the last merge. It is taken
+    aside by a rename first (names appended meanwhile land in a fresh list); a killed merge leaves
+    its ``.merging`` file, read by the next one."""
+    lock = _lock(common_dir, wait)
+    if lock is None:
+        return None
     with lock:
-        return _merge_tx_locked(common_dir, agentos, lock)
+        return _merge_tx_locked(common_dir, _agentos_dir(common_dir), lock)
 
 
 def remove_dead_keeps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]:
@@ -433,51 +376,24 @@ def remove_dead_keeps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]
 
 
 def leftover_temps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]:
-    """gitstate's temporary pack files (``objects/pack/tmp_pack_*``, ``tmp_idx_*`` named as
-    :func:`packs.is_temp_name` says) last modified more than ``max_age`` seconds ago: what writers
-    killed between writing a pack and renaming it into place left (``git count-objects -v`` counts
-    them as garbage). A live writer renames its temporary files within seconds of its last write
-    to them. git's own temporary files there (six characters after the prefix) are never listed:
-    git's ``git prune`` removes those when older than ``gc.pruneExpire``."""
-    pack_dir = os.path.join(common_dir, "objects", "pack")
-    try:
-        names = [n for n in os.listdir(pack_dir) if packs.is_temp_name(n)]
-    except OSError:
-        return []
-    now = time.time()
-    found = []
-    for name in names:
-        path = os.path.join(pack_dir, name)
-        try:
-            info = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(info.st_mode) and now - info.st_mtime > max_age:
-            found.append(path)
-    return sorted(found)
+    """gitstate's temporary pack files (:func:`packs.is_temp_name`) older than ``max_age`` seconds:
+    left by writers killed between writing a pack and renaming it into place (``git count-objects
+    -v`` counts them as garbage). git's own there are never listed (``git prune`` removes them)."""
+    return packs.old_files(os.path.join(common_dir, "objects", "pack"), packs.is_temp_name, max_age)
 
 
 def remove_leftover_temps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]:
-    """Remove :func:`leftover_temps` (``verify --repair``; merges remove them too, see
-    :func:`merge_tx_packs`); returns the paths removed."""
-    removed = []
-    for path in leftover_temps(common_dir, max_age):
-        try:
-            os.unlink(path)
-        except OSError:
-            continue
-        removed.append(path)
-    return removed
+    """Remove :func:`leftover_temps` (``verify --repair``; merges remove them too); returns them."""
+    return _remove(leftover_temps(common_dir, max_age))
 
 
 _SWEPT: dict[str, float] = {}  # common dir -> when this process last removed what killed writers left
 
 
 def _sweep_leftovers(common_dir: str, pack_dir: str) -> None:
-    """Remove what killed writers and merges left (old temporary pack files, the ``.keep`` of dead
-    writers, private pack directories): at the first merge of a process and then at most every
-    :data:`SWEEP_EVERY` seconds, since their age limits are a minute or more anyway and scanning
-    the pack directory at every merge cost more than the rest of a merge's own work."""
+    """Remove what killed writers and merges left (old temporary and orphan pack files, the
+    ``.keep`` of dead writers, private pack folders): at a process's first merge, then at most
+    every :data:`SWEEP_EVERY` seconds (scanning at every merge cost more than the merge's work)."""
     now = time.monotonic()
     last = _SWEPT.get(common_dir)
     if last is not None and now - last < SWEEP_EVERY:
@@ -521,56 +437,30 @@ def _merge_tx_locked(common_dir: str, agentos: str, lock: lockfile.OwnedLock) ->
     if merged is None:
         chosen = []  # nothing merged: every pack stays listed
     keep = kept + [n for n, _w in weights if n not in chosen] + ([merged] if merged else [])
-    tmp = f"{kept_path}.{os.getpid()}.tmp"
-    with safeopen.open_file(tmp, "w", encoding="ascii", replace_special=True) as fh:
-        fh.write("".join(n + "\n" for n in keep))
-    os.replace(tmp, kept_path)  # before the sources go: a crash in between only lists names twice
+    _write_names(kept_path, keep)  # before the sources go: a crash in between only lists names twice
     for src in sources:
         os.unlink(src)
     return merged
 
 
 def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str], lock: lockfile.OwnedLock) -> str | None:
-    """Write every object of the packs ``chosen`` into one pack with deltas (``git pack-objects``,
-    run with ``LC_ALL=C``), install it, then remove the merged-away packs; returns its name, or
-    ``None`` when nothing was merged (every pack left in place).
+    """Write every object of the packs ``chosen`` into one pack with deltas (:func:`_pack_objects`),
+    then remove the merged-away packs; returns its name, or ``None`` when nothing was merged (every
+    pack left in place).
 
-    git is given the ids the chosen packs' indexes list, one per line, made at C speed
-    (:func:`packs.index_id_lines`): this thread holds the GIL beside the writer's for a moment
-    only, and waits while git works in its own process. (Walking the chosen packs' commits in
-    Python to name their objects, as this once did, held the GIL long enough to double a
-    LangGraph step while merges ran.) Unnamed objects are sorted by size for delta search, which
-    still finds the versions of a list chunk, which grow by an item each, as deltas of each other.
-    Every object of the chosen packs goes into the new pack, also those another pack holds too:
-    ``pack-objects --stdin-packs`` would leave those out, and a concurrent ``git repack
-    --geometric`` that does the same with our packs could then delete the only other copy (a
-    stress test lost objects that way). ``pack.packSizeLimit`` is set to 0 for this run (packs
-    split by a size limit would be chosen again at every merge) and ``pack.indexVersion`` to 2
-    (the version gitstate reads pack sizes from). Only gitstate's own transaction
-    packs are chosen, and only they are removed. The new pack is in place (written and flushed
-    by git as ``core.fsync`` says, its directory flushed) before any source is removed."""
+    git is given the ids the chosen packs' indexes list (:func:`packs.index_id_lines`, made at C
+    speed: this thread holds the GIL beside the writer's for a moment only; walking the packs'
+    commits in Python, as this once did, doubled a LangGraph step while merges ran). Unnamed
+    objects are sorted by size for delta search, which still finds the versions of a list chunk as
+    deltas of each other. Every object of the chosen packs goes into the new pack, also those
+    another pack holds too: ``pack-objects --stdin-packs`` would leave those out, and a concurrent
+    ``git repack --geometric`` doing the same with our packs could then delete the only other copy.
+    Only gitstate's own packs are chosen, and only they are removed, once the new one is in place."""
     try:
         lines = "".join(packs.index_id_lines(os.path.join(pack_dir, name + ".idx")) for name in chosen)
     except (OSError, GitStateError):
         return None  # removed or damaged meanwhile: merge nothing now
-    private = tempfile.mkdtemp(prefix=PACK_TMP_PREFIX, dir=os.path.dirname(pack_dir))
-    try:
-        done = run_git(common_dir, ["-c", "pack.packSizeLimit=0", "-c", "pack.indexVersion=2", "pack-objects",
-                                    "-q", "--threads=1", "--delta-base-offset", "--depth=20",
-                                    os.path.join(private, "pack")], stdin=lines)
-        name = "pack-" + done.stdout.strip()
-        if done.returncode != 0 or not packs.is_pack_name(name):
-            return None
-        written = sorted(os.listdir(private), key=lambda n: n.endswith(".idx"))  # the index last
-        if not lock.refresh():
-            return None  # our lock was broken meanwhile: leave everything as it is
-        for entry in written:
-            ext = entry[entry.rfind("."):]
-            target = os.path.join(pack_dir, name + ext)
-            if not os.path.exists(target):
-                os.rename(os.path.join(private, entry), target)
-        fsync_dir(pack_dir)  # the merged pack is durable before any source is removed
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-    packs.remove_packs(pack_dir, [source for source in chosen if source != name])
+    name = _pack_objects(common_dir, pack_dir, lines, lock)
+    if name is not None:
+        packs.remove_packs(pack_dir, [source for source in chosen if source != name])
     return name

@@ -1,10 +1,7 @@
-"""Writing git objects: raw blobs and trees built in Python (no TreeBuilder round trips), with an
-in-process cache of ids already known to exist so that unchanged state costs neither encoding nor a
-write. Every id written is reported to a callback (housekeeping uses it to pack our loose objects).
-
-Tree bytes are produced exactly as git does (entries sorted with directories compared as
-``name/``, modes ``100644``/``100755``/``120000``/``40000``/``160000``), so ``git fsck --strict``
-accepts them and ids match what git itself would compute."""
+"""Writing git objects: blobs and trees built in Python (tree bytes exactly as git makes them, so
+ids match git's and ``git fsck --strict`` accepts them), with a cache of ids known to exist so that
+unchanged state costs neither encoding nor a write. Each loose id written is reported to a
+callback (housekeeping packs them)."""
 
 from __future__ import annotations
 
@@ -21,7 +18,8 @@ from pygit2.enums import ObjectType
 from gitstate.errors import StoreWriteError
 from gitstate.git import deflate
 from gitstate.git.lockfile import Owner
-from gitstate.git.packs import write_pack
+from gitstate.git.packs import freshen, write_pack
+from gitstate.git.safeopen import write_all  # also imported from here by its callers
 
 MODE_BLOB = 0o100644
 MODE_EXEC = 0o100755
@@ -96,11 +94,9 @@ class ObjectWriter:
 
     def write(self, kind: ObjectType, data: bytes, *, again: bool = False,
               deflated: Callable[[], bytes] | None = None) -> str:
-        """Write one object (unless it exists) and return its hex id. ``again``: stage it in the
-        transaction's pack even if it is known to exist (to pack a loose copy, see
-        :meth:`drop_loose`). ``deflated``: makes the zlib stream of ``data`` for the pack, when the
-        caller has it cheaper than compressing ``data`` again (see :mod:`gitstate.git.deflate`);
-        called only if the object goes into a pack."""
+        """Write one object (unless it exists) and return its hex id. ``again``: stage it even if
+        known to exist (to pack a loose copy, see :meth:`drop_loose`). ``deflated``: makes the zlib
+        stream of ``data`` cheaper than compressing it (:mod:`gitstate.git.deflate`), for a pack."""
         self._expire()
         header = b"%s %d\x00" % (_TYPE_NAMES[kind], len(data))
         digest = hashlib.sha1(header, usedforsecurity=False)
@@ -117,7 +113,7 @@ class ObjectWriter:
         raw = header + data
         loose = os.path.join(self.objects, oid[:2], oid[2:])
         try:
-            existed = _freshen(loose) or oid in self.odb
+            existed = freshen(loose) or oid in self.odb
             if not existed:
                 self._write_loose(loose, raw)
         except (pygit2.GitError, OSError) as exc:
@@ -128,15 +124,13 @@ class ObjectWriter:
         return oid
 
     def _write_loose(self, path: str, raw: bytes) -> None:
-        """Write a loose object as git does: a zlib stream (:func:`gitstate.git.deflate.compress`:
-        stored under 1 KiB, else level 1, git's ``core.looseCompression`` default) into a temporary
-        file in the fan-out directory, read-only, then renamed into place, so readers never see a
-        partial object.
+        """Write a loose object as git does: its zlib stream (:func:`gitstate.git.deflate.compress`)
+        in a read-only temporary file of the fan-out folder, renamed into place.
 
-        Written here rather than through ``Odb.write``: libgit2 1.9 costs about 0.6 ms per loose
-        object on our test machine (existence checks with pack rescans, then its own temp-file
-        dance), this about 0.1 ms, and objects are most of a checkpoint's cost. The format is
-        git's; ``git fsck --strict`` checks it in the tests."""
+        Hand-written rather than ``Odb.write`` for control, not speed (``scripts/bench_packs.py``
+        times both, ``loose files`` and ``Odb.write``: creating the file dominates each): the flush
+        follows ``core.fsync``, the temporary name is one housekeeping sweeps (``tmp_obj_``), and a
+        fan-out folder removed meanwhile by ``git prune-packed`` is made again."""
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
@@ -145,9 +139,8 @@ class ObjectWriter:
                 fd = os.open(tmp, flags, 0o444)
                 break
             except FileNotFoundError:
-                # no fan-out directory yet, or a concurrent `git prune-packed` (which `git gc` and
-                # `git repack -d` run) removed it, empty, between our mkdir and our open: made
-                # again (git retries its own the same way); the last attempt's error is raised
+                # no fan-out folder yet, or a `git prune-packed` removed it since our mkdir (git
+                # retries the same way); the last attempt's error is raised
                 if attempt == _DIR_ATTEMPTS - 1:
                     raise
                 try:
@@ -250,13 +243,10 @@ class ObjectWriter:
                 pass  # housekeeping removes a .keep whose owner is gone
 
     def flush_loose(self) -> int:
-        """Write the staged objects as loose files (each flushed when the writer's ``fsync`` is set,
-        git's ``loose-object`` component), remember them, stop staging; returns how many were
-        written. For tiny transactions whose objects git's default would not flush: no pack, so no
-        ``fdatasync`` under git's default ``core.fsync``. An object whose loose file exists is only
-        freshened; no pack is searched (a loose copy beside a packed one is harmless). They are not
-        journaled for housekeeping: the caller packs them with a later transaction and then
-        removes the loose copies (:meth:`drop_loose`)."""
+        """Write the staged objects as loose files (flushed when ``fsync`` is set), remember them,
+        stop staging; returns how many were written. For tiny transactions: no pack, so no
+        ``fdatasync`` under git's default ``core.fsync``. An existing loose file is only freshened.
+        Not journaled: the caller packs them with a later transaction (:meth:`drop_loose`)."""
         staged, self._staged = self._staged, None
         if not staged:
             return 0
@@ -264,7 +254,7 @@ class ObjectWriter:
         try:
             for oid, (kind, data, _z) in staged.items():
                 loose = os.path.join(self.objects, oid[:2], oid[2:])
-                if _freshen(loose):
+                if freshen(loose):
                     continue
                 self._write_loose(loose, b"%s %d\x00" % (_TYPE_NAMES[ObjectType(kind)], len(data)) + data)
                 written += 1
@@ -317,18 +307,13 @@ class ObjectWriter:
 
 
 def gc_epoch(objects: str) -> str:
-    """Changes whenever ``git gc`` or a ``git repack`` that changed the set of packs has run.
-    Caches of "objects that exist" (:class:`ObjectWriter`'s, the workspace's private index) are
-    dropped when it changes, since the repack and the prune after it may have removed objects that
-    no ref reaches any more.
+    """Changes whenever ``git gc`` or a ``git repack`` that changed the set of packs has run, which
+    may have pruned objects no ref reaches: caches of objects that exist are dropped then.
 
-    It is the identity (inode, mtime, size) of three files: ``objects/info/packs``, which
-    ``git repack`` rewrites when the set of packs it leaves differs from the one it last recorded;
-    ``packed-refs`` and ``objects/info/commit-graph``, which every ``git gc`` writes anew (its
-    ``pack-refs`` and its commit-graph step), also when its repack left the same packs as last time
-    (a run deleted and collected twice: ``info/packs`` then stays as it was, byte for byte). libgit2
-    writes none of them and gitstate only ``packed-refs`` (when it packs or deletes packed refs: the
-    caches are then dropped once for nothing, which costs time, never correctness)."""
+    It is the identity (inode, mtime, size) of ``objects/info/packs`` (rewritten by a repack that
+    changed the packs), ``packed-refs`` and the commit-graph (written anew by every ``git gc``,
+    also when its repack left the same packs). gitstate writes only ``packed-refs`` (the caches are
+    then dropped for nothing: time, never correctness)."""
     paths = _EPOCH_PATHS.get(objects)
     if paths is None:
         common = os.path.dirname(os.path.normpath(objects))
@@ -382,25 +367,6 @@ def tree_bytes(entries: Iterable[TreeEntry]) -> bytes:
 def entry_bytes(name: str, oid: str, mode: int) -> bytes:
     """One tree entry as git serialises it (a tree's bytes are its entries' in git's order)."""
     return b"%o %s\x00" % (mode, name.encode("utf-8", "surrogateescape")) + bytes.fromhex(oid)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """``os.write`` until every byte is out (one call writes at most about 2 GiB)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _freshen(path: str) -> bool:
-    """Whether the loose object exists; if so, touch it as git does when it reuses an object, so a
-    concurrent ``git gc`` does not prune it as old and unreachable just before a ref names it."""
-    try:
-        os.utime(path)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return os.path.exists(path)  # read-only or foreign file: it exists, leave its time alone
-    return True
 
 
 _OBJECT_DIRS: dict[str, str] = {}

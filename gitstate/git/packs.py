@@ -1,75 +1,41 @@
-"""Writing objects as small pack files, and merging those packs geometrically, without libgit2.
+"""Writing a transaction's objects as one small pack, and looking after gitstate's packs.
 
 One write transaction's new objects become ONE pack + ``.idx`` (two file creations) instead of one
-loose file per object. Packs are then rolled up as ``git repack --geometric=2`` would, by copying
-each entry's bytes (no recompression, no deltas), so their number stays logarithmic in the number of
-objects and well below git's ``gc.autoPackLimit`` (50).
+loose file per object. :func:`write_pack` is hand-written because it is on every checkpoint's path:
+``scripts/bench_packs.py`` times it against loose files, libgit2's writes and ``git index-pack`` of
+the same pack, which multiplies the cost of a transaction's pack by 10-16 (a process start, 4 ms or
+more on the 2-core test machine: more than a whole step of ``scripts/bench_langgraph.py``).
+Merging packs is git's work (``git pack-objects``, see :mod:`gitstate.git.housekeeping`); this
+module only plans merges (:func:`geometric_plan`) and removes the packs merged away.
 
-Formats (git's ``Documentation/gitformat-pack.txt``): a version-2 pack is ``PACK``, version, object
-count, then per object a type/size varint header and the zlib stream of the body, then the SHA-1 of
-all that. Only whole objects are written (types 1-4: commit, tree, blob, tag); never deltas. The
-version-2 ``.idx`` has the magic ``\\377tOc``, version 2, a 256-entry fan-out table, the sorted object
-names, the CRC-32 of each entry's packed bytes, 32-bit offsets (an offset above ``0x7fffffff`` goes to
-a table of 64-bit offsets and the 32-bit slot holds its position with the top bit set), the pack's
-checksum and the index's own checksum. For a given pack our ``.idx`` is byte for byte what
-``git index-pack`` writes (the tests compare them).
+Formats (git's ``Documentation/gitformat-pack.txt``): a version-2 pack of whole objects (types 1-4,
+never deltas), each a type/size varint header and the zlib stream of the body; its version-2
+``.idx`` is byte for byte what ``git index-pack`` writes for it (the tests compare them), 64-bit
+offsets included. Ids are trusted, not hashed again: an id that does not match its body makes a
+pack that ``git fsck`` reports.
 
-Files are installed as git installs them: written to ``tmp_pack_*`` / ``tmp_idx_*`` in the pack
-directory (optionally fsynced), read-only (0444 less the umask; ``core.sharedRepository`` is not
-applied), then the ``.pack`` is renamed into place and the ``.idx`` last, since readers (git and
-libgit2) find packs through their ``.idx``. The name is ``pack-<hex of the pack's trailing SHA-1>``
-as modern git names packs, so identical packs have identical names: when ``<name>.idx`` exists the
-new files are dropped and the existing ``.pack`` only has its mtime refreshed (as git "freshens" an
-object it reuses, so a concurrent ``git gc`` does not treat it as old).
+Files are installed as git installs them: written to ``tmp_pack_*`` / ``tmp_idx_*`` (read-only,
+optionally flushed), the ``.pack`` renamed into place and the ``.idx`` last, since readers find
+packs through their ``.idx``. The name is ``pack-<hex of the pack's SHA-1 trailer>``, so identical
+packs have identical names: an installed one is only freshened (its mtime, as git freshens an
+object it reuses). Writers need no lock; :func:`remove_packs` and :func:`remove_orphans` delete
+files, so callers run them under housekeeping's lock.
 
-Ids are trusted: :func:`write_pack` does not hash the bodies again (the caller computed each id to
-decide what to write); an id that does not match its body makes a pack that ``git fsck`` reports.
+Errors: bad arguments raise :class:`~gitstate.errors.UsageError`; a damaged ``.idx`` raises
+:class:`~gitstate.errors.CorruptObjectError` whose ``oid`` is its path; any other ``OSError`` of
+:func:`write_pack` becomes :class:`~gitstate.errors.StoreWriteError`.
 
-Errors: a malformed argument raises :class:`~gitstate.errors.UsageError` (a ``ValueError``); an
-inconsistent ``.idx``/``.pack`` (damaged, truncated, a version-1 index, which gitstate never writes,
-a ``.pack`` missing beside its ``.idx``) raises :class:`~gitstate.errors.CorruptObjectError` whose
-``oid`` is the file's path (or the object's id for an entry whose CRC-32 is wrong); a pack holding
-deltas raises :class:`DeltaPackError` (a ``UsageError``: such packs are not ours to merge). Any
-other ``OSError`` of :func:`write_pack` and :func:`merge_packs` becomes
-:class:`~gitstate.errors.StoreWriteError`; :func:`read_index` and :func:`object_count` let it
-through.
-
-Concurrency: writers need no lock (temp names are unique, the final rename is atomic and identical
-names mean identical bytes). :func:`merge_packs` and :func:`remove_orphans` delete files, so callers
-run them under one lock (housekeeping's), and :func:`remove_orphans` must get a ``max_age_seconds``
-far above the time a writer takes between its two renames (minutes at least; git uses two weeks).
-
-What an open ``pygit2.Repository`` sees (pygit2 1.21.0, libgit2 1.9.7; each point is asserted by
-``tests/git/test_packs.py::test_libgit2_*``, the figures come from ``scripts/bench_packs.py`` on the
-2-core test machine):
-
-- A pack written after the handle was opened is found without reopening: ``repo.get(oid)``,
-  ``oid in repo.odb`` and ``repo.odb.read(oid)`` all return its objects at the first try. On a miss
-  libgit2 refreshes its pack list (``git_odb_refresh`` rescans ``objects/pack``) and looks again,
-  so every lookup of an absent id costs a directory scan (about 19 µs here).
-- libgit2 never forgets a pack: its refresh only adds packs. When it finds an id in a pack's index
-  it opens the ``.pack`` (to check it still exists) and keeps that descriptor and the index mapping
-  until the object database is freed. So a handle that outlives merges keeps every merged-away
-  pack open and listed: their objects stay readable through it, the disk space of the deleted files
-  is not given back, and lookups walk the dead packs. After 400 one-pack writes and 200 geometric
-  merges one handle held 397 deleted packs open; an absent id cost 192 µs against 19 µs on a fresh
-  handle (10x), ``id in odb`` 10.7 against 0.5 µs (22x), ``odb.read`` 23.6 against 9.0 µs (2.6x)
-  (three runs on the shared machine: 10-17x, 14-22x and 2-2.6x).
-  The descriptors are a hard limit too: with ``ulimit -n 128`` a process writing one pack per step
-  could no longer create files after about 120 packs. (``pygit2.settings.mwindow_file_limit``
-  caps the open ``.pack`` descriptors but not the index mappings nor the slow lookups.)
-- pygit2's ``Odb`` has no ``refresh`` method. ``OdbBackend.refresh()`` exists (for each of
-  ``repo.odb.backends``) but only adds packs, like libgit2's own refresh. What drops dead packs,
-  closing their descriptors and mappings, is a new object database:
-  ``repo.set_odb(pygit2.Odb(objects_dir))`` (or reopening the repository); afterwards lookups cost
-  what they cost on a fresh handle. A long-lived handle should do that after each merge (and any
-  object kept from the old ``repo.odb``, such as ``ObjectWriter.odb``, must be replaced too).
+An open ``pygit2.Repository`` (libgit2 1.9) finds a pack written after it opened at the first miss
+(it rescans ``objects/pack``), but never forgets one: a handle that outlives merges keeps every
+merged-away pack open, its disk space held and its lookups slower (``scripts/bench_packs.py``:
+``id in odb`` about 10 times a fresh handle's after 200 writes and their merges). Only a new object
+database drops them: ``repo.set_odb(pygit2.Odb(objects_dir))`` (``tests/git/test_packs.py::
+test_libgit2_*`` assert both).
 """
 
 from __future__ import annotations
 
 import hashlib
-import mmap
 import operator
 import os
 import re
@@ -78,20 +44,19 @@ import stat
 import struct
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
 
-from gitstate.errors import CorruptObjectError, StoreWriteError, UsageError
+from gitstate.errors import CorruptObjectError, GitStateError, StoreWriteError, UsageError
 from gitstate.git import deflate, safeopen
-from gitstate.git.durability import start_writeback
+from gitstate.git.command import run_git
+from gitstate.git.durability import fsync_dir, start_writeback
+from gitstate.git.safeopen import write_all
 
 OBJ_COMMIT = 1
 OBJ_TREE = 2
 OBJ_BLOB = 3
 OBJ_TAG = 4
-OBJ_OFS_DELTA = 6
-OBJ_REF_DELTA = 7
 _WHOLE_TYPES = frozenset((OBJ_COMMIT, OBJ_TREE, OBJ_BLOB, OBJ_TAG))
 
 _PACK_HEADER = struct.Struct(">4sII")
@@ -107,21 +72,9 @@ _OFF32_LIMIT = 0x7FFFFFFF
 _REMOVE_EXTS = (".idx", ".pack", ".rev", ".bitmap")  # index first: readers find packs by it
 
 
-class DeltaPackError(UsageError):
-    """A pack given to :func:`merge_packs` holds a delta entry: it was not written by
-    :func:`write_pack` (nor by a merge of such packs), and its entries cannot be copied alone."""
-
-    def __init__(self, name: str, oid: str, kind: int) -> None:
-        self.name = name
-        self.oid = oid
-        self.kind = kind
-        super().__init__(f"{name} holds a delta entry for {oid} (type {kind}); only packs of whole "
-                         "objects (types 1-4) can be merged by copying")
-
-
 @dataclass(frozen=True)
 class PackWritten:
-    """A pack that :func:`write_pack` or :func:`merge_packs` installed.
+    """A pack that :func:`write_pack` installed.
 
     ``name`` is ``pack-<40 hex>`` (the files are ``<pack_dir>/<name>.pack`` and ``.idx``),
     ``count`` the number of objects, ``oids`` their hex ids in index (sorted) order, and
@@ -142,22 +95,16 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
                compressed: Mapping[str, bytes] | None = None) -> PackWritten:
     """Write ``objects`` as one version-2 pack with its version-2 index in ``pack_dir``.
 
-    Each object is ``(hex id, type, body)``: type 1 commit, 2 tree, 3 blob, 4 tag, and the body
-    without git's ``"<type> <size>\\0"`` header. The id is trusted, not recomputed (see the module
-    documentation). An id given twice is written once (its first occurrence). ``compression`` is the
-    zlib level of objects of 1 KiB or more (1, git's ``core.looseCompression`` default, is fast
-    and small enough); smaller ones are stored (:func:`gitstate.git.deflate.compress`). With ``fsync`` both files' contents are flushed (``fdatasync``, as git flushes the
-    packs it writes) before they are renamed into place; with ``sync_dir`` the directory is flushed
-    after the renames too, so the names survive a power loss as well (``core.fsync=all``).
+    Each object is ``(hex id, type 1-4, body without git's header)``; an id given twice is written
+    once. Bodies are compressed by :func:`gitstate.git.deflate.compress` at level ``compression``
+    unless ``compressed`` maps the id to its zlib stream already. ``fsync``: both files are flushed
+    (``fdatasync``, as git flushes its packs) before they are renamed into place; ``sync_dir``: the
+    directory after the renames too, as far as the file system can (``core.fsync=all``).
 
-    With ``keep`` a ``<name>.keep`` file holding those bytes is created before the ``.pack`` is
-    put in place (as ``git receive-pack`` keeps the pack it received until its refs are updated):
-    ``git repack -a -d`` and ``git gc`` neither delete a kept pack nor drop its objects, which are
-    unreachable until the caller's refs name them. The caller removes the file afterwards
-    (:attr:`PackWritten.keep`; ``None`` when a ``.keep`` of that name existed already).
-
-    ``compressed`` maps ids to the zlib stream of their body, made already by the caller
-    (:mod:`gitstate.git.deflate`): the entry holds it as it is (it must inflate to the body)."""
+    ``keep``: a ``<name>.keep`` holding those bytes is created before the ``.pack`` appears (as
+    ``git receive-pack`` keeps a received pack until its refs move), so ``git repack -a -d`` and
+    ``git gc`` neither delete the pack nor drop its objects, unreachable until the caller's refs
+    name them; the caller removes it (:attr:`PackWritten.keep`, ``None`` when one existed)."""
     if not -1 <= compression <= 9:
         raise UsageError(f"compression must be a zlib level from -1 to 9, not {compression}")
     seen: set[str] = set()
@@ -321,8 +268,8 @@ def _idx_bytes(index: Sequence[tuple[bytes, int, int]], pack_checksum: bytes) ->
     return body + hashlib.sha1(body, usedforsecurity=False).digest()
 
 
-# The temporary files gitstate writes here are named prefix + secrets.token_hex(8) (_open_temp,
-# _write_temp, _write_merged); git's own are tmp_pack_XXXXXX, tmp_idx_XXXXXX (mkstemp: six
+# The temporary files gitstate writes here are named prefix + secrets.token_hex(8) (_open_temp);
+# git's own are tmp_pack_XXXXXX, tmp_idx_XXXXXX (mkstemp: six
 # characters), so the two are told apart by name.
 _TEMP_NAME = re.compile(r"tmp_(?:pack|idx)_[0-9a-f]{16}\Z")
 
@@ -340,34 +287,12 @@ def _open_temp(pack_dir: str, prefix: str, data: bytes) -> tuple[str, int]:
     path = os.path.join(pack_dir, prefix + secrets.token_hex(8))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
     try:
-        _write_all(fd, data)
+        write_all(fd, data)
     except BaseException:
         os.close(fd)
         _unlink(path)
         raise
     return path, fd
-
-
-def _write_temp(pack_dir: str, prefix: str, parts: Sequence[bytes | memoryview], fsync: bool) -> str:
-    path = os.path.join(pack_dir, prefix + secrets.token_hex(8))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
-    try:
-        for part in parts:
-            _write_all(fd, part)
-        if fsync:
-            os.fdatasync(fd)
-    except BaseException:
-        os.close(fd)
-        _unlink(path)
-        raise
-    os.close(fd)
-    return path
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool,
@@ -385,7 +310,7 @@ def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool,
     try:
         if keep is not None:
             kept = _create_keep(base + ".keep", keep)
-        if os.path.exists(base + ".idx") and _freshen(base + ".pack"):
+        if os.path.exists(base + ".idx") and freshen(base + ".pack"):
             _unlink(tmp_pack)
             _unlink(tmp_idx)
             return True, kept
@@ -398,7 +323,7 @@ def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool,
             _unlink(kept)
         raise
     if fsync:
-        _fsync_dir(pack_dir)
+        fsync_dir(pack_dir)
     return False, kept
 
 
@@ -409,15 +334,16 @@ def _create_keep(path: str, content: bytes) -> str | None:
     except FileExistsError:
         return None
     try:
-        _write_all(fd, content)
+        write_all(fd, content)
     finally:
         os.close(fd)
     return path
 
 
-def _freshen(path: str) -> bool:
-    """Whether ``path`` exists; if so its mtime is set to now (kept as it was where that is not
-    allowed, e.g. a read-only repository)."""
+def freshen(path: str) -> bool:
+    """Whether ``path`` exists; if so its mtime is set to now, as git freshens an object it reuses,
+    so a concurrent ``git gc`` does not prune it as old (left as it was where that is not allowed,
+    e.g. a read-only repository)."""
     try:
         os.utime(path)
     except FileNotFoundError:
@@ -425,14 +351,6 @@ def _freshen(path: str) -> bool:
     except OSError:
         return os.path.exists(path)
     return True
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _unlink(path: str) -> bool:
@@ -446,20 +364,10 @@ def _unlink(path: str) -> bool:
 # -- reading indexes -------------------------------------------------------------------------------
 
 
-def read_index(idx_path: str) -> list[tuple[str, int, int]]:
-    """``(hex id, offset, crc32)`` of every object in a version-2 ``.idx``, in id order.
-
-    Checks the magic, the version, the fan-out table, the file's size and its trailing checksum;
-    anything else (a version-1 index, a truncated or damaged file) raises
-    :class:`~gitstate.errors.CorruptObjectError` with the path as ``oid``. A file that cannot be
-    read raises ``OSError`` (``FileNotFoundError`` when absent)."""
-    entries, _checksum = _parse_index(idx_path)
-    return [(raw.hex(), offset, crc) for raw, offset, crc in entries]
-
-
 def index_ids(idx_path: str) -> list[str]:
-    """The hex ids a version-2 ``.idx`` lists, in id order: :func:`read_index` without the offsets
-    and CRCs, with the same checks. Raises like :func:`read_index`."""
+    """The hex ids a version-2 ``.idx`` lists, in id order, once its head, fan-out table, size and
+    checksum are checked: :class:`~gitstate.errors.CorruptObjectError` (with the path as ``oid``)
+    for a version-1, truncated or damaged index, ``OSError`` for one that cannot be read."""
     return index_id_lines(idx_path).split()
 
 
@@ -506,103 +414,17 @@ def _check_idx_head(idx_path: str, data: bytes) -> None:
         raise CorruptObjectError(idx_path, f"pack index version {version} is not supported (only 2)")
 
 
-def _parse_index(idx_path: str) -> tuple[list[tuple[bytes, int, int]], bytes]:
-    """Entries ``(raw id, offset, crc)`` of a version-2 ``.idx`` and the pack checksum it names."""
-    data, count = _checked_index(idx_path)
-    names_at = _IDX_HEADER
-    crcs_at = names_at + 20 * count
-    small_at = crcs_at + 4 * count
-    large_at = small_at + 4 * count
-    crcs = struct.unpack_from(f">{count}I", data, crcs_at)
-    small = struct.unpack_from(f">{count}I", data, small_at)
-    n_large = len(data) - 40 - large_at
-    if n_large % 8:
-        raise CorruptObjectError(idx_path, "pack index has a partial 64-bit offset")
-    large = struct.unpack_from(f">{n_large // 8}Q", data, large_at)
-    entries: list[tuple[bytes, int, int]] = []
-    for i in range(count):
-        offset = small[i]
-        if offset & 0x80000000:
-            slot = offset & 0x7FFFFFFF
-            if slot >= len(large):
-                raise CorruptObjectError(idx_path, "pack index names a missing 64-bit offset")
-            offset = large[slot]
-        entries.append((data[names_at + 20 * i: names_at + 20 * i + 20], offset, crcs[i]))
-    return entries, data[-40:-20]
-
-
-def entry_types(pack_dir: str, name: str) -> dict[str, int]:
-    """``{hex id: type}`` of every entry of a pack, read from each entry's header byte (1-4 for
-    whole objects, 6 and 7 for deltas, whose object type is their base's). Raises like
-    :func:`read_index` (and :class:`~gitstate.errors.CorruptObjectError` for an offset beyond the
-    pack)."""
-    base = os.path.join(pack_dir, name)
-    index, _checksum = _parse_index(base + ".idx")
-    with _map(base + ".pack") as mm:
-        size = len(mm)
-        out: dict[str, int] = {}
-        for raw, offset, _crc in index:
-            if not _PACK_HEADER.size <= offset < size - 20:
-                raise CorruptObjectError(base + ".pack", f"entry {raw.hex()} has a bad offset {offset}")
-            out[raw.hex()] = (mm[offset] >> 4) & 0x07
-    return out
-
-
-# -- merging ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Source:
-    name: str
-    path: str  # of the .pack
-    size: int
-    entries: list[tuple[bytes, int, int, int]]  # (raw id, start, end, crc) in pack order
-
-
-def merge_packs(pack_dir: str, names: Sequence[str], *, fsync: bool = False) -> PackWritten:
-    """Copy every object of the packs ``names`` (``pack-<hex>``) into one new pack + index, then
-    remove the merged-away packs.
-
-    Each entry's bytes (header and zlib stream, located through the index: an entry ends where the
-    next one starts, or at the pack's trailer) are copied as they are, never recompressed, after
-    their CRC-32 is checked against the source index. An object in several packs is copied once,
-    from the first pack named that holds it. Every source must hold whole objects only; a delta
-    entry (type 6 or 7) raises :class:`DeltaPackError` before anything is written. Afterwards each
-    source's ``.idx``, ``.pack``, ``.rev`` and ``.bitmap`` are removed (index first), except for a
-    pack with a ``.keep`` file and the new pack itself (merging packs whose union is one of them
-    yields that pack's name). One source file is open at a time, so any number can be merged.
-
-    Callers serialize merges (and :func:`remove_orphans`) under one lock."""
-    unique = list(dict.fromkeys(names))
-    if not unique:
-        raise UsageError("merge_packs needs at least one pack")
-    for name in unique:
-        if not _NAME.match(name):
-            raise UsageError(f"not a pack name (pack-<40 hex>): {name!r}")
-    try:
-        sources = [_scan_source(pack_dir, name) for name in unique]
-        written = _write_merged(pack_dir, sources, fsync)
-    except OSError as exc:
-        raise StoreWriteError(pack_dir, str(exc)) from exc
-    remove_packs(pack_dir, [name for name in unique if name != written.name])
-    return written
-
-
 MIDX = "multi-pack-index"  # git's multi-pack-index file in the pack directory
 _MIDX_HEADER = struct.Struct(">4sBBBBI")  # signature, version, hash version, chunks, base files, packs
 
 
 def remove_packs(pack_dir: str, names: Iterable[str]) -> None:
-    """Delete the packs ``names`` (``pack-<hex>``) that have no ``.keep``: each one's files, its
-    index first (readers find packs by it); files already gone are fine. Before that, as git's
-    ``repack -d`` does (its ``clear_midx_file``), a multi-pack-index naming one of them is removed
-    with its bitmap and reverse index: git would find it naming a pack that is gone (its commands
-    print ``packfile ... index unavailable`` and ``git fsck`` fails); git reads the packs without
-    one, and ``git multi-pack-index write`` (or ``git maintenance``) writes a new one. A concurrent
-    ``git multi-pack-index write`` can still list a pack just before it goes (git's own repack has
-    that race too): a multi-pack-index naming a pack that is gone is removed as well, here before
-    and after the deletions, so such a one lasts until the next merge at most. Callers serialize
-    this under the housekeeping lock."""
+    """Delete the packs ``names`` (``pack-<hex>``) that have no ``.keep``, each one's index first;
+    files already gone are fine. As git's ``repack -d`` does (``clear_midx_file``), a
+    multi-pack-index naming one of them is removed first, with its bitmap and reverse index (git
+    would print ``packfile ... index unavailable`` and ``git fsck`` fail; git reads the packs
+    without one), and so is one naming a pack already gone, before and after the deletions (a
+    concurrent ``git multi-pack-index write`` can list a pack just before it goes)."""
     doomed = [n for n in names if not os.path.exists(os.path.join(pack_dir, n + ".keep"))]
     if not doomed:
         return
@@ -636,7 +458,7 @@ def damaged_midx(pack_dir: str) -> bool:
             head = fh.read(_MIDX_HEADER.size)
     except OSError:
         return False
-    return len(head) < 5 or (head[:4] == b"MIDX" and head[4] in (1, 2)) or head[:4] != b"MIDX"
+    return len(head) < 5 or head[:4] != b"MIDX" or head[4] in (1, 2)
 
 
 def stale_midx(pack_dir: str) -> list[str]:
@@ -710,102 +532,6 @@ def _clear_midx(pack_dir: str) -> None:
                 pass
 
 
-def _map(pack_path: str) -> mmap.mmap:
-    try:
-        fh = open(pack_path, "rb")  # noqa: SIM115 - closed below, the mapping outlives it
-    except FileNotFoundError as exc:
-        raise CorruptObjectError(pack_path, "the pack file of this index is missing") from exc
-    with fh:
-        if os.fstat(fh.fileno()).st_size < _PACK_HEADER.size + 20:
-            raise CorruptObjectError(pack_path, "pack is truncated")
-        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-
-
-def _scan_source(pack_dir: str, name: str) -> _Source:
-    """Read a source's index and check its pack: header, count, checksum, offsets, entry types."""
-    base = os.path.join(pack_dir, name)
-    if not os.path.exists(base + ".idx"):
-        raise UsageError(f"no pack {name} in {pack_dir}")
-    index, checksum = _parse_index(base + ".idx")
-    pack_path = base + ".pack"
-    with _map(pack_path) as mm:
-        size = len(mm)
-        signature, version, count = _PACK_HEADER.unpack_from(mm, 0)
-        if signature != b"PACK" or version not in (2, 3):
-            raise CorruptObjectError(pack_path, "not a version 2 pack")
-        if count != len(index):
-            raise CorruptObjectError(pack_path, f"pack has {count} objects, its index {len(index)}")
-        if mm[size - 20:] != checksum:
-            raise CorruptObjectError(pack_path, "pack checksum differs from the one its index names")
-        by_offset = sorted(index, key=lambda item: item[1])
-        entries: list[tuple[bytes, int, int, int]] = []
-        end_of_data = size - 20
-        for i, (raw, start, crc) in enumerate(by_offset):
-            end = by_offset[i + 1][1] if i + 1 < len(by_offset) else end_of_data
-            if not _PACK_HEADER.size <= start < end <= end_of_data:
-                raise CorruptObjectError(pack_path, f"entry {raw.hex()} has a bad offset {start}")
-            kind = (mm[start] >> 4) & 0x07
-            if kind not in _WHOLE_TYPES:
-                if kind in (OBJ_OFS_DELTA, OBJ_REF_DELTA):
-                    raise DeltaPackError(name, raw.hex(), kind)
-                raise CorruptObjectError(pack_path, f"entry {raw.hex()} has invalid type {kind}")
-            entries.append((raw, start, end, crc))
-    return _Source(name, pack_path, size, entries)
-
-
-def _write_merged(pack_dir: str, sources: Sequence[_Source], fsync: bool) -> PackWritten:
-    seen: set[bytes] = set()
-    plan: list[tuple[_Source, list[tuple[bytes, int, int, int]]]] = []
-    for source in sources:
-        taken = [entry for entry in source.entries if entry[0] not in seen]
-        seen.update(entry[0] for entry in taken)
-        plan.append((source, taken))
-    path = os.path.join(pack_dir, "tmp_pack_" + secrets.token_hex(8))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
-    index: list[tuple[bytes, int, int]] = []
-    try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as out:
-            hasher = hashlib.sha1(usedforsecurity=False)
-            header = _PACK_HEADER.pack(b"PACK", 2, len(seen))
-            hasher.update(header)
-            out.write(header)
-            offset = len(header)
-            for source, taken in plan:
-                if taken:
-                    offset = _copy_entries(source, taken, out, hasher, offset, index)
-            checksum = hasher.digest()
-            out.write(checksum)
-            out.flush()
-            if fsync:
-                os.fsync(out.fileno())
-        index.sort()
-        tmp_idx = _write_temp(pack_dir, "tmp_idx_", [_idx_bytes(index, checksum)], fsync)
-    except BaseException:
-        _unlink(path)
-        raise
-    name = "pack-" + checksum.hex()
-    existed, _kept = _install(pack_dir, name, path, tmp_idx, fsync)
-    return PackWritten(name, len(index), tuple(raw.hex() for raw, _, _ in index), existed)
-
-
-def _copy_entries(source: _Source, taken: Sequence[tuple[bytes, int, int, int]], out: BinaryIO,
-                  hasher: Any, offset: int, index: list[tuple[bytes, int, int]]) -> int:
-    """Append ``taken`` entries of one source to ``out``; return the offset after them."""
-    with _map(source.path) as mm:
-        if len(mm) != source.size:
-            raise CorruptObjectError(source.path, "pack changed while it was being merged")
-        with memoryview(mm) as whole:
-            for raw, start, end, crc in taken:
-                with whole[start:end] as view:
-                    if zlib.crc32(view) != crc:
-                        raise CorruptObjectError(raw.hex(), f"CRC-32 mismatch in {source.name}")
-                    hasher.update(view)
-                    out.write(view)
-                index.append((raw, offset, crc))
-                offset += end - start
-    return offset
-
-
 # -- planning --------------------------------------------------------------------------------------
 
 
@@ -846,79 +572,17 @@ def geometric_plan(packs: Sequence[tuple[str, int]], factor: int = 2) -> list[st
 
 # -- orphan packs: a .pack whose .idx is gone ------------------------------------------------------
 
-_TYPE_NAMES = {OBJ_COMMIT: b"commit", OBJ_TREE: b"tree", OBJ_BLOB: b"blob", OBJ_TAG: b"tag"}
-
-
-def index_bytes(pack_path: str) -> bytes:
-    """The version-2 ``.idx`` of a pack of whole objects (as :func:`write_pack` writes them),
-    computed from the pack alone: each entry is inflated (in chunks) and hashed, its CRC-32 and
-    offset noted. The result is byte for byte the index :func:`write_pack` wrote for it.
-    :class:`DeltaPackError` for a pack holding deltas, :class:`~gitstate.errors.CorruptObjectError`
-    for a damaged one."""
-    name = os.path.basename(pack_path)[: -len(".pack")]
-    with _map(pack_path) as mm:
-        size = len(mm)
-        signature, version, count = _PACK_HEADER.unpack_from(mm, 0)
-        if signature != b"PACK" or version not in (2, 3):
-            raise CorruptObjectError(pack_path, "not a version 2 pack")
-        if hashlib.sha1(memoryview(mm)[: size - 20], usedforsecurity=False).digest() != mm[size - 20:]:
-            raise CorruptObjectError(pack_path, "pack checksum does not match its content")
-        end = size - 20
-        pos = _PACK_HEADER.size
-        index: list[tuple[bytes, int, int]] = []
-        for _ in range(count):
-            start = pos
-            if pos >= end:
-                raise CorruptObjectError(pack_path, "pack is shorter than its object count")
-            byte = mm[pos]
-            kind, length, shift = (byte >> 4) & 0x07, byte & 0x0F, 4
-            pos += 1
-            while byte & 0x80:
-                if pos >= end:
-                    raise CorruptObjectError(pack_path, "truncated entry header")
-                byte = mm[pos]
-                pos += 1
-                length |= (byte & 0x7F) << shift
-                shift += 7
-            if kind not in _WHOLE_TYPES:
-                if kind in (OBJ_OFS_DELTA, OBJ_REF_DELTA):
-                    raise DeltaPackError(name, f"at offset {start}", kind)
-                raise CorruptObjectError(pack_path, f"entry at offset {start} has invalid type {kind}")
-            digest = hashlib.sha1(b"%s %d\x00" % (_TYPE_NAMES[kind], length), usedforsecurity=False)
-            inflater = zlib.decompressobj()
-            inflated = 0
-            while not inflater.eof:
-                if pos >= end:
-                    raise CorruptObjectError(pack_path, f"entry at offset {start} is truncated")
-                chunk = mm[pos:min(pos + _CHUNK, end)]
-                try:
-                    out = inflater.decompress(chunk)
-                except zlib.error as exc:
-                    raise CorruptObjectError(pack_path, f"entry at offset {start} does not inflate") from exc
-                digest.update(out)
-                inflated += len(out)
-                pos += len(chunk) - len(inflater.unused_data)
-            if inflated != length:
-                raise CorruptObjectError(pack_path, f"entry at offset {start} has the wrong size")
-            index.append((digest.digest(), start, zlib.crc32(mm[start:pos])))
-        if pos != end:
-            raise CorruptObjectError(pack_path, "pack has bytes after its last object")
-        checksum = mm[end:]
-    index.sort()
-    return _idx_bytes(index, checksum)
-
-
-_CHUNK = 1 << 16
+_UNINDEXABLE: set[tuple[str, int, int]] = set()  # (path, mtime, size) of packs git index-pack refused
 
 
 def reindex_orphans(pack_dir: str) -> list[str]:
-    """Give every ``pack-*.pack`` of whole objects that has no ``.idx`` its index again; returns the
-    names indexed. Such a pack is complete (a ``.pack`` is renamed into place only once written),
+    """Give every ``pack-*.pack`` that has no ``.idx`` its index again (``git index-pack``); returns
+    the names indexed. Such a pack is complete (a ``.pack`` is renamed into place only once written),
     so only its index is missing: ``git gc`` removes an ``.idx`` whose ``.pack`` its directory scan
     missed (its final scan can run while a pack's two files are renamed into place), which leaves
     every object of the pack unreadable although a ref names them. Safe at any time and from any
-    process: the index written is the one the pack's writer writes (identical bytes, renamed into
-    place). Packs holding deltas (not gitstate's) and damaged ones are left alone."""
+    process: the index is the one the pack's writer writes (identical bytes, renamed into place).
+    A pack git cannot index (damaged, or thin) is left alone, and not tried again by this process."""
     try:
         listing = os.listdir(pack_dir)
     except FileNotFoundError:
@@ -926,20 +590,36 @@ def reindex_orphans(pack_dir: str) -> list[str]:
     present = set(listing)
     done = []
     for entry in listing:
-        if not (entry.startswith("pack-") and entry.endswith(".pack")):
-            continue
         stem = entry[: -len(".pack")]
-        if stem + ".idx" in present or not _NAME.match(stem):
+        if not entry.endswith(".pack") or stem + ".idx" in present or not _NAME.match(stem):
             continue
         path = os.path.join(pack_dir, entry)
+        tmp = os.path.join(pack_dir, "tmp_idx_" + secrets.token_hex(8))
         try:
-            idx = index_bytes(path)
+            info = os.stat(path)
+            key = (path, info.st_mtime_ns, info.st_size)
+            if key in _UNINDEXABLE:
+                continue
+            try:
+                made = run_git(None, ["-c", "pack.indexVersion=2", "-c", "pack.writeReverseIndex=false",
+                                      "index-pack", "-o", tmp, path], cwd=pack_dir)
+                if made.returncode != 0:
+                    _UNINDEXABLE.add(key)
+                    continue
+                with open(tmp, "rb") as fh:
+                    idx = fh.read()
+            finally:
+                _unlink(tmp)
             if os.path.exists(os.path.join(pack_dir, stem + ".idx")):
                 continue  # its writer finished meanwhile
-            tmp = _write_temp(pack_dir, "tmp_idx_", [idx], False)
+            tmp, fd = _open_temp(pack_dir, "tmp_idx_", idx)  # git's 0444 less the umask, as write_pack's
+            os.close(fd)
             os.replace(tmp, os.path.join(pack_dir, stem + ".idx"))
-        except (OSError, CorruptObjectError, UsageError):
-            continue  # gone meanwhile, damaged, or deltas (another program's pack)
+            if not os.path.exists(path):  # removed meanwhile (a repack deletes the .idx first)
+                _unlink(os.path.join(pack_dir, stem + ".idx"))
+                continue
+        except (OSError, GitStateError):
+            continue  # gone meanwhile, or no usable git
         done.append(stem)
     return done
 
@@ -947,50 +627,47 @@ def reindex_orphans(pack_dir: str) -> list[str]:
 # -- cleaning up -----------------------------------------------------------------------------------
 
 
+def old_files(directory: str, wanted: Callable[[str], bool], max_age: float) -> list[str]:
+    """The regular files of ``directory`` whose name is ``wanted`` and that were last modified more
+    than ``max_age`` seconds ago, sorted (``[]`` when the directory cannot be listed)."""
+    try:
+        names = [n for n in os.listdir(directory) if wanted(n)]
+    except OSError:
+        return []
+    now = time.time()
+    found = []
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and now - info.st_mtime > max_age:
+            found.append(path)
+    return sorted(found)
+
+
 def remove_orphans(pack_dir: str, max_age_seconds: float) -> int:
     """Remove what dead writers left in ``pack_dir``: gitstate's ``tmp_pack_*`` and ``tmp_idx_*``
     files (:func:`is_temp_name`; git's own are git's to remove), and ``.pack`` files without their
     ``.idx`` (and without a ``.keep``) that :func:`reindex_orphans` cannot index, when last modified
-    more than ``max_age_seconds`` ago. Nothing else is touched. Returns how many files were removed.
-
-    A live writer's files are younger than that as long as ``max_age_seconds`` is far above the
-    time between its writes and its last rename (use minutes at least; git prunes its temporary
-    files after two weeks)."""
+    more than ``max_age_seconds`` ago (far above a live writer's time between its writes and its
+    last rename: minutes at least). Nothing else is touched. Returns how many files were removed."""
     if max_age_seconds < 0:
         raise UsageError(f"max_age_seconds cannot be negative, not {max_age_seconds}")
     reindex_orphans(pack_dir)  # a complete pack that lost its index is repaired, never removed
-    try:
-        listing = os.listdir(pack_dir)
-    except FileNotFoundError:
-        return 0
-    present = set(listing)
-    now = time.time()
+
+    def orphan(entry: str) -> bool:
+        stem = os.path.join(pack_dir, entry[:-5])
+        return (entry.endswith(".pack") and entry.startswith("pack-") and not os.path.exists(stem + ".idx")
+                and not os.path.exists(stem + ".keep"))
+
     removed = 0
-    for entry in listing:
-        is_pack = False
-        if is_temp_name(entry):
-            pass
-        elif entry.endswith(".pack") and entry[:-5].startswith("pack-"):
-            stem = entry[:-5]
-            if stem + ".idx" in present or stem + ".keep" in present:
-                continue
-            is_pack = True
-        else:
-            continue
-        path = os.path.join(pack_dir, entry)
-        try:
-            info = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISREG(info.st_mode) or now - info.st_mtime <= max_age_seconds:
-            continue
-        if is_pack:
-            stem = path[:-5]
-            if os.path.exists(stem + ".idx") or os.path.exists(stem + ".keep"):
-                continue  # its writer finished after the listing
-        try:
-            if _unlink(path):
-                removed += 1
-        except OSError:
-            pass
+    for path in old_files(pack_dir, lambda n: is_temp_name(n) or orphan(n), max_age_seconds):
+        name = os.path.basename(path)
+        if is_temp_name(name) or orphan(name):  # a pack's writer may have finished since the listing
+            try:
+                removed += _unlink(path)
+            except OSError:
+                pass
     return removed

@@ -1,19 +1,12 @@
 """Opening the repository with gitstate's *private* index instead of ``.git/index``.
 
-pygit2 has no call for "this repository, but that index file". libgit2 has one,
-``git_repository_set_index``, that pygit2's cffi declarations leave out; it is reached here through
-:mod:`ctypes`, looked up through pygit2's own extension module (``dlsym`` on that handle searches
-the libraries it links, so it is the very libgit2 instance pygit2 uses, never a second copy). The
-repository pointer comes from ``Repository._pointer`` and the index pointer from a
-``pygit2.Index(path)``; afterwards ``repo.index`` must be that very index, else the handle is
-dropped. Nothing of the process environment is touched.
-
-Fallback, only where that lookup is impossible (a platform whose loader does not search a module's
-dependencies, e.g. Windows, or a libgit2 without the symbol): the repository is opened with
-``FROM_ENV`` while ``GIT_DIR``, ``GIT_WORK_TREE`` and ``GIT_INDEX_FILE`` are set in ``os.environ``
-for a moment under a process-wide lock, then restored. Known limitation of that fallback: another
-thread that starts a git process (or reads those variables) at that instant, outside gitstate,
-would see them. :data:`NATIVE` says which way is in use."""
+pygit2 leaves out libgit2's ``git_repository_set_index``; it is reached through :mod:`ctypes` on
+pygit2's own extension module (``dlsym`` there finds the very libgit2 pygit2 uses), with the
+pointers of ``Repository._pointer`` and ``pygit2.Index(path)``; a handle whose ``repo.index`` is
+not then that index is dropped. Where that lookup is impossible (e.g. Windows), the repository is
+opened with ``FROM_ENV`` while ``GIT_DIR``, ``GIT_WORK_TREE`` and ``GIT_INDEX_FILE`` are set in
+``os.environ`` for a moment, under a lock (another thread starting git at that instant, outside
+gitstate, would see them). :data:`NATIVE` says which way is in use."""
 
 from __future__ import annotations
 

@@ -218,12 +218,9 @@ class ObjectReader:
     @contextmanager
     def listing_loose(self) -> Iterator[ObjectReader]:
         """Within the block, whether an object is loose is looked up in a listing of its fan-out
-        directory (``objects/xx``), taken the first time the block needs it, instead of one failed
-        ``open`` per packed object: for reads of many objects (a restore's thousands of blobs), at
-        most 256 listings. A loose object there is still checked with zlib before libgit2 reads it.
-        One written loose by another process after the listing was taken is read without that
-        check: it was written whole (git, libgit2 and gitstate write loose objects by rename); the
-        check is for damage already on disk. Inside a block already listing, the listings go on."""
+        folder, taken once, instead of one failed ``open`` per packed object (a restore reads
+        thousands). One written loose after the listing skips the zlib check: loose objects are
+        written whole, by rename; the check is for damage already on disk. Blocks nest."""
         if self._listed is not None:
             yield self
             return
@@ -251,11 +248,9 @@ class ObjectReader:
 
     def _odb(self, key: str, call: Callable[[str], tuple[Any, Any]]) -> tuple[Any, Any]:
         """``call(key)`` on the object database, after the loose-object guard. A miss or a read
-        error is retried after the pack list is refreshed (another process may have merged or
-        repacked packs away meanwhile), after packs that lost their index (to a concurrent ``git
-        gc``) are indexed again, and while the pack directory keeps changing between attempts (a
-        repack under way; at most :data:`_ATTEMPTS` attempts, a few ms apart); then reported as
-        :class:`CorruptObjectError`. Nothing moving in the pack directory ends it after two."""
+        error is retried after the pack list is refreshed and orphan packs are indexed again, while
+        the pack folder keeps changing (a merge or repack under way; at most :data:`_ATTEMPTS`
+        attempts, a few ms apart), then raised as :class:`CorruptObjectError`."""
         self._guard(key)
         try:
             return call(key)
@@ -269,16 +264,13 @@ class ObjectReader:
         for attempt in range(1, _ATTEMPTS):
             try:
                 return call(key)
-            except KeyError as exc:
+            except (KeyError, pygit2.GitError, ValueError, OSError, MemoryError) as exc:
                 error: Exception = exc
-                reason = "missing from the object database"
-            except (pygit2.GitError, ValueError, OSError) as exc:
-                error = exc
-                reason = f"unreadable: {exc}"
-            except MemoryError as exc:  # libgit2 allocates what a loose object's header claims
-                error = exc
-                reason = "unreadable: its size does not fit in memory (a damaged header can claim any size)"
-            repaired = self._repair()
+                reason = ("missing from the object database" if isinstance(exc, KeyError) else
+                          # libgit2 allocates what a loose object's header claims
+                          "unreadable: its size does not fit in memory (a damaged header can claim any size)"
+                          if isinstance(exc, MemoryError) else f"unreadable: {exc}")
+            repaired = bool(reindex_orphans(os.path.join(objects_dir(self.repo), "pack")))
             now = _stamp(pack_dir)
             if attempt == _ATTEMPTS - 1 or (not repaired and now == seen):
                 check_present(self.repo.path)
@@ -287,11 +279,6 @@ class ObjectReader:
             time.sleep(0.001 * attempt)
             refresh_packs(self.repo)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _repair(self) -> bool:
-        """After a miss: give packs that lost their ``.idx`` (to a ``git gc``) their index again
-        (:func:`packs.reindex_orphans`); whether one was."""
-        return bool(reindex_orphans(os.path.join(objects_dir(self.repo), "pack")))
 
     def read(self, oid: str | pygit2.Oid, expect: ObjectType | None = None) -> tuple[ObjectType, bytes]:
         """The type and raw body of an object, checked: present, undamaged, of type ``expect``."""
@@ -308,9 +295,8 @@ class ObjectReader:
         return _KINDS.get(kind) or ObjectType(kind), int(size)
 
     def exists(self, oid: str) -> bool:
-        """Whether the object database has ``oid`` (not checked for damage). A miss is looked up
-        again as :meth:`header` retries one (a pack merged or repacked away meanwhile must not make
-        a live object look absent)."""
+        """Whether the object database has ``oid`` (not checked for damage); a miss is retried as
+        :meth:`header` retries one."""
         try:
             if oid in self.repo.odb:
                 return True

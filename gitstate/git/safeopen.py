@@ -1,13 +1,11 @@
 """Opening gitstate's private files under ``.git`` (``agentos/*``, lock files, the stat cache)
 without ever blocking.
 
-A FIFO put in the place of such a file would make a plain ``open`` wait forever (for a writer when
-reading, for a reader when writing), and a device or socket is no file of ours either. So every
-private file is opened with ``O_NONBLOCK`` and kept only when ``fstat`` says it is a regular file;
-anything else raises an :class:`OSError` (:class:`NotRegularFileError`; :class:`IsADirectoryError`
-for a directory), which callers already treat as an unreadable file: derived data is rebuilt, a
-required file is an error. ``O_NONBLOCK`` is cleared once the file is known to be regular.
-Before handing a private path to libgit2 (which opens it blocking), check it with
+A FIFO in the place of such a file would make a plain ``open`` wait forever, and a device or
+socket is no file of ours either. So private files are opened with ``O_NONBLOCK`` (cleared once
+``fstat`` says the file is regular), and anything else raises an :class:`OSError`
+(:class:`NotRegularFileError`, or :class:`IsADirectoryError`), which callers treat as an unreadable
+file. Before handing a private path to libgit2 (which opens it blocking), check it with
 :func:`regular_or_absent`.
 
 Only the standard library: :mod:`gitstate.git.lockfile` sits on it."""
@@ -20,7 +18,8 @@ import os
 import stat
 from typing import IO, Any
 
-__all__ = ["NotRegularFileError", "describe", "open_fd", "open_file", "regular_or_absent", "remove_special"]
+__all__ = ["NotRegularFileError", "describe", "open_fd", "open_file", "regular_or_absent", "remove_special",
+           "write_all"]
 
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -118,3 +117,10 @@ def remove_special(path: str | bytes) -> bool:
     except OSError:
         return False
     return True
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """``os.write`` until every byte is out (one call writes at most about 2 GiB)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

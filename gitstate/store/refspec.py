@@ -6,7 +6,8 @@ Grammar::
     REF    := ID [ '~' N ] | RUN [ '@' BRANCH ] [ '~' N | ':node:' NAME ]
     TARGET := REF of the same run | ID | '~' N | '@' BRANCH [ '~' N | ':node:' NAME ] | 'node:' NAME
 
-``ID`` is a full checkpoint id or a prefix of 4+ hex digits naming one checkpoint (other objects
+``ID`` is a full checkpoint id or a prefix of 4+ hex digits naming one checkpoint, or a LangGraph
+checkpoint id or a prefix of 8+ characters of one (other objects
 sharing it are passed over; a prefix of several checkpoints is an error that lists the candidates); ``RUN`` alone is the tip of its ``main`` branch, or for a LangGraph
 thread of the line holding its latest checkpoint (:func:`default_branch`; for ``undo``, the line
 that moved last, :func:`moved_branch`); ``~N`` goes N
@@ -26,7 +27,10 @@ the text is read in this order, the first match winning:
    ``a``), then the literal branch name (``r@b~3`` is branch ``b~3`` when it exists, else three
    back from ``b``);
 3. the text is 4–40 hex digits (optionally followed by ``~N``) → a checkpoint id or unique prefix;
-4. otherwise :class:`RunNotFound` (when the text has the shape of a run reference) or
+4. the text is a LangGraph checkpoint id (a UUID, as ``get_state`` gives it) or 8+ characters of
+   one (optionally followed by ``~N``) → that checkpoint of this worktree's LangGraph threads
+   (after rule 3 found no checkpoint, for a prefix that is all hex digits);
+5. otherwise :class:`RunNotFound` (when the text has the shape of a run reference) or
    :class:`InvalidReferenceError`.
 
 Resolution only reads; it never changes the store."""
@@ -39,6 +43,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gitstate.errors import (
+    AmbiguousReferenceError,
     BranchNotFound,
     CheckpointNotFound,
     CorruptObjectError,
@@ -48,7 +53,7 @@ from gitstate.errors import (
 )
 from gitstate.format import lgtree
 from gitstate.format.checkpoint import latest_line
-from gitstate.format.names import check_name
+from gitstate.format.names import check_name, parse_ref, worktree_prefix
 from gitstate.git.refs import reflog_mtime
 
 if TYPE_CHECKING:
@@ -63,6 +68,7 @@ __all__ = ["Located", "Parsed", "branch_text", "default_branch", "locate", "loca
 _STEPS = re.compile(r"~(\d+)$")
 _NODE = ":node:"
 _HEX = re.compile(r"[0-9a-fA-F]{4,40}")
+_LG_ID = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{7,}")  # a LangGraph checkpoint id, or 8+ characters of one
 #: ``N`` of a ``~N`` of more than 18 significant digits: a count past any line (int() refuses
 #: text of more than ``sys.get_int_max_str_digits()`` digits, so the text is not converted).
 _FAR = 10**18
@@ -221,13 +227,48 @@ def parse(store: Store, text: str, branch: str | None = None) -> Parsed:
         return Parsed(None, oid=text)
     if m and _HEX.fullmatch(text[: m.start()]):
         return Parsed(None, oid=text[: m.start()], back=_count(m.group(1)))
+    base = text[: m.start()] if m else text
+    if _LG_ID.fullmatch(base):
+        found = _langgraph_checkpoint(store, base)
+        if found is not None:
+            return Parsed(None, oid=found, back=_count(m.group(1)) if m else 0)
     if m or _NODE in text or "@" in text:
         base = (text[: m.start()] if m else text).split(_NODE, 1)[0].split("@", 1)[0]
         if base and store.has_run(base):  # the run is there; the rest is malformed ("r@", "r:node:")
             raise InvalidReferenceError(text, "expected RUN, RUN@BRANCH, RUN~N or RUN:node:NAME")
         raise RunNotFound(base or text, store.worktree)
     raise InvalidReferenceError(
-        text, "no run of that id in this worktree, and not a checkpoint id (4-40 hex digits)")
+        text, "no run of that id in this worktree, and not a checkpoint id (4-40 hex digits) or a "
+              "LangGraph checkpoint id")
+
+
+def _langgraph_checkpoint(store: Store, text: str) -> str | None:
+    """The commit of the LangGraph checkpoint of this worktree whose LangGraph id (a UUID such as
+    ``1f1eb4d5-9c6c-6e2a-8001-…``) is ``text``, or starts with it (8 characters or more); ``None``
+    when none is. Several threads holding one id (copies) or a prefix of several ids:
+    :class:`AmbiguousReferenceError`. Walks the lines of the worktree's LangGraph threads, so it is
+    tried only after everything else."""
+    exact: dict[str, str] = {}  # commit -> what it is
+    prefixed: dict[str, str] = {}
+    seen: set[tuple[str, str, str]] = set()  # (run, namespace, id): the newest commit of each wins
+    for name, tip in store.list_refs(worktree_prefix(store.worktree)):
+        parsed = parse_ref(name)
+        if parsed is None or parsed.kind != "heads":
+            continue
+        for commit in store.reader.first_parents(tip):
+            key = lgtree.checkpoint_key(commit.message)
+            if key is None:
+                break  # not a LangGraph line
+            ns, cid = key
+            if not cid.startswith(text) or (parsed.run_id, ns, cid) in seen:
+                continue
+            seen.add((parsed.run_id, ns, cid))
+            what = f"run {parsed.run_id} branch {parsed.name}" + (f" namespace {ns}" if ns else "")
+            (exact if cid == text else prefixed)[commit.id] = f"{what}: {cid}"
+    found = exact or prefixed
+    if len(found) > 1:
+        raise AmbiguousReferenceError(text, sorted(found.items(), key=lambda item: item[1]))
+    return next(iter(found), None)
 
 
 def _back_from(store: StoreCore, start: Checkpoint, back: int, text: str, what: str) -> Checkpoint:
@@ -249,7 +290,14 @@ def _walk_back(run: Run, branch: str, back: int, text: str) -> Checkpoint:
 def _resolve_parsed(store: Store, p: Parsed, text: str) -> Checkpoint:
     if p.run is None:
         assert p.oid is not None
-        cp = store.checkpoint(p.oid)
+        try:
+            cp = store.checkpoint(p.oid)
+        except CheckpointNotFound:
+            # 8+ hex digits may also begin a LangGraph checkpoint id (a UUID)
+            found = _langgraph_checkpoint(store, p.oid) if _LG_ID.fullmatch(p.oid) else None
+            if found is None:
+                raise
+            cp = store.checkpoint(found)
         if cp.workflow == lgtree.WORKFLOW and store.has_run(cp.run_id):
             cp = store.get_run(cp.run_id).current_copy(cp)
         return _back_from(store, cp, p.back, text, f"the line of {cp.short_id}") if p.back else cp
@@ -270,7 +318,7 @@ def locate(store: Store, text: str, branch: str | None = None) -> Located:
     id, the run and branch are the ones the checkpoint recorded when it was written. A plain word
     that names nothing is an unknown run (:class:`RunNotFound`)."""
     if isinstance(text, str) and text and not _HEX.fullmatch(text) and not any(c in text for c in "@~:") \
-            and not store.has_run(text):
+            and not store.has_run(text) and not (_LG_ID.fullmatch(text) and _langgraph_checkpoint(store, text)):
         raise RunNotFound(text, store.worktree)
     p = parse(store, text, branch)
     cp = _resolve_parsed(store, p, text)
