@@ -24,15 +24,20 @@ _FIXED = {"GIT_AUTHOR_NAME": "Test Author", "GIT_AUTHOR_EMAIL": "author@example.
           "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
 
 
-@pytest.fixture(autouse=True)
-def clean_git_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path_factory.mktemp("home")
+def scrub_git_env(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    """Set the environment every test runs in: no git variables or user config (``HOME`` is
+    ``home``), fixed identities and dates. Also for fixtures wider than one test."""
     for name in _SCRUB:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     for name, value in _FIXED.items():
         monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(autouse=True)
+def clean_git_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    scrub_git_env(monkeypatch, tmp_path_factory.mktemp("home"))
 
 
 def git(cwd: str | os.PathLike[str], *args: str, check: bool = True) -> str:

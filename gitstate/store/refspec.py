@@ -53,7 +53,7 @@ from gitstate.errors import (
 )
 from gitstate.format import lgtree
 from gitstate.format.checkpoint import latest_line
-from gitstate.format.names import parse_ref, worktree_prefix
+from gitstate.format.names import check_name, parse_ref, worktree_prefix
 from gitstate.git.refs import reflog_mtime
 
 if TYPE_CHECKING:
@@ -69,6 +69,15 @@ _STEPS = re.compile(r"~(\d+)$")
 _NODE = ":node:"
 _HEX = re.compile(r"[0-9a-fA-F]{4,40}")
 _LG_ID = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{7,}")  # a LangGraph checkpoint id, or 8+ characters of one
+#: ``N`` of a ``~N`` of more than 18 significant digits: a count past any line (int() refuses
+#: text of more than ``sys.get_int_max_str_digits()`` digits, so the text is not converted).
+_FAR = 10**18
+
+
+def _count(digits: str) -> int:
+    """``N`` of ``~N``, for a run of digits of any length (never ValueError)."""
+    significant = digits.lstrip("0")
+    return int(significant or "0") if len(significant) <= 18 else _FAR
 
 
 @dataclass(frozen=True)
@@ -187,7 +196,7 @@ def _candidates(store: Store, text: str, default: str | None) -> list[Parsed]:
     out = list(_splits(store, text, default))
     m = _STEPS.search(text)
     if m:
-        out += [replace(p, back=int(m.group(1))) for p in _splits(store, text[: m.start()], default)]
+        out += [replace(p, back=_count(m.group(1))) for p in _splits(store, text[: m.start()], default)]
     start = 0
     while (i := text.find(_NODE, start)) >= 0:
         name = text[i + len(_NODE):]
@@ -217,12 +226,12 @@ def parse(store: Store, text: str, branch: str | None = None) -> Parsed:
     if _HEX.fullmatch(text):
         return Parsed(None, oid=text)
     if m and _HEX.fullmatch(text[: m.start()]):
-        return Parsed(None, oid=text[: m.start()], back=int(m.group(1)))
+        return Parsed(None, oid=text[: m.start()], back=_count(m.group(1)))
     base = text[: m.start()] if m else text
     if _LG_ID.fullmatch(base):
         found = _langgraph_checkpoint(store, base)
         if found is not None:
-            return Parsed(None, oid=found, back=int(m.group(1)) if m else 0)
+            return Parsed(None, oid=found, back=_count(m.group(1)) if m else 0)
     if m or _NODE in text or "@" in text:
         base = (text[: m.start()] if m else text).split(_NODE, 1)[0].split("@", 1)[0]
         if base and store.has_run(base):  # the run is there; the rest is malformed ("r@", "r:node:")
@@ -364,7 +373,7 @@ def resolve_target(store: Store, run: Run, text: str, branch: str = "main") -> C
     if text.startswith("~"):
         if not _STEPS.fullmatch(text):
             raise InvalidReferenceError(text, "expected ~N with N a number")
-        return _walk_back(run, branch, int(text[1:]), text)
+        return _walk_back(run, branch, _count(text[1:]), text)
     if text.startswith("@"):
         return _other_branch(run, text)
     if text.startswith("node:"):
@@ -382,16 +391,25 @@ def _other_branch(run: Run, text: str) -> Checkpoint:
     rest = text[1:]
     if not rest:
         raise InvalidReferenceError(text, "branch name missing after '@'")
-    if run.tip(rest) is not None:
+    if _has_tip(run, rest):
         return _walk_back(run, rest, 0, text)
     m = _STEPS.search(rest)
-    if m and m.start() > 0 and run.tip(rest[: m.start()]) is not None:
-        return _walk_back(run, rest[: m.start()], int(m.group(1)), text)
+    if m and m.start() > 0 and _has_tip(run, rest[: m.start()]):
+        return _walk_back(run, rest[: m.start()], _count(m.group(1)), text)
     start = 0
     while (i := rest.find(_NODE, start)) >= 0:
-        if i > 0 and rest[i + len(_NODE):] and run.tip(rest[:i]) is not None:
+        if i > 0 and rest[i + len(_NODE):] and _has_tip(run, rest[:i]):
             return run.load("node:" + rest[i + len(_NODE):], branch=rest[:i])
         start = i + 1
-    if m and m.start() > 0:
-        raise BranchNotFound(run.id, rest[: m.start()])
-    raise BranchNotFound(run.id, rest.split(_NODE, 1)[0] or rest)
+    missing = rest[: m.start()] if m and m.start() > 0 else rest.split(_NODE, 1)[0] or rest
+    check_name("branch name", missing)  # a name no branch can have is an InvalidNameError
+    raise BranchNotFound(run.id, missing)
+
+
+def _has_tip(run: Run, branch: str) -> bool:
+    """Whether ``branch`` of ``run`` has a tip; ``False`` for a name no branch can have (too long
+    once encoded, not UTF-8), so that the text's other readings are tried."""
+    try:
+        return run.tip(branch) is not None
+    except InvalidNameError:
+        return False
