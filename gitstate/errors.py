@@ -217,6 +217,16 @@ class EncodingError(GitStateError):
         super().__init__(f"cannot encode state at {path or '<root>'}: {reason}")
 
 
+class IntegerTooLargeError(EncodingError):
+    """An integer beyond the stored bound (``|n| < 2**MAX_INT_BITS`` of
+    :mod:`gitstate.format.encoding`); nothing was written."""
+
+    def __init__(self, path: str, bits: int, limit: int) -> None:
+        self.bits = bits
+        self.limit = limit
+        super().__init__(path, f"integer of {bits:,} bits is larger than the {limit:,} bits stored")
+
+
 class NotSerializableError(EncodingError, TypeError):
     """A value a framework integration stores as JSON-like data is not (an object ``json.dumps``
     refuses, a type the integration does not allow); nothing was written. A ``TypeError`` as well,
