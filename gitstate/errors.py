@@ -380,10 +380,15 @@ class PushNotAllowedError(GitStateError):
     """The remote is not listed in ``agentos.pushRemotes``: checkpoints may hold prompts, tool outputs
     and secrets, so gitstate pushes them only where the user allowed it."""
 
-    def __init__(self, remote: str) -> None:
+    def __init__(self, remote: str, urls: tuple[str, ...] = ()) -> None:
         self.remote = remote
+        self.urls = urls  # the remote's push URLs that agentos.pushRemotes does not allow, when known
+        which = ""
+        if urls:
+            which = f" (its push URL{'s' if len(urls) > 1 else ''} {', '.join(repr(u) for u in urls)} "
+            which += "not allowed)"
         super().__init__(
-            f"pushing checkpoints to {remote!r} is not allowed; allow it with: "
+            f"pushing checkpoints to {remote!r} is not allowed{which}; allow it with: "
             f"git config --add agentos.pushRemotes {remote}"
         )
 

@@ -53,7 +53,7 @@ from gitstate.git.refs import list_refs
 from gitstate.store.nodes import read_record
 from gitstate.store.sessionfiles import copy_ref, is_copy_of
 from gitstate.store.store import Store
-from gitstate.sync.hooks import check_push_allowed, git_cwd
+from gitstate.sync.hooks import check_push_allowed, git_cwd, remote_urls
 from gitstate.sync.nodelogs import replay_onto
 from gitstate.workspace.restore import SAFETY_BRANCH
 
@@ -482,10 +482,20 @@ def _ls_remote(store: Store, remote: str, prefixes: Sequence[str], *, action: st
 
 def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, str | None]) -> dict[str, RefResult]:
     """Run one ``git push --porcelain`` and report each ref it covered (a ref git said nothing
-    about gets git's overall error, so one failure never hides the others' results)."""
+    about gets git's overall error, so one failure never hides the others' results).
+
+    A remote may push to several URLs (``git remote set-url --add --push``): git pushes to each in
+    turn (a ``To <url>`` block of ref lines each) and fails when any fails, possibly saying nothing
+    of a URL whose pre-push hook refused. A ref is then a failure when it failed at any URL, or
+    went unreported at one while git failed; and when git failed but no ref says so, every ref
+    carries git's error: a failed push never reads as pushed."""
     out = run_git(store, args, action="push to", remote=remote, check=False)
-    results: dict[str, RefResult] = {}
+    reports: dict[str, list[RefResult]] = {}
+    urls: list[str] = []
     for line in out.stdout.splitlines():
+        if line.startswith("To "):
+            urls.append(line[3:])
+            continue
         parts = line.split("\t")
         if len(parts) < 3 or len(parts[0]) != 1:
             continue
@@ -495,14 +505,26 @@ def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, st
         status, message = _push_status(parts[0], parts[2])
         if message == _REJECT_HINT and getattr(parse_ref(dst), "kind", None) == "files":
             message = _REJECT_FILE_HINT
-        results[dst] = RefResult(dst, status, None, expected[dst], message)
-    if len(results) < len(expected):
-        failure = command.last_line(out.stderr) or f"git push exited {out.returncode}"
-        if "pre-push" in out.stderr or "gitstate: refusing" in out.stderr:
-            failure = "refused by the pre-push hook: " + failure
-        for dst, oid in expected.items():
-            if dst not in results:
-                results[dst] = RefResult(dst, "error", None, oid, failure)
+        if len(urls) > 1 and status in _FAILED:
+            message = f"{message} (at {urls[-1]})" if message else f"at {urls[-1]}"
+        reports.setdefault(dst, []).append(RefResult(dst, status, None, expected[dst], message))
+    failed = out.returncode != 0
+    failure = command.last_line(out.stderr) or f"git push exited {out.returncode}"
+    if "pre-push" in out.stderr or "gitstate: refusing" in out.stderr:
+        failure = "refused by the pre-push hook: " + failure
+    targets = max(len(urls), len(remote_urls(store, remote)) if failed else 1)
+    results: dict[str, RefResult] = {}
+    for dst, oid in expected.items():
+        found = reports.get(dst, [])
+        bad = [r for r in found if not r.ok]
+        if bad:
+            results[dst] = bad[0]
+        elif found and not (failed and len(found) < targets):
+            results[dst] = next((r for r in found if r.status != "up-to-date"), found[0])
+        else:
+            results[dst] = RefResult(dst, "error", None, oid, failure)
+    if failed and all(r.ok for r in results.values()):
+        results = {dst: RefResult(dst, "error", None, oid, failure) for dst, oid in expected.items()}
     return results
 
 
