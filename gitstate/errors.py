@@ -376,6 +376,19 @@ class RemoteError(GitStateError):
         super().__init__(f"{action} {remote!r} failed: {detail}")
 
 
+class BrokenObjectError(RemoteError):
+    """A fetch (pull, bundle import) was refused because what it would bring in fails git's own
+    object checks (``fetch.fsckObjects``: a tree with duplicate or unsorted entries, a malformed
+    commit, ...), so that the repository's ``git fsck`` keeps passing; nothing was brought in."""
+
+    def __init__(self, remote: str, action: str, oid: str | None, check: str) -> None:
+        self.oid = oid
+        self.check = check
+        what = f"object {oid}: {check}" if oid else check
+        super().__init__(remote, action, f"it sends a broken object ({what}; git fsck would report it), so "
+                                         "nothing was brought in")
+
+
 class PushNotAllowedError(GitStateError):
     """The remote is not listed in ``agentos.pushRemotes``: checkpoints may hold prompts, tool outputs
     and secrets, so gitstate pushes them only where the user allowed it."""

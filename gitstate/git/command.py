@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from typing import IO
 
 from gitstate.errors import GitVersionError
 from gitstate.git import safeopen
@@ -43,11 +44,14 @@ def git_environment(git_dir: str | None = None, work_tree: str | None = None,
 
 def run_git(git_dir: str | None, args: Sequence[str], *, cwd: str | None = None, work_tree: str | None = None,
             stdin: str | bytes | None = None, text: bool = True, env: Mapping[str, str] | None = None,
-            stdout: int | None = None) -> subprocess.CompletedProcess[str]:
+            stdout: int | None = None, stdin_file: IO[bytes] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``git args`` on the repository at ``git_dir`` (``None``: the one around ``cwd``) and
-    return the completed process (never raises for a non-zero exit; callers classify it)."""
+    return the completed process (never raises for a non-zero exit; callers classify it).
+    ``stdin_file``: an open file git reads from where it stands (instead of ``stdin``)."""
     check_git_version()
     kwargs: dict[str, object] = {}
+    if stdin_file is not None:
+        kwargs["stdin"] = stdin_file
     if stdout is not None:
         kwargs["stdout"] = stdout
         kwargs["stderr"] = subprocess.PIPE

@@ -17,6 +17,7 @@ reported; nothing fetched is decoded or executed here."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -29,6 +30,7 @@ import pygit2
 from pygit2.enums import ObjectType
 
 from gitstate.errors import (
+    BrokenObjectError,
     ConflictError,
     CorruptObjectError,
     GitStateError,
@@ -48,6 +50,7 @@ from gitstate.format.names import (
     worktree_prefix,
 )
 from gitstate.git import command
+from gitstate.git.objects import objects_dir
 from gitstate.git.reader import ObjectReader
 from gitstate.git.refs import list_refs
 from gitstate.store.nodes import read_record
@@ -594,14 +597,56 @@ def fetch_and_merge(store: Store, source: str, label: str, prefixes: Sequence[st
     if not specs:
         return _group(skipped, PullResult)
     try:
-        run_git(store, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
-                        "--no-recurse-submodules", "--refmap=", source, *specs],
-                action=action, remote=source)
+        fetch_checked(store, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
+                              "--no-recurse-submodules", "--refmap=", source, *specs], action=action, remote=source)
         staged = list_refs(store.repo, session)
         results = merge_staged(store, staged, session, label) + skipped
     finally:
         _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
     return _group(results, PullResult)
+
+
+#: git's object checks on every fetch: what a remote or bundle sends is refused, and nothing of it
+#: kept, when ``git fsck`` would report it (a tree with duplicate or unsorted entries, a malformed
+#: commit or tag, ...). The user's own ``fetch.fsck.<msg-id>`` and ``fetch.fsck.skipList`` apply.
+FSCK_CONFIG = ("-c", "fetch.fsckObjects=true")
+_FSCK_LINE = re.compile(r"^error: object ([0-9a-f]{40,64}): (\S+: .*)$", re.M)
+
+
+def broken_object(remote: str, action: str, stderr: str) -> BrokenObjectError | None:
+    """The :class:`BrokenObjectError` a failed fetch's stderr describes (git's object checks
+    refused what it received), or ``None`` when it failed for another reason."""
+    found = _FSCK_LINE.search(stderr)
+    if found is not None:
+        return BrokenObjectError(remote, action, found.group(1), found.group(2).strip())
+    if "fsck error" in stderr:
+        return BrokenObjectError(remote, action, None, command.last_line(stderr))
+    return None
+
+
+def fetch_checked(store: Store, args: Sequence[str], *, action: str, remote: str) -> None:
+    """``git fetch`` (``args`` start with ``fetch``) with git's object checks on
+    (:data:`FSCK_CONFIG`): :class:`BrokenObjectError` when they refuse what arrives (the partial
+    pack git leaves behind is removed), :class:`RemoteError` for any other failure."""
+    pack_dir = os.path.join(objects_dir(store.repo), "pack")
+    before = _tmp_packs(pack_dir)
+    out = run_git(store, [*FSCK_CONFIG, *args], action=action, remote=remote, check=False)
+    if out.returncode == 0:
+        return
+    refused = broken_object(remote, action, out.stderr)
+    if refused is None:
+        raise RemoteError(remote, action, command.last_line(out.stderr) or f"git exited {out.returncode}")
+    for name in _tmp_packs(pack_dir) - before:  # index-pack stopped half way: its temporary file
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(pack_dir, name))
+    raise refused
+
+
+def _tmp_packs(pack_dir: str) -> set[str]:
+    try:
+        return {n for n in os.listdir(pack_dir) if n.startswith("tmp_pack_")}
+    except OSError:
+        return set()
 
 
 def _kind_order(name: str) -> int:
