@@ -217,6 +217,16 @@ class EncodingError(GitStateError):
         super().__init__(f"cannot encode state at {path or '<root>'}: {reason}")
 
 
+class IntegerTooLargeError(EncodingError):
+    """An integer beyond the stored bound (``|n| < 2**MAX_INT_BITS`` of
+    :mod:`gitstate.format.encoding`); nothing was written."""
+
+    def __init__(self, path: str, bits: int, limit: int) -> None:
+        self.bits = bits
+        self.limit = limit
+        super().__init__(path, f"integer of {bits:,} bits is larger than the {limit:,} bits stored")
+
+
 class NotSerializableError(EncodingError, TypeError):
     """A value a framework integration stores as JSON-like data is not (an object ``json.dumps``
     refuses, a type the integration does not allow); nothing was written. A ``TypeError`` as well,
@@ -366,14 +376,32 @@ class RemoteError(GitStateError):
         super().__init__(f"{action} {remote!r} failed: {detail}")
 
 
+class BrokenObjectError(RemoteError):
+    """A fetch (pull, bundle import) was refused because what it would bring in fails git's own
+    object checks (``fetch.fsckObjects``: a tree with duplicate or unsorted entries, a malformed
+    commit, ...), so that the repository's ``git fsck`` keeps passing; nothing was brought in."""
+
+    def __init__(self, remote: str, action: str, oid: str | None, check: str) -> None:
+        self.oid = oid
+        self.check = check
+        what = f"object {oid}: {check}" if oid else check
+        super().__init__(remote, action, f"it sends a broken object ({what}; git fsck would report it), so "
+                                         "nothing was brought in")
+
+
 class PushNotAllowedError(GitStateError):
     """The remote is not listed in ``agentos.pushRemotes``: checkpoints may hold prompts, tool outputs
     and secrets, so gitstate pushes them only where the user allowed it."""
 
-    def __init__(self, remote: str) -> None:
+    def __init__(self, remote: str, urls: tuple[str, ...] = ()) -> None:
         self.remote = remote
+        self.urls = urls  # the remote's push URLs that agentos.pushRemotes does not allow, when known
+        which = ""
+        if urls:
+            which = f" (its push URL{'s' if len(urls) > 1 else ''} {', '.join(repr(u) for u in urls)} "
+            which += "not allowed)"
         super().__init__(
-            f"pushing checkpoints to {remote!r} is not allowed; allow it with: "
+            f"pushing checkpoints to {remote!r} is not allowed{which}; allow it with: "
             f"git config --add agentos.pushRemotes {remote}"
         )
 

@@ -27,7 +27,9 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     is a commit whose payloads decode with a known format version (a LangGraph checkpoint's to the
     shape LangGraph reads, without importing LangGraph), node boundaries point at
     earlier checkpoints of the same branch, every record of every node log decodes (nodes,
-    node:NAME and checkpoint --node read them), snapshot objects exist, and no foreign or malformed
+    node:NAME and checkpoint --node read them), every object reached reads in full, as git fsck
+    reads it (a pack damaged inside an object's compressed data is found; blobs over 32 MiB are
+    streamed through git cat-file and hashed), and no foreign or malformed
     ref names sit in the namespace, no ref there holds something other than an object id (a
     symbolic ref, or a file git calls a "broken ref": listings skip them), no stale .lock file
     left by a killed writer blocks git's own gc, and no temporary pack file (objects/pack/tmp_*)

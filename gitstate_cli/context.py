@@ -157,6 +157,8 @@ def read_state(source: str) -> Any:
                                  param_hint="'--state'") from None
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"{source} is not valid JSON: {exc}", param_hint="'--state'") from None
+    except ValueError:  # an integer of more digits than Python converts (4,300): never storable
+        raise click.BadParameter(f"{source} holds an integer too large to store", param_hint="'--state'") from None
     except RecursionError:  # json's decoder recurses per level: thousands of '[' exhaust the stack
         raise click.BadParameter(f"{source}: JSON nested too deeply to read", param_hint="'--state'") from None
 
@@ -173,6 +175,9 @@ def parse_meta(pairs: tuple[str, ...]) -> dict[str, Any]:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
+        except ValueError:  # an integer of more digits than Python converts (4,300): never storable
+            raise click.BadParameter(f"the value of {key!r} holds an integer too large to store",
+                                     param_hint="'--meta'") from None
         except RecursionError:
             raise click.BadParameter(f"the value of {key!r} is JSON nested too deeply to read",
                                      param_hint="'--meta'") from None

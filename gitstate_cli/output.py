@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from gitstate.format.encoding import escape_surrogates
+from gitstate.format.encoding import big_int_stub, big_int_text, escape_surrogates, is_big_int
 
 
 def _default(value: Any) -> Any:
@@ -29,8 +29,6 @@ def _default(value: Any) -> Any:
 
 
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-# The API stores integers of any size; printing one of more than 4,300 digits needs this lifted.
-sys.set_int_max_str_digits(0)
 
 
 def jsonable(value: Any) -> Any:
@@ -38,7 +36,11 @@ def jsonable(value: Any) -> Any:
     maps with both kinds of keys print too; a key whose text another key of the map already is
     shows its type: ``{1: "a", "1": "b"}`` prints as ``{"1 (int)": "a", "1": "b"}``), byte strings as ``{"$bytes": hex}``, non-finite
     floats as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (strict JSON has no such
-    numbers), integers of any size as numbers."""
+    numbers), integers as numbers, but one beyond the stored bound (``MAX_INT_BITS`` of
+    :mod:`gitstate.format.encoding`: data from an earlier version or a crafted one) as the stub
+    ``{"$bigint": bits, "hex": "0x1234…"}`` (its decimal form costs time quadratic in its size)."""
+    if isinstance(value, int):
+        return big_int_stub(value) if is_big_int(value) else value
     if isinstance(value, dict):
         return {name: jsonable(v) for name, v in zip(_key_names(list(value)), value.values(), strict=True)}
     if isinstance(value, list | tuple):
@@ -57,7 +59,7 @@ def _key_names(keys: list[Any]) -> list[str]:
     texts = {k for k in keys if type(k) is str}
     names: list[str] = []
     for k in keys:
-        name = k if type(k) is str else str(k)
+        name = k if type(k) is str else big_int_text(k) if is_big_int(k) else str(k)
         if type(k) is not str and name in texts:
             name = f"{name} ({type(k).__name__})"
             while name in texts:
@@ -252,18 +254,12 @@ def _counter(label: str) -> Iterator[Callable[[int], None]]:
             sys.stderr.flush()
 
 
-MAX_SHOWN_INT_BITS = 1 << 17  # ~40,000 digits: str() of larger ints is quadratic in Python < 3.12
-
-
 def readable(value: Any, depth: int = 0) -> Any:
-    """``value`` for people (text output, the textconv): an integer too large to print in bounded
-    time is shown as ``"<integer of N bits: 0x1234…>"``; everything else unchanged. (``--json``
-    keeps every integer exact.)"""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value.bit_length() > MAX_SHOWN_INT_BITS:
-            head = format(abs(value) >> (value.bit_length() - 64), "x")
-            return f"<integer of {value.bit_length()} bits: {'-' if value < 0 else ''}0x{head}…>"
-        return value
+    """``value`` for people (text output, the textconv): an integer beyond the stored bound
+    (``MAX_INT_BITS`` of :mod:`gitstate.format.encoding`) is shown as ``"<integer of N bits:
+    0x1234…>"``; everything else unchanged. (``--json`` shows it as a ``{"$bigint": …}`` stub.)"""
+    if isinstance(value, int):
+        return big_int_text(value) if is_big_int(value) else value
     if depth > 400 or not isinstance(value, dict | list | tuple):
         return value
     if isinstance(value, dict):

@@ -66,8 +66,10 @@ JSON output (--json, on every command)
 
 On success a command prints one JSON document on stdout: keys sorted, two-space indent, strict
 JSON (non-finite floats are the strings "NaN", "Infinity" and "-Infinity"; byte strings are
-{"$bytes": "<hex>"}; map keys are strings; times are ISO 8601 with a UTC offset). Each
-command's help gives its shape; the shapes are stable.
+{"$bytes": "<hex>"}; an integer beyond the 8,192 bits gitstate stores, which only data written
+elsewhere can hold, is {"$bigint": <bits>, "hex": "<sign and leading hex digits>"}; map keys are
+strings; times are ISO 8601 with a UTC offset). Each command's help gives its shape; the shapes
+are stable.
 
 On failure the error line goes to stderr as always, and stdout gets one object:
 

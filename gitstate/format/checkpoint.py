@@ -166,7 +166,8 @@ def read_meta(reader: ObjectReader, commit: CommitData) -> dict[str, Any]:
     oid = commit.id
     meta = read_payload(reader, commit, META, CHECKPOINT_KIND, "gitstate checkpoint")
     step = meta.get("step")
-    if not isinstance(meta.get("run"), str) or not isinstance(step, int) or isinstance(step, bool) or step < 0:
+    if (not isinstance(meta.get("run"), str) or not isinstance(step, int) or isinstance(step, bool) or step < 0
+            or step.bit_length() > 63):
         raise CorruptObjectError(oid, f"{META} lacks a run id or a valid step")
     for key in _TEXT_KEYS:
         value = meta.get(key)
@@ -239,7 +240,7 @@ class Checkpoint:
             node_status=meta.get("node_status"),
             node_entry=meta.get("node_entry"),
             tree_id=commit.tree_id,
-            base=meta["base"] if isinstance(meta.get("base"), int) else 0,
+            base=meta["base"] if isinstance(meta.get("base"), int) and meta["base"].bit_length() <= 63 else 0,
             repo_path=repo_path,
             files_paths=files_paths(meta, commit.id),
         )

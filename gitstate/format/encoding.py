@@ -1,8 +1,9 @@
 """Canonical CBOR: the one encoding of every gitstate payload.
 
-Encoding accepts plain data only (``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``,
-lists/tuples and dicts with ``str`` or ``int`` keys) and writes canonical CBOR (``cbor2``'s canonical
-mode), so equal values give equal bytes and so equal git object ids.
+Encoding accepts plain data only (``None``, ``bool``, ``int`` of at most :data:`MAX_INT_BITS`
+bits, ``float``, ``str``, ``bytes``, lists/tuples and dicts with ``str`` or ``int`` keys) and writes
+canonical CBOR (``cbor2``'s canonical mode), so equal values give equal bytes and so equal git
+object ids.
 
 Decoding accepts exactly what :func:`dumps` can write, as an allow-list, and nothing else. Before
 ``cbor2`` sees a payload, an iterative scan of its bytes (:func:`_scan`) refuses every item outside
@@ -26,14 +27,52 @@ from typing import Any, NoReturn
 
 import cbor2
 
-from gitstate.errors import CorruptObjectError, EncodingError
+from gitstate.errors import CorruptObjectError, EncodingError, IntegerTooLargeError
 
 #: Deepest container nesting stored: the outermost array/map is level 0, so at most
 #: ``MAX_DEPTH + 1`` arrays/maps are nested. Deeper values are refused on write
 #: (:class:`EncodingError`) and on read (:class:`CorruptObjectError`).
 MAX_DEPTH = 200
 
+#: Largest integer stored, in bits: every stored integer ``n`` has ``abs(n) < 2**MAX_INT_BITS``
+#: (at most 2,467 decimal digits, within Python's default limit of 4,300 for ``str(int)``). Larger
+#: integers are refused on write (:class:`IntegerTooLargeError`). A reader still decodes larger ones
+#: (written by an earlier version, or crafted), and every display shows them as a bounded stub
+#: (:func:`big_int_stub`, :func:`big_int_text`): printing one in decimal costs time quadratic in
+#: its size.
+MAX_INT_BITS = 8192
+
 _SCALARS = (str, int, float, bool, bytes, type(None))
+
+
+def is_big_int(value: Any) -> bool:
+    """Whether ``value`` is an integer beyond :data:`MAX_INT_BITS` (shown as a stub, never in decimal)."""
+    return isinstance(value, int) and value.bit_length() > MAX_INT_BITS
+
+
+def _big_int_head(value: int) -> str:
+    """The sign and the leading 64 bits of ``value`` in hex (``-0x1234…``), in constant time."""
+    bits = value.bit_length()
+    head = format(abs(value) >> (bits - 64), "x")
+    return f"{'-' if value < 0 else ''}0x{head}…"
+
+
+def big_int_stub(value: int) -> dict[str, Any]:
+    """The JSON form of an integer beyond :data:`MAX_INT_BITS`: ``{"$bigint": bits, "hex":
+    "-0x1234…"}`` (its size in bits and its sign and leading 64 bits)."""
+    return {"$bigint": value.bit_length(), "hex": _big_int_head(value)}
+
+
+def big_int_text(value: int) -> str:
+    """The text form of an integer beyond :data:`MAX_INT_BITS`: ``<integer of 2,097,152 bits:
+    0x1234…>``."""
+    return f"<integer of {value.bit_length():,} bits: {_big_int_head(value)}>"
+
+
+def _check_int(value: int, path: str) -> None:
+    bits = value.bit_length()
+    if bits > MAX_INT_BITS:
+        raise IntegerTooLargeError(path, bits, MAX_INT_BITS)
 
 
 def _frame(value: Any, path: str, depth: int) -> tuple[bool, Any, str, int]:
@@ -58,6 +97,8 @@ def check_value(value: Any, path: str = "", depth: int = 0) -> None:
     if depth > MAX_DEPTH:
         raise EncodingError(path, f"nested deeper than {MAX_DEPTH} levels (a cycle?)")
     if isinstance(value, _SCALARS):
+        if isinstance(value, int):
+            _check_int(value, path)
         return
     stack = [_frame(value, path, depth)]
     while stack:
@@ -68,9 +109,13 @@ def check_value(value: Any, path: str = "", depth: int = 0) -> None:
                     raise EncodingError(where, f"dict key {key!r} of type {type(key).__name__}; use str or int")
                 if isinstance(key, str) and not _is_text(key):
                     raise EncodingError(where, f"dict key {key!r} is not valid Unicode text (a lone surrogate)")
+                if isinstance(key, int) and key.bit_length() > MAX_INT_BITS:
+                    _check_int(key, where)
                 if not isinstance(item, _SCALARS):
-                    stack.append(_frame(item, f"{where}.{key}" if where else str(key), level + 1))
+                    stack.append(_frame(item, _key_path(where, key), level + 1))
                     break
+                if isinstance(item, int):
+                    _check_int(item, _key_path(where, key))
             else:
                 stack.pop()
         else:
@@ -78,8 +123,16 @@ def check_value(value: Any, path: str = "", depth: int = 0) -> None:
                 if not isinstance(item, _SCALARS):
                     stack.append(_frame(item, f"{where}[{index}]", level + 1))
                     break
+                if isinstance(item, int):
+                    _check_int(item, f"{where}[{index}]")
             else:
                 stack.pop()
+
+
+def _key_path(where: str, key: str | int) -> str:
+    if isinstance(key, int) and key.bit_length() > MAX_INT_BITS:
+        key = big_int_text(key)
+    return f"{where}.{key}" if where else str(key)
 
 
 def dumps(value: Any, path: str = "") -> bytes:
@@ -89,7 +142,8 @@ def dumps(value: Any, path: str = "") -> bytes:
     value and copies its dicts with their keys in canonical order, then cbor2 encodes that copy
     without its (slower) canonical mode, which for such values writes the same bytes. Anything
     else (floats, whose canonical form is their shortest exact width; int keys; a value to refuse)
-    goes through :func:`check_value` and cbor2's canonical mode."""
+    goes through :func:`check_value` and cbor2's canonical mode. An integer beyond
+    :data:`MAX_INT_BITS` raises :class:`IntegerTooLargeError`."""
     try:
         ordered = _in_canonical_order(value, 0)
     except _Slow:
@@ -140,10 +194,14 @@ def _key_order(key: str) -> tuple[int, bytes]:
 
 def _in_canonical_order(value: Any, depth: int) -> Any:
     """``value`` with every dict's keys in canonical CBOR order (lists become lists); raises
-    :class:`_Slow` for a float, a non-``str`` key, a type other than the plain ones (subclasses
+    :class:`_Slow` for a float, an integer beyond :data:`MAX_INT_BITS`, a non-``str`` key, a type other than the plain ones (subclasses
     included) or nesting deeper than :data:`MAX_DEPTH` (then :func:`check_value` decides)."""
     kind = type(value)
-    if kind is str or kind is int or kind is bytes or kind is bool or value is None:
+    if kind is int:
+        if value.bit_length() > MAX_INT_BITS:
+            raise _Slow  # check_value names where
+        return value
+    if kind is str or kind is bytes or kind is bool or value is None:
         return value
     if depth > MAX_DEPTH:
         raise _Slow

@@ -10,12 +10,15 @@ gitstate needs git :data:`MIN_GIT_VERSION` or newer (negative refspecs and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from typing import IO
 
 from gitstate.errors import GitVersionError
 from gitstate.git import safeopen
@@ -41,14 +44,18 @@ def git_environment(git_dir: str | None = None, work_tree: str | None = None,
 
 def run_git(git_dir: str | None, args: Sequence[str], *, cwd: str | None = None, work_tree: str | None = None,
             stdin: str | bytes | None = None, text: bool = True, env: Mapping[str, str] | None = None,
-            stdout: int | None = None, check_version: bool = True) -> subprocess.CompletedProcess[str]:
+            stdout: int | None = None, stdin_file: IO[bytes] | None = None,
+            check_version: bool = True) -> subprocess.CompletedProcess[str]:
     """Run ``git args`` on the repository at ``git_dir`` (``None``: the one around ``cwd``) and
     return the completed process (never raises for a non-zero exit; callers classify it).
+    ``stdin_file``: an open file git reads from where it stands (instead of ``stdin``).
     ``check_version=False``: no :func:`check_git_version` first (it may start ``git --version``),
     for a command any supported git runs alike whose caller checks the version when it fails."""
     if check_version:
         check_git_version()
     kwargs: dict[str, object] = {}
+    if stdin_file is not None:
+        kwargs["stdin"] = stdin_file
     if stdout is not None:
         kwargs["stdout"] = stdout
         kwargs["stderr"] = subprocess.PIPE
@@ -59,6 +66,43 @@ def run_git(git_dir: str | None, args: Sequence[str], *, cwd: str | None = None,
                               env=git_environment(git_dir, work_tree, env), **kwargs)  # type: ignore[call-overload]
     except OSError as exc:
         raise GitVersionError(f"cannot run git: {exc}") from exc
+
+
+class StreamingGit:
+    """A running ``git`` whose stdout is read as it comes (:func:`popen_git`); after the block,
+    ``returncode`` and ``error`` (the telling line of its stderr, :func:`last_line`) are set."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.stdout: IO[bytes] | None = proc.stdout
+        self.returncode: int | None = None
+        self.error = ""
+
+
+@contextlib.contextmanager
+def popen_git(git_dir: str | None, args: Sequence[str], *, cwd: str | None = None) -> Iterator[StreamingGit]:
+    """Start ``git args`` on the repository at ``git_dir`` with its stdout a pipe to read from (for
+    output too large to hold: a big blob); stderr goes to a temporary file, so a chatty git never
+    blocks. Leaving the block waits for git (killing it when the block raised)."""
+    check_git_version()
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(["git", *args], cwd=cwd or git_dir, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=err, env=git_environment(git_dir))
+        except OSError as exc:
+            raise GitVersionError(f"cannot run git: {exc}") from exc
+        running = StreamingGit(proc)
+        try:
+            yield running
+        except BaseException:
+            proc.kill()
+            raise
+        finally:
+            if proc.stdout is not None:
+                proc.stdout.close()
+            running.returncode = proc.wait()
+            err.seek(0)
+            running.error = last_line(err.read(1 << 16))
 
 
 def last_line(stderr: str | bytes | None) -> str:

@@ -4,8 +4,11 @@ hand-written refspecs — not only for ``git agentos push``.
 
 ``agentos.pushRemotes`` is read with ``git config --get-all``: it may be given several times and each
 value may hold several entries separated by commas or spaces. An entry matches a remote by its name
-or its URL; ``*`` allows every remote. When it is unset, no remote is allowed: checkpoints hold
-prompts, tool outputs and secrets, so they leave the machine only for a place the user named.
+or its URL; ``*`` allows every remote. A remote named in the list is allowed whatever it pushes to;
+otherwise every URL it pushes to must be listed (a remote may push to several: ``git remote set-url
+--add --push``; git runs the hook once per URL, with that URL). When it is unset, no remote is
+allowed: checkpoints hold prompts, tool outputs and secrets, so they leave the machine only for a
+place the user named.
 
 The hook looks at what a push sends, not only at ref names. To a remote that is not allowed it
 refuses a pushed ref when its local or remote name is under ``refs/agentos/``; when it is (or is an
@@ -204,23 +207,35 @@ def allowed_remotes(store: Store) -> list[str]:
     return [e for e in re.split(r"[,\s]+", out.stdout) if e]
 
 
-def remote_url(store: Store, remote: str) -> str:
-    """The push URL git would use for ``remote`` (the argument itself for a URL or a path)."""
-    out = _git(store, "remote", "get-url", "--push", remote)
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else remote
+def remote_urls(store: Store, remote: str) -> list[str]:
+    """Every URL a push to ``remote`` goes to (``git remote get-url --push --all``: a remote may
+    have several push URLs); ``[remote]`` itself for a URL or a path."""
+    out = _git(store, "remote", "get-url", "--push", "--all", remote)
+    urls = [line for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+    return urls or [remote]
+
+
+def disallowed_urls(store: Store, remote: str) -> list[str]:
+    """The push URLs of ``remote`` that ``agentos.pushRemotes`` does not allow: none when it holds
+    ``*`` or the remote's name, else each URL not listed."""
+    entries = set(allowed_remotes(store))
+    if "*" in entries or remote in entries:
+        return []
+    return [url for url in remote_urls(store, remote) if url not in entries]
 
 
 def is_push_allowed(store: Store, remote: str) -> bool:
-    """Whether ``agentos.pushRemotes`` allows pushing checkpoints to ``remote`` (by name or URL)."""
-    entries = allowed_remotes(store)
-    url = remote_url(store, remote)
-    return any(e in ("*", remote, url) for e in entries)
+    """Whether ``agentos.pushRemotes`` allows pushing checkpoints to ``remote``: by its name, or
+    every URL it pushes to."""
+    return not disallowed_urls(store, remote)
 
 
 def check_push_allowed(store: Store, remote: str) -> None:
-    """Raise :class:`PushNotAllowedError` unless ``agentos.pushRemotes`` allows ``remote``."""
-    if not is_push_allowed(store, remote):
-        raise PushNotAllowedError(remote)
+    """Raise :class:`PushNotAllowedError` unless ``agentos.pushRemotes`` allows ``remote`` (its
+    name, or each of its push URLs)."""
+    refused = disallowed_urls(store, remote)
+    if refused:
+        raise PushNotAllowedError(remote, tuple(u for u in refused if u != remote))
 
 
 def hooks_dir(store: Store) -> str:

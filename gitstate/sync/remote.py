@@ -17,6 +17,7 @@ reported; nothing fetched is decoded or executed here."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -29,6 +30,7 @@ import pygit2
 from pygit2.enums import ObjectType
 
 from gitstate.errors import (
+    BrokenObjectError,
     ConflictError,
     CorruptObjectError,
     GitStateError,
@@ -48,12 +50,13 @@ from gitstate.format.names import (
     worktree_prefix,
 )
 from gitstate.git import command
+from gitstate.git.objects import objects_dir
 from gitstate.git.reader import ObjectReader
 from gitstate.git.refs import list_refs
 from gitstate.store.nodes import read_record
 from gitstate.store.sessionfiles import copy_ref, is_copy_of
 from gitstate.store.store import Store
-from gitstate.sync.hooks import check_push_allowed, git_cwd
+from gitstate.sync.hooks import check_push_allowed, git_cwd, remote_urls
 from gitstate.sync.nodelogs import replay_onto
 from gitstate.workspace.restore import SAFETY_BRANCH
 
@@ -482,10 +485,20 @@ def _ls_remote(store: Store, remote: str, prefixes: Sequence[str], *, action: st
 
 def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, str | None]) -> dict[str, RefResult]:
     """Run one ``git push --porcelain`` and report each ref it covered (a ref git said nothing
-    about gets git's overall error, so one failure never hides the others' results)."""
+    about gets git's overall error, so one failure never hides the others' results).
+
+    A remote may push to several URLs (``git remote set-url --add --push``): git pushes to each in
+    turn (a ``To <url>`` block of ref lines each) and fails when any fails, possibly saying nothing
+    of a URL whose pre-push hook refused. A ref is then a failure when it failed at any URL, or
+    went unreported at one while git failed; and when git failed but no ref says so, every ref
+    carries git's error: a failed push never reads as pushed."""
     out = run_git(store, args, action="push to", remote=remote, check=False)
-    results: dict[str, RefResult] = {}
+    reports: dict[str, list[RefResult]] = {}
+    urls: list[str] = []
     for line in out.stdout.splitlines():
+        if line.startswith("To "):
+            urls.append(line[3:])
+            continue
         parts = line.split("\t")
         if len(parts) < 3 or len(parts[0]) != 1:
             continue
@@ -495,14 +508,26 @@ def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, st
         status, message = _push_status(parts[0], parts[2])
         if message == _REJECT_HINT and getattr(parse_ref(dst), "kind", None) == "files":
             message = _REJECT_FILE_HINT
-        results[dst] = RefResult(dst, status, None, expected[dst], message)
-    if len(results) < len(expected):
-        failure = command.last_line(out.stderr) or f"git push exited {out.returncode}"
-        if "pre-push" in out.stderr or "gitstate: refusing" in out.stderr:
-            failure = "refused by the pre-push hook: " + failure
-        for dst, oid in expected.items():
-            if dst not in results:
-                results[dst] = RefResult(dst, "error", None, oid, failure)
+        if len(urls) > 1 and status in _FAILED:
+            message = f"{message} (at {urls[-1]})" if message else f"at {urls[-1]}"
+        reports.setdefault(dst, []).append(RefResult(dst, status, None, expected[dst], message))
+    failed = out.returncode != 0
+    failure = command.last_line(out.stderr) or f"git push exited {out.returncode}"
+    if "pre-push" in out.stderr or "gitstate: refusing" in out.stderr:
+        failure = "refused by the pre-push hook: " + failure
+    targets = max(len(urls), len(remote_urls(store, remote)) if failed else 1)
+    results: dict[str, RefResult] = {}
+    for dst, oid in expected.items():
+        found = reports.get(dst, [])
+        bad = [r for r in found if not r.ok]
+        if bad:
+            results[dst] = bad[0]
+        elif found and not (failed and len(found) < targets):
+            results[dst] = next((r for r in found if r.status != "up-to-date"), found[0])
+        else:
+            results[dst] = RefResult(dst, "error", None, oid, failure)
+    if failed and all(r.ok for r in results.values()):
+        results = {dst: RefResult(dst, "error", None, oid, failure) for dst, oid in expected.items()}
     return results
 
 
@@ -572,14 +597,56 @@ def fetch_and_merge(store: Store, source: str, label: str, prefixes: Sequence[st
     if not specs:
         return _group(skipped, PullResult)
     try:
-        run_git(store, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
-                        "--no-recurse-submodules", "--refmap=", source, *specs],
-                action=action, remote=source)
+        fetch_checked(store, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
+                              "--no-recurse-submodules", "--refmap=", source, *specs], action=action, remote=source)
         staged = list_refs(store.repo, session)
         results = merge_staged(store, staged, session, label) + skipped
     finally:
         _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
     return _group(results, PullResult)
+
+
+#: git's object checks on every fetch: what a remote or bundle sends is refused, and nothing of it
+#: kept, when ``git fsck`` would report it (a tree with duplicate or unsorted entries, a malformed
+#: commit or tag, ...). The user's own ``fetch.fsck.<msg-id>`` and ``fetch.fsck.skipList`` apply.
+FSCK_CONFIG = ("-c", "fetch.fsckObjects=true")
+_FSCK_LINE = re.compile(r"^error: object ([0-9a-f]{40,64}): (\S+: .*)$", re.M)
+
+
+def broken_object(remote: str, action: str, stderr: str) -> BrokenObjectError | None:
+    """The :class:`BrokenObjectError` a failed fetch's stderr describes (git's object checks
+    refused what it received), or ``None`` when it failed for another reason."""
+    found = _FSCK_LINE.search(stderr)
+    if found is not None:
+        return BrokenObjectError(remote, action, found.group(1), found.group(2).strip())
+    if "fsck error" in stderr:
+        return BrokenObjectError(remote, action, None, command.last_line(stderr))
+    return None
+
+
+def fetch_checked(store: Store, args: Sequence[str], *, action: str, remote: str) -> None:
+    """``git fetch`` (``args`` start with ``fetch``) with git's object checks on
+    (:data:`FSCK_CONFIG`): :class:`BrokenObjectError` when they refuse what arrives (the partial
+    pack git leaves behind is removed), :class:`RemoteError` for any other failure."""
+    pack_dir = os.path.join(objects_dir(store.repo), "pack")
+    before = _tmp_packs(pack_dir)
+    out = run_git(store, [*FSCK_CONFIG, *args], action=action, remote=remote, check=False)
+    if out.returncode == 0:
+        return
+    refused = broken_object(remote, action, out.stderr)
+    if refused is None:
+        raise RemoteError(remote, action, command.last_line(out.stderr) or f"git exited {out.returncode}")
+    for name in _tmp_packs(pack_dir) - before:  # index-pack stopped half way: its temporary file
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(pack_dir, name))
+    raise refused
+
+
+def _tmp_packs(pack_dir: str) -> set[str]:
+    try:
+        return {n for n in os.listdir(pack_dir) if n.startswith("tmp_pack_")}
+    except OSError:
+        return set()
 
 
 def _kind_order(name: str) -> int:

@@ -1,11 +1,13 @@
 """Checking a store end to end: every ref under ``refs/agentos/`` resolves, every object it reaches
-exists with the right type, every payload decodes with a known format version, node boundaries
+exists with the right type and reads in full (as ``git fsck`` reads it: a pack damaged inside an
+object's compressed data is found; large blobs are streamed), every payload decodes with a known format version, node boundaries
 (node_end checkpoints and every record of every node log) point where they should, and every
 workspace snapshot passes restore's own validation (what ``restore`` would refuse is reported).
 Read-only but for what ``repair`` asks; it reports problems instead of stopping at the first one."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +23,7 @@ from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import NAMESPACE, STAGING, parse_ref, worktree_prefix
 from gitstate.format.nodes import NodeRecord
 from gitstate.format.statetree import MAX_TREE_DEPTH
-from gitstate.git import housekeeping, packs, refs
+from gitstate.git import command, housekeeping, packs, refs
 from gitstate.git.reader import CommitData
 from gitstate.git.refs import list_refs
 from gitstate.store import nodes as nodelog
@@ -29,6 +31,7 @@ from gitstate.store.sessionfiles import check_chain
 from gitstate.store.store import Store
 from gitstate.store.transaction import Transaction
 from gitstate.workspace.restore import validate_tree
+from gitstate.workspace.snapshot import BIG_BLOB
 
 __all__ = ["Problem", "VerifyReport", "verify"]
 
@@ -106,6 +109,7 @@ class _Checker:
         self.refusals: dict[str, str | None] = {}  # snapshot tree -> why restore refuses it
         self.reported_trees: set[tuple[str, str]] = set()
         self.log_entries: dict[str, _LogEntry] = {}  # node-log commit -> what it holds (logs share records)
+        self.damaged: set[str] = set()  # blobs found not to read in full
 
     def problem(self, ref: str, message: str, oid: str | None = None) -> None:
         self.report.problems.append(Problem(ref, message, oid))
@@ -164,6 +168,23 @@ class _Checker:
         except CorruptObjectError as exc:
             return f"its tree {commit.tree_id[:12]}: {exc.reason}"
         return None
+
+    def read_whole(self, oid: str) -> tuple[ObjectType | None, str | None]:
+        """Read the object ``oid`` in full, as ``git fsck`` does (its header alone says nothing of
+        damage further in): its type, and why it does not read (``None`` when it does). libgit2
+        inflates it (zlib's checksum) and hashes it against its id; a blob larger than
+        :data:`STREAMED` is streamed through ``git cat-file`` and hashed here, never held whole."""
+        try:
+            kind, size = self.reader.header(oid)
+        except CorruptObjectError as exc:
+            return None, exc.reason
+        if kind == ObjectType.BLOB and size > STREAMED:
+            return kind, _streamed_damage(self.store, oid, size)
+        try:
+            self.reader.read(oid)
+        except CorruptObjectError as exc:
+            return kind, exc.reason
+        return kind, None
 
     def check_files(self, ref: str, tip: str) -> None:
         for oid, message in check_chain(self.reader, tip):
@@ -410,12 +431,11 @@ class _Checker:
                     continue
                 todo.extend((f"{path}/{child.name}", child, depth + 1) for child in sub)
             elif item.type_str == "blob":
-                try:
-                    kind, _size = self.reader.header(item.id)
-                except CorruptObjectError as exc:
-                    self.problem(ref, f"{path}: {exc.reason}", item.id)
-                    continue
-                if kind != ObjectType.BLOB:
+                kind, damage = self.read_whole(item.id)
+                if damage is not None:
+                    self.damaged.add(item.id)
+                    self.problem(ref, f"{path}: {damage}", item.id)
+                elif kind is not None and kind != ObjectType.BLOB:
                     self.problem(ref, f"{path}: has a file mode but is a {kind.name.lower()}", item.id)
             else:
                 self.problem(ref, f"{path}: a gitlink in a checkpoint tree", item.id)
@@ -425,7 +445,8 @@ class _Checker:
         try:
             state, _tools, _audit = cp.state, cp.tools, cp.audit
         except GitStateError as exc:
-            self.problem(ref, f"payload does not decode: {exc}", cp.id)
+            if getattr(exc, "oid", None) not in self.damaged:  # else reported just now, by object
+                self.problem(ref, f"payload does not decode: {exc}", cp.id)
         else:
             problem = frameworks.check_state(cp.workflow, state)  # integrations' own payloads
             if problem:
@@ -469,15 +490,38 @@ class _Checker:
                     stack.append(sub)
                 elif entry.type_str == "blob" and sub not in self.seen_objects:
                     self.seen_objects.add(sub)
-                    try:
-                        kind, _size = self.reader.header(sub)
-                    except CorruptObjectError as exc:
-                        self.problem(ref, f"files snapshot: blob of {entry.name!r}: {exc.reason}", sub)
-                        continue
-                    if kind != ObjectType.BLOB:
+                    kind, damage = self.read_whole(sub)
+                    if damage is not None:
+                        self.problem(ref, f"files snapshot: blob of {entry.name!r}: {damage}", sub)
+                    elif kind is not None and kind != ObjectType.BLOB:
                         self.problem(ref, f"files snapshot: {entry.name!r} has a file mode but is a "
                                           f"{kind.name.lower()} (restore refuses it)", sub)
         self.report.objects = len(self.seen_objects)
+
+
+#: Blobs larger than this (bytes) are checked by streaming them, not by reading them whole.
+STREAMED = BIG_BLOB
+_CHUNK = 1 << 20
+
+
+def _streamed_damage(store: Store, oid: str, size: int) -> str | None:
+    """Why the blob ``oid`` of ``size`` bytes does not read in full, streamed through ``git cat-file
+    blob`` (git inflates it, checking zlib's checksum) and hashed here against its id; or ``None``."""
+    digest = hashlib.sha1(b"blob %d\0" % size)  # noqa: S324 - git's object id
+    got = 0
+    loc = store.location
+    with command.popen_git(loc.git_dir, ["cat-file", "blob", oid]) as proc:
+        assert proc.stdout is not None
+        while chunk := proc.stdout.read(_CHUNK):
+            digest.update(chunk)
+            got += len(chunk)
+    if proc.returncode != 0:
+        return f"unreadable: {proc.error or f'git cat-file exited {proc.returncode}'}"
+    if got != size:
+        return f"unreadable: {got:,} bytes where its header says {size:,}"
+    if digest.hexdigest() != oid:
+        return "damaged: its content does not hash to its id"
+    return None
 
 
 def _without_record(listed: list[tuple[str, str]], broken: set[str]) -> set[str]:

@@ -14,6 +14,9 @@ tagged value:
 ``{"$str": "...", "len": n}``          a text of which only the first characters are given
 ``{"$bytes": n, "hex": "..."}``        a byte string: its size and the hex of its first bytes
 ``{"$int": "..."}``                    an integer beyond ±2**53, in decimal
+``{"$bigint": bits, "hex": "..."}``    an integer beyond the stored bound (``MAX_INT_BITS``): its
+                                      size in bits, its sign and leading hex digits (its decimal
+                                      form would cost time quadratic in its size)
 ``{"$float": "..."}``                  a float that JSON cannot tell from an integer (1.0) or
                                       cannot hold (nan, inf), as Python's ``repr``
 ``{"$other": "type"}``                 anything else (never produced by gitstate's decoder)
@@ -26,6 +29,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from gitstate.format.encoding import big_int_stub, is_big_int
 
 SAFE_INT = 2**53
 
@@ -51,7 +56,9 @@ def encode(value: Any, limits: Limits = SERVER, depth: int = 0) -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
-        return value if -SAFE_INT <= value <= SAFE_INT else {"$int": str(value)}
+        if -SAFE_INT <= value <= SAFE_INT:
+            return value
+        return big_int_stub(value) if is_big_int(value) else {"$int": str(value)}
     if isinstance(value, float):
         if math.isfinite(value) and not value.is_integer():
             return value

@@ -6,11 +6,28 @@ A name is refused when it is empty, ``.`` or ``..``, holds ``/``, ``\\`` or NUL,
 ``.git`` that some file system maps onto ``.git``: any case (``.GIT``), with the Unicode code points
 HFS+ ignores (``.g\\u200cit``), or NTFS forms (``.git.``, ``.git ``, ``git~1``, ``.git::$INDEX_ALLOCATION``).
 Symbolic links may not be named ``.gitmodules``, ``.gitattributes``, ``.gitignore`` or ``.mailmap``
-(git refuses them too), and gitlinks (submodule entries) are never written."""
+(git refuses them too), and gitlinks (submodule entries) are never written.
+
+Names a file system cannot hold are refused too, before anything is written, rather than failing
+half way through a restore: a name longer than :data:`NAME_MAX` bytes, and, where file names are
+not byte strings (macOS, Windows), a name that is not UTF-8. (Trees hold names as bytes; pygit2 and
+gitstate decode the bytes that are not UTF-8 as lone surrogates, which ``os`` functions encode
+back to the same bytes on Linux and the other POSIX systems.)"""
 
 from __future__ import annotations
 
+import os
+import sys
+
 from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, MODE_EXEC, MODE_LINK, MODE_TREE
+
+#: Longest file name (one path component) written, in bytes: the limit of ext4, XFS, Btrfs, APFS
+#: and NTFS alike.
+NAME_MAX = 255
+#: Whether this system's file names are byte strings, so that one that is not UTF-8 can be created
+#: as git stores it.
+BYTE_NAMES = (os.name == "posix" and sys.platform != "darwin"
+              and sys.getfilesystemencoding() == "utf-8" and sys.getfilesystemencodeerrors() == "surrogateescape")
 
 # Code points HFS+ drops when comparing names (git: next_hfs_char in utf8.c).
 _HFS_IGNORABLE = frozenset(
@@ -58,12 +75,25 @@ def _is_protected_link_name(name: str) -> bool:
     return folded.startswith("gi7eba~")
 
 
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_name(name: str, mode: int) -> str | None:
     """Why a tree entry of this name and mode must not be written (``None`` when it is fine)."""
     if name in ("", ".", ".."):
         return "empty, '.' or '..' path component"
     if "/" in name or "\\" in name or "\x00" in name:
         return "path component holds a separator or NUL"
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) > NAME_MAX:
+        return f"name of {len(raw):,} bytes is longer than file systems allow ({NAME_MAX})"
+    if not BYTE_NAMES and not name.isascii() and not _is_utf8(name):
+        return "name is not UTF-8, which this system's file names cannot hold"
     if is_hfs_dotgit(name) or is_ntfs_dotgit(name):
         return "path component names .git"
     if mode == MODE_COMMIT:

@@ -56,7 +56,7 @@ from gitstate.format.checkpoint import Checkpoint
 from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, MODE_EXEC, MODE_LINK, MODE_TREE, write_all
 from gitstate.git.reader import ObjectReader
 from gitstate.workspace import scan
-from gitstate.workspace.pathsafety import WRITABLE_MODES, check_name, hfs_fold
+from gitstate.workspace.pathsafety import NAME_MAX, WRITABLE_MODES, check_name, hfs_fold
 from gitstate.workspace.snapshot import BIG_BLOB, matches
 
 _CHUNK = 1 << 20
@@ -183,7 +183,7 @@ def _walk_valid(reader: ObjectReader, tree_id: str) -> None:
                     raise CorruptObjectError(current, "malformed tree entry mode") from None
             name = data[space + 1:nul].decode("utf-8", "surrogateescape")
             if name[:1] not in ".gG" and mode in WRITABLE_MODES and name.isascii() and "/" not in name \
-                    and "\\" not in name:
+                    and "\\" not in name and len(name) <= NAME_MAX:
                 key = name.lower()  # plainly fine: every name check_name refuses fails a test here
             else:
                 reason = check_name(name, mode)
@@ -301,13 +301,30 @@ def _ancestors(path: str) -> list[str]:
     return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
+def check_lengths(workdir: str, plan: Plan) -> None:
+    """Raise :class:`UnsafeTreeError` for a path the plan writes that is too long for the system
+    once joined to ``workdir`` (``PATH_MAX``; each name is checked by :func:`validate_tree`)."""
+    try:
+        limit = os.pathconf(workdir, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        limit = 4096
+    if limit <= 0:
+        limit = 4096
+    base = len(os.fsencode(workdir)) + 1
+    for path in plan.writes:
+        if base + 4 * len(path) >= limit and base + len(path.encode("utf-8", "surrogateescape")) >= limit:
+            raise UnsafeTreeError(path, f"path longer than this system allows ({limit:,} bytes with the worktree's)")
+
+
 def find_obstacles(workdir: str, plan: Plan) -> list[str]:
     """Paths in the way of a write that are not the user's captured files (ignored files, nested
     repositories, non-empty directories, a symlink or file where a directory must go that the plan
     does not delete). A captured file or symbolic link where a directory must go is no obstacle:
     the plan deletes it first (it is in the safety snapshot, and without ``force`` it must be saved
     in a checkpoint), and what lies below a link is never looked at. Each directory is looked at
-    once, however many files go into it."""
+    once, however many files go into it. A path too long for the system is refused first
+    (:func:`check_lengths`)."""
+    check_lengths(workdir, plan)
     deleting = set(plan.deletes)
     blocked: list[str] = []
     kinds: dict[str, str] = {}  # directory -> "dir", "missing", "other" or "repo"
@@ -480,10 +497,17 @@ def _prepare(reader: ObjectReader, path: str, oid: str, mode: int, filters: bool
         return _Job(path, oid, mode, None)
     data = reader.blob(oid)
     if filters:
-        found = reader.repo.load_filter_list(path, FilterMode.TO_WORKTREE)
+        found = reader.repo.load_filter_list(git_path(path), FilterMode.TO_WORKTREE)
         if found is not None and len(found) and b"\0" not in data:
             data = found.apply_to_buffer(data)
     return _Job(path, oid, mode, data)
+
+
+def git_path(path: str) -> Any:
+    """``path`` (as pygit2 gives tree paths: bytes that are not UTF-8 decoded as lone surrogates)
+    as the bytes git stores, for a libgit2 call that takes a path: pygit2 encodes ``str`` paths
+    strictly, which fails on such a name."""
+    return path.encode("utf-8", "surrogateescape")
 
 
 def _write_parallel(workdir: str, common_dir: str, jobs: Iterable[_Job], progress: Progress | None,

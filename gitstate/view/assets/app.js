@@ -369,15 +369,17 @@
     if (typeof v === "string") return JSON.stringify(v);
     if (typeof v !== "object") return String(v);
     if (own(v, "$int")) return v["$int"];
+    if (own(v, "$bigint")) return bigintText(v);
     if (own(v, "$float")) return v["$float"];
     if (own(v, "$bytes")) return "bytes(" + v["$bytes"] + ")";
     return "…";
   }
+  function bigintText(v) { return "integer of " + Number(v["$bigint"]).toLocaleString("en-US") + " bits: " + String(v.hex || ""); }
   function kindOf(v) {
     if (v === null) return "null";
     if (Array.isArray(v)) return "list";
     if (typeof v === "object") {
-      for (const t of ["$map", "$list", "$str", "$bytes", "$int", "$float", "$more", "$other"]) if (own(v, t)) return t.slice(1);
+      for (const t of ["$map", "$list", "$str", "$bytes", "$int", "$bigint", "$float", "$more", "$other"]) if (own(v, t)) return t.slice(1);
       return "other";
     }
     return typeof v;
@@ -396,6 +398,7 @@
     if (k === "boolean") return h("span", { class: "b" }, String(v));
     if (k === "number") return h("span", { class: "n" }, String(v));
     if (k === "int" || k === "float") return h("span", { class: "n" }, v["$" + k]);
+    if (k === "bigint") return h("span", { class: "n" }, bigintText(v));
     if (k === "bytes") return h("span", { class: "bytes" }, "bytes · " + v["$bytes"] + " B · " + (v.hex || "") + (v["$bytes"] * 2 > (v.hex || "").length ? "…" : ""));
     if (k === "other") return h("span", { class: "type" }, "(" + (v["$other"] || "?") + ")");
     if (k === "more") return h("span", { class: "type" }, "(nested too deep to show)");
