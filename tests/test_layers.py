@@ -21,7 +21,7 @@ RANKS = {
 }
 # Attributes of pygit2's own objects that the private-index code must reach (libgit2 calls pygit2
 # does not wrap: git_repository_set_index, git_index_add_all with a callback); see privateindex.py.
-FOREIGN_PRIVATE = {"_pointer", "_index"}
+FOREIGN_PRIVATE: set[str] = set()
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_exit", "_getframe"}
 
 
