@@ -1,6 +1,6 @@
 """What ``git agentos setup`` configures in a repository, and the check that it still works:
 the textconv that makes ``git show``/``git log -p``/``git diff`` print checkpoints decoded
-(:mod:`gitstate.git.plaingit`), the optional pre-push leak guard (:mod:`gitstate.sync.hooks`),
+(:mod:`gitstate.sync.textconv`), the optional pre-push leak guard (:mod:`gitstate.sync.hooks`),
 and the push allow list (``agentos.pushRemotes``) it relies on. Setting up writes only the
 repository's ``config`` (``diff.agentos.textconv``), a marked block of ``info/attributes`` and,
 when asked, the ``pre-push`` hook; the check writes nothing."""
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gitstate.git import plaingit
 from gitstate.store.store import Store
+from gitstate.sync import textconv
 from gitstate.sync.hooks import HookInstall, HookStatus, allowed_remotes, hook_status, install_hooks
 
 
@@ -20,7 +20,7 @@ class SetupDone:
     """What :func:`setup` did: ``readable`` (the textconv and attributes) and ``hook`` (the
     pre-push guard's installation, ``None`` when not asked for)."""
 
-    readable: plaingit.SetupResult
+    readable: textconv.SetupResult
     hook: HookInstall | None
 
     def to_dict(self) -> dict[str, Any]:
@@ -39,7 +39,7 @@ class SetupReport:
     installed guard is usable (a guard that was never installed is not a failure: it is
     optional)."""
 
-    readable: plaingit.SetupCheck
+    readable: textconv.SetupCheck
     hook: HookStatus
     push_remotes: list[str]
 
@@ -63,10 +63,10 @@ def setup(store: Store, hooks: bool = False, executable: str | None = None) -> S
     """Register the textconv (idempotent) and, with ``hooks``, install the pre-push guard.
     ``executable``: the ``git-agentos`` running setup (its absolute path is the driver's fallback
     when git runs it with a PATH that lacks one; default: the one on PATH)."""
-    readable = plaingit.setup(store.location, plaingit.textconv_command(executable))
+    readable = textconv.setup(store.location, textconv.textconv_command(executable))
     return SetupDone(readable, install_hooks(store) if hooks else None)
 
 
 def check(store: Store) -> SetupReport:
     """Check the setup without changing anything (see :class:`SetupReport`)."""
-    return SetupReport(plaingit.check(store.location), hook_status(store), allowed_remotes(store))
+    return SetupReport(textconv.check(store.location), hook_status(store), allowed_remotes(store))

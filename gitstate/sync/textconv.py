@@ -1,4 +1,4 @@
-"""Plain-git readability: the idempotent setup that registers a textconv diff driver (the CLI's
+"""Plain-git readability, for ``git agentos setup``: the idempotent setup that registers a textconv diff driver (the CLI's
 ``git agentos textconv``, which prints stored CBOR payloads as JSON) in the repository's own config
 (``.git/config``) and attributes (``.git/info/attributes``), touching nothing else, so that
 ``git show``/``git log -p``/``git diff`` print checkpoints as readable state."""
