@@ -20,7 +20,6 @@ from conftest import git
 import gitstate
 from gitstate.format import checkpoint as cpfmt
 from gitstate.git import housekeeping
-from gitstate.git.lockfile import Owner
 from gitstate.git.objects import KEEP_PREFIX, MODE_BLOB
 from gitstate.store import base
 from gitstate.store.transaction import Transaction
@@ -159,14 +158,19 @@ def test_snapshot_objects_of_a_failed_write_are_not_journaled(repo: Path) -> Non
 
 
 _KEEPER = r"""
-import sys
-from gitstate.git.lockfile import Owner
+import os, sys
+from gitstate.git import lockfile
 from gitstate.git.objects import KEEP_PREFIX
-open(sys.argv[1], "wb").write(KEEP_PREFIX + Owner.current().to_bytes())
+lockfile.create_held(sys.argv[1], prefix=KEEP_PREFIX)
+os._exit(0)  # dies holding it, as a killed writer does
 """
 
 
 def test_keeps_of_dead_writers_are_removed_others_never(repo: Path) -> None:
+    """A transaction's .keep is held by flock: a dead writer's is removed at once, a live one's
+    never, one whose holder cannot be seen only by age, and one gitstate did not write never."""
+    from gitstate.git import lockfile
+
     store = gitstate.open_store(repo)
     store.create_run(run_id="r").checkpoint({"a": 1})
     pack_dir = repo / ".git" / "objects" / "pack"
@@ -176,17 +180,19 @@ def test_keeps_of_dead_writers_are_removed_others_never(repo: Path) -> None:
     subprocess.run([sys.executable, "-c", _KEEPER, str(dead)], check=True,
                    env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
     alive = pack_dir / "pack-alive.keep"
-    alive.write_bytes(KEEP_PREFIX + Owner.current().to_bytes())
+    fd = lockfile.create_held(str(alive), prefix=KEEP_PREFIX)
     foreign = pack_dir / "pack-user.keep"
     foreign.write_text("kept by the user\n")
     old = time.time() - 10 * housekeeping.ORPHAN_AGE
     os.utime(foreign, (old, old))
+    os.utime(alive, (old, old))
     unknown = pack_dir / "pack-unknown.keep"
     unknown.write_bytes(KEEP_PREFIX + b"not a record")
     assert housekeeping.remove_dead_keeps(store.location.common_dir) == ["pack-dead"]
     os.utime(unknown, (old, old))  # a record nobody can check: only by age
     assert housekeeping.remove_dead_keeps(store.location.common_dir) == ["pack-unknown"]
     assert sorted(p.name for p in pack_dir.glob("*.keep")) == ["pack-alive.keep", "pack-user.keep"]
+    lockfile.release_held(str(alive), fd)
 
 
 def test_merges_wait_for_a_running_git_gc_and_skip_kept_packs(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -349,24 +349,19 @@ def merge_tx_packs(common_dir: str, wait: float = 0.0) -> str | None:
 
 
 def remove_dead_keeps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]:
-    """Remove the ``.keep`` files of transactions whose writer is gone: provably dead (its owner
-    record names a process on this machine that no longer runs), or unknown and older than
-    ``max_age`` seconds. A ``.keep`` gitstate did not write is never touched. Returns the packs
-    whose ``.keep`` was removed."""
+    """Remove the ``.keep`` files of transactions whose writer is gone: its flock on the file is
+    free (:func:`lockfile.is_stale`), or, for one whose holder this kernel cannot see (another
+    machine, an older gitstate), older than ``max_age`` seconds. A ``.keep`` gitstate did not write
+    is never touched. Returns the packs whose ``.keep`` was removed."""
     pack_dir = os.path.join(common_dir, "objects", "pack")
     removed = []
     for path in glob.glob(os.path.join(glob.escape(pack_dir), "pack-*.keep")):
         try:
             with safeopen.open_file(path, "rb") as fh:
-                data = fh.read(4096)
-                age = time.time() - os.fstat(fh.fileno()).st_mtime
+                ours = fh.read(len(KEEP_PREFIX)) == KEEP_PREFIX
         except OSError:
             continue
-        if not data.startswith(KEEP_PREFIX):
-            continue
-        owner = lockfile.Owner.parse(data[len(KEEP_PREFIX):])
-        alive = owner.alive() if owner is not None else None
-        if alive is False or (alive is None and age > max_age):
+        if ours and lockfile.is_stale(path, max_age, prefix=KEEP_PREFIX):
             try:
                 os.unlink(path)
                 removed.append(os.path.basename(path)[: -len(".keep")])

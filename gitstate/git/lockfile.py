@@ -134,81 +134,38 @@ def _boot_id() -> str | None:
     return _read_text("/proc/sys/kernel/random/boot_id")
 
 
-def _pid_namespace() -> str | None:
-    """This process's pid namespace (Linux), so pids of another container are never compared."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return None
+_PROCESS: tuple[int, str, str | None] | None = None
 
 
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """``(state, start time)`` of a process from ``/proc/<pid>/stat`` (fields 3 and 22; the start
-    time is in clock ticks since boot), or None where there is no such file or it is unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    # field 2 is "(comm)" and comm may hold spaces and parentheses: split after the last ")"
-    fields = data[data.rfind(b")") + 2:].split()
-    try:
-        return fields[0].decode("ascii", "replace"), int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def process_start_time(pid: int) -> int | None:
-    """The start time of process ``pid`` (Linux; None elsewhere or when unreadable)."""
-    stat = _proc_stat(pid)
-    return stat[1] if stat is not None else None
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by another user
-    except OSError:
-        return True  # cannot tell: assume it exists (the safe side)
-    return True
-
-
-_PROCESS: tuple[int, int | None, str, str | None, str | None] | None = None
-
-
-def _this_process() -> tuple[int, int | None, str, str | None, str | None]:
-    """``(pid, start time, host, boot id, pid namespace)`` of this process, read once per process
-    (the pid changes in a forked child, and so does the rest then)."""
+def _this_process() -> tuple[int, str, str | None]:
+    """``(pid, host, boot id)`` of this process, read once per process (a forked child reads them
+    anew)."""
     global _PROCESS
     found = _PROCESS
     pid = os.getpid()
     if found is None or found[0] != pid:
-        found = _PROCESS = (pid, process_start_time(pid), socket.gethostname(), _boot_id(), _pid_namespace())
+        found = _PROCESS = (pid, socket.gethostname(), _boot_id())
     return found
 
 
 @dataclass(frozen=True)
 class Owner:
-    """Who holds a lock. ``token`` is random per acquisition, so two records never compare equal."""
+    """Who holds a lock file of git's protocol (or a transaction's ``.keep``): written by
+    :func:`create_held` once the holder has the file's flock (``flock``), so while the holder lives
+    its flock says so. ``token`` is random per record, so two records never compare equal."""
 
     pid: int
-    start: int | None  # process start time (Linux clock ticks since boot), None where unknown
     host: str
     time: float  # when the lock was taken (seconds since the epoch)
     boot: str | None = None  # kernel boot id (Linux)
-    pidns: str | None = None  # pid namespace (Linux)
     token: str = ""
-    flock: bool = False  # the owner holds a flock on the lock file while it lives (create_held)
+    flock: bool = False  # the owner holds a flock on the file while it lives
 
     @classmethod
     def current(cls, *, flock: bool = False) -> Owner:
         """A record for this process, now."""
-        pid, start, host, boot, pidns = _this_process()
-        return cls(pid=pid, start=start, host=host, time=time.time(), boot=boot, pidns=pidns,
-                   token=secrets.token_hex(8), flock=flock)
+        pid, host, boot = _this_process()
+        return cls(pid=pid, host=host, time=time.time(), boot=boot, token=secrets.token_hex(8), flock=flock)
 
     def to_bytes(self) -> bytes:
         return (json.dumps(asdict(self), sort_keys=True) + "\n").encode()
@@ -216,24 +173,21 @@ class Owner:
     @classmethod
     def parse(cls, data: bytes) -> Owner | None:
         """The record in a lock file's content, or None when it is not one (empty, half-written,
-        another program's lock)."""
+        another program's lock). Records of older versions (with more fields) parse too."""
         try:
             raw = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             return None
         if not isinstance(raw, dict):
             return None
-        pid, start, host, when = raw.get("pid"), raw.get("start"), raw.get("host"), raw.get("time")
-        boot, pidns, token = raw.get("boot"), raw.get("pidns"), raw.get("token", "")
-        flock = raw.get("flock", False)
+        pid, host, when = raw.get("pid"), raw.get("host"), raw.get("time")
+        boot, token, flock = raw.get("boot"), raw.get("token", ""), raw.get("flock", False)
         if (type(pid) is not int or pid <= 0 or not isinstance(host, str)
-                or not (start is None or type(start) is int)
                 or not isinstance(when, int | float) or isinstance(when, bool)
-                or not all(v is None or isinstance(v, str) for v in (boot, pidns))
+                or not (boot is None or isinstance(boot, str))
                 or not isinstance(token, str) or type(flock) is not bool):
             return None
-        return cls(pid=pid, start=start, host=host, time=float(when), boot=boot, pidns=pidns, token=token,
-                   flock=flock)
+        return cls(pid=pid, host=host, time=float(when), boot=boot, token=token, flock=flock)
 
     def same_kernel(self) -> bool:
         """Whether the owner ran under this kernel (same boot id; where there is none, the same
@@ -241,20 +195,6 @@ class Owner:
         if self.boot is not None:
             return self.boot == _boot_id()
         return self.host == socket.gethostname()
-
-    def alive(self) -> bool | None:
-        """True when the owner provably runs, False when it provably does not, None when this
-        process cannot tell (another machine or pid namespace, or no start time to compare)."""
-        if (self.host, self.boot, self.pidns) != (socket.gethostname(), _boot_id(), _pid_namespace()):
-            return None
-        if not _pid_exists(self.pid):
-            return False
-        stat = _proc_stat(self.pid)
-        if stat is not None and stat[0] in ("Z", "X"):
-            return False  # killed, not yet reaped by its parent
-        if self.start is None or stat is None:
-            return None  # a process with this pid runs, but it may be a later one
-        return stat[1] == self.start
 
 
 def read_owner(path: str) -> Owner | None:
@@ -266,38 +206,37 @@ def read_owner(path: str) -> Owner | None:
         return None
 
 
-def is_stale(path: str, stale_after: float) -> bool:
+def is_stale(path: str, stale_after: float, prefix: bytes = b"") -> bool:
     """Whether the lock file at ``path`` may be broken: its owner is provably dead, or it cannot
     be proven alive and the file is older than ``stale_after`` seconds. A missing file is not stale.
+    ``prefix``: what the file holds before its owner record (a ``.keep`` file's first words).
 
     A record written by :func:`create_held` under this kernel is judged by its flock: held, the
-    owner lives (or a process it forked does); free, the owner is gone. Any other record by the
-    owner's pid and start time; no record (git's own locks) by age, except that a file without a
-    record whose flock is held is never stale (a gitstate holder in the instant before its record
-    is written, or after it replaced the record by the ref's new value, see
-    :func:`gitstate.git.refs.set_if_equals`; git takes no flock). A FIFO, device or socket is stale
-    at once: no holder, neither git nor gitstate, makes its lock file one."""
+    owner lives (or a process it forked does); free, the owner is gone. Anything else (git's own
+    locks, which hold no record; a record of another machine, or of an older gitstate) by age,
+    except that a file without a record whose flock is held is never stale (a gitstate holder in
+    the instant before its record is written, or after it replaced the record by the ref's new
+    value, see :func:`gitstate.git.refs.set_if_equals`; git takes no flock). A FIFO, device or
+    socket is stale at once: no holder, neither git nor gitstate, makes its lock file one."""
     try:
         with safeopen.open_file(path, "rb") as fh:
             data = fh.read(4096)
             mtime = os.fstat(fh.fileno()).st_mtime
-            owner = Owner.parse(data)
-            alive = _flock_alive(fh.fileno()) if owner is not None and owner.flock and owner.same_kernel() else None
-            held = owner is None and _flock_alive(fh.fileno()) is True
+            owner = Owner.parse(data[len(prefix):]) if data.startswith(prefix) else None
+            flocked = owner is not None and owner.flock and owner.same_kernel()
+            alive = _flock_alive(fh.fileno()) if flocked or owner is None else None
     except FileNotFoundError:
         return False
     except safeopen.NotRegularFileError:
         return True
     except OSError:
         try:
-            mtime, owner, alive, held = os.stat(path).st_mtime, None, None, False  # unreadable: judged by age alone
+            mtime, flocked, alive = os.stat(path).st_mtime, False, None  # unreadable: judged by age alone
         except OSError:
             return False
-    if alive is None and owner is not None:
-        alive = owner.alive()
-    if alive is not None:
+    if flocked and alive is not None:
         return not alive
-    if owner is None and held:
+    if alive is True:
         return False  # no record, but a flock held: a gitstate holder between its record and rename
     return time.time() - mtime >= stale_after
 
@@ -323,10 +262,10 @@ _FLOCKED: set[int] = set()  # those of them held by flock (their owner record wa
 _FLOCK_PATIENCE = 0.2  # seconds to wait for a flock that a contender's judge holds for a moment
 
 
-def create_held(path: str, mode: int = 0o644) -> int:
+def create_held(path: str, mode: int = 0o644, prefix: bytes = b"") -> int:
     """Create the lock file ``path`` as git does (exclusively: :class:`FileExistsError` when it is
-    held) and hold it: a flock on it, then an owner record with ``"flock": true`` (see the module
-    documentation). Returns the descriptor; the caller keeps it until :func:`release_held`.
+    held) and hold it: a flock on it, then an owner record with ``"flock": true`` (after ``prefix``;
+    see the module documentation). Returns the descriptor; the caller keeps it until :func:`release_held`.
 
     The record is written only once the flock is held, so a record without a flock always means a
     dead (or finished) owner. Where no flock can be had (a file system without flock; a judge
@@ -338,7 +277,7 @@ def create_held(path: str, mode: int = 0o644) -> int:
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, mode)
     try:
         if _flock_within(fd, _FLOCK_PATIENCE):
-            _write_all(fd, _held_record())
+            _write_all(fd, prefix + _held_record())
             _FLOCKED.add(fd)
     except BaseException:
         try:

@@ -16,8 +16,7 @@ import pygit2
 from pygit2.enums import ObjectType
 
 from gitstate.errors import StoreWriteError
-from gitstate.git import deflate
-from gitstate.git.lockfile import Owner
+from gitstate.git import deflate, lockfile
 from gitstate.git.packs import freshen, write_pack
 from gitstate.git.safeopen import write_all  # also imported from here by its callers
 
@@ -61,10 +60,10 @@ class ObjectWriter:
         # each pack is kept (a .keep file) from a concurrent `git repack -a -d` until the write is
         # over, and what they hold is trusted only once it is published (see published/abandoned).
         self._unpublished: set[str] = set()
-        self._keeps: list[str] = []
+        self._keeps: list[tuple[str, int]] = []
         # while held (see hold_keeps): .keep files of published writes, and what their packs hold
         self._holding = 0
-        self._held_keeps: list[str] = []
+        self._held_keeps: list[tuple[str, int]] = []
         self._held: set[str] = set()
         self._epoch = gc_epoch(self.objects)
 
@@ -180,7 +179,7 @@ class ObjectWriter:
         if not staged:
             return None
         written = write_pack(self.pack_dir, [(oid, kind, data) for oid, (kind, data, _z) in staged.items()],
-                             fsync=fsync, sync_dir=sync_dir, keep=_keep_record(),
+                             fsync=fsync, sync_dir=sync_dir, keep=KEEP_PREFIX,
                              compressed={oid: z() for oid, (_k, _d, z) in staged.items() if z is not None})
         if written.keep is not None:
             self._keeps.append(written.keep)
@@ -236,9 +235,9 @@ class ObjectWriter:
 
     def _drop_keeps(self) -> None:
         keeps, self._keeps = self._keeps, []
-        for path in keeps:
+        for path, fd in keeps:
             try:
-                os.unlink(path)
+                lockfile.release_held(path, fd)
             except OSError:
                 pass  # housekeeping removes a .keep whose owner is gone
 
@@ -336,17 +335,6 @@ _DIR_ATTEMPTS = 50  # tries to create a loose object's temporary file while its 
 _EPOCH_PATHS: dict[str, tuple[str, str, str, str]] = {}  # objects dir -> the files gc_epoch looks at
 
 KEEP_PREFIX = b"gitstate transaction "  # how a transaction's .keep starts; its owner record follows
-_KEEP: tuple[int, bytes] | None = None
-
-
-def _keep_record() -> bytes:
-    """What a transaction's ``.keep`` holds: this process's owner record (pid, start time, host),
-    so housekeeping can remove the ``.keep`` of a writer that was killed (see lockfile.Owner)."""
-    global _KEEP
-    pid = os.getpid()
-    if _KEEP is None or _KEEP[0] != pid:
-        _KEEP = (pid, KEEP_PREFIX + Owner.current().to_bytes())
-    return _KEEP[1]
 
 
 _TYPE_NAMES = {ObjectType.BLOB: b"blob", ObjectType.TREE: b"tree", ObjectType.COMMIT: b"commit",

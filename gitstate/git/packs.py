@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gitstate.errors import CorruptObjectError, GitStateError, StoreWriteError, UsageError
-from gitstate.git import deflate, safeopen
+from gitstate.git import deflate, lockfile, safeopen
 from gitstate.git.command import run_git
 from gitstate.git.durability import fsync_dir, start_writeback
 from gitstate.git.safeopen import write_all
@@ -84,7 +84,7 @@ class PackWritten:
     count: int
     oids: tuple[str, ...]
     existed: bool = False
-    keep: str | None = None  # the .keep file written with the pack (write_pack's ``keep``)
+    keep: tuple[str, int] | None = None  # the .keep held with the pack, and its descriptor (write_pack's ``keep``)
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -101,10 +101,12 @@ def write_pack(pack_dir: str, objects: Sequence[tuple[str, int, bytes]], *, fsyn
     (``fdatasync``, as git flushes its packs) before they are renamed into place; ``sync_dir``: the
     directory after the renames too, as far as the file system can (``core.fsync=all``).
 
-    ``keep``: a ``<name>.keep`` holding those bytes is created before the ``.pack`` appears (as
-    ``git receive-pack`` keeps a received pack until its refs move), so ``git repack -a -d`` and
-    ``git gc`` neither delete the pack nor drop its objects, unreachable until the caller's refs
-    name them; the caller removes it (:attr:`PackWritten.keep`, ``None`` when one existed)."""
+    ``keep``: a ``<name>.keep`` is created before the ``.pack`` appears (as ``git receive-pack``
+    keeps a received pack until its refs move), so ``git repack -a -d`` and ``git gc`` neither
+    delete the pack nor drop its objects, unreachable until the caller's refs name them. It holds
+    ``keep`` and then an owner record, and is held by flock (:func:`lockfile.create_held`), so
+    housekeeping knows the ``.keep`` of a killed writer; the caller releases it
+    (:attr:`PackWritten.keep`, with :func:`lockfile.release_held`; ``None`` when one existed)."""
     if not -1 <= compression <= 9:
         raise UsageError(f"compression must be a zlib level from -1 to 9, not {compression}")
     seen: set[str] = set()
@@ -296,7 +298,7 @@ def _open_temp(pack_dir: str, prefix: str, data: bytes) -> tuple[str, int]:
 
 
 def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool,
-             keep: bytes | None = None) -> tuple[bool, str | None]:
+             keep: bytes | None = None) -> tuple[bool, tuple[str, int] | None]:
     """Rename the temp files into place, ``.pack`` first and ``.idx`` last; return whether the pack
     was installed already (then the temps are removed and the pack's mtime is refreshed), and the
     ``.keep`` file created (``keep``: before the pack appears, so no ``git repack`` ever lists it
@@ -320,24 +322,20 @@ def _install(pack_dir: str, name: str, tmp_pack: str, tmp_idx: str, fsync: bool,
         _unlink(tmp_pack)
         _unlink(tmp_idx)
         if kept is not None:
-            _unlink(kept)
+            lockfile.release_held(*kept)
         raise
     if fsync:
         fsync_dir(pack_dir)
     return False, kept
 
 
-def _create_keep(path: str, content: bytes) -> str | None:
-    """Create a ``.keep`` file; ``None`` when one exists already (another writer's: not ours)."""
+def _create_keep(path: str, prefix: bytes) -> tuple[str, int] | None:
+    """Create and hold a ``.keep`` file (``prefix`` and an owner record, under a flock); ``None``
+    when one exists already (another writer's: not ours)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        return path, lockfile.create_held(path, prefix=prefix)
     except FileExistsError:
         return None
-    try:
-        write_all(fd, content)
-    finally:
-        os.close(fd)
-    return path
 
 
 def freshen(path: str) -> bool:

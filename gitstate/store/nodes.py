@@ -23,9 +23,9 @@ from gitstate.format import nodes as nodefmt
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import node_log_ref
 from gitstate.format.nodes import NodeRecord
-from gitstate.git.lockfile import Owner
 from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, TreeEntry
 from gitstate.git.reader import CommitData, ObjectReader
+from gitstate.store import processes
 from gitstate.store.base import StoreCore
 from gitstate.store.transaction import Transaction
 
@@ -49,32 +49,10 @@ def now_iso() -> str:
     return datetime.fromtimestamp(time.time(), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def this_process() -> dict[str, Any]:
-    """The owner field of a record this process opens: its pid, start time, host, boot id and pid
-    namespace (those known), as a lock's owner record names its holder."""
-    me = Owner.current()
-    found = {"pid": me.pid, "start": me.start, "host": me.host, "boot": me.boot, "pidns": me.pidns}
-    return {k: v for k, v in found.items() if v is not None}
-
-
-def writer_gone(owner: dict[str, Any] | None) -> bool:
-    """Whether the process a record's ``owner`` names provably no longer runs (same machine, boot
-    and pid namespace, and no process of that pid and start time). False when it runs, or when this
-    process cannot tell (no owner, another machine or container, or no start time to compare)."""
-    if not owner:
-        return False
-    pid, start, host = owner.get("pid"), owner.get("start"), owner.get("host")
-    boot, pidns = owner.get("boot"), owner.get("pidns")
-    if (type(pid) is not int or pid <= 0 or not isinstance(host, str) or not (start is None or type(start) is int)
-            or not all(v is None or isinstance(v, str) for v in (boot, pidns))):
-        return False
-    return Owner(pid=pid, start=start, host=host, time=0.0, boot=boot, pidns=pidns).alive() is False
-
-
 def new_record(run_id: str, node: str, branch: str, base: str | None, log_tip: str | None,
                metadata: dict[str, object] | None, owner: dict[str, Any] | None = None) -> NodeRecord:
     """The record of a node being entered now on ``branch`` whose tip is ``base``, the node log's
-    tip being ``log_tip``, by process ``owner`` (:func:`this_process`). Its id is a digest of those
+    tip being ``log_tip``, by process ``owner`` (:func:`gitstate.store.processes.this_process`). Its id is a digest of those
     (but the owner) and the time, so equal inputs give equal objects and two entries never share an
     id (each one moves the log)."""
     started = now_iso()
@@ -168,7 +146,7 @@ def listed(records: Iterable[NodeRecord], line: set[str]) -> list[tuple[NodeReco
     latest record of each id whose exit (while ``running``: base) is on the branch's current line
     (``line``: the ids of its history; a rolled-back node disappears with its checkpoints), in the
     order the nodes were entered. A ``running`` boundary whose process provably ended
-    (:func:`writer_gone`) is ``interrupted``: it will never be closed."""
+    (:func:`gitstate.store.processes.gone`) is ``interrupted``: it will never be closed."""
     latest: dict[str, NodeRecord] = {}
     order: list[str] = []
     for record in records:  # newest first: the first record seen of an id is its latest
@@ -186,7 +164,7 @@ def listed(records: Iterable[NodeRecord], line: set[str]) -> list[tuple[NodeReco
         if anchor is not None and anchor not in line:
             continue
         status = record.status
-        if status == "running" and writer_gone(record.owner):
+        if status == "running" and processes.gone(record.owner):
             status = "interrupted"
         out.append((record, NodeBoundary(record.node, record.entry, record.exit, status)))
     return out

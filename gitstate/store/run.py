@@ -58,9 +58,9 @@ from gitstate.store.nodes import (
     note_written,
     now_iso,
     open_block,
-    this_process,
     written_since,
 )
+from gitstate.store.processes import this_process
 from gitstate.store.transaction import Transaction
 from gitstate.workspace import restore as restoring
 from gitstate.workspace.restore import SAFETY_BRANCH, SAFETY_TRIGGER, RestoreResult
