@@ -15,5 +15,5 @@ export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/python -m pytest "$@"
 python3 -m venv .venv-crewai
 .venv-crewai/bin/python -m pip install -q --upgrade pip
-.venv-crewai/bin/python -m pip install -q -e '.[crewai]' 'pytest>=8' 'pytest-asyncio>=0.23'
+.venv-crewai/bin/python -m pip install -q -e '.[crewai]' 'pytest>=8' 'pytest-asyncio>=0.23' 'pytest-timeout>=2.1'
 .venv-crewai/bin/python -m pytest tests_crewai
