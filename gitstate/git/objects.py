@@ -310,15 +310,13 @@ def gc_epoch(objects: str) -> str:
     may have pruned objects no ref reaches: caches of objects that exist are dropped then.
 
     It is the identity (inode, mtime, size) of ``objects/info/packs`` (rewritten by a repack that
-    changed the packs), ``packed-refs`` and the commit-graph (written anew by every ``git gc``,
-    also when its repack left the same packs). gitstate writes only ``packed-refs`` (the caches are
-    then dropped for nothing: time, never correctness)."""
+    changed the packs) and of the commit-graph (written anew by every ``git gc``, also when its
+    repack left the same packs). ``packed-refs`` is not part of it: gitstate rewrites that file for
+    every multi-ref transaction, which would drop the caches at every node step."""
     paths = _EPOCH_PATHS.get(objects)
     if paths is None:
-        common = os.path.dirname(os.path.normpath(objects))
         paths = _EPOCH_PATHS[objects] = (
-            os.path.join(objects, "info", "packs"), os.path.join(common, "packed-refs"),
-            os.path.join(objects, "info", "commit-graph"),
+            os.path.join(objects, "info", "packs"), os.path.join(objects, "info", "commit-graph"),
             os.path.join(objects, "info", "commit-graphs", "commit-graph-chain"))
     parts = []
     for path in paths:
@@ -332,7 +330,7 @@ def gc_epoch(objects: str) -> str:
 
 
 _DIR_ATTEMPTS = 50  # tries to create a loose object's temporary file while its directory keeps vanishing
-_EPOCH_PATHS: dict[str, tuple[str, str, str, str]] = {}  # objects dir -> the files gc_epoch looks at
+_EPOCH_PATHS: dict[str, tuple[str, str, str]] = {}  # objects dir -> the files gc_epoch looks at
 
 KEEP_PREFIX = b"gitstate transaction "  # how a transaction's .keep starts; its owner record follows
 

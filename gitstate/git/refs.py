@@ -227,8 +227,10 @@ PACKED_LOCK_STALE_AGE = math.inf  # git's packed-refs.lock is never broken: git 
 
 
 def _lock_paths(common_dir: str, name: str, max_age: float) -> list[tuple[str, float]]:
-    return [(os.path.join(common_dir, *name.split("/")) + ".lock", max_age),
-            (os.path.join(common_dir, "packed-refs.lock"), PACKED_LOCK_STALE_AGE)]
+    """The locks a write of ``name`` takes (``name`` may be ``packed-refs`` itself, as
+    :func:`update_atomically` reports it busy), each with the age after which it is stale."""
+    paths = {os.path.join(common_dir, *name.split("/")) + ".lock", os.path.join(common_dir, "packed-refs.lock")}
+    return [(path, _lock_age_limit(path, max_age)) for path in sorted(paths)]
 
 
 def break_stale_locks(common_dir: str, name: str, max_age: float) -> bool:

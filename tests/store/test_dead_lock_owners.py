@@ -176,3 +176,23 @@ def test_a_forked_child_does_not_keep_a_dead_parents_lock_alive(tmp_path: Path) 
             os.kill(child, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_gits_packed_refs_lock_is_never_broken_by_a_multi_ref_write(repo: Path) -> None:
+    """A multi-ref write waits for packed-refs.lock; one git left (no owner record), however old,
+    is never removed: the write times out and changes nothing."""
+    store = gitstate.open_store(repo, stale_lock_age=0.0, lock_timeout=0.5)
+    run = store.create_run(run_id="held")
+    with run.node("plan"):
+        first = run.checkpoint({"n": 1})  # the branch has a node log: a fork moves two refs
+    lock = Path(store.location.common_dir, "packed-refs.lock")
+    lock.write_text("")  # as git leaves it
+    old = time.time() - 10 * HOUR
+    os.utime(lock, (old, old))
+    with pytest.raises(LockTimeoutError):
+        bounded(lambda: run.fork(first.id, "side"), 30)
+    assert lock.exists() and lock.read_text() == ""
+    assert run.tip("side") is None
+    lock.unlink()
+    run.fork(first.id, "side")
+    assert run.tip("side") == first.id
