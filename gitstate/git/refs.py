@@ -1,11 +1,14 @@
 """Refs, with a public contract named by what it guarantees (as dulwich names it):
-:func:`read_ref`, :func:`list_refs`, :func:`reflog`, and the three compare-and-swap writes
-:func:`set_if_equals`, :func:`add_if_new` and :func:`remove_if_equals`. Nothing here writes a ref
-unconditionally. Each write is one attempt under git's own ``<ref>.lock`` protocol, logged in the
-ref's reflog (written directly, since git only logs ``refs/agentos/*`` when the log exists); the
-store's transaction owns the one retry loop. Also: recovery of stale ``.lock`` files left by killed
-writers (a gitstate writer's at once, since its locks carry an owner record under a flock; git's own
-by age), and packing gitstate's loose refs into ``packed-refs`` without touching anyone else's."""
+:func:`read_ref`, :func:`list_refs`, :func:`reflog`, the compare-and-swap writes of one ref
+:func:`set_if_equals`, :func:`add_if_new` and :func:`remove_if_equals`, and
+:func:`update_atomically`, which moves several refs all at once or none (one rename of
+``packed-refs`` commits them). Nothing here writes a ref unconditionally. Each write is one attempt
+under git's own lock protocol (``<ref>.lock``, ``packed-refs.lock``), logged in the ref's reflog
+(written directly, since git only logs ``refs/agentos/*`` when the log exists); the store's
+transaction owns the one retry loop. Also: recovery of stale ``<ref>.lock`` files left by killed
+writers (a gitstate writer's at once, since its locks carry an owner record under a flock; git's
+own by age; git's ``packed-refs.lock`` never), and packing gitstate's loose refs into
+``packed-refs`` without touching anyone else's."""
 
 from __future__ import annotations
 

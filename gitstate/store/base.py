@@ -297,8 +297,8 @@ class StoreCore:
         if count >= housekeeping.TX_MERGE_AT and time.monotonic() >= self._merge_retry_at:
             # The merge waits for the housekeeping lock while another process merges (up to
             # MERGE_WAIT seconds; when it was held all that time, merges pause for MERGE_RETRY
-            # seconds, so that a lock held long, or left by a writer whose death cannot be told,
-            # does not slow every write down), and a writer that has written TX_MERGE_AT more packs
+            # seconds, so that a lock held long by a long merge in another process does not slow
+            # every write down), and a writer that has written TX_MERGE_AT more packs
             # while its merge runs or waits waits for it before the next one: so a writer faster
             # than the merges, or several processes writing at once, cannot pile up packs (this
             # bounds the pack count at the geometric series plus about 2 * TX_MERGE_AT: the packs

@@ -1,27 +1,26 @@
-"""Capturing the worktree from the private index's stat cache, without libgit2's ``add_all``.
+"""Capturing the worktree from the private index's stat cache, for a restore's safety snapshot,
+without starting git.
 
-``git_index_add_all`` costs about half a millisecond per changed file on top of reading it (its
-index-to-worktree diff hashes each changed file, with several attribute lookups and ``realpath``
-walks per path, then adds it with the same lookups again and writes a loose object: three file
-operations each). A restore must save every changed file before it overwrites it, so that cost
-alone made a restore of 1,000 changed files several times slower than ``git checkout``.
+A restore must save every changed file before it overwrites it. :func:`capture` does that for the
+common case with one ``lstat`` per file and one read per changed file: it compares the worktree
+with the stat data of the private index (as git's index refresh does), hashes only files whose stat
+data changed (or that are racily clean: modified in the same instant the index was written), and
+returns the new blobs and trees for the caller to store as one pack. It gives up (returns ``None``,
+and the caller runs ``git add`` on the private index, :mod:`gitstate.workspace.snapshot`) wherever
+git would do something it does not: any attributes file (filters: ``.gitattributes``,
+``info/attributes``, ``core.attributesFile``, the global and system files), ``core.autocrlf``,
+``core.filemode`` or ``core.symlinks`` off, ``core.ignorecase`` or ``core.precomposeUnicode`` on, an
+index with conflicts, extended flags or a version other than 2, a directory that is tracked and
+holds a ``.git``, a file it cannot read, a platform other than POSIX, an empty private index (the
+first snapshot hashes everything anyway). What it captures is what ``git add -A`` captures: tracked
+and untracked files, ignore rules through libgit2's matcher (an ignored directory is not entered, an
+untracked directory holding ``.git`` is skipped and reported), exec bits and symbolic links as git
+records them; ``tests/test_scan.py`` compares the two on the same worktrees. Files larger than
+``big`` bytes are left to git (streamed, never read whole): they are returned in
+:attr:`Capture.big`, still to be added.
 
-:func:`capture` does the same job for the common case with one ``lstat`` per file and one read per
-changed file: it compares the worktree with the stat data of the private index (as git's index
-refresh does), hashes only files whose stat data changed (or that are racily clean: modified in
-the same instant the index was written), and returns the new blobs and trees for the caller to store
-as one pack. It gives up (returns ``None``, and the caller runs ``add_all``) wherever libgit2 would
-do something it does not: any attributes file (filters: ``.gitattributes``, ``info/attributes``,
-``core.attributesFile``, the global and system files), ``core.autocrlf``, ``core.filemode`` or
-``core.symlinks`` off, ``core.ignorecase`` or ``core.precomposeUnicode`` on, an index with
-conflicts, extended flags or a version other than 2, a directory that is tracked and holds a
-``.git``, a file it cannot read, a platform other than POSIX, an empty private index (the first
-snapshot hashes everything anyway). What it captures is what ``add_all`` captures: tracked and
-untracked files, ignore rules through libgit2's own matcher (an ignored directory is not entered,
-an untracked directory holding ``.git`` is skipped and reported), exec bits and symbolic links as
-git records them; ``tests/test_scan.py`` compares the two on the same worktrees. Files larger than
-``big`` bytes are left to libgit2 (streamed, never read whole): they are returned in
-:attr:`Capture.big`, still to be added."""
+This module also reads and writes the private index file itself (version 2: :func:`read_entries`,
+:func:`write_index`)."""
 
 from __future__ import annotations
 
@@ -43,7 +42,7 @@ from gitstate.git import safeopen
 from gitstate.git.objects import MODE_BLOB, MODE_EXEC, MODE_LINK, MODE_TREE
 
 # One index entry of version 2: ctime s, ns, mtime s, ns, dev, ino, mode, uid, gid, size, id, flags.
-# The stat data is compared as bytes: everything but ``dev`` (libgit2 stores ``st_rdev`` there).
+# The stat data is compared as bytes: everything but ``dev`` (libgit2 stored ``st_rdev`` there).
 _STAT = struct.Struct(">9I")  # ctime s, ns, mtime s, ns, ino, mode, uid, gid, size
 _HEADER = struct.Struct(">II")
 _FLAGS = struct.Struct(">H")
@@ -60,7 +59,7 @@ class Capture:
     ``entries``: every captured path (bytes, ``/``-separated) with its mode and 20-byte id;
     ``stats``: the ``lstat``/``fstat`` of each path that was hashed (to record in the index);
     ``removed``: index paths no longer in the worktree; ``objects``: new blobs as
-    ``(type, body)``; ``big``: changed or new files above the size limit, for libgit2 to add;
+    ``(type, body)``; ``big``: changed or new files above the size limit, for git to add;
     ``skipped``: untracked directories holding their own repository; ``ignore_changed``: a
     ``.gitignore`` was added, changed or removed."""
 
@@ -74,7 +73,7 @@ class Capture:
 
 
 class _GiveUp(Exception):
-    """A case :func:`capture` leaves to libgit2."""
+    """A case :func:`capture` leaves to ``git add``."""
 
 
 def read_stat_cache(index_path: str) -> dict[bytes, tuple[bytes, bytes]] | None:

@@ -891,7 +891,7 @@ class Workspace:
 
     def _journal(self, repo: pygit2.Repository, tree: str, old: str | None) -> None:
         """Journal the loose objects of ``tree`` not in ``old`` (unchanged subtrees share ids:
-        skipped); blobs above :data:`BIG_BLOB` are left loose."""
+        skipped); blobs above :data:`BIG_BLOB` are in a pack git wrote (``core.bigFileThreshold``)."""
         found: list[str] = []
         _new_objects(repo, tree, old, self.location.common_dir, found)
         if found and self._on_new_objects is not None:
