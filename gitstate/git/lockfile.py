@@ -24,6 +24,7 @@ at the bottom of the git layer."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -264,16 +265,57 @@ _FLOCK_PATIENCE = 0.2  # seconds to wait for a flock that a contender's judge ho
 
 def create_held(path: str, mode: int = 0o644, prefix: bytes = b"") -> int:
     """Create the lock file ``path`` as git does (exclusively: :class:`FileExistsError` when it is
-    held) and hold it: a flock on it, then an owner record with ``"flock": true`` (after ``prefix``;
-    see the module documentation). Returns the descriptor; the caller keeps it until :func:`release_held`.
+    held) and hold it: a flock on it and an owner record with ``"flock": true`` (after ``prefix``;
+    see the module documentation). Returns the descriptor; the caller keeps it until
+    :func:`release_held`.
 
-    The record is written only once the flock is held, so a record without a flock always means a
-    dead (or finished) owner. Where no flock can be had (a file system without flock; a judge
-    that holds it longer than :data:`_FLOCK_PATIENCE`) the lock stays empty, as git's are, and is
-    judged by its age. A holder that has the flock (:func:`holds_flock`) may replace the record by
-    the ref's new value and rename the lock over the ref, as git does: while the flock is held, a
-    lock without a record is still judged alive. Without the flock the new value goes through a
-    file of its own (:func:`gitstate.git.refs.set_if_equals`)."""
+    The record is written, under the flock, into a private file ``<path>.<12 hex>.lock`` that is
+    then hard-linked to ``path`` (which fails when ``path`` exists) and unlinked: the lock appears
+    with its record and its flock, so no kill leaves a lock of gitstate's without a record, which
+    would be taken for git's (never broken, in the case of ``packed-refs.lock``). A killed
+    creator may leave the private file; its name ends in ``.lock`` (never listed as a ref) and it is
+    removed with the lock or as a stale lock itself. Where hard links or flocks cannot be had, the
+    lock is created directly and the record written after (without a flock it stays empty, as
+    git's are, and is judged by its age). A holder that has the flock (:func:`holds_flock`) may
+    replace the record by the ref's new value and rename the lock over the ref, as git does: while
+    the flock is held, a lock without a record is still judged alive. Without the flock the new
+    value goes through a file of its own (:func:`gitstate.git.refs.set_if_equals`)."""
+    private = f"{path}.{secrets.token_hex(6)}.lock"
+    fd = os.open(private, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, mode)
+    linked = False
+    try:
+        if _flock_within(fd, _FLOCK_PATIENCE):
+            _write_all(fd, prefix + _held_record())
+            _FLOCKED.add(fd)
+            try:
+                os.link(private, path)
+                linked = True
+            except OSError as exc:
+                if exc.errno not in _NO_LINK:
+                    raise
+    except BaseException:
+        _FLOCKED.discard(fd)
+        os.close(fd)
+        os.unlink(private)
+        raise
+    if not linked:  # no flock or no hard links here: the lock made directly
+        _FLOCKED.discard(fd)
+        os.close(fd)
+        os.unlink(private)
+        fd = _create_direct(path, mode, prefix)
+    else:
+        try:
+            os.unlink(private)  # the lock names the file now
+        except OSError:
+            pass
+    _HELD.add(fd)
+    return fd
+
+
+_NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK}
+
+
+def _create_direct(path: str, mode: int, prefix: bytes) -> int:
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, mode)
     try:
         if _flock_within(fd, _FLOCK_PATIENCE):
@@ -285,7 +327,6 @@ def create_held(path: str, mode: int = 0o644, prefix: bytes = b"") -> int:
         finally:
             os.close(fd)
         raise
-    _HELD.add(fd)
     return fd
 
 

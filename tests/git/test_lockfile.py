@@ -301,3 +301,27 @@ def test_break_stale_leaves_a_lock_another_breaker_is_at(tmp_path: Path) -> None
         os.close(other)
     assert lockfile.break_stale(path, lambda p: lockfile.is_stale(p, stale_after=5.0)) is True
     assert not os.path.exists(path)
+
+
+def test_create_held_makes_the_lock_appear_with_its_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record is written into a private file that is then linked to the lock's name: the lock
+    never exists without it (a kill there would leave what looks like git's lock), and the private
+    file is gone afterwards."""
+    path = tmp_path / "packed-refs.lock"
+    seen: list[bytes] = []
+    real_link = os.link
+
+    def link(src: str, dst: str) -> None:
+        seen.append(Path(src).read_bytes())  # what the lock holds the instant it appears
+        real_link(src, dst)
+
+    monkeypatch.setattr(lockfile.os, "link", link)
+    fd = lockfile.create_held(str(path))
+    try:
+        assert len(seen) == 1 and Owner.parse(seen[0]) is not None
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["packed-refs.lock"]
+        with pytest.raises(FileExistsError):
+            lockfile.create_held(str(path))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["packed-refs.lock"]
+    finally:
+        lockfile.release_held(str(path), fd)
