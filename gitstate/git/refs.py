@@ -252,7 +252,7 @@ def break_stale_locks(common_dir: str, name: str, max_age: float) -> bool:
     return broke
 
 
-_NEW_VALUE = re.compile(r"\.[0-9a-f]{12}\.lock\Z")  # "<lock>" + this: a holder's new value (set_if_equals)
+_NEW_VALUE = re.compile(r"\.[0-9a-f]{12}\.lock\Z")  # "<lock>" + this: a holder's new value, or a creator's private file
 
 
 def _new_value_name(lock: str) -> str:
@@ -286,9 +286,11 @@ def _lock_age_limit(path: str, max_age: float) -> float:
 def _lock_files(common_dir: str, prefix: str) -> list[str]:
     root = os.path.join(common_dir, *prefix.rstrip("/").split("/"))
     found = [os.path.join(d, f) for d, _s, files in os.walk(root) for f in files if f.endswith(".lock")]
-    packed = os.path.join(common_dir, "packed-refs.lock")
-    if os.path.exists(packed):
-        found.append(packed)
+    try:
+        found += [os.path.join(common_dir, n) for n in os.listdir(common_dir)
+                  if n == "packed-refs.lock" or (n.startswith("packed-refs.lock") and _NEW_VALUE.fullmatch(n[16:]))]
+    except OSError:
+        pass
     return sorted(found)
 
 
@@ -375,25 +377,24 @@ def peek(common_dir: str, name: str) -> str | None | bool:
         return False
 
 
-_PACKED_CACHE: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}
-_PACKED_PATHS: dict[str, str] = {}  # common dir -> its packed-refs
-
-
 def _packed_value(common_dir: str, name: str) -> str | None:
-    path = _PACKED_PATHS.get(common_dir)
-    if path is None:
-        path = _PACKED_PATHS[common_dir] = os.path.join(common_dir, "packed-refs")
+    """The value ``packed-refs`` holds for ``name`` (read anew each time: a cache keyed by the
+    file's identity could be fooled by a reused inode rewritten within one timestamp tick, and the
+    search runs at C speed)."""
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
+        with open(os.path.join(common_dir, "packed-refs"), "rb") as fh:
+            data = fh.read()
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    key = (st.st_ino, st.st_size, st.st_mtime_ns)
-    hit = _PACKED_CACHE.get(path)
-    if hit is None or hit[0] != key:
-        _header, entries = _read_packed(path)
-        values = {n: lines[0].split(" ", 1)[0] for n, lines in entries.items()}
-        _PACKED_CACHE[path] = hit = (key, values)
-    return hit[1].get(name)
+    wanted = b" " + name.encode("utf-8", "surrogateescape") + b"\n"
+    at = data.find(wanted)
+    while at >= 0:
+        start = at - 40
+        if start == 0 or (start > 0 and data[start - 1:start] == b"\n"):
+            value = data[start:at].decode("ascii", "replace")
+            return value if _HEX40.fullmatch(value) else None
+        at = data.find(wanted, at + 1)
+    return None
 
 
 def set_if_equals(common_dir: str, name: str, old: str | None, new: str, message: str, *,
@@ -677,7 +678,7 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
         header, entries = _read_packed(packed_path)  # under the lock, as git reads it
         for move in moves:
             if move.ref in loose:
-                entries[move.ref] = [f"{move.old} {move.ref}\n"]
+                entries[move.ref] = f"{move.old} {move.ref}\n"
         if loose:
             _install_packed(packed_path, packed_lock, header, entries, fsync)
             for path in loose.values():
@@ -689,7 +690,7 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
             if move.new is None:
                 entries.pop(move.ref, None)
             else:
-                entries[move.ref] = [f"{move.new} {move.ref}\n"]
+                entries[move.ref] = f"{move.new} {move.ref}\n"
         _install_packed(packed_path, packed_lock, header, entries, fsync)  # the commit point
         for move in moves:
             if move.new is None:
@@ -730,7 +731,7 @@ def _lock_for_update(common_dir: str, name: str, path: str) -> int:
         raise StoreWriteError(path, str(exc)) from exc
 
 
-def _install_packed(packed_path: str, packed_lock: str, header: str, entries: dict[str, list[str]],
+def _install_packed(packed_path: str, packed_lock: str, header: str, entries: dict[str, str],
                     fsync: bool) -> None:
     """Write ``entries`` as the new ``packed-refs`` (sorted by name as git sorts it) beside the held
     ``packed-refs.lock`` (which keeps its owner record) and rename it in."""
@@ -739,8 +740,7 @@ def _install_packed(packed_path: str, packed_lock: str, header: str, entries: di
     try:
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
             fh.write(header)
-            for name in sorted(entries, key=lambda n: n.encode("utf-8", "surrogateescape")):
-                fh.writelines(entries[name])
+            fh.writelines(entries[name] for name in sorted(entries, key=lambda n: n.encode("utf-8", "surrogateescape")))
             if fsync:
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -765,26 +765,24 @@ def _read_value(common_dir: str, name: str, path: str) -> str | None:
 PACKED_HEADER = "# pack-refs with: peeled fully-peeled sorted \n"
 
 
-def _read_packed(path: str) -> tuple[str, dict[str, list[str]]]:
-    """The header and ``{refname: [line, peeled lines…]}`` of a packed-refs file."""
-    entries: dict[str, list[str]] = {}
-    header = PACKED_HEADER
+_PACKED_ENTRY = re.compile(r"^[0-9a-f]{40} ([^\n]+)\n(?:\^[^\n]*\n)*", re.M)
+
+
+def _read_packed(path: str) -> tuple[str, dict[str, str]]:
+    """The header and ``{refname: its lines}`` (the ref's line and any peeled lines after it) of a
+    packed-refs file; lines that are neither are dropped, as git drops them when it rewrites."""
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-            lines = fh.readlines()
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
+            text = fh.read()
     except FileNotFoundError:
-        return header, entries
-    last: str | None = None
-    for line in lines:
-        if line.startswith("#"):
-            header = line if "sorted" in line else line.rstrip("\n").rstrip() + " sorted \n"
-        elif line.startswith("^") and last is not None:
-            entries[last].append(line)
-        elif line.strip():
-            name = line.rstrip("\n").split(" ", 1)[1]
-            entries[name] = [line]
-            last = name
-    return header, entries
+        return PACKED_HEADER, {}
+    header = PACKED_HEADER
+    if text.startswith("#"):
+        first = text[:text.find("\n") + 1] or text + "\n"
+        header = first if "sorted" in first else first.rstrip("\n").rstrip() + " sorted \n"
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return header, {m.group(1): m.group(0) for m in _PACKED_ENTRY.finditer(text)}
 
 
 def pack_refs(common_dir: str, prefix: str = "refs/agentos/", batch: int = 200) -> int:
@@ -837,7 +835,7 @@ def _pack_batch(common_dir: str, root: str, paths: list[str]) -> int:
                 lockfile.release_held(path + ".lock", held.pop(path))  # gone, symbolic or odd: not ours
                 continue
             name = os.path.relpath(path, common_dir).replace(os.sep, "/")
-            entries[name] = [f"{value} {name}\n"]
+            entries[name] = f"{value} {name}\n"
         if not held:
             return 0
         if os.fstat(lock_fd).st_ino != os.stat(lock_path).st_ino:
