@@ -272,6 +272,39 @@ def test_session_files(store: gitstate.Store, busy: gitstate.Run) -> None:
     assert one["versions"][1]["diff"].startswith("--- /dev/null")
 
 
+def test_big_file_preview_holds_only_what_is_shown(store: gitstate.Store, repo: Path) -> None:
+    """A workspace or session file of many MiB is previewed from its first MAX_FILE_SHOWN bytes:
+    the view never holds the whole blob (a 300 MiB file cost 656 MB per request)."""
+    import tracemalloc
+
+    from gitstate.view.data import MAX_FILE_SHOWN
+
+    line = b"0123456789abcdef" * 4 + b"\n"
+    big = line * (12 * MAX_FILE_SHOWN // len(line))  # 12 MiB of text
+    (repo / "big.log").write_bytes(big)
+    run = store.create_run(run_id="big")
+    cp = run.checkpoint({"n": 1}, files=["big.log"])
+    run.files.write("trace.log", b"small\n", author="agent:a")
+    run.files.write("trace.log", big, author="agent:a")
+    data = ViewData(store)
+    tracemalloc.start()
+    try:
+        shown = data.file(cp.id, "big.log")
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        versions = data.session_file("big", "trace.log")["versions"]
+        _, session_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert shown["size"] == len(big) and shown["truncated"] and not shown["binary"]
+    assert shown["text"].encode() == big[:MAX_FILE_SHOWN]
+    assert peak < 4 * MAX_FILE_SHOWN, peak  # the blob is 12 of them
+    assert versions[0]["size"] == len(big) and versions[0]["too_large"] and versions[0]["diff"] is None
+    assert versions[0]["text"].encode() == big[:MAX_FILE_SHOWN] and versions[0]["truncated"]
+    assert versions[1]["text"] == "small\n"
+    assert session_peak < 4 * MAX_FILE_SHOWN, session_peak
+
+
 def test_runs_page_order_filter_paging(store: gitstate.Store, busy: gitstate.Run) -> None:
     for i in range(5):
         r = store.create_run(workflow="batch" if i % 2 else "solo", run_id=f"r{i}", metadata={"team": f"t{i}"})
