@@ -13,6 +13,7 @@ requests addressed to itself.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 import webbrowser
@@ -67,6 +68,14 @@ class ViewServer(ThreadingHTTPServer):
     def url(self) -> str:
         """The address to open (``http://127.0.0.1:PORT/``)."""
         return f"http://127.0.0.1:{self.port}/"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request (a tab closed: the connection reset, or closed
+        while the answer was written) is not the view's error: nothing is printed, as for any
+        request. Any other error is printed as :mod:`socketserver` does."""
+        if isinstance(sys.exc_info()[1], ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+            return
+        super().handle_error(request, client_address)
 
     def asset(self, name: str) -> bytes:
         """A packaged asset (read once)."""
