@@ -292,3 +292,21 @@ def test_a_client_that_resets_the_connection_leaves_no_traceback(server: ViewSer
     assert status == 200
     err = capsys.readouterr().err
     assert "Traceback" not in err and "Error" not in err, err
+
+
+def test_a_request_naming_its_origin_twice_is_refused(server: ViewServer) -> None:
+    """Only one value of a header that says who asks is ever checked: a request holding Origin,
+    Referer or Sec-Fetch-Site twice (or Host) is refused, whichever comes first."""
+    own = f"http://127.0.0.1:{server.port}"
+    pairs = {"Origin": (own, "http://evil.example"), "Referer": (own + "/", "http://evil.example/"),
+             "Sec-Fetch-Site": ("same-origin", "cross-site")}
+    for name, (good, bad) in pairs.items():
+        for first, second in ((good, bad), (bad, good), (good, good)):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+                sock.sendall(f"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n{name}: {first}\r\n"
+                             f"{name.lower()}: {second}\r\nConnection: close\r\n\r\n".encode())
+                reply = b"".join(iter(lambda: sock.recv(65536), b""))
+            assert reply.startswith(b"HTTP/1.1 403"), (name, first, second, reply[:80])
+            assert b"runs" not in reply.split(b"\r\n\r\n", 1)[1], reply
+    status, _, _ = ask(server, "GET", "/api/runs", {"Origin": own, "Referer": own + "/"})
+    assert status == 200
