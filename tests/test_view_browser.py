@@ -316,3 +316,42 @@ def test_hostile_state_renders_as_text(page: Any, repo: Path, tmp_path: Path) ->
     shot(page, "static-hostile")
     time.sleep(0.2)
     assert page.evaluate("window.PWNED") is None
+
+
+def test_static_html_of_a_langgraph_thread_shows_messages_and_step_diffs(page: Any, repo: Path,
+                                                                          tmp_path: Path) -> None:
+    """`view --html` of a LangGraph thread: each checkpoint shows its decoded messages (not the
+    ``state.cbor`` placeholder) and what its step changed."""
+    from test_view_data import LANGGRAPH_MESSAGES, langgraph_chat
+
+    langgraph_chat(repo, "lg-chat")
+    out = tmp_path / "lg.html"
+    res = agentos("view", "lg-chat", "--html", str(out), cwd=repo)
+    assert res.returncode == 0, res.stderr
+    page.goto(out.as_uri())
+    page.wait_for_selector("#rows .row")
+    rows = page.locator("#rows .row")
+    ids = rows.evaluate_all("els => els.map(e => e.dataset.id)")
+    assert len(ids) == 4  # input, start, agent, check
+    expect = playwright_expect()
+    for i, cid in enumerate(ids):  # newest first
+        rows.nth(i).click()
+        page.wait_for_selector(f"#checkpoint[data-id='{cid}'] .parent-diff")
+        state = page.locator("#checkpoint #state").inner_text()
+        assert "serde typed bytes" not in state
+        changes = page.locator("#checkpoint .parent-diff")
+        expect(changes).not_to_contain_text("no state changes")
+        if i == 0:
+            assert all(text in state for text in LANGGRAPH_MESSAGES), state
+            assert "langgraph/" in (page.locator("#git-commands").text_content() or "")
+            expect(changes).to_contain_text(LANGGRAPH_MESSAGES[2])
+            expect(changes).to_contain_text("1 item appended at index 2")
+            assert LANGGRAPH_MESSAGES[1] not in changes.inner_text()
+        if i == 1:
+            expect(changes).to_contain_text(LANGGRAPH_MESSAGES[1])
+    shot(page, "static-langgraph")
+    rows.nth(0).locator("input.pick").check()
+    rows.nth(len(ids) - 1).locator("input.pick").check()
+    page.wait_for_selector("#diff")
+    diff = page.locator("#diff").inner_text()
+    assert LANGGRAPH_MESSAGES[1] in diff and LANGGRAPH_MESSAGES[2] in diff and "no state changes" not in diff

@@ -8,7 +8,7 @@ import hashlib
 import operator
 import os
 from pathlib import Path
-from typing import Annotated, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import pytest
 
@@ -272,6 +272,39 @@ def test_session_files(store: gitstate.Store, busy: gitstate.Run) -> None:
     assert one["versions"][1]["diff"].startswith("--- /dev/null")
 
 
+def test_big_file_preview_holds_only_what_is_shown(store: gitstate.Store, repo: Path) -> None:
+    """A workspace or session file of many MiB is previewed from its first MAX_FILE_SHOWN bytes:
+    the view never holds the whole blob (a 300 MiB file cost 656 MB per request)."""
+    import tracemalloc
+
+    from gitstate.view.data import MAX_FILE_SHOWN
+
+    line = b"0123456789abcdef" * 4 + b"\n"
+    big = line * (12 * MAX_FILE_SHOWN // len(line))  # 12 MiB of text
+    (repo / "big.log").write_bytes(big)
+    run = store.create_run(run_id="big")
+    cp = run.checkpoint({"n": 1}, files=["big.log"])
+    run.files.write("trace.log", b"small\n", author="agent:a")
+    run.files.write("trace.log", big, author="agent:a")
+    data = ViewData(store)
+    tracemalloc.start()
+    try:
+        shown = data.file(cp.id, "big.log")
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        versions = data.session_file("big", "trace.log")["versions"]
+        _, session_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert shown["size"] == len(big) and shown["truncated"] and not shown["binary"]
+    assert shown["text"].encode() == big[:MAX_FILE_SHOWN]
+    assert peak < 4 * MAX_FILE_SHOWN, peak  # the blob is 12 of them
+    assert versions[0]["size"] == len(big) and versions[0]["too_large"] and versions[0]["diff"] is None
+    assert versions[0]["text"].encode() == big[:MAX_FILE_SHOWN] and versions[0]["truncated"]
+    assert versions[1]["text"] == "small\n"
+    assert session_peak < 4 * MAX_FILE_SHOWN, session_peak
+
+
 def test_runs_page_order_filter_paging(store: gitstate.Store, busy: gitstate.Run) -> None:
     for i in range(5):
         r = store.create_run(workflow="batch" if i % 2 else "solo", run_id=f"r{i}", metadata={"team": f"t{i}"})
@@ -354,3 +387,79 @@ def test_langgraph_thread_is_a_run_with_its_time_travel_lines(repo: Path) -> Non
     detail = data.checkpoint(tips[-1])
     assert detail["state"] is not None
     assert data.diff(tips[-1])["b"]["id"] == tips[-1]
+
+
+LANGGRAPH_MESSAGES = ("what is six times seven", "the answer is forty-two", "checked: looks right")
+
+
+def langgraph_chat(repo: Path, thread: str = "lg-chat") -> None:
+    """A LangGraph thread on the git saver: a human message, then an ``agent`` and a ``check`` node
+    each adding one AI message (four checkpoints: input, start, agent, check)."""
+    from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+    from langgraph.graph.message import add_messages
+    from lg_helpers import chain
+
+    from gitstate.langgraph import GitCheckpointSaver
+
+    # the functional form: the class form's annotations would be text LangGraph resolves in this
+    # module's globals, where the names imported here are not
+    chat = TypedDict("chat", {"messages": Annotated[list[AnyMessage], add_messages]})  # noqa: UP013
+    graph = chain(chat, ("agent", lambda s: {"messages": [AIMessage(content=LANGGRAPH_MESSAGES[1], id="a1")]}),
+                  ("check", lambda s: {"messages": [AIMessage(content=LANGGRAPH_MESSAGES[2], id="a2")]}))
+    app = graph.compile(checkpointer=GitCheckpointSaver.from_path(str(repo)))
+    app.invoke({"messages": [HumanMessage(content=LANGGRAPH_MESSAGES[0], id="h1")]},
+               {"configurable": {"thread_id": thread}})
+
+
+def _static_value(data: dict[str, Any], value: Any) -> Any:
+    """A value of the static bundle with its shared parts filled in (as the page's script does)."""
+    if isinstance(value, list):
+        return [_static_value(data, v) for v in value]
+    if isinstance(value, dict) and "$ref" in value:
+        return _static_value(data, data["values"][value["$ref"]])
+    if isinstance(value, dict) and "$map" in value:
+        return {**value, "$map": [[_static_value(data, k), _static_value(data, v)] for k, v in value["$map"]]}
+    return value
+
+
+def _static_state(data: dict[str, Any], key: str) -> Any:
+    obj = data["objects"][key]
+    if obj["t"] == "map":
+        return {"$map": [[name, _static_state(data, sub)] for name, _kind, sub in obj["e"]], "len": len(obj["e"])}
+    assert obj["t"] == "cbor", obj
+    return _static_value(data, obj["v"])
+
+
+def test_static_html_data_decodes_langgraph_state_as_the_server_does(repo: Path) -> None:
+    """The one-file HTML holds a LangGraph thread's channels decoded (its messages, not the
+    ``state.cbor`` placeholder), equal to what the server's checkpoint page shows, and per
+    channel, so the page's per-step diffs name what each step changed, as the server's do."""
+    pytest.importorskip("langgraph.graph")
+    from gitstate.view.static import build
+    from gitstate.view.values import STATIC
+
+    langgraph_chat(repo)
+    store = gitstate.open_store(repo)
+    data = build(store, ["lg-chat"])
+    server = ViewData(store, STATIC)
+    ids = [row["id"] for row in data["graphs"][0]["graph"]["rows"]]
+    assert len(ids) == 4
+    for cid in ids:
+        rec = data["checkpoints"][cid]
+        assert rec["state_ref"] is not None and rec["state_ref"][0] == "map", rec
+        assert _static_state(data, rec["state_ref"][1]) == server.checkpoint(cid)["state"]
+    tip = data["checkpoints"][ids[0]]
+    shown = repr(_static_state(data, tip["state_ref"][1]))
+    assert all(text in shown for text in LANGGRAPH_MESSAGES) and "serde typed bytes" not in shown
+    for cid in ids:
+        rec = data["checkpoints"][cid]
+        if not rec["parents"]:
+            continue
+        before, after = (data["objects"][data["checkpoints"][c]["state_ref"][1]]["e"]
+                         for c in (rec["parents"][0], cid))
+        old, new = ({name: sub for name, _k, sub in entries} for entries in (before, after))
+        changed = {name for name in old.keys() | new.keys() if old.get(name) != new.get(name)}
+        assert changed, cid  # every step changed something: the page's diff is not empty
+        assert changed == {c["path"][0] for c in server.diff(cid)["state"]}
+    assert [c["command"] for c in data["git_checkpoint_langgraph"] if "langgraph/" in c["command"]]
+    assert tip["langgraph_commands"] is True

@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import stat
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -256,3 +257,56 @@ def test_json_depth_ignores_brackets_in_strings() -> None:
     assert json_depth('["[[[[", "\\"[[", 1]') == 1
     assert json_depth("[[[]]]") == 3
     assert json_depth("[" * 100_000) == 100_000
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close ``sock`` with a reset (RST) instead of an orderly close: linger on, timeout 0."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def test_a_client_that_resets_the_connection_leaves_no_traceback(server: ViewServer,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A browser tab closed mid-request resets its connection: the server carries on and prints
+    no traceback in the terminal it runs in."""
+    finished = threading.Semaphore(0)
+    close = server.shutdown_request
+
+    def shutdown_request(request: socket.socket) -> None:  # the last step of every connection
+        close(request)
+        finished.release()
+
+    server.shutdown_request = shutdown_request  # type: ignore[method-assign]
+    host = f"127.0.0.1:{server.port}"
+    sends = [f"GET /api/runs HTTP/1.1\r\nHost: {host}\r\n\r\n",  # a whole request, then reset
+             f"GET /api/graph?run=evil%3C%2Fscript%3E HTTP/1.1\r\nHost: {host}\r\n\r\n" * 3,
+             "GET /api/runs HTTP/1.1\r\nHo",  # reset in the middle of the headers
+             ""]  # reset before a byte
+    for data in sends * 3:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        sock.sendall(data.encode())
+        _reset(sock)
+    for _ in sends * 3:
+        assert finished.acquire(timeout=60)
+    status, _, _ = ask(server, "GET", "/api/runs")  # still serving
+    assert status == 200
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Error" not in err, err
+
+
+def test_a_request_naming_its_origin_twice_is_refused(server: ViewServer) -> None:
+    """Only one value of a header that says who asks is ever checked: a request holding Origin,
+    Referer or Sec-Fetch-Site twice (or Host) is refused, whichever comes first."""
+    own = f"http://127.0.0.1:{server.port}"
+    pairs = {"Origin": (own, "http://evil.example"), "Referer": (own + "/", "http://evil.example/"),
+             "Sec-Fetch-Site": ("same-origin", "cross-site")}
+    for name, (good, bad) in pairs.items():
+        for first, second in ((good, bad), (bad, good), (good, good)):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+                sock.sendall(f"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n{name}: {first}\r\n"
+                             f"{name.lower()}: {second}\r\nConnection: close\r\n\r\n".encode())
+                reply = b"".join(iter(lambda: sock.recv(65536), b""))
+            assert reply.startswith(b"HTTP/1.1 403"), (name, first, second, reply[:80])
+            assert b"runs" not in reply.split(b"\r\n\r\n", 1)[1], reply
+    status, _, _ = ask(server, "GET", "/api/runs", {"Origin": own, "Referer": own + "/"})
+    assert status == 200

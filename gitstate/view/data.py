@@ -23,10 +23,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from pygit2.enums import ObjectType
+
 from gitstate.errors import (
     AmbiguousReferenceError,
     BranchNotFound,
     CheckpointNotFound,
+    CorruptObjectError,
     GitStateError,
     InvalidNameError,
     InvalidReferenceError,
@@ -40,7 +43,7 @@ from gitstate.format.checkpoint import Checkpoint, parse_time, summary_line
 from gitstate.format.names import NAMESPACE, decode_component, parse_ref, run_prefix, worktree_prefix
 from gitstate.format.statetree import StateReader
 from gitstate.git import safeopen
-from gitstate.git.command import run_git
+from gitstate.git.command import popen_git, run_git
 from gitstate.git.objects import MODE_TREE
 from gitstate.store import refspec, sessionfiles
 from gitstate.store.run import Run
@@ -724,10 +727,29 @@ class ViewData:
             tree = item.id
         if item is None or item.filemode == MODE_TREE:
             raise UsageError(f"no file {path!r} in checkpoint {cp.short_id}")
-        out = blob_view(reader.blob(item.id), MAX_FILE_SHOWN)
+        head, size = self.blob_head(item.id, MAX_FILE_SHOWN)
+        out = blob_view(head, MAX_FILE_SHOWN, size)
         out.update(path=path, id=item.id, mode=f"{item.filemode:06o}", checkpoint=cp.id,
                    git=[{"label": "this file", "command": f"git show {cp.id[:12]}:{git_quote('files/' + path)}"}])
         return out
+
+    def blob_head(self, oid: str, limit: int) -> tuple[bytes, int]:
+        """The first ``limit`` bytes of blob ``oid`` and its size, without ever holding more: a
+        blob of at most ``limit`` bytes is read through the guarded reader; a larger one (a file
+        of hundreds of MiB) is streamed from ``git cat-file blob`` and cut, git stopping at the
+        closed pipe. :class:`CorruptObjectError` when it is not a readable blob."""
+        reader = self.store.reader
+        kind, size = reader.header(oid)  # checks a loose copy first, streaming it through zlib
+        if kind != ObjectType.BLOB:
+            raise CorruptObjectError(oid, "expected a blob")
+        if size <= limit:
+            return reader.blob(oid), size
+        with popen_git(self.store.location.git_dir, ["cat-file", "blob", oid]) as proc:
+            assert proc.stdout is not None
+            head = proc.stdout.read(limit)
+        if len(head) < limit:
+            raise CorruptObjectError(oid, f"unreadable: {proc.error or f'git cat-file exited {proc.returncode}'}")
+        return head, size
 
     # -- diffs --------------------------------------------------------------------------------
 
@@ -807,27 +829,28 @@ class ViewData:
         run = self.get_run(run_id, worktree)
         history = run.files.history(path)
         reader = self.store.reader
-        contents: dict[int, bytes] = {}
+        contents: dict[int, tuple[bytes, int]] = {}  # each version's first MAX_FILE_SHOWN bytes, its size
         start = max(0, len(history) - limit - 1)
         for fv in history[start:]:
             item = reader.tree(reader.commit(fv.commit).tree_id).get(sessionfiles.CONTENT)
-            contents[fv.version] = reader.blob(item.id) if item is not None else b""
+            contents[fv.version] = self.blob_head(item.id, MAX_FILE_SHOWN) if item is not None else (b"", 0)
         versions = []
         previous: bytes | None = None
+        previous_size = 0
         for fv in history[start:]:
-            data = contents[fv.version]
+            data, size = contents[fv.version]
             entry = fv.to_dict()
             binary = values.is_binary(data) or (previous is not None and values.is_binary(previous))
-            entry.update(binary=binary, too_large=len(data) > MAX_TEXT_DIFF)
+            entry.update(binary=binary, too_large=max(size, previous_size) > MAX_TEXT_DIFF)
             if fv is not history[start] or start == 0:
                 if binary or entry["too_large"]:
                     entry["diff"] = None
                 else:
                     entry["diff"] = unified((previous or b"").decode("utf-8", "replace"),
                                             data.decode("utf-8", "replace"), path, path, previous is None, False)
-                entry.update(blob_view(data, MAX_FILE_SHOWN))
+                entry.update(blob_view(data, MAX_FILE_SHOWN, size))
                 versions.append(entry)
-            previous = data
+            previous, previous_size = data, size
         versions.reverse()
         ref = run.files.ref(path)
         return {"path": path, "versions": versions, "total": len(history),
@@ -871,15 +894,16 @@ def _state_part(reader: StateReader, cp: Checkpoint, path: list[Any]) -> Any:
     return cp.state
 
 
-def blob_view(data: bytes, limit: int) -> dict[str, Any]:
+def blob_view(data: bytes, limit: int, size: int | None = None) -> dict[str, Any]:
     """A file's content as the page shows it: text (up to ``limit`` bytes) or, when binary, its
-    size and a hex preview."""
+    size and a hex preview. ``data`` may be only the file's first ``limit`` bytes (``size``: the
+    whole file's)."""
+    size = len(data) if size is None else size
     shown = data[:limit]
     if values.is_binary(shown):
-        return {"size": len(data), "binary": True, "text": None, "hex": data[:256].hex(),
-                "truncated": len(data) > 256}
-    return {"size": len(data), "binary": False, "text": shown.decode("utf-8", "replace"), "hex": None,
-            "truncated": len(data) > limit}
+        return {"size": size, "binary": True, "text": None, "hex": data[:256].hex(), "truncated": size > 256}
+    return {"size": size, "binary": False, "text": shown.decode("utf-8", "replace"), "hex": None,
+            "truncated": size > limit}
 
 
 def unified(old: str, new: str, old_path: str, new_path: str, added: bool = False, deleted: bool = False) -> str:

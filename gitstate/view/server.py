@@ -13,6 +13,7 @@ requests addressed to itself.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 import webbrowser
@@ -67,6 +68,14 @@ class ViewServer(ThreadingHTTPServer):
     def url(self) -> str:
         """The address to open (``http://127.0.0.1:PORT/``)."""
         return f"http://127.0.0.1:{self.port}/"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request (a tab closed: the connection reset, or closed
+        while the answer was written) is not the view's error: nothing is printed, as for any
+        request. Any other error is printed as :mod:`socketserver` does."""
+        if isinstance(sys.exc_info()[1], ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+            return
+        super().handle_error(request, client_address)
 
     def asset(self, name: str) -> bytes:
         """A packaged asset (read once)."""
@@ -154,6 +163,11 @@ def json_param(params: dict[str, list[str]], name: str, default: str) -> Any:
         raise ValueError(f"parameter {name!r} is not JSON: {exc}") from None
 
 
+#: Headers that say who asks: a request holding one of them more than once is refused (only the
+#: first would be checked, and another server or proxy may read the other).
+CHECKED_ONCE = ("Host", "Origin", "Referer", "Sec-Fetch-Site")
+
+
 class ViewHandler(BaseHTTPRequestHandler):
     """One request: checks who asks, then an asset or a JSON answer from :class:`ViewData`."""
 
@@ -234,8 +248,11 @@ class ViewHandler(BaseHTTPRequestHandler):
         if not self.path.startswith("/"):
             # an absolute-form target (GET http://other/...) names another authority than Host
             return HTTPStatus.BAD_REQUEST, "the request target must be a path\n"
+        for name in CHECKED_ONCE:  # two of them: which one would the browser have meant?
+            if len(self.headers.get_all(name) or []) > 1:
+                return HTTPStatus.FORBIDDEN, f"a request with more than one {name} header is refused\n"
         hosts = self.headers.get_all("Host") or []
-        if len(hosts) != 1 or hosts[0].strip().lower() not in server.hosts:  # two Host headers: which one?
+        if len(hosts) != 1 or hosts[0].strip().lower() not in server.hosts:
             return HTTPStatus.FORBIDDEN, "this server answers only to its own address\n"
         origin = self.headers.get("Origin")
         if origin is not None and origin.strip().lower() not in server.origins:

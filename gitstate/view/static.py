@@ -25,6 +25,7 @@ from typing import Any
 
 from gitstate.errors import CorruptObjectError, GitStateError, OutputWriteError, RunNotFound
 from gitstate.format import checkpoint as cpfmt
+from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.statetree import StateReader
 from gitstate.git.objects import MODE_TREE
@@ -133,6 +134,26 @@ class Bundle:
                         self.objects[short(item.id)] = {"t": "chunk", "v": [self.value(v) for v in chunk]}
             self.objects[key] = {"t": "list", "p": parts}
 
+    def add_channels(self, oid: str) -> str:
+        """A LangGraph checkpoint's values tree (``langgraph/``) as a ``map`` of its channels, each
+        decoded for display by the functions the server's state and diff use
+        (:func:`lgtree.channel_entries`, :func:`lgtree.show_entry`); returns its key in
+        :attr:`objects`. A channel's value is stored once per entry (name, mode and id, what the
+        server compares to tell a channel unchanged), so an unchanged channel is decoded once."""
+        key = "lg" + short(oid)
+        if key in self.objects:
+            return key
+        entries = []
+        for channel, (name, sub, mode) in sorted(lgtree.channel_entries(self.reader, oid).items()):
+            ident = hashlib.sha1(f"{name}\0{mode:o}\0{sub}".encode("utf-8", "surrogateescape"),
+                                 usedforsecurity=False).hexdigest()
+            sub_key = "lg" + short(ident)
+            if sub_key not in self.objects:
+                self.objects[sub_key] = {"t": "cbor", "v": self.value(lgtree.show_entry(self.reader, name, sub, mode))}
+            entries.append([channel, "cbor", sub_key])
+        self.objects[key] = {"t": "map", "e": entries}
+        return key
+
     def add_list_blob(self, oid: str) -> None:
         """``tools.cbor`` / ``audit.cbor``."""
         if short(oid) not in self.objects:
@@ -189,12 +210,19 @@ class Bundle:
         out.update(parents=list(cp.parent_ids), workflow=cp.workflow, node_entry=cp.node_entry, base=cp.base,
                    tree=cp.tree_id, metadata=self.value(cp.metadata),
                    files_paths=None if cp.files_paths is None else list(cp.files_paths))
+        if cp.workflow == lgtree.WORKFLOW:
+            out["langgraph_commands"] = True  # the page shows git_checkpoint_langgraph for it
         root = self.reader.tree(cp.tree_id)
+        # the state Checkpoint.state shows: the state tree, else LangGraph's channels, else the leaf
+        # (a LangGraph checkpoint's state.cbor only says where its values are)
         state = root.get(cpfmt.STATE_TREE)
+        channels = lgtree.values_tree(root)
         leaf = root.get(cpfmt.STATE_LEAF)
         if state is not None:
             out["state_ref"] = ["map", short(state.id)]
             self.add_state("map", state.id)
+        elif channels is not None:
+            out["state_ref"] = ["map", self.add_channels(channels)]
         elif leaf is not None:
             out["state_ref"] = ["cbor", short(leaf.id)]
             self.add_state("cbor", leaf.id)
@@ -255,7 +283,7 @@ def build(store: Store, run_ids: Sequence[str] | None = None, worktree: str | No
     # the plain-git commands of a checkpoint, once: the page puts each checkpoint's id in
     commands = checkpoint_commands("{id}")
     return {"mode": "static", "generated_at": iso(datetime.now(UTC)), "worktree": store.worktree,
-            "git_checkpoint": commands,
+            "git_checkpoint": commands, "git_checkpoint_langgraph": checkpoint_commands("{id}", langgraph=True),
             "path": store.path, "runs": rows, "graphs": runs, "checkpoints": bundle.checkpoints,
             "objects": bundle.objects, "values": bundle.values, "blobs": bundle.blobs}
 

@@ -166,7 +166,8 @@
       out.files = rec.files_tree ? this.files(rec.files_tree, "", []).sort((a, b) => a.path < b.path ? -1 : 1) : [];
       out.files_total = out.files.length;
       out.errors = {};
-      out.git = (this.b.git_checkpoint || []).map(c => ({ label: c.label, command: c.command.split("{id}").join(rec.short) }));
+      const commands = rec.langgraph_commands ? this.b.git_checkpoint_langgraph : this.b.git_checkpoint;
+      out.git = (commands || []).map(c => ({ label: c.label, command: c.command.split("{id}").join(rec.short) }));
       return out;
     }
     async value() { throw new Error("this static file holds no more of this value"); }
