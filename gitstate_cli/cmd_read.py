@@ -278,8 +278,13 @@ def diff(store: gitstate.Store, ref_a: str, ref_b: str, as_json: bool) -> None:
     JSON: {"a": id, "b": id, "files_compared": bool (false when neither has a snapshot),
     "state": [{"key", "kind": "added"|"removed"|"changed", "old", "new"}],
     "files": [{"path", "status": "added"|"modified"|"deleted"|"renamed", "old_path", "old_id",
-    "new_id", "old_mode", "new_mode", "similarity"}]}. A state that is not a mapping is the
-    single key "".
+    "new_id", "old_mode", "new_mode", "similarity"}], "renames_skipped": bool}. A state that is not
+    a mapping is the single key "".
+
+    Renames are found as git's diff finds them: files with the same content always; edited ones
+    only while deleted x added files stay within diff.renameLimit squared (default 1000, 0: no
+    limit). Above it "renames_skipped" is true, a warning says so on stderr, and edited renamed files
+    show as deleted and added. Files above 32 MiB are never compared by content.
     """
     a, b = resolve(store, ref_a), resolve(store, ref_b)
     result = store.diff(a, b)
@@ -298,6 +303,9 @@ def diff(store: gitstate.Store, ref_a: str, ref_b: str, as_json: bool) -> None:
         mark, colour = _MARKS[f.status]
         name = f"{out.safe(f.old_path)} -> {out.safe(f.path)}" if f.old_path else out.safe(f.path)
         click.echo(out.style(f"{mark} file  {name}", fg=colour))
+    if result.renames_skipped:
+        click.echo("warning: too many files added and deleted to look for edited renames (diff.renameLimit); "
+                   "only unchanged files are shown as renamed", err=True)
 
 
 _MARKS = {"added": ("+", "green"), "removed": ("-", "red"), "deleted": ("-", "red"),

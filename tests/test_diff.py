@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import gitstate
+from gitstate.git.objects import MODE_BLOB, MODE_TREE
+from tests.conftest import git
 
 
 def test_state_diff_reports_added_removed_changed(store: gitstate.Store) -> None:
@@ -63,3 +67,70 @@ def test_files_diff_against_checkpoint_without_files(repo: Path) -> None:
     d = run.diff(a, b)
     assert d.files_compared and {f.path for f in d.files} == {"README"}
     assert all(f.status == "added" for f in d.files)
+
+
+def _lines(seed: int, edit: int = -1) -> bytes:
+    """Forty distinct lines (line ``edit`` changed): files that are alike only when seeds match."""
+    return "".join(f"{seed} line {k}\n" if k != edit else "edited\n" for k in range(40)).encode()
+
+
+def _files_tree(store: gitstate.Store, files: dict[str, bytes]) -> str:
+    """A snapshot tree of one folder ``d`` holding ``files``, written with TreeBuilder (no worktree)."""
+    repo = store.repo
+    sub = repo.TreeBuilder()
+    for name, data in files.items():
+        sub.insert(name, repo.create_blob(data), MODE_BLOB)
+    root = repo.TreeBuilder()
+    root.insert("d", sub.write(), MODE_TREE)
+    return str(root.write())
+
+
+def test_rename_detection_is_bounded_by_the_rename_limit(repo: Path) -> None:
+    """3,000 deleted x 3,000 added files exceed git's default limit (1,000 squared): files that kept
+    their content are still renames (matched by id), the others are not compared and the result
+    says so; within the limit (a repository diff.renameLimit, as git's), edited renames are found."""
+    store = gitstate.open_store(repo)
+    run = store.create_run()
+    old = {f"old{i}.txt": _lines(i) for i in range(3000)}
+    new = {f"new{i}.txt": _lines(i, edit=7) for i in range(3000)}  # each an edited rename of old{i}
+    new.update({"moved.txt": old.pop("old0.txt")})  # and one rename that kept its content
+    old["old0.txt"] = _lines(0)
+    a = run.checkpoint({}, branch="a", files_tree=_files_tree(store, old))
+    b = run.checkpoint({}, branch="b", files_tree=_files_tree(store, new))
+
+    d = store.diff(a, b)
+    assert d.renames_skipped and d.to_dict()["renames_skipped"] is True
+    by_status: dict[str, set[str]] = {}
+    for f in d.files:
+        by_status.setdefault(f.status, set()).add(f.path)
+    assert by_status["renamed"] == {"d/moved.txt"}
+    assert next(f for f in d.files if f.status == "renamed").old_path == "d/old0.txt"
+    assert len(by_status["deleted"]) == 2999 and len(by_status["added"]) == 3000
+
+    git(repo, "config", "diff.renameLimit", "3000")
+    d = store.diff(a, b)
+    assert not d.renames_skipped
+    renamed = {f.path: (f.old_path, f.similarity) for f in d.files if f.status == "renamed"}
+    assert len(renamed) == 3000 and [f.path for f in d.files if f.status != "renamed"] == ["d/new0.txt"]
+    assert renamed["d/moved.txt"] == ("d/old0.txt", 100)
+    assert renamed["d/new5.txt"][0] == "d/old5.txt" and 50 <= renamed["d/new5.txt"][1] < 100
+
+
+def test_cli_diff_says_when_renames_were_skipped(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from gitstate_cli.main import cli
+
+    store = gitstate.open_store(repo)
+    run = store.create_run("r")
+    a = run.checkpoint({}, branch="a", files_tree=_files_tree(store, {f"o{i}": _lines(i) for i in range(3)}))
+    b = run.checkpoint({}, branch="b", files_tree=_files_tree(store, {f"n{i}": _lines(i, 1) for i in range(3)}))
+    monkeypatch.chdir(repo)
+    found = CliRunner().invoke(cli, ["diff", a.id, b.id])
+    assert found.exit_code == 0 and "d/o1 -> d/n1" in found.stdout and found.stderr == ""
+    git(repo, "config", "diff.renameLimit", "2")  # 3 x 3 > 2 x 2
+    skipped = CliRunner().invoke(cli, ["diff", a.id, b.id])
+    assert skipped.exit_code == 0 and "- file  d/o1" in skipped.stdout and "+ file  d/n1" in skipped.stdout
+    assert skipped.stderr.startswith("warning: ") and "diff.renameLimit" in skipped.stderr
+    as_json = CliRunner().invoke(cli, ["diff", a.id, b.id, "--json"])
+    assert json.loads(as_json.stdout)["renames_skipped"] is True

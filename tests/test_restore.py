@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import zlib
 from pathlib import Path
@@ -1105,3 +1109,47 @@ def test_unsaved_takes_a_saved_tree_that_is_the_worktree_whole(work: Path, monke
     assert len(lookups) == 4
     # a worktree tree that no saved tree is: its changed files are unsaved
     assert restoring.unsaved(store.reader, plan, [first.files_tree_id], second.files_tree_id) == ["src/a.py", "src/b.py"]
+
+
+_RESTORE_AND_MEASURE = """
+import json, resource, sys
+import gitstate
+run = gitstate.open_store(sys.argv[1]).get_run(sys.argv[2])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+run.restore(sys.argv[3], force=True)
+print(json.dumps({"before": before, "self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before,
+                  "children": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss - before}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss in KiB is Linux's")
+def test_restoring_a_big_file_holds_none_of_it_in_memory(work: Path) -> None:
+    """A 64 MiB file (packed by the snapshot, as every file above BIG_BLOB is) is restored by a
+    fresh process whose peak memory, and that of every git it starts, stays well under the file's
+    size above what the process had before: the blob is streamed, never held whole. (A child's
+    peak counts the parent's pages it shares between fork and exec, hence ``before``.)"""
+    from gitstate.workspace.snapshot import BIG_BLOB
+
+    size = 64 << 20
+    assert size > BIG_BLOB
+    digest = hashlib.sha256()
+    with open(work / "big.bin", "wb") as fh:
+        for _ in range(size >> 20):
+            chunk = os.urandom(1 << 20)
+            digest.update(chunk)
+            fh.write(chunk)
+    run = gitstate.open_store(work).create_run(run_id="big")
+    c1 = run.checkpoint({}, files=True)
+    (work / "big.bin").write_bytes(b"small")
+    run.checkpoint({}, files=True)
+    proc = subprocess.run([sys.executable, "-c", _RESTORE_AND_MEASURE, str(work), "big", c1.id],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    peak = json.loads(proc.stdout)  # KiB
+    restored = hashlib.sha256()
+    with open(work / "big.bin", "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            restored.update(chunk)
+    assert restored.hexdigest() == digest.hexdigest()
+    assert peak["self"] < (size >> 10) // 4, peak
+    assert peak["children"] < (size >> 10) // 4, peak

@@ -20,7 +20,14 @@ is written through), relative to directory descriptors opened one component at a
 ``O_NOFOLLOW``: no write goes through a symbolic link, even one swapped in while the restore runs.
 A restore cut off half way leaves some files old and some new (as git's checkout does); the safety
 checkpoint has the old ones and the restore can simply run again. HEAD and the user's index are
-never touched. Large blobs are streamed from the object store, never read whole into memory.
+never touched.
+
+Memory: a blob above :data:`~gitstate.workspace.snapshot.BIG_BLOB` is streamed into its file, never
+held whole, neither here nor in git (:func:`_stream_big`): a loose one is inflated here 1 MiB at a
+time, a packed one is written by ``git cat-file`` with ``core.bigFileThreshold`` and small pack
+windows, so git streams it too (a big blob stored as a delta, which only a user's ``git gc`` or a
+fetch makes, is rebuilt whole by git, as git's own checkout does). Those are written without
+checkout filters. Smaller blobs are read whole, filtered and written.
 
 Costs are git's: the safety snapshot is one ``lstat`` per file plus one read per changed file
 (:mod:`gitstate.workspace.scan`), and each restored file one unlink, one create and its write, done
@@ -799,14 +806,24 @@ def _place(dirs: _Directories, common_dir: str, job: _Job, in_place: bool = True
     return st
 
 
+#: What ``git cat-file`` is given to stream a packed big blob: git streams an undeltified packed
+#: blob above ``core.bigFileThreshold`` (its default, 512 MiB, would have it read the blob whole,
+#: twice over), through pack windows of ``core.packedGitWindowSize`` that it unmaps beyond
+#: ``core.packedGitLimit`` (by default it keeps the whole pack mapped and resident).
+_STREAM_CONFIG = ("-c", f"core.bigFileThreshold={BIG_BLOB}", "-c", "core.packedGitWindowSize=1m",
+                  "-c", "core.packedGitLimit=16m")
+
+
 def _stream_big(common_dir: str, oid: str, fd: int) -> None:
-    """Stream a blob larger than :data:`BIG_BLOB` into ``fd`` without holding it in memory."""
+    """Stream a blob larger than :data:`BIG_BLOB` into ``fd``: a loose one inflated here in 1 MiB
+    chunks, a packed one written by ``git cat-file`` (:data:`_STREAM_CONFIG`: streamed by git
+    unless stored as a delta). Neither process holds the blob whole."""
     loose = os.path.join(common_dir, "objects", oid[:2], oid[2:])
     if os.path.exists(loose):
         _stream_loose(loose, fd)
-    else:  # packed: git streams undeltified big blobs (core.bigFileThreshold)
-        proc = subprocess.run(["git", f"--git-dir={common_dir}", "cat-file", "blob", oid], stdout=fd,
-                              stderr=subprocess.PIPE, check=False)
+    else:
+        proc = subprocess.run(["git", *_STREAM_CONFIG, f"--git-dir={common_dir}", "cat-file", "blob", oid],
+                              stdout=fd, stderr=subprocess.PIPE, check=False)
         if proc.returncode != 0:
             raise CorruptObjectError(oid, proc.stderr.decode(errors="replace").strip() or "unreadable blob")
 
