@@ -393,7 +393,7 @@ def test_plain_git_readability(store: gitstate.Store, repo: Path) -> None:
     assert log.splitlines() == ["load_data · step 1 · tool_end · completed", "plan · step 0 · tool_end"]
     body = git(repo, "log", "-1", "--format=%B", run.ref("main"))
     for trailer in ("Run: readable", "Branch: main", "Node: load_data", "Step: 1", "Status: completed",
-                    "Workflow: wf", "Gitstate-Format: 1"):
+                    "Workflow: wf", "Gitstate-Format: 2"):
         assert trailer in body
     trailers = git(repo, "log", "-1", "--format=%(trailers:key=Step,valueonly)", run.ref("main"))
     assert trailers.strip() == "1"
