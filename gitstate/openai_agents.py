@@ -8,8 +8,8 @@ state appends the items to the branch's list: items live in chunks of 32 (the co
 so appending rewrites only the last chunk and a 1,000-turn session costs about the size of its
 items. ``pop_item`` and ``clear_session`` are checkpoints too, so ``git agentos log <session>``
 shows the whole conversation's history. Items are stored as the SDK's ``SQLiteSession`` stores them
-(JSON-like data: what ``json.dumps`` accepts, read back as ``json.loads`` gives it), and every call
-returns what ``SQLiteSession`` returns for the same calls. See docs/FORMAT.md, "Framework
+(JSON-like data: what ``json.dumps`` accepts, read back as ``json.loads`` gives it, maps with their
+keys in their order), and every call returns what ``SQLiteSession`` returns for the same calls. See docs/FORMAT.md, "Framework
 integrations"."""
 
 from __future__ import annotations
@@ -95,8 +95,9 @@ class _Line:
         if self.full:
             tail_blob = [writer.leaf(self.tail, "items")] if self.tail else []
             items = Written(LIST, writer.list_tree(self.full + tail_blob))
-        return {"format": KIND, "v": frameworks.VERSION, "items": items, "turns": self.turns,
-                "created_at": self.created_at}
+        # keys in the order of the tree's entries, so the state tree needs no .order.cbor entry
+        return {"created_at": self.created_at, "format": KIND, "items": items, "turns": self.turns,
+                "v": frameworks.VERSION}
 
     def append(self, items: list[Any], writer: StateWriter, now: str) -> None:
         for item in items:
@@ -130,7 +131,7 @@ class _Line:
 
     def items(self, reader: StateReader, limit: int | None) -> list[Any]:
         """The items (a fresh copy), or the last ``limit`` of them."""
-        tail = encoding.loads(encoding.dumps(self.tail, "items"))
+        tail = encoding.loads(encoding.dumps(self.tail, "items", ordered=True))
         if limit is None:
             out: list[Any] = []
             for oid in self.full:

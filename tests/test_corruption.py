@@ -232,7 +232,7 @@ _NODE_RECORD = {"format": "gitstate/node", "v": 1, "run": "r", "id": "0123456789
 
 
 @pytest.mark.parametrize("variant", [
-    b"\xff", b"", "[1]", "v=2", "v=True", "v='1'", "format=None", "status='weird'", "status=7", "status=None",
+    b"\xff", b"", "[1]", "v=3", "v=True", "v='1'", "format=None", "status='weird'", "status=7", "status=None",
     "node=7", "id=7", "branch=None", "started_at=None", "ended_at=17", "error=b'x'", "metadata=[1]",
     "owner='me'", "entry='zz'", "exit='B' * 40", "base=5", "base='c' * 39", "entry='a' * 40 + '\\n'",
 ])

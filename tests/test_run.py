@@ -132,9 +132,15 @@ def test_tools_and_audit(store: gitstate.Store) -> None:
 def test_same_state_same_ids(store: gitstate.Store) -> None:
     run = store.create_run(run_id="dedup")
     a = run.checkpoint({"b": 2, "a": 1, "msgs": list(range(100))})
-    b = run.checkpoint({"a": 1, "msgs": list(range(100)), "b": 2})
+    b = run.checkpoint({"b": 2, "a": 1, "msgs": list(range(100))})
     assert a.id != b.id
     assert run.load(a.id).state_id == run.load(b.id).state_id
+    # the same keys in another order: another state (its key order), every value shared
+    c = run.checkpoint({"a": 1, "msgs": list(range(100)), "b": 2})
+    assert run.load(c.id).state_id != a.state_id and list(c.state) == ["a", "msgs", "b"]
+    entries = {e.name: e.id for e in store.reader.tree(a.state_id or "")}
+    others = {e.name: e.id for e in store.reader.tree(c.state_id or "")}
+    assert entries.pop(".order.cbor") != others.pop(".order.cbor") and entries == others
 
 
 def test_load_references(store: gitstate.Store) -> None:
@@ -393,7 +399,7 @@ def test_plain_git_readability(store: gitstate.Store, repo: Path) -> None:
     assert log.splitlines() == ["load_data · step 1 · tool_end · completed", "plan · step 0 · tool_end"]
     body = git(repo, "log", "-1", "--format=%B", run.ref("main"))
     for trailer in ("Run: readable", "Branch: main", "Node: load_data", "Step: 1", "Status: completed",
-                    "Workflow: wf", "Gitstate-Format: 1"):
+                    "Workflow: wf", "Gitstate-Format: 2"):
         assert trailer in body
     trailers = git(repo, "log", "-1", "--format=%(trailers:key=Step,valueonly)", run.ref("main"))
     assert trailers.strip() == "1"

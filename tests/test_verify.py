@@ -225,7 +225,7 @@ def _with(record: dict[str, object], **over: object) -> bytes:
 _BAD_RECORDS: dict[str, Callable[[dict[str, object]], bytes | None]] = {
     "garbage": lambda r: b"\xff",
     "not a map": lambda r: cbor2.dumps([1], canonical=True),
-    "v2": lambda r: _with(r, v=2),
+    "v3": lambda r: _with(r, v=3),
     "unknown status": lambda r: _with(r, status="weird"),
     "status not text": lambda r: _with(r, status=7),
     "node not text": lambda r: _with(r, node=7),

@@ -21,7 +21,9 @@ from gitstate.git import handles
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, ObjectWriter, TreeEntry
 from gitstate.git.reader import CommitData, ObjectReader, TreeData
 
-FORMAT_VERSION = 1
+#: The format version every payload gitstate writes carries (``v``); a reader reads every version up
+#: to it. 2: state values keep their maps' key order (docs/FORMAT.md, "Encoding").
+FORMAT_VERSION = 2
 CHECKPOINT_KIND = "gitstate/checkpoint"
 RUN_KIND = "gitstate/run"
 
@@ -133,7 +135,8 @@ def check_format(payload: Mapping[str, Any], kind: str, oid: str) -> None:
     if not isinstance(version, int) or isinstance(version, bool):
         raise CorruptObjectError(oid, "payload has no format version")
     if version > FORMAT_VERSION or version < 1:
-        raise UnsupportedFormatError(oid, f"format version {version} is not supported (this gitstate reads 1)")
+        raise UnsupportedFormatError(oid, f"format version {version} is not supported "
+                                          f"(this gitstate reads 1 to {FORMAT_VERSION})")
 
 
 def _tree_entry(tree: TreeData, name: str) -> tuple[str, str] | None:
@@ -430,10 +433,11 @@ def state_entry(writer: ObjectWriter, state: Any) -> TreeEntry:
 
 
 def encode_list(items: list[Any], path: str) -> bytes:
-    """Encode ``tools.cbor``/``audit.cbor`` (a list)."""
-    return encoding.dumps(items, path)
+    """Encode ``tools.cbor``/``audit.cbor`` (a list; its maps keep their key order)."""
+    return encoding.dumps(items, path, ordered=True)
 
 
 def encode_meta(meta: Mapping[str, Any]) -> bytes:
-    """Encode a meta payload (``None`` fields are left out)."""
+    """Encode a meta payload (``None`` fields are left out), keys in canonical order: a gitstate
+    of format 1 decodes it, finds the newer ``v`` and refuses it as such."""
     return encoding.dumps({k: v for k, v in meta.items() if v is not None}, "meta")

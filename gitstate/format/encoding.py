@@ -1,19 +1,24 @@
-"""Canonical CBOR: the one encoding of every gitstate payload.
+"""CBOR: the one encoding of every gitstate payload.
 
 Encoding accepts plain data only (``None``, ``bool``, ``int`` of at most :data:`MAX_INT_BITS`
 bits, ``float``, ``str``, ``bytes``, lists/tuples and dicts with ``str`` or ``int`` keys) and writes
-canonical CBOR (``cbor2``'s canonical mode), so equal values give equal bytes and so equal git
-object ids.
+deterministic CBOR: shortest heads, floats in their shortest exact width, definite lengths, so equal
+values give equal bytes and so equal git object ids. Maps come in two forms (docs/FORMAT.md,
+"Encoding"): :func:`dumps` writes their keys in canonical order (gitstate's own records: a value's
+key order is lost, equal values give equal bytes), ``dumps(..., ordered=True)`` in the dict's own
+order (state values, format 2: the same value with its keys in the same order gives the same bytes,
+and it reads back with that order).
 
-Decoding accepts exactly what :func:`dumps` can write, as an allow-list, and nothing else. Before
-``cbor2`` sees a payload, an iterative scan of its bytes (:func:`_scan`) refuses every item outside
-that list: CBOR tags other than 2/3 (big integers that do not fit 64 bits), undefined and simple
-values, indefinite lengths, non-shortest integers, lengths and floats, map keys other than text and
-integers, keys out of canonical order or repeated, nesting deeper than :data:`MAX_DEPTH`, truncated
-input and trailing bytes; cbor2 then decodes text as strict UTF-8. A payload fetched from an
-untrusted remote therefore decodes to plain data or raises :class:`CorruptObjectError`; it never
-builds other objects, never runs code and never exhausts the Python stack. Every accepted payload
-``b`` satisfies ``dumps(loads(b)) == b``.
+Decoding accepts exactly what :func:`dumps` can write in either form, as an allow-list, and nothing
+else. Before ``cbor2`` sees a payload, an iterative scan of its bytes (:func:`_scan`) refuses every
+item outside that list: CBOR tags other than 2/3 (big integers that do not fit 64 bits), undefined
+and simple values, indefinite lengths, non-shortest integers, lengths and floats, map keys other
+than text and integers, repeated keys, nesting deeper than :data:`MAX_DEPTH`, truncated input and
+trailing bytes; cbor2 then decodes text as strict UTF-8 and keeps map keys in their stored order. A
+payload fetched from an untrusted remote therefore decodes to plain data or raises
+:class:`CorruptObjectError`; it never builds other objects, never runs code and never exhausts the
+Python stack. Every accepted payload ``b`` satisfies ``dumps(loads(b), ordered=True) == b``, and
+``dumps(loads(b)) == b`` when its keys are in canonical order.
 
 Decoding is on the read path of every checkpoint, so the scan is written for speed, and a bytes
 object already accepted (the state reader keeps the bytes of list chunks it read) is not scanned
@@ -135,29 +140,71 @@ def _key_path(where: str, key: str | int) -> str:
     return f"{where}.{key}" if where else str(key)
 
 
-def dumps(value: Any, path: str = "") -> bytes:
-    """Validate and encode ``value`` as canonical CBOR.
+def dumps(value: Any, path: str = "", *, ordered: bool = False) -> bytes:
+    """Validate and encode ``value`` as CBOR: map keys in canonical order, or with ``ordered`` in
+    each dict's own order (see the module docstring).
 
     The common case (no floats, every map key a ``str``) takes a fast path: one walk checks the
-    value and copies its dicts with their keys in canonical order, then cbor2 encodes that copy
-    without its (slower) canonical mode, which for such values writes the same bytes. Anything
-    else (floats, whose canonical form is their shortest exact width; int keys; a value to refuse)
-    goes through :func:`check_value` and cbor2's canonical mode. An integer beyond
-    :data:`MAX_INT_BITS` raises :class:`IntegerTooLargeError`."""
+    value (and copies its dicts with their keys in canonical order, unless ``ordered``), then cbor2
+    encodes it without its (slower) canonical mode, which for such values writes the same bytes.
+    Anything else (floats, whose canonical form is their shortest exact width; int keys; a value to
+    refuse) goes through :func:`check_value` and cbor2's canonical mode (:func:`_ordered_bytes`
+    when ``ordered``). An integer beyond :data:`MAX_INT_BITS` raises :class:`IntegerTooLargeError`."""
     try:
-        ordered = _in_canonical_order(value, 0)
+        if ordered:
+            _check_plain(value, 0)
+            plain = value
+        else:
+            plain = _in_canonical_order(value, 0)
     except _Slow:
         pass
     else:
         try:
-            return cbor2.dumps(ordered)
+            return cbor2.dumps(plain)
         except (cbor2.CBOREncodeError, ValueError, TypeError, OverflowError):
             pass  # e.g. a lone surrogate in a string: the canonical path below says where
     check_value(value, path)
     try:
+        if ordered:
+            return b"".join(_ordered_bytes(value, []))
         return cbor2.dumps(value, canonical=True)
     except (cbor2.CBOREncodeError, ValueError, TypeError, OverflowError) as exc:  # pragma: no cover
         raise EncodingError(path, str(exc)) from exc
+
+
+def _head(major: int, count: int) -> bytes:
+    """The shortest CBOR head of major type ``major`` with argument ``count``."""
+    if count < 24:
+        return bytes((major << 5 | count,))
+    if count < 0x100:
+        return bytes((major << 5 | 24, count))
+    if count < 0x10000:
+        return bytes((major << 5 | 25,)) + count.to_bytes(2, "big")
+    if count < 0x100000000:
+        return bytes((major << 5 | 26,)) + count.to_bytes(4, "big")
+    return bytes((major << 5 | 27,)) + count.to_bytes(8, "big")
+
+
+def _ordered_bytes(value: Any, out: list[bytes]) -> list[bytes]:
+    """Append the CBOR of a value :func:`check_value` accepted to ``out``: maps in their own key
+    order, everything else as cbor2's canonical mode writes it (a list without containers in one
+    call, so a long vector of floats costs one cbor2 call). Recursive: the value is at most
+    :data:`MAX_DEPTH` deep."""
+    if isinstance(value, dict):
+        out.append(_head(5, len(value)))
+        for key, item in value.items():
+            out.append(cbor2.dumps(key, canonical=True))
+            _ordered_bytes(item, out)
+    elif isinstance(value, list | tuple):
+        if not any(isinstance(item, dict | list | tuple) for item in value):
+            out.append(cbor2.dumps(list(value), canonical=True))
+        else:
+            out.append(_head(4, len(value)))
+            for item in value:
+                _ordered_bytes(item, out)
+    else:
+        out.append(cbor2.dumps(value, canonical=True))
+    return out
 
 
 def _is_text(text: str) -> bool:
@@ -216,6 +263,31 @@ def _in_canonical_order(value: Any, depth: int) -> Any:
         except UnicodeEncodeError:
             raise _Slow from None
         return {key: _in_canonical_order(value[key], depth + 1) for key in keys}
+    raise _Slow
+
+
+def _check_plain(value: Any, depth: int) -> None:
+    """Raise :class:`_Slow` unless ``value`` takes the fast path of ``dumps(..., ordered=True)``:
+    the same test as :func:`_in_canonical_order`, without the copy (keys stay in their order)."""
+    kind = type(value)
+    if kind is str or kind is bytes or kind is bool or value is None:
+        return
+    if kind is int:
+        if value.bit_length() > MAX_INT_BITS:
+            raise _Slow  # check_value names where
+        return
+    if depth > MAX_DEPTH:
+        raise _Slow
+    if kind is list or kind is tuple:
+        for item in value:
+            _check_plain(item, depth + 1)
+        return
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _Slow
+            _check_plain(item, depth + 1)
+        return
     raise _Slow
 
 
@@ -406,14 +478,6 @@ def _key_end(data: bytes, pos: int, utf8: bool) -> int:
     raise _Refused(f"map key of type {_MAJOR_NAMES[major]} (keys are text strings or integers)")
 
 
-def _key_refused(data: bytes, pos: int, size: int, prev: int) -> NoReturn:
-    if pos + size > len(data):
-        raise _Refused(_TRUNCATED)
-    if data[pos:pos + size] == data[prev:prev + size]:
-        raise _Refused("duplicate map key")
-    raise _Refused("map keys not in canonical order (shorter encoded key first, then bytewise)")
-
-
 def _scan(data: bytes, utf8: bool = False) -> None:
     """Refuse (raise :class:`_Refused`) anything :func:`dumps` cannot have written; see the module
     docstring. One pass, no recursion: the containers being read are kept on an explicit stack.
@@ -424,23 +488,22 @@ def _scan(data: bytes, utf8: bool = False) -> None:
     pos = 0
     left = 1  # items (array) or entries (map) still to read in the current container
     is_map = False
-    prev = 0  # where the current map's previous key starts
-    plen = 0  # and its length; 0 before the first key (every key is longer)
-    stack: list[tuple[int, bool, int, int]] = []
+    keys: set[bytes] = set()  # the encoded keys of the current map read so far
+    stack: list[tuple[int, bool, set[bytes]]] = []
     try:
         while True:
             if not left:
                 if not stack:
                     break
-                left, is_map, prev, plen = stack.pop()
+                left, is_map, keys = stack.pop()
                 continue
             left -= 1
-            if is_map:  # the key (canonical order: shorter first, then bytewise), then its value
+            if is_map:  # the key (in any order, never repeated: one encoding per value), then its value
                 size = key_sizes[data[pos]] or _key_end(data, pos, utf8) - pos
-                if size <= plen and (size < plen or data[pos:pos + size] <= data[prev:prev + size]):
-                    _key_refused(data, pos, size, prev)
-                prev = pos
-                plen = size
+                key = data[pos:pos + size]
+                if key in keys:  # (a truncated key is shorter than any complete key of its head)
+                    raise _Refused("duplicate map key")
+                keys.add(key)
                 pos += size
             ib = data[pos]
             size = sizes[ib]
@@ -511,10 +574,11 @@ def _scan(data: bytes, utf8: bool = False) -> None:
             if len(stack) > MAX_DEPTH:  # the new container's level is len(stack)
                 raise _Refused(f"nested deeper than {MAX_DEPTH} levels")
             if count:
-                stack.append((left, is_map, prev, plen))
+                stack.append((left, is_map, keys))
                 left = count
                 is_map = ib >= 0xA0
-                plen = 0
+                if is_map:
+                    keys = set()
     except IndexError:
         raise _Refused(_TRUNCATED) from None
     if pos > n:
@@ -544,7 +608,8 @@ def _remember(data: bytes) -> None:
 
 
 def loads(data: bytes, oid: str = "?") -> Any:
-    """Decode canonical CBOR written by :func:`dumps`; any other input raises CorruptObjectError."""
+    """Decode CBOR written by :func:`dumps` (maps in canonical or in any other order, their keys
+    kept in the order stored); any other input raises CorruptObjectError."""
     if type(data) is not bytes:
         data = bytes(data)
     known = _MEMO.get(id(data)) is data

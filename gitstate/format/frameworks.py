@@ -13,7 +13,10 @@ from typing import Any
 
 from gitstate.format import typed
 
-VERSION = 1
+#: The version of the integrations' states (their ``v``); a reader reads every version up to it.
+#: 2: maps in the state keep their key order (so a GitStore of format 1, which reads the state
+#: without ``meta.cbor``, refuses it as a newer version rather than as damaged).
+VERSION = 2
 
 LANGGRAPH = "langgraph"
 OPENAI_AGENTS = "openai-agents"
@@ -142,6 +145,6 @@ def check_state(workflow: str | None, state: Any) -> str | None:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         return f"{workflow} state has no format version"
     if version > VERSION:
-        return f"{workflow} state format version {version} is not supported (this gitstate reads {VERSION})"
+        return f"{workflow} state format version {version} is not supported (this gitstate reads 1 to {VERSION})"
     problem = _CHECKS[workflow or ""](state)
     return None if problem is None else f"{workflow} state: {problem}"

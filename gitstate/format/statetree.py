@@ -3,13 +3,17 @@
 A state mapping becomes a tree whose entries are named after its keys (``names.encode_component``)
 with a suffix saying what the entry holds:
 
-- ``<key>.cbor``  a blob: the canonical CBOR of the value;
+- ``<key>.cbor``  a blob: the CBOR of the value (maps in their own key order);
 - ``<key>.map/``  a tree: a nested mapping with string keys, split the same way (used when the
   mapping is large or holds something large);
 - ``<key>.list/`` a tree: a long list in chunks of :data:`CHUNK` items, each chunk a blob
   ``<index>.cbor`` holding a CBOR array (``index`` = position of its first item, 10 digits); when a
   list has more than :data:`FANOUT` chunks they are grouped into subtrees ``<index>/`` of
-  ``FANOUT`` entries, recursively.
+  ``FANOUT`` entries, recursively;
+- ``.order.cbor`` a blob, only when the mapping's keys are not in the order of their entries (git
+  sorts a tree's entries by name): the CBOR array of the keys in the mapping's order. Readers
+  return the mapping's keys in that order (format 2; no key's entry can have this name, as encoded
+  keys never hold ``.``).
 
 Chunks are aligned to the start of the list, so appending to a list rewrites only its last chunk and
 the trees above it: a growing message history costs about the appended item per checkpoint. Equal
@@ -42,6 +46,7 @@ MAX_MAP_DEPTH = 32  # .map/ trees nest at most this deep; deeper mappings stay i
 LEAF = ".cbor"
 MAP = ".map"
 LIST = ".list"
+ORDER = ".order.cbor"  # the key order of a mapping tree (an encoded key never holds ".")
 
 
 def _is_long_list(value: Any) -> bool:
@@ -57,6 +62,13 @@ def _splits(value: Any, depth: int = 0) -> bool:
     if len(value) >= MAP_SPLIT_KEYS:
         return True
     return any(_is_long_list(v) or _splits(v, depth + 1) for v in value.values())
+
+
+def _entry_order(entry: TreeEntry) -> bytes:
+    """Where git puts an entry in a tree: by name, a tree's name compared as if it ended in "/"."""
+    name, _oid, mode = entry
+    raw = name.encode("utf-8", "surrogateescape")
+    return raw + b"/" if mode == MODE_TREE else raw
 
 
 @dataclass(frozen=True)
@@ -86,7 +98,8 @@ class StateWriter:
 
         The cache key is a digest of ``marshal.dumps(value)``: marshal is exact about types (``1``,
         ``1.0`` and ``True`` differ) and fast, so a hit means the same value and therefore the same
-        canonical bytes. Nothing is ever unmarshalled."""
+        bytes (marshal writes a dict's items in their order, as :func:`encoding.dumps` with
+        ``ordered`` does). Nothing is ever unmarshalled."""
         key = None
         try:
             key = hashlib.blake2b(marshal.dumps(value), digest_size=20).digest()
@@ -96,13 +109,14 @@ class StateWriter:
             hit = self.w.cached_value(key)
             if hit is not None:
                 return hit
-        oid = self.w.blob(encoding.dumps(value, path))
+        oid = self.w.blob(encoding.dumps(value, path, ordered=True))
         if key is not None:
             self.w.cache_value(key, oid)
         return oid
 
     def mapping(self, value: Mapping[str, Any], path: str = "", depth: int = 0) -> str:
-        """Tree id of a mapping with string keys."""
+        """Tree id of a mapping with string keys; its key order is kept (an :data:`ORDER` entry
+        when it is not the order of the tree's entries)."""
         entries: list[TreeEntry] = []
         for key, item in value.items():
             sub = f"{path}.{key}" if path else key
@@ -117,6 +131,8 @@ class StateWriter:
                 entries.append((name + MAP, self.mapping(item, sub, depth + 1), MODE_TREE))
             else:
                 entries.append((name + LEAF, self.leaf(item, sub), MODE_BLOB))
+        if entries != sorted(entries, key=_entry_order):
+            entries.append((ORDER, self.leaf(list(value), path + ".<order>" if path else "<order>"), MODE_BLOB))
         return self.w.tree(entries)
 
     def list(self, items: list[Any] | tuple[Any, ...], path: str) -> str:
@@ -209,10 +225,17 @@ class StateReader:
         return self.reader.tree(oid)
 
     def entries(self, oid: str | pygit2.Oid) -> dict[str, tuple[str, str]]:
-        """The keys of a mapping tree: ``{key: (kind, id)}`` with kind ``cbor``/``map``/``list``."""
+        """The keys of a mapping tree: ``{key: (kind, id)}`` with kind ``cbor``/``map``/``list``,
+        in the mapping's order (its :data:`ORDER` entry, else the order of the tree's entries)."""
         out: dict[str, tuple[str, str]] = {}
+        order: str | None = None
         for entry in self.tree(oid):
             name = entry.name
+            if name == ORDER:
+                if entry.type_str != "blob":
+                    raise CorruptObjectError(str(oid), f"state entry {name!r} has the wrong object type")
+                order = entry.id
+                continue
             stem, dot, suffix = name.rpartition(".")
             try:
                 key = decode_component(stem)
@@ -223,6 +246,20 @@ class StateReader:
             if (suffix == "cbor") != (entry.type_str == "blob") or entry.type_str not in ("blob", "tree"):
                 raise CorruptObjectError(str(oid), f"state entry {name!r} has the wrong object type")
             out[key] = (suffix, entry.id)
+        return out if order is None else self._ordered(oid, out, order)
+
+    def _ordered(self, oid: str | pygit2.Oid, found: dict[str, tuple[str, str]], order: str) -> dict[str, tuple[str, str]]:
+        """``found`` in the order the :data:`ORDER` blob ``order`` gives: an array holding each key
+        of the tree once and nothing else."""
+        keys = self.blob_value(order)
+        if not isinstance(keys, list) or len(keys) != len(found) or not all(isinstance(k, str) for k in keys):
+            raise CorruptObjectError(str(oid), f"{ORDER} is not the list of the mapping's keys")
+        try:
+            out = {key: found[key] for key in keys}
+        except KeyError:
+            out = {}
+        if len(out) != len(found):
+            raise CorruptObjectError(str(oid), f"{ORDER} is not the list of the mapping's keys")
         return out
 
     def value(self, kind: str, oid: str, depth: int = 0) -> Any:

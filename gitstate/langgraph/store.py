@@ -560,7 +560,7 @@ class GitStore(BaseStore):
             if ttl is not None:
                 item["ttl"] = ttl
                 item["expires_at"] = (_now() + timedelta(minutes=ttl)).isoformat()
-            data = encoding.dumps(item, f"{ns_key}/{key}")
+            data = encoding.dumps(item, f"{ns_key}/{key}", ordered=True)
             ns.items[key] = oid = tx.blob(data)
             self._remember_item(oid, encoding.loads(data, oid))
             ns.tree = None
@@ -603,11 +603,13 @@ class GitStore(BaseStore):
                 ns_tree = ns.tree
                 if ns_tree is None:  # unchanged namespaces keep their tree (read from the tip)
                     items_tree = tx.tree([(encode_component(k) + LEAF, oid, MODE_BLOB) for k, oid in ns.items.items()])
-                    ns_tree = writer.mapping({"namespace": list(ns.labels), "seq": ns.seq,
-                                              "items": Written(MAP, items_tree)})
+                    # keys in the order of the tree's entries: no .order.cbor, as format 1 wrote them
+                    ns_tree = writer.mapping({"items": Written(MAP, items_tree), "namespace": list(ns.labels),
+                                              "seq": ns.seq})
                 ns_entries.append((encode_component(ns_key) + MAP, ns_tree, MODE_TREE))
-            state = writer.mapping({"format": KIND, "v": frameworks.VERSION,
-                                    "namespaces": Written(MAP, tx.tree(ns_entries))})
+            # (so a GitStore of format 1 reads this tree, finds the newer v and refuses it as such)
+            state = writer.mapping({"format": KIND, "namespaces": Written(MAP, tx.tree(ns_entries)),
+                                    "v": frameworks.VERSION})
             return run.stage_checkpoint(tx, tip, (cpfmt.STATE_TREE, state, MODE_TREE), branch=branch, node="memory",
                                         trigger=trigger, metadata=metadata, fork_from=base if base != tip else None)
 
@@ -631,7 +633,7 @@ class GitStore(BaseStore):
                     if item.get("ttl") is None:
                         continue
                     item["expires_at"] = (_now() + timedelta(minutes=item["ttl"])).isoformat()
-                    ns.items[key] = tx.blob(encoding.dumps(item, key))
+                    ns.items[key] = tx.blob(encoding.dumps(item, key, ordered=True))
                     ns.tree = None
                     changed = True
                 return changed

@@ -108,26 +108,33 @@ def test_tree_bytes_equal_git_mktree(case: str, tmp_path: Path) -> None:
 
 
 def test_state_blobs_and_tree_equal_git_hash_object_and_mktree(varied: tuple[Path, VariedStore]) -> None:
-    """Each state key is a blob of ``dumps(value)`` named ``<encoded key>.cbor``; git builds the same
-    tree from those blobs."""
+    """Each state key is a blob of ``dumps(value, ordered=True)`` named ``<encoded key>.cbor``, and
+    the keys' order (not the tree's) is the blob ``.order.cbor``; git builds the same tree from
+    those blobs."""
     repo, written = varied
     state = written.ids["small.state"]
     listing = b""
     for key, value in SMALL_STATE.items():
-        oid = blob_id(repo, dumps(value))
+        oid = blob_id(repo, dumps(value, ordered=True))
         assert rev(repo, f"{state}:{encode_component(key)}.cbor") == oid, key
         listing += b"100644 blob %s\t%s\x00" % (oid.encode(), (encode_component(key) + ".cbor").encode())
+    order = blob_id(repo, dumps(list(SMALL_STATE)))
+    assert rev(repo, f"{state}:.order.cbor") == order
+    listing += b"100644 blob %s\t.order.cbor\x00" % order.encode()
     assert git(repo, "mktree", "-z", input=listing).strip() == state
     tools = written.ids["tools_audit"]
-    assert rev(repo, f"{tools}:tools.cbor") == blob_id(repo, dumps(TOOLS))
-    assert rev(repo, f"{tools}:audit.cbor") == blob_id(repo, dumps(AUDIT))
+    assert rev(repo, f"{tools}:tools.cbor") == blob_id(repo, dumps(TOOLS, ordered=True))
+    assert rev(repo, f"{tools}:audit.cbor") == blob_id(repo, dumps(AUDIT, ordered=True))
+    assert list(loads(git_bytes(repo, "cat-file", "blob", f"{tools}:tools.cbor"))[0]) == ["name", "args", "result", "ms"]
     leaf = written.ids["leaf"]
     assert rev(repo, f"{leaf}:state.cbor") == written.ids["leaf.state"]
     big = written.ids["big_map.state"]
     assert rev(repo, f"{big}:config.map/key07.cbor") == blob_id(repo, dumps(7))
-    assert rev(repo, f"{big}:tiny.cbor") == blob_id(repo, dumps(BIG_MAP_STATE["tiny"]))
-    assert rev(repo, f"{big}:nested.map/deep.cbor") == blob_id(repo, dumps({"x": {"y": 1}}))
+    assert rev(repo, f"{big}:tiny.cbor") == blob_id(repo, dumps(BIG_MAP_STATE["tiny"], ordered=True))
+    assert rev(repo, f"{big}:nested.map/deep.cbor") == blob_id(repo, dumps({"x": {"y": 1}}, ordered=True))
     assert rev(repo, f"{big}:nested.map/inner.list/0000000032.cbor") == blob_id(repo, dumps(list(range(32, 40))))
+    assert rev(repo, f"{big}:nested.map/.order.cbor") == blob_id(repo, dumps(["small", "inner", "deep"]))
+    assert git(repo, "ls-tree", "--name-only", f"{big}:config.map").split("\n")[0] == "key00.cbor"  # in order
 
 
 def test_session_file_content_is_the_git_blob(varied: tuple[Path, VariedStore]) -> None:
@@ -198,14 +205,16 @@ def test_fsck_strict_is_clean(varied: tuple[Path, VariedStore]) -> None:
 
 def _meta(repo: Path, spec: str) -> Any:
     raw = git_bytes(repo, "cat-file", "-p", spec)
-    assert dumps(loads(raw)) == raw  # canonical: re-encoding gives the same bytes
+    # canonical: re-encoding gives the same bytes (so a format-1 reader decodes it, finds v 2 and
+    # refuses it as a newer version, not as a damaged object)
+    assert dumps(loads(raw)) == raw
     return loads(raw)
 
 
 def test_meta_cbor_decodes_to_documented_fields(varied: tuple[Path, VariedStore]) -> None:
     repo, w = varied
     ids = w.ids
-    base = {"format": "gitstate/checkpoint", "v": 1, "run": RUN, "worktree": "main", "workflow": "compat"}
+    base = {"format": "gitstate/checkpoint", "v": 2, "run": RUN, "worktree": "main", "workflow": "compat"}
     assert _meta(repo, ids["small"] + ":meta.cbor") == {
         **base, "branch": "main", "step": 0, "node": "plan", "trigger": "tool_end", "status": "running",
         "metadata": {"model": "m-1", "tokens": 42}, "created_at": "2026-01-01T00:00:01.250000Z"}
@@ -219,7 +228,7 @@ def test_meta_cbor_decodes_to_documented_fields(varied: tuple[Path, VariedStore]
         **base, "branch": "main", "step": 5, "node": "review", "trigger": "llm_end",
         "created_at": "2026-01-01T00:00:07.250000Z"}
     assert _meta(repo, ids["node.log"] + ":node.cbor") == {
-        "format": "gitstate/node", "v": 1, "run": RUN, "id": _meta(repo, ids["node.log"] + ":node.cbor")["id"],
+        "format": "gitstate/node", "v": 2, "run": RUN, "id": _meta(repo, ids["node.log"] + ":node.cbor")["id"],
         "node": "explode", "branch": "main", "status": "failed", "entry": ids["node_failed.exit"],
         "exit": ids["node_failed.exit"], "base": ids["node.exit"], "started_at": "2026-01-01T00:00:08.250000Z",
         "ended_at": "2026-01-01T00:00:09.250000Z", "error": "ValueError: boom"}
@@ -232,13 +241,13 @@ def test_meta_cbor_decodes_to_documented_fields(varied: tuple[Path, VariedStore]
     pruned = _meta(repo, ids["pruned.head"] + ":meta.cbor")
     assert (pruned["branch"], pruned["step"], pruned["base"]) == ("prune-me", 3, 2)
     assert _meta(repo, f"{RUN_REF}/run:run.cbor") == {
-        "format": "gitstate/run", "v": 1, "id": RUN, "workflow": "compat", "worktree": "main",
+        "format": "gitstate/run", "v": 2, "id": RUN, "workflow": "compat", "worktree": "main",
         "created_at": "2026-01-01T00:00:00.250000Z", "metadata": {"purpose": "golden", "n": 1}}
     assert _meta(repo, "refs/agentos/main/runs/plain/run:run.cbor") == {
-        "format": "gitstate/run", "v": 1, "id": "plain", "worktree": "main",
+        "format": "gitstate/run", "v": 2, "id": "plain", "worktree": "main",
         "created_at": "2026-01-01T00:00:17.250000Z"}
     assert _meta(repo, ids["session.v2"] + ":meta.cbor") == {
-        "format": "gitstate/session-file", "v": 1, "run": RUN, "path": "notes/plan.md", "version": 2,
+        "format": "gitstate/session-file", "v": 2, "run": RUN, "path": "notes/plan.md", "version": 2,
         "author": "human <x@y>", "reason": "second", "size": 25, "created_at": "2026-01-01T00:00:15.250000Z"}
     assert git(repo, "ls-tree", "--name-only", ids["session.v2"]) == "content\nmeta.cbor\n"
     assert git(repo, "ls-tree", "--name-only", ids["tools_audit"]) == "audit.cbor\nmeta.cbor\nstate\ntools.cbor\n"
@@ -256,16 +265,16 @@ def test_commit_messages_and_trailers_as_git_shows_them(varied: tuple[Path, Vari
     ids = w.ids
     assert git(repo, "log", "-1", "--format=%B", ids["small"]) == (
         "plan · step 0 · tool_end · running\n\nRun: golden run/1\nBranch: main\nWorkflow: compat\nNode: plan\n"
-        "Step: 0\nTrigger: tool_end\nStatus: running\nGitstate-Format: 1\n\n")
+        "Step: 0\nTrigger: tool_end\nStatus: running\nGitstate-Format: 2\n\n")
     assert _trailers(repo, ids["node.exit"]) == [
         "Run: golden run/1", "Branch: main", "Workflow: compat", "Node: review", "Step: 5", "Trigger: llm_end",
-        "Gitstate-Format: 1"]
+        "Gitstate-Format: 2"]
     assert _trailers(repo, ids["node.log"])[:5] == [
         "Run: golden run/1", "Branch: main", "Node: explode",
         f"Node-Id: {_meta(repo, ids['node.log'] + ':node.cbor')['id']}", "Node-Status: failed"]
     assert git(repo, "log", "-1", "--format=%s", ids["leaf"]) == "checkpoint · step 0 · save\n"
     assert _trailers(repo, ids["leaf"]) == [
-        "Run: golden run/1", "Branch: leaf", "Workflow: compat", "Step: 0", "Gitstate-Format: 1"]
+        "Run: golden run/1", "Branch: leaf", "Workflow: compat", "Step: 0", "Gitstate-Format: 2"]
     assert git(repo, "log", "-1", "--format=%(trailers:key=Step,valueonly)", ids["files"]).strip() == "7"
     assert git(repo, "log", "--format=%s", f"{RUN_REF}/heads/main").splitlines() == [
         "checkpoint · step 7 · save · completed", "explode · step 6 · save",
@@ -273,12 +282,12 @@ def test_commit_messages_and_trailers_as_git_shows_them(varied: tuple[Path, Vari
         "checkpoint · step 2 · save", "collect · step 1 · tool_end", "plan · step 0 · tool_end · running"]
     # run record and session files
     assert git(repo, "log", "-1", "--format=%B", f"{RUN_REF}/run") == (
-        "run golden run/1 · compat\n\nRun: golden run/1\nWorkflow: compat\nGitstate-Format: 1\n\n")
+        "run golden run/1 · compat\n\nRun: golden run/1\nWorkflow: compat\nGitstate-Format: 2\n\n")
     assert git(repo, "log", "-1", "--format=%B", "refs/agentos/main/runs/plain/run") == (
-        "run plain\n\nRun: plain\nGitstate-Format: 1\n\n")
+        "run plain\n\nRun: plain\nGitstate-Format: 2\n\n")
     assert git(repo, "log", "-1", "--format=%B", ids["session.v1"]) == (
         "first draft\n\nwritten by the planner\n\nPath: notes/plan.md\nVersion: 1\nAuthor: agent:planner\n"
-        "Run: golden run/1\nGitstate-Format: 1\n\n")
+        "Run: golden run/1\nGitstate-Format: 2\n\n")
     assert git(repo, "log", "--format=%an <%ae>|%cn <%ce>|%(trailers:key=Version,valueonly,separator=)",
                f"{RUN_REF}/files/notes%2Fplan%2Emd") == (
         "human x@y <compat@gitstate.example>|Compat Committer <compat@gitstate.example>|2\n"
@@ -289,7 +298,7 @@ def test_commit_messages_and_trailers_as_git_shows_them(varied: tuple[Path, Vari
     lg = "refs/agentos/main/runs/lg%20thread/heads/main"
     trailers = _trailers(repo, lg)
     assert trailers[:5] == ["Run: lg thread", "Branch: main", "Workflow: langgraph", "Step: 0", "LangGraph-Step: -1"]
-    assert trailers[5:8] == ["Trigger: input", "Status: completed", "Gitstate-Format: 1"]
+    assert trailers[5:8] == ["Trigger: input", "Status: completed", "Gitstate-Format: 2"]
     assert len(trailers) == 9 and trailers[8].startswith("LangGraph-Checkpoint: ")
     assert git(repo, "log", "-1", "--format=%s", lg) == "checkpoint · step -1 · input · completed\n"
 

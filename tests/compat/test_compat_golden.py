@@ -1,10 +1,12 @@
 """Golden object ids: with a fixed committer identity and a fixed clock, every payload kind gitstate
-writes has the same git object id in every version. The ids below were computed once with the
-format-1 code; a change to the encoding, the tree layout, the metadata, the commit message or the
-commit header changes them and fails this test.
+writes has the same git object id in every version of a format. The ids below were computed once
+with the format-2 code (state values keep their maps' key order); a change to the encoding, the
+tree layout, the metadata, the commit message or the commit header changes them and fails this test.
 
 If one of these fails, the on-disk format changed: either revert the change, or bump the format
-version (docs/FORMAT.md "Upgrading") and pin the new ids in a new test, keeping a reader for these."""
+version (docs/FORMAT.md "Upgrading") and pin the new ids in a new table, keeping a reader for these
+(stores of format 1 are read by test_compat_fixture.py; :data:`GOLDEN_FORMAT_1` keeps the ids that
+format wrote, for what the two formats share)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,41 @@ from gitstate.format.names import branch_ref
 from gitstate.langgraph import GitCheckpointSaver
 
 GOLDEN: dict[str, str] = {
+    "run_record": "7ada3b0219c2e4c73995c5caa2da2149a0b022c9",
+    "run_record.plain": "62b81b2d7a4e489068b7998518b6c50d0a4b6a10",
+    "small": "31981fea699906f7bc124b10530837a87e4e62eb",
+    "small.tree": "0c5277373231dcd469ee32b5eb8c0b284cf9b590",
+    "small.state": "c82a013255a02da6eba893e735844725554a876e",
+    "leaf": "43d536c97eb2fb57bc84c857e29a14b17f03f872",
+    "leaf.tree": "c761e58964df6f153fa112aebaa7c4b866c01731",
+    "leaf.state": "b9082c97af8c5b01bde2b13317d0a4279390236d",
+    "long_list": "6bfbd63030fb572554df8db38eeba29663d8b03b",
+    "long_list.tree": "4ff1e4b0184a50c203f1a7993cb4ae18364acfb7",
+    "long_list.state": "d73bcc7cba37dbcc2db09795f7345649573175cd",
+    "big_map": "e68e9f5b4d1c980ef4c50a1f48720a7db44a0eed",
+    "big_map.tree": "c01790742a89525c358438d3ab004ed8e4ab4e52",
+    "big_map.state": "591807e95f74f0db8f0a5f1c84723c52d16d5dff",
+    "tools_audit": "d7e7684f9fb11d70b9dfa37d8ad9eed67197393a",
+    "tools_audit.tree": "11dbb0923f8f37b6e23c055b205f4045d1d15ccb",
+    "node.entry": "dada6fae5a6aaa3ee28c37a78c695c66f49ae47a",
+    "node.exit": "b666c8d2e716eed530873b088960287b63d07f8d",
+    "node_failed.exit": "0b92b68dd3309707b82bd5beedd7e580409fb268",
+    "node.log": "49503bd3008ee6ce05147714102bd13a5c4814ff",  # an open boundary names its process (owner)
+    "files": "7412a1e6eedd608ca39eb6982c03deb42fb8e864",
+    "files.tree": "1c3e8db21b048fc4f8c1ab019b0c382c33534df4",
+    "files.snapshot": "1465ac93f6d3e1af7cd3024a9795a47cfb815bdc",
+    "files_partial": "3573203e3ab63c2e1bd907c396f25410844e9181",
+    "files_partial.snapshot": "fd64e0aaab7501ff82621e6b8f371b5c080f120e",
+    "fork": "81797da821f4ddc33805d49b4434728e9409bcce",
+    "pruned.head": "1d11986967cd17f94ab571c49ac75a5c039cc26f",
+    "session.v1": "90b4abe8a6390d5d0dc89751bad3d4ccad496e01",
+    "session.v2": "8d9ced1db609d06e769ca6acd9b646b8c768b8e7",
+    "session.other": "49ab33313afca2fe9c036f07785c323a67d9d4b9",
+    "empty_state": "236dca424176df54e39cbbafbdad784c65f6cff4",
+}
+
+#: The ids the format-1 code wrote for the same store (maps in canonical order everywhere).
+GOLDEN_FORMAT_1: dict[str, str] = {
     "run_record": "4e3fc5adab0a7b24ef9bc3c28414085871675eb7",
     "run_record.plain": "5791501a28442a39516bb8431489b7a5a16b39b2",
     "small": "b9d4b990e06e0f1d8597a6b2475ab44d1320cc28",
@@ -81,6 +118,15 @@ def test_golden_ids_of_every_payload_kind(golden_repo: Path, monkeypatch: pytest
     assert written.ids == GOLDEN
 
 
+def test_values_in_canonical_order_keep_their_format_1_ids() -> None:
+    """What format 2 did not change keeps its id: state values whose maps were already in canonical
+    order, list chunks and workspace snapshots are the objects format 1 wrote (and share storage
+    with them); commits and records differ by their version, the states holding maps in another
+    order by their key order."""
+    same = {k for k in GOLDEN if GOLDEN[k] == GOLDEN_FORMAT_1[k]}
+    assert same == {"leaf.state", "long_list.state", "files.snapshot", "files_partial.snapshot"}
+
+
 def test_golden_layout_of_chunked_list(golden_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The long list (2085 items, 66 chunks) has a fan-out level: two subtrees named after their
     first item, 64 + 2 chunk blobs named by 10-digit first-item index."""
@@ -115,16 +161,17 @@ V2 = "00000000000000000000000000000002.0000000000000000"
 V3 = "00000000000000000000000000000003.0000000000000000"
 
 # Commit ids changed (trees did not) when a LangGraph checkpoint's subject began to carry LangGraph's
-# step and its message a LangGraph-Step trailer (docs/FORMAT.md, "Commit"); stores written before
-# keep reading (tests/compat/test_compat_fixture.py).
+# step and its message a LangGraph-Step trailer (docs/FORMAT.md, "Commit"), and with format 2 (the
+# version in meta.cbor and the trailer; the channels' blobs and the writes blob are as before);
+# stores written before keep reading (tests/compat/test_compat_fixture.py).
 LG_GOLDEN: dict[str, str] = {
-    "cp1": "ce7e3b3cc20d7270591c88b6178dfa36fb585fcd",
-    "cp1.tree": "7e42d8025096e254976aea1de21ada52f0c062d4",
-    "cp2": "35e3b08a09c435e5cb5fc12a1f9e96f983d41a04",
-    "cp2.tree": "057586bfd86d03a7aaed07f50d02aab90cbd6df8",
+    "cp1": "b1be8bbf0ca19e0c3d8e359b14add5c4fc21d982",
+    "cp1.tree": "b97fccf9ec32ae5c90d910fd0ab52851c44c1b44",
+    "cp2": "6032afcd255bb05d04280a1a816a6827badf8eb0",
+    "cp2.tree": "a6e9e82ef9944d86d03d8edad103a9a9a687db45",
     "cp2.pending": "da375565ad0206cd943d2570ab81609daff5cc43",
-    "cp2.writes": "44dcf45c2a9c373d69002f58ed65185191f5b524",
-    "cp2.writes.tree": "9364142a153ed539d582153b5ba8798349e0dffa",
+    "cp2.writes": "d7a10e8d5c2b814db29495be46738ce9754163f3",
+    "cp2.writes.tree": "b3018550b59b837a5cef7a0dbb6d78ca2c5d671e",
     "serde.checkpoint1": "7350162b90913363fd33d6eb35db35ea341e0d6b",
     "serde.metadata1": "4a41885fa2baf5df5b42a234a64a9ce783cf1fa1",
 }

@@ -1,7 +1,8 @@
 """A store written by git plumbing alone (``hash-object -w``, ``mktree``, ``commit-tree``,
 ``update-ref --create-reflog``), following docs/FORMAT.md, with ``gitstate.format.encoding.dumps``
-used only to produce the CBOR bytes. gitstate must read it as if it had written it: this proves
-FORMAT.md is enough to write a store, and pins what readers accept.
+used only to produce the CBOR bytes, in format 1 (every map in canonical order) and in format 2
+(state values keep their key order, ``.order.cbor`` entries). gitstate must read both as if it had
+written them: this proves FORMAT.md is enough to write a store, and pins what readers accept.
 
 The second test writes the same run with gitstate (same clock, same identity) and compares ids: it
 passes only if FORMAT.md describes every byte gitstate writes (messages, trailers, meta keys)."""
@@ -39,12 +40,18 @@ class Plumber:
     """Writes git objects and refs with git's plumbing commands only."""
 
     repo: Path
+    version: int = 2  # the format written
     ids: dict[str, str] = field(default_factory=dict)
 
     def blob(self, data: bytes) -> str:
         return git(self.repo, "hash-object", "-w", "--stdin", input=data).strip()
 
     def cbor(self, value: Any) -> str:
+        """A state value, tool or audit list: its maps in their key order since format 2."""
+        return self.blob(dumps(value, ordered=self.version >= 2))
+
+    def record(self, value: dict[str, Any]) -> str:
+        """gitstate's own records (meta.cbor, run.cbor): maps in canonical order in every format."""
         return self.blob(dumps(value))
 
     def tree(self, entries: list[tuple[str, str, str]]) -> str:
@@ -71,10 +78,10 @@ class Plumber:
     # -- FORMAT.md, section by section ---------------------------------------------------------
 
     def run_record(self, seconds: int) -> str:
-        record = {"format": "gitstate/run", "v": 1, "id": RUN, "workflow": WORKFLOW, "worktree": WT,
+        record = {"format": "gitstate/run", "v": self.version, "id": RUN, "workflow": WORKFLOW, "worktree": WT,
                   "created_at": iso(seconds), "metadata": {"owner": "plumbing", "attempt": 1}}
-        tree = self.tree([("100644", "run.cbor", self.cbor(record))])
-        message = f"run {RUN} · {WORKFLOW}\n\nRun: {RUN}\nWorkflow: {WORKFLOW}\nGitstate-Format: 1\n"
+        tree = self.tree([("100644", "run.cbor", self.record(record))])
+        message = f"run {RUN} · {WORKFLOW}\n\nRun: {RUN}\nWorkflow: {WORKFLOW}\nGitstate-Format: {self.version}\n"
         oid = self.commit(tree, [], message, seconds)
         self.update_ref(f"{RUN_PREFIX}/run", oid, "", f"gitstate: create run {RUN}")
         return oid
@@ -90,6 +97,8 @@ class Plumber:
                 entries.append(("040000", "config.map", self.tree(leaves)))
             else:
                 entries.append(("100644", f"{key}.cbor", self.cbor(value)))
+        if self.version >= 2 and list(state) != sorted(state):  # (these keys sort as their entries)
+            entries.append(("100644", ".order.cbor", self.cbor(list(state))))
         return self.tree(entries)
 
     def checkpoint(self, name: str, *, branch: str, step: int, seconds: int, parent: str | None,
@@ -97,16 +106,16 @@ class Plumber:
                    status: str | None = None, node_status: str | None = None, node_entry: str | None = None,
                    metadata: dict[str, Any] | None = None, extra: list[tuple[str, str, str]] | None = None,
                    expect_ref: str | None = "") -> str:
-        meta = {"format": "gitstate/checkpoint", "v": 1, "run": RUN, "branch": branch, "worktree": WT,
+        meta = {"format": "gitstate/checkpoint", "v": self.version, "run": RUN, "branch": branch, "worktree": WT,
                 "workflow": WORKFLOW, "step": step, "base": base or None, "node": node, "trigger": trigger,
                 "status": status, "node_status": node_status, "node_entry": node_entry,
                 "metadata": metadata or None, "created_at": iso(seconds)}
         meta = {k: v for k, v in meta.items() if v is not None}
-        tree = self.tree([("100644", "meta.cbor", self.cbor(meta)), state, *(extra or [])])
+        tree = self.tree([("100644", "meta.cbor", self.record(meta)), state, *(extra or [])])
         subject = " · ".join([node or "checkpoint", f"step {step}", trigger or "save", *([status] if status else [])])
         trailers = [("Run", RUN), ("Branch", branch), ("Workflow", WORKFLOW), ("Node", node), ("Step", step),
                     ("Trigger", trigger), ("Status", status), ("Node-Status", node_status),
-                    ("Node-Entry", node_entry), ("Gitstate-Format", 1)]
+                    ("Node-Entry", node_entry), ("Gitstate-Format", self.version)]
         message = subject + "\n\n" + "".join(f"{k}: {v}\n" for k, v in trailers if v is not None)
         oid = self.commit(tree, [parent] if parent else [], message, seconds)
         ref = f"{RUN_PREFIX}/heads/{branch}"
@@ -118,11 +127,11 @@ class Plumber:
     def session_file(self, path_component: str, path: str, versions: list[tuple[bytes, str, str, int]]) -> None:
         parent: str | None = None
         for n, (content, author, reason, seconds) in enumerate(versions, start=1):
-            meta = {"format": "gitstate/session-file", "v": 1, "run": RUN, "path": path, "version": n,
+            meta = {"format": "gitstate/session-file", "v": self.version, "run": RUN, "path": path, "version": n,
                     "author": author, "reason": reason, "size": len(content), "created_at": iso(seconds)}
-            tree = self.tree([("100644", "meta.cbor", self.cbor(meta)), ("100644", "content", self.blob(content))])
+            tree = self.tree([("100644", "meta.cbor", self.record(meta)), ("100644", "content", self.blob(content))])
             message = (f"{reason}\n\nPath: {path}\nVersion: {n}\nAuthor: {author}\nRun: {RUN}\n"
-                       "Gitstate-Format: 1\n")
+                       f"Gitstate-Format: {self.version}\n")
             oid = self.commit(tree, [parent] if parent else [], message, seconds, author=author)
             self.update_ref(f"{RUN_PREFIX}/files/{path_component}", oid, parent or "",
                             f"gitstate: session file {path} version {n}")
@@ -130,8 +139,8 @@ class Plumber:
             parent = oid
 
 
-def write_by_plumbing(repo: Path) -> Plumber:
-    p = Plumber(repo)
+def write_by_plumbing(repo: Path, version: int = 2) -> Plumber:
+    p = Plumber(repo, version)
     p.ids["run"] = p.run_record(0)
     s0 = ("040000", "state", p.state_tree({"messages": ["hi"], "count": 0}))
     c0 = p.checkpoint("c0", branch="main", step=0, seconds=1, parent=None, state=s0, trigger="input",
@@ -161,9 +170,10 @@ def write_by_plumbing(repo: Path) -> Plumber:
     return p
 
 
-def test_gitstate_reads_a_store_written_by_git_plumbing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_gitstate_reads_a_store_written_by_git_plumbing(tmp_path: Path, version: int) -> None:
     repo = init_repo(tmp_path / "repo")
-    p = write_by_plumbing(repo)
+    p = write_by_plumbing(repo, version)
     ids = p.ids
     assert git(repo, "fsck", "--strict", "--no-dangling", "--no-progress") == ""
     with gitstate.open_store(repo) as store:
@@ -190,6 +200,10 @@ def test_gitstate_reads_a_store_written_by_git_plumbing(tmp_path: Path) -> None:
         assert [c.created_at.second for c in history] == [5, 4, 3, 2, 1]
         assert history[0].state == {"messages": ["hi", "planned"], "count": 1, "log": LOG, "config": CONFIG}
         assert history[4].state == {"messages": ["hi"], "count": 0}
+        # format 2 keeps the keys' order; format 1 gives the tree's order (canonical inside blobs)
+        assert list(history[0].state) == (["messages", "count", "log", "config"] if version == 2
+                                          else ["config", "count", "log", "messages"])
+        assert list(history[2].tools[0]) == (["name", "args", "exit"] if version == 2 else ["args", "exit", "name"])
         assert history[1].state_id == history[0].state_id  # a node exit carries the state tree as is
         assert (history[2].tools, history[2].audit) == (TOOLS, AUDIT)
         assert (history[0].tools, history[0].audit, history[0].files_paths) == ([], [], None)

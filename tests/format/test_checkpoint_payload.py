@@ -51,7 +51,7 @@ def test_message_trailers_as_git_reads_them(repo: Path) -> None:
     assert lines[0] == "plan\\nRun: forged · step 2 · tool_end · completed" and lines[1] == ""
     assert parse_trailers(repo, text) == [
         "Run: r 1", "Branch: main", "Workflow: wf", "Node: plan\\nRun: forged", "Step: 2", "Trigger: tool_end",
-        "Status: completed", "Gitstate-Format: 1"]
+        "Status: completed", "Gitstate-Format: 2"]
     # in a real commit, git log shows the same trailers
     tree = git(repo, "rev-parse", "HEAD^{tree}").strip()
     oid = subprocess.run(["git", "commit-tree", tree], cwd=repo, input=text, text=True, capture_output=True,
@@ -62,12 +62,13 @@ def test_message_trailers_as_git_reads_them(repo: Path) -> None:
 
 def test_message_of_a_minimal_meta_omits_absent_fields(repo: Path) -> None:
     text = cpfmt.message({"run": "r", "branch": "b", "step": 0})
-    assert text == "checkpoint · step 0 · save\n\nRun: r\nBranch: b\nStep: 0\nGitstate-Format: 1\n"
-    assert parse_trailers(repo, text) == ["Run: r", "Branch: b", "Step: 0", "Gitstate-Format: 1"]
+    assert text == "checkpoint · step 0 · save\n\nRun: r\nBranch: b\nStep: 0\nGitstate-Format: 2\n"
+    assert parse_trailers(repo, text) == ["Run: r", "Branch: b", "Step: 0", "Gitstate-Format: 2"]
 
 
 def test_check_format() -> None:
-    cpfmt.check_format({"format": cpfmt.CHECKPOINT_KIND, "v": 1}, cpfmt.CHECKPOINT_KIND, "o")
+    for known in (1, 2):  # format 1 (maps in canonical order) and format 2 (maps in their order)
+        cpfmt.check_format({"format": cpfmt.CHECKPOINT_KIND, "v": known}, cpfmt.CHECKPOINT_KIND, "o")
     for wrong_kind in ({"format": cpfmt.RUN_KIND, "v": 1}, {"v": 1}, {"format": None, "v": 1}):
         with pytest.raises(CorruptObjectError) as info:
             cpfmt.check_format(wrong_kind, cpfmt.CHECKPOINT_KIND, "o")
@@ -76,7 +77,7 @@ def test_check_format() -> None:
         with pytest.raises(CorruptObjectError) as info:
             cpfmt.check_format({"format": cpfmt.CHECKPOINT_KIND, **no_version}, cpfmt.CHECKPOINT_KIND, "o")
         assert type(info.value) is CorruptObjectError, no_version
-    for unknown in (2, 99, 0, -1):
+    for unknown in (3, 99, 0, -1):
         with pytest.raises(UnsupportedFormatError) as info:
             cpfmt.check_format({"format": cpfmt.CHECKPOINT_KIND, "v": unknown}, cpfmt.CHECKPOINT_KIND, "o")
         assert str(unknown) in info.value.reason
@@ -117,7 +118,7 @@ def test_read_meta_of_the_users_own_commit(repo: Path) -> None:
 
 @pytest.mark.parametrize("payload, error", [
     ([1, 2], CorruptObjectError), ({**GOOD, "format": cpfmt.RUN_KIND}, CorruptObjectError),
-    ({**GOOD, "v": 2}, UnsupportedFormatError), ({k: v for k, v in GOOD.items() if k != "run"}, CorruptObjectError),
+    ({**GOOD, "v": 3}, UnsupportedFormatError), ({k: v for k, v in GOOD.items() if k != "run"}, CorruptObjectError),
     ({**GOOD, "step": -1}, CorruptObjectError), ({**GOOD, "step": True}, CorruptObjectError),
     ({**GOOD, "step": "0"}, CorruptObjectError), ({**GOOD, "run": 5}, CorruptObjectError),
     ({**GOOD, "status": 7}, CorruptObjectError), ({**GOOD, "node": {"a": 1}}, CorruptObjectError),

@@ -1,6 +1,7 @@
-"""gitstate.format.encoding: ``loads`` accepts exactly what ``dumps`` writes (canonical CBOR of plain
-data) and refuses everything else with a CorruptObjectError that names the problem; ``dumps``
-output stays byte-identical; depth limits hold on write and on read without RecursionError."""
+"""gitstate.format.encoding: ``loads`` accepts exactly what ``dumps`` writes (CBOR of plain data,
+maps in canonical order or, with ``ordered``, in their own order) and refuses everything else with
+a CorruptObjectError that names the problem; ``dumps`` output stays byte-identical; depth limits
+hold on write and on read without RecursionError."""
 
 from __future__ import annotations
 
@@ -119,13 +120,14 @@ REFUSED = [
     ("f820", "undefined/simple value"),
     ("f8ff", "undefined/simple value"),
     ("82f5f7", "undefined/simple value"),
-    # maps: keys in cbor2's canonical order (shorter encoding first, then bytewise), no repeats
-    ("a2616201616102", "not in canonical order"),
-    ("a2626161016162" + "02", "not in canonical order"),
-    ("a2616101" + "2002", "not in canonical order"),
-    ("a21864012002", "not in canonical order"),  # bytewise order (RFC 8949) is not what cbor2 writes
+    # maps: keys in any order (ORDERED_MAPS), never repeated, also far apart or out of order
     ("a2616101616102", "duplicate map key"),
     ("a2010201" + "03", "duplicate map key"),
+    ("a3616101616202616103", "duplicate map key"),
+    ("a3616201616102616203", "duplicate map key"),
+    ("a32001c24901000000000000000002" + "2003", "duplicate map key"),
+    ("a2c24901000000000000000001" + "c249010000000000000000" + "03", "duplicate map key"),
+    ("a261610161", "truncated"),
     ("a1400001"[:6], "map key of type byte string"),
     ("a1f500", "map key of type float/simple value"),
     ("a1f600", "map key of type float/simple value"),
@@ -175,6 +177,49 @@ def test_refused(hexdata: str, needle: str) -> None:
         loads(bytes.fromhex(hexdata), "blob-id")
     assert needle in info.value.reason, info.value.reason
     assert info.value.oid == "blob-id" and needle in str(info.value)
+
+
+#: Maps whose keys are not in canonical order, and the key order they decode to: format 2 keeps a
+#: map's own order (``dumps(..., ordered=True)``), format 1 wrote canonical order only.
+ORDERED_MAPS = [
+    ("a2616201616102", ["b", "a"]),
+    ("a2626161016162" + "02", ["aa", "b"]),
+    ("a2616101" + "2002", ["a", -1]),
+    ("a21864012002", [100, -1]),
+    ("a3616303616201616102", ["c", "b", "a"]),
+    ("a2c249010000000000000000016161" + "02", [2**64, "a"]),
+]
+
+
+@pytest.mark.parametrize("hexdata,keys", ORDERED_MAPS, ids=[h for h, _ in ORDERED_MAPS])
+def test_maps_in_any_key_order_are_read_in_that_order(hexdata: str, keys: list[Any]) -> None:
+    data = bytes.fromhex(hexdata)
+    value = loads(data)
+    assert list(value) == keys
+    assert dumps(value, ordered=True) == data  # written back byte for byte
+    assert dumps(value) == cbor2.dumps(value, canonical=True) != data  # the canonical form sorts them
+
+
+def test_ordered_dumps_keeps_the_order_of_every_map() -> None:
+    value = {"z": 1, "a": {"y": [1.5, {"q": 0, "b": None}], "c": 2**70}, 3: "int", "m": (1, {"k": "v", "e": b""})}
+    data = dumps(value, ordered=True)
+    back = loads(data)
+    assert back == {**value, "m": [1, {"k": "v", "e": b""}]}  # (a tuple reads back as a list)
+    assert list(back) == ["z", "a", 3, "m"] and list(back["a"]) == ["y", "c"]
+    assert list(back["a"]["y"][1]) == ["q", "b"] and list(back["m"][1]) == ["k", "e"]
+    assert data.hex() == ("a4617a016161a2617982f93e00a26171006162f66163c249400000000000000000"
+                          "0363696e74616d8201a2616b61766165" + "40")
+    reordered = dict(reversed(list(value.items())))
+    assert dumps(reordered, ordered=True) != data and loads(dumps(reordered, ordered=True)) == back
+    assert dumps(value) == dumps(reordered)  # the canonical form does not depend on the order
+
+
+def test_ordered_dumps_of_canonically_ordered_maps_is_the_canonical_form() -> None:
+    """A value whose keys are all in canonical order encodes as format 1 wrote it (same ids)."""
+    rng = random.Random(20260301)
+    for _ in range(300):
+        value = loads(dumps(_random_value(rng)))  # keys in canonical order, as format 1 stored them
+        assert dumps(value, ordered=True) == dumps(value)
 
 
 def test_refused_forms_never_reach_cbor2(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -332,6 +377,15 @@ def _random_value(rng: random.Random, depth: int = 0) -> Any:
     return {k: _random_value(rng, depth + 1) for k in keys}
 
 
+def _key_orders(value: Any) -> Any:
+    """The keys of every map in ``value``, in their order (nested lists of keys and children)."""
+    if isinstance(value, dict):
+        return [(k, _key_orders(v)) for k, v in value.items()]
+    if isinstance(value, list | tuple):
+        return [_key_orders(v) for v in value]
+    return None
+
+
 def test_random_values_round_trip() -> None:
     rng = random.Random(20260101)
     for _ in range(400):
@@ -340,6 +394,10 @@ def test_random_values_round_trip() -> None:
         back = loads(data)
         assert back == value
         assert dumps(back) == data
+        data = dumps(value, ordered=True)
+        back = loads(data)
+        assert back == value and _key_orders(back) == _key_orders(value)
+        assert dumps(back, ordered=True) == data
 
 
 def _str_keyed(rng: random.Random, depth: int = 0) -> Any:
@@ -366,6 +424,15 @@ def test_fast_path_writes_exactly_cbor2_canonical_bytes() -> None:
         assert dumps(value) == cbor2.dumps(value, canonical=True)
 
 
+def test_ordered_fast_path_writes_what_the_general_path_writes() -> None:
+    rng = random.Random(20261124)
+    for _ in range(2000):
+        value = _str_keyed(rng)
+        fast = dumps(value, ordered=True)
+        assert fast == cbor2.dumps(value)  # cbor2 keeps the order outside its canonical mode
+        assert fast == b"".join(encoding._ordered_bytes(value, []))
+
+
 def test_fast_path_refuses_what_check_value_refuses() -> None:
     class Sub(str):
         pass
@@ -383,11 +450,12 @@ def test_fast_path_refuses_what_check_value_refuses() -> None:
 
 
 def test_mutated_payloads_are_refused_or_canonical() -> None:
-    """Whatever loads accepts, dumps writes back byte for byte: it accepts only canonical form."""
+    """Whatever loads accepts, dumps writes back byte for byte (keeping its maps' key order): it
+    accepts only the forms dumps writes."""
     rng = random.Random(7)
     accepted = 0
-    for _ in range(3000):
-        data = bytearray(dumps(_random_value(rng)))
+    for i in range(3000):
+        data = bytearray(dumps(_random_value(rng), ordered=bool(i % 2)))
         for _ in range(rng.randint(1, 3)):
             at = rng.randrange(len(data) + 1)
             roll = rng.random()
@@ -403,7 +471,7 @@ def test_mutated_payloads_are_refused_or_canonical() -> None:
             assert "does not decode as CBOR" not in exc.reason  # the scan explained every refusal
             continue
         accepted += 1
-        assert dumps(value) == bytes(data)
+        assert dumps(value, ordered=True) == bytes(data)
     assert accepted > 100
 
 

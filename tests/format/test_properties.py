@@ -1,9 +1,10 @@
-"""Properties (hypothesis) of the canonical encoding, the ref-name encoding and the reference
-grammar, over generated input: plain values round-trip through ``dumps``/``loads`` in one canonical
-form and any other bytes are refused with a CorruptObjectError; any text encodes to one valid ref
-component and back; any reference text resolves to a checkpoint of the store or raises a
-GitStateError, and references built from the store's runs, branches, nodes and ids resolve to the
-checkpoint they name.
+"""Properties (hypothesis) of the encoding, the ref-name encoding and the reference
+grammar, over generated input: plain values round-trip through ``dumps``/``loads`` in one form per
+key order (``ordered``: maps keep their key order; the canonical form sorts them, as format 1
+wrote every payload, and still decodes) and any other bytes are refused with a CorruptObjectError;
+any text encodes to one valid ref component and back; any reference text resolves to a checkpoint
+of the store or raises a GitStateError, and references built from the store's runs, branches,
+nodes and ids resolve to the checkpoint they name.
 
 Each property runs a modest number of examples with no deadline (the machine is shared). Failing
 examples are kept in hypothesis's database, ``.hypothesis/`` (which ignores itself in git), and
@@ -96,6 +97,15 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def same_order(a: Any, b: Any) -> bool:
+    """:func:`same`, and every map's keys in the same order (tuples read back as lists)."""
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(same_order(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(same_order(a[k], b[k]) for k in a)
+    return same(a, b)
+
+
 def reordered(value: Any, rnd: random.Random) -> Any:
     """``value`` with every dict rebuilt in a shuffled insertion order and lists as tuples."""
     if isinstance(value, list):
@@ -135,8 +145,35 @@ def test_plain_values_round_trip_in_one_canonical_form(value: Any) -> None:
 
 @props(150)
 @given(VALUES, st.randoms(use_true_random=False))
-def test_encoding_ignores_insertion_order_and_tuples(value: Any, rnd: random.Random) -> None:
+def test_canonical_encoding_ignores_insertion_order_and_tuples(value: Any, rnd: random.Random) -> None:
     assert dumps(reordered(value, rnd)) == dumps(value)
+
+
+@props(200)
+@given(VALUES, st.randoms(use_true_random=False))
+def test_ordered_encoding_keeps_key_order_deterministically(value: Any, rnd: random.Random) -> None:
+    """Format 2: maps decode with their keys in the order written; the same value with its keys in
+    the same order gives the same bytes (tuples are lists), another order other bytes."""
+    shuffled = reordered(value, rnd)
+    data = dumps(shuffled, ordered=True)
+    back = loads(data)
+    assert same_order(back, shuffled)
+    assert dumps(back, ordered=True) == data  # a fixed point, so equal states keep equal ids
+    assert dumps(reordered(value, random.Random(0)), ordered=True) == dumps(reordered(value, random.Random(0)),
+                                                                           ordered=True)
+    assert (data == dumps(value, ordered=True)) == same_order(shuffled, value)
+    assert dumps(back) == dumps(value)  # and the canonical form of the value is unchanged
+
+
+@props(150)
+@given(VALUES)
+def test_canonical_payloads_of_format_1_still_decode(value: Any) -> None:
+    """Bytes format 1 wrote (cbor2's canonical form) decode as before, keys in canonical order,
+    and the ordered encoder writes them back unchanged (same object ids)."""
+    data = cbor2.dumps(value, canonical=True)
+    back = loads(data)
+    assert same(back, value) and keys_in_canonical_order(back)
+    assert dumps(back, ordered=True) == data
 
 
 @props(100)
@@ -215,7 +252,7 @@ def accepted_or_refused(data: bytes) -> None:
         ok = False
     else:
         ok = True
-        assert dumps(value) == data
+        assert dumps(value, ordered=True) == data
     try:
         mapping = loads_mapping(data)
     except CorruptObjectError:
@@ -257,6 +294,7 @@ def mutate(data: bytes, mutations: list[tuple[str, int, bytes]]) -> bytes:
 @given(VALUES, st.lists(MUTATION, min_size=1, max_size=3))
 def test_mutated_encodings_decode_or_raise_corrupt_object(value: Any, mutations: list[tuple[str, int, bytes]]) -> None:
     accepted_or_refused(mutate(dumps(value), mutations))
+    accepted_or_refused(mutate(dumps(value, ordered=True), mutations))
 
 
 HOSTILE_LEAVES = st.one_of(

@@ -1,7 +1,8 @@
 """gitstate.format.statetree: StateWriter/StateReader round trips and the documented layout
 (``.cbor`` leaves, ``.map/`` for large nested mappings, ``.list/`` chunks of 32, fanout subtrees of
-64 beyond 64 chunks), structural sharing when a long list grows, deterministic ids, and refusal of
-hostile trees (nested too deep, bad entry names, wrong object types)."""
+64 beyond 64 chunks, ``.order.cbor`` when the keys are not in the tree's order), key order kept,
+structural sharing when a long list grows, deterministic ids, and refusal of hostile trees (nested
+too deep, bad entry names, wrong object types, a wrong key order list)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from conftest import bounded, git, make_repo
 
 from gitstate.errors import CorruptObjectError, EncodingError
 from gitstate.format import encoding
-from gitstate.format.statetree import CHUNK, FANOUT, MAX_TREE_DEPTH, StateReader, StateWriter
+from gitstate.format.statetree import CHUNK, FANOUT, MAX_TREE_DEPTH, ORDER, StateReader, StateWriter
 from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, MODE_TREE, ObjectWriter
 from gitstate.git.reader import ObjectReader
 
@@ -38,10 +39,12 @@ def test_round_trip_of_a_plain_mapping(repo: Path) -> None:
              "list": [1, "two", 3.0], "": "empty key", "a/b": 1, "ü.x": 2, "big": 2**80}
     oid = sw.mapping(state)
     assert sr.mapping(oid) == state
+    assert list(sr.mapping(oid)) == list(state)
     assert [type(v) for v in sr.mapping(oid).values()] == [type(state[k]) for k in sr.mapping(oid)]
     assert sorted(names(sr, oid)) == sorted(["n.cbor", "f.cbor", "b.cbor", "none.cbor", "s.cbor", "bytes.cbor",
                                              "small.cbor", "list.cbor", "%.cbor", "a%2Fb.cbor", "%C3%BC%2Ex.cbor",
-                                             "big.cbor"])
+                                             "big.cbor", ORDER])
+    assert encoding.loads(sr.reader.blob(ids(sr, oid)[ORDER])) == list(state)
     git(repo, "fsck", "--strict")
 
 
@@ -53,12 +56,13 @@ def test_nested_mappings_split_into_map_trees(repo: Path) -> None:
     deep = {"outer": {"inner": wide}}
     state = {"wide": wide, "narrow": narrow, "holding": holding_list, "deep": deep}
     oid = sw.mapping(state)
-    assert sorted(names(sr, oid)) == ["deep.map", "holding.map", "narrow.cbor", "wide.map"]
+    assert sorted(names(sr, oid)) == [ORDER, "deep.map", "holding.map", "narrow.cbor", "wide.map"]
     top = ids(sr, oid)
-    assert sorted(names(sr, top["wide.map"])) == sorted(f"k{i}.cbor" for i in range(16))
-    assert sorted(names(sr, top["holding.map"])) == ["items.list", "x.cbor"]
+    assert sorted(names(sr, top["wide.map"])) == sorted([*(f"k{i}.cbor" for i in range(16)), ORDER])  # k10 < k2
+    assert sorted(names(sr, top["holding.map"])) == ["items.list", "x.cbor"]  # in the tree's order already
     assert names(sr, ids(sr, top["deep.map"])["outer.map"]) == ["inner.map"]
     assert sr.mapping(oid) == state
+    assert list(sr.mapping(oid)) == list(state) and list(sr.mapping(oid)["wide"]) == list(wide)
 
 
 def test_long_lists_are_chunked(repo: Path) -> None:
@@ -128,11 +132,56 @@ def test_appending_a_new_chunk_keeps_every_old_chunk(repo: Path) -> None:
 def test_ids_are_deterministic_across_writers_and_repositories(tmp_path: Path) -> None:
     state = {"history": [{"i": i} for i in range(3000)], "cfg": {f"k{i}": [i] * i for i in range(20)},
              "z": 1, "a": {"b": 2.5}}
-    reordered = dict(reversed(list(state.items())))
+    copy = {k: v for k, v in state.items()}
     one = open_repo(make_repo(tmp_path / "one"))[1].mapping(state)
-    again = open_repo(tmp_path / "one")[1].mapping(reordered)
+    again = open_repo(tmp_path / "one")[1].mapping(copy)
     other = open_repo(make_repo(tmp_path / "two"))[1].mapping(state)
     assert one == again == other
+    reordered = dict(reversed(list(state.items())))
+    _w, sw, sr = open_repo(tmp_path / "one")
+    turned = sw.mapping(reordered)
+    assert turned != one and list(sr.mapping(turned)) == list(reordered)
+    top, top_turned = ids(sr, one), ids(sr, turned)
+    assert top[ORDER] != top_turned[ORDER]  # only the order entry differs: every value is shared
+    assert {k: v for k, v in top.items() if k != ORDER} == {k: v for k, v in top_turned.items() if k != ORDER}
+
+
+def test_key_order_is_kept_at_every_level(repo: Path) -> None:
+    """Nested maps in blobs keep their order (the encoding), split ``.map/`` trees theirs (an
+    ``.order.cbor`` entry); a mapping already in the tree's order gets no entry, so it is laid out
+    as format 1 laid it out."""
+    _w, sw, sr = open_repo(repo)
+    wide = {f"k{i:02d}": {"z": i, "a": [i]} for i in range(20, 0, -1)}  # split: 16+ keys
+    state = {"zeta": {"role": "user", "content": "hi", "meta": {"y": 1, "b": 2}}, "alpha": wide,
+             "mid": [{"z": 1, "a": 2}] * 40}
+    oid = sw.mapping(state)
+    back = sr.mapping(oid)
+    assert back == state
+    assert list(back) == ["zeta", "alpha", "mid"] and list(back["zeta"]) == ["role", "content", "meta"]
+    assert list(back["zeta"]["meta"]) == ["y", "b"]
+    assert list(back["alpha"]) == list(wide) and all(list(v) == ["z", "a"] for v in back["alpha"].values())
+    assert all(list(item) == ["z", "a"] for item in back["mid"])
+    assert ORDER in names(sr, ids(sr, oid)["alpha.map"])
+    in_order = sw.mapping({"a": 1, "b": {f"k{i:02d}": i for i in range(20)}, "c": 3})
+    assert ORDER not in names(sr, in_order) and ORDER not in names(sr, ids(sr, in_order)["b.map"])
+    assert list(sr.mapping(in_order)) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("order", [["a"], ["a", "b", "c"], ["a", "a"], ["a", "x"], [1, "a"], "ab", {"a": 1}],
+                         ids=["missing", "extra", "repeated", "unknown", "not-text", "not-a-list", "a-map"])
+def test_a_wrong_order_entry_is_corrupt(repo: Path, order: object) -> None:
+    writer, _sw, sr = open_repo(repo)
+    one = writer.blob(encoding.dumps(1))
+    tree = writer.tree([("a.cbor", one, MODE_BLOB), ("b.cbor", one, MODE_BLOB),
+                        (ORDER, writer.blob(encoding.dumps(order)), MODE_BLOB)])
+    with pytest.raises(CorruptObjectError, match="order"):
+        sr.mapping(tree)
+    as_tree = writer.tree([("a.cbor", one, MODE_BLOB), (ORDER, writer.tree([("x.cbor", one, MODE_BLOB)]), MODE_TREE)])
+    with pytest.raises(CorruptObjectError, match="wrong object type"):
+        sr.mapping(as_tree)
+    good = writer.tree([("a.cbor", one, MODE_BLOB), ("b.cbor", one, MODE_BLOB),
+                        (ORDER, writer.blob(encoding.dumps(["b", "a"])), MODE_BLOB)])
+    assert list(sr.mapping(good)) == ["b", "a"]
 
 
 def test_equal_looking_values_of_different_types_stay_distinct(repo: Path) -> None:

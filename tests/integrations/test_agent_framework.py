@@ -629,3 +629,31 @@ async def test_cli_shows_workflow_checkpoints(repo: Path, monkeypatch: pytest.Mo
     shown = runner.invoke(cli, ["show", "factors"])
     assert shown.exit_code == 0 and "checkpoint_id" in shown.stdout
     assert runner.invoke(cli, ["verify"]).exit_code == 0
+
+
+async def test_state_keeps_its_key_order(repo: Path, tmp_path: Path) -> None:
+    """Checkpoint fields come back with their maps' keys in the order saved, as from the framework's
+    own storages: small maps (inside blobs), large ones and ones holding long lists (split into
+    trees), nested ones, also from a fresh storage."""
+    wide = {f"key{i:02d}": {"z": i, "a": [i]} for i in range(20, 0, -1)}
+    state = {"zeta": {"y": 1, "b": {"q": 0, "c": 2}}, "alpha": wide, "log": [{"z": n, "a": n} for n in range(40)],
+             "mid": 1}
+    messages = {"writer": [], "planner": []}
+    cp = WorkflowCheckpoint(workflow_name="ordered", graph_signature_hash="h", state=state, messages=messages,
+                            metadata={"zz": 1, "aa": 2})
+    theirs = FileCheckpointStorage(tmp_path / "files")
+    ours = GitCheckpointStorage(repo)
+    await ours.save(cp)
+    await theirs.save(cp)
+
+    def order(v: Any) -> Any:
+        if isinstance(v, dict):
+            return [(k, order(x)) for k, x in v.items()]
+        return [order(x) for x in v] if isinstance(v, list) else v
+
+    reference = await theirs.load(cp.checkpoint_id)
+    for storage in (ours, GitCheckpointStorage(repo)):
+        loaded = await storage.load(cp.checkpoint_id)
+        assert loaded == reference
+        for name in ("state", "messages", "metadata"):
+            assert order(getattr(loaded, name)) == order(getattr(reference, name)) == order(getattr(cp, name)), name

@@ -408,3 +408,29 @@ def test_graph_with_saver_and_store(repo: Path) -> None:
     snapshot = again.get_state({"configurable": {"thread_id": "t2"}})
     assert snapshot.values["answer"] == out["answer"]
     assert verify(store).ok
+
+
+def test_values_keep_their_key_order(repo: Path) -> None:
+    """A value comes back with its keys (and its nested maps' keys) in the order it was put, as from
+    LangGraph's own stores, also from a fresh store, a search, and after a TTL refresh."""
+    value = {"zeta": 1, "alpha": {"y": [{"q": 0, "b": 1.5}], "c": None}, "mid": "x", "Bee": [1, {"z": 1, "a": 2}]}
+    store = GitStore.from_path(repo)
+    store.put(("users", "ada"), "prefs", value)
+    store.put(("users", "ada"), "short", {"b": 1, "a": 2}, ttl=60)
+    reference = InMemoryStore()
+    reference.put(("users", "ada"), "prefs", value)
+
+    def order(v: Any) -> Any:
+        if isinstance(v, dict):
+            return [(k, order(x)) for k, x in v.items()]
+        return [order(x) for x in v] if isinstance(v, list) else v
+
+    for s in (store, GitStore.from_path(repo)):
+        item = s.get(("users", "ada"), "prefs")
+        assert item is not None and order(item.value) == order(reference.get(("users", "ada"), "prefs").value)
+        (found,) = [i for i in s.search(("users",)) if i.key == "prefs"]
+        assert order(found.value) == order(value)
+    refreshed = GitStore.from_path(repo).get(("users", "ada"), "short", refresh_ttl=True)
+    assert refreshed is not None and list(refreshed.value) == ["b", "a"]
+    assert list(GitStore.from_path(repo).get(("users", "ada"), "short").value) == ["b", "a"]
+    assert verify(store.store).ok

@@ -367,3 +367,49 @@ async def test_cli_shows_sessions(repo: Path, monkeypatch: pytest.MonkeyPatch) -
     state = json.loads(shown.stdout)["state"]
     assert state["items"] == [{"role": "user", "content": "hello"}]
     assert runner.invoke(cli, ["verify"]).exit_code == 0
+
+
+def _unsorted_item(n: int) -> dict[str, Any]:
+    """An item whose keys (and its nested maps' keys) are in no sorted order, as the SDK's items
+    are (``type`` before ``role``, ``id`` after ``content``...)."""
+    if n % 3 == 0:
+        return {"type": "message", "role": "user", "content": f"question {n}"}
+    if n % 3 == 1:
+        return {"type": "message", "role": "assistant", "status": "completed", "id": f"msg_{n}",
+                "content": [{"type": "output_text", "text": f"answer {n}", "annotations": [],
+                             "logprobs": {"zeta": 1, "alpha": [{"y": 0.5, "b": None}]}}]}
+    return {"type": "function_call", "name": "lookup", "call_id": f"c{n}",
+            "arguments": json.dumps({"z": n, "a": 1}), "extra": {"z": {"y": 1, "x": 2}, "a": 0}}
+
+
+async def test_items_json_is_byte_for_byte_sqlite_sessions(repo: Path, tmp_path: Path) -> None:
+    """The JSON the model receives is the same text: every item (and every map inside it) keeps its
+    key order, in the tail, in full chunks, after pops, on a branch and in a fresh instance."""
+    ours = GitSession("order", repo)
+    theirs = AdvancedSQLiteSession(session_id="order", db_path=tmp_path / "adv.db", create_tables=True)
+
+    async def same_json(limit: int | None = None, branch: str | None = None) -> None:
+        mine = await (ours.get_items(limit, branch_id=branch) if branch else ours.get_items(limit))
+        ref = await theirs.get_items(limit, branch_id=branch) if branch else await theirs.get_items(limit)
+        assert json.dumps(mine) == json.dumps(ref)
+
+    for start, size in ((0, 3), (3, 7), (10, 40), (50, 50)):  # 100 items: full chunks of 32 and a tail
+        batch = [_unsorted_item(n) for n in range(start, start + size)]
+        for s in (ours, theirs):
+            await s.add_items(batch)
+        await same_json()
+        await same_json(5)
+    assert list((await ours.get_items())[1]) == ["type", "role", "status", "id", "content"]
+    for s in (ours, theirs):
+        assert json.dumps(await s.pop_item()) == json.dumps(_unsorted_item(99))
+    await same_json()
+    await same_json(40)
+    for s in (ours, theirs):
+        await s.create_branch_from_turn(2, "again")
+        await s.add_items([_unsorted_item(1)])
+    await same_json()
+    await same_json(branch="main")
+    fresh = GitSession("order", repo)
+    assert json.dumps(await fresh.get_items(branch_id="main")) == json.dumps(await theirs.get_items(branch_id="main"))
+    assert json.dumps(await fresh.get_items(branch_id="again")) == json.dumps(await theirs.get_items(branch_id="again"))
+    assert verify(fresh.store).ok
