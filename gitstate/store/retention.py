@@ -347,7 +347,7 @@ def plan(store: Store, policy: Policy, *, grace_days: float = DEFAULT_GRACE_DAYS
                                                      info.checkpoints - policy.keep_last,
                                                      *_kept_entries(store, [cp.id for cp in kept])))
     if estimate:
-        result.estimate_bytes, result.estimate_objects = _estimate(store, result)
+        result.estimate_bytes, result.estimate_objects = _estimate(store, result, now)
     return result
 
 
@@ -457,7 +457,7 @@ def _all_reflogs(common_dir: str) -> dict[str, list[str]]:
     return out
 
 
-def _estimate(store: Store, p: Plan) -> tuple[int, int]:
+def _estimate(store: Store, p: Plan, now: bool) -> tuple[int, int]:
     """Bytes and objects the plan gives back, measured: the objects of gitstate's own packs that
     nothing staying reaches (no ref, reflog or index once the plan's refs and pruned lines are
     gone) go; the others are packed as gc would pack them (``git pack-objects --stdout``, counted,
@@ -477,7 +477,7 @@ def _estimate(store: Store, p: Plan) -> tuple[int, int]:
         node_log_ref(pr.worktree, pr.run, pr.branch) for pr in p.prunes}
     for name in affected:
         paths = [os.path.join(common, "logs", *name.split("/"))]
-        if name not in pruned:  # (a pruned branch keeps its ref)
+        if name not in pruned and now:  # (a pruned branch keeps its ref; the trash holds the others)
             paths.append(os.path.join(common, *name.split("/")))
         for path in paths:
             try:
@@ -492,6 +492,9 @@ def _estimate(store: Store, p: Plan) -> tuple[int, int]:
             stay_tips.append(oid)
     for pr in p.prunes:
         stay_tips += pr.kept_entries
+    if not now:  # what goes is kept in the trash for the grace period
+        stay_tips += [o for r in p.runs for _n, o in r.refs] + [pr.tip for pr in p.prunes]
+        stay_tips += [o for pr in p.prunes if (o := store.read_ref(node_log_ref(pr.worktree, pr.run, pr.branch)))]
     stay = _reach(common, stay_tips) or set()
     user = _reach(common, ["--exclude=refs/agentos/*", "--exclude=refs/agentos-trash/*",
                            "--exclude=refs/agentos-pins/*", "--all", "--indexed-objects"], stdin=False)
