@@ -113,6 +113,8 @@ def test_grace_keeps_removed_refs_in_the_trash_until_it_ends(repo: Path) -> None
     assert [s.id for s in store.list_runs()] == []  # listings skip the trash
     trash = R.trash_refs(store)
     assert tip in {oid for _n, oid, _t in trash}
+    fsck(repo)  # the trash keeps the removed run's objects
+    assert store.read_checkpoint(tip).state == {"messages": [f"old message {i} " + "x" * 100 for i in range(4)], "i": 3}
     assert R.plan(store, R.Policy()).expired_trash == []  # within the grace period
     later = trash[0][2] + 8 * 86400
     assert len(R.plan(store, R.Policy(), at=later).expired_trash) == len(trash)
