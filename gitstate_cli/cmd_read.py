@@ -38,12 +38,16 @@ def runs(store: gitstate.Store, all_worktrees: bool, as_json: bool) -> None:
     own for a LangGraph thread); CHECKPOINTS counts that branch's line.
 
     JSON: a list of {"id", "workflow", "branch", "node", "step", "status", "updated_at",
-    "created_at", "checkpoints", "branches", "worktree", "error"}; status is running, completed,
-    failed, interrupted or corrupt (then "error" says why).
+    "created_at", "checkpoints", "branches", "worktree", "error", "pinned"}; status is running,
+    completed, failed, interrupted or corrupt (then "error" says why); pinned runs are never
+    touched by gc (`git agentos pin`).
     """
+    from gitstate.store.retention import pinned
+
     summaries = store.list_runs(all_worktrees=all_worktrees)
+    pins = pinned(store, None if all_worktrees else store.worktree)
     if as_json:
-        out.emit_json([s.to_dict() for s in summaries])
+        out.emit_json([{**s.to_dict(), "pinned": (s.worktree, s.id) in pins} for s in summaries])
         return
     if not summaries:
         click.echo("no runs" + ("" if all_worktrees else f" in worktree {store.worktree!r} (try --all)"))
@@ -53,7 +57,7 @@ def runs(store: gitstate.Store, all_worktrees: bool, as_json: bool) -> None:
         headers.insert(1, "worktree")
     rows = []
     for s in summaries:
-        row: list[Any] = [s.id, s.workflow, out.status(s.status), s.node, s.step, s.checkpoints, s.branches,
+        row: list[Any] = [s.id + (" (pinned)" if (s.worktree, s.id) in pins else ""), s.workflow, out.status(s.status), s.node, s.step, s.checkpoints, s.branches,
                           s.updated_at]
         if all_worktrees:
             row.insert(1, s.worktree)

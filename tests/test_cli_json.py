@@ -87,6 +87,9 @@ CASES: dict[str, list[list[str]]] = {
     "view": [["view", "r", "--html", "{html}"]],
     "textconv": [["textconv", "{cbor}"]],
     "demo": [["demo", "--dir", "{demo}"]],
+    "pin": [["pin", "r"]],
+    "unpin": [["unpin", "r"]],
+    "gc": [["gc", "--keep-last", "2", "--dry-run"], ["gc", "--keep-last", "2", "--status", "running"]],
     "delete": [["delete", "r", "--yes"]],
 }
 
