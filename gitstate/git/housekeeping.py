@@ -18,7 +18,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import pygit2
 
@@ -38,7 +38,7 @@ LEFTOVER_AGE = 120.0  # seconds: a private pack directory this old was left by a
 _MADE: set[str] = set()  # agentos directories known to exist (one makedirs per process, not per write)
 
 
-def _agentos_dir(common_dir: str) -> str:
+def agentos_dir(common_dir: str) -> str:
     path = os.path.join(common_dir, "agentos")
     if path not in _MADE:
         os.makedirs(path, exist_ok=True)
@@ -74,7 +74,7 @@ def _append(path: str, data: bytes) -> int:
 
 
 def _journal(common_dir: str) -> str:
-    return os.path.join(_agentos_dir(common_dir), "loose.journal")
+    return os.path.join(agentos_dir(common_dir), "loose.journal")
 
 
 def record(common_dir: str, oids: Iterable[str]) -> int:
@@ -92,7 +92,7 @@ def _loose_path(common_dir: str, oid: str) -> str:
 PACK_TMP_PREFIX = "agentos-pack-"  # private directories under objects/ that packs are written into
 
 
-def _pack_objects(common_dir: str, pack_dir: str, ids: str) -> str | None:
+def pack_objects(common_dir: str, pack_dir: str, ids: str) -> str | None:
     """Write the objects ``ids`` names (one hex id a line) into one new pack with deltas (``git
     pack-objects``, run with ``LC_ALL=C``) and put it in place; return its name (``pack-<hash>``),
     or ``None`` when git failed (nothing installed).
@@ -127,7 +127,7 @@ def _remove_leftover_dirs(common_dir: str) -> None:
     merges (with the lock held; the age limit spares one that a packer on another machine, whose
     flock this kernel may not see, still writes)."""
     objects = os.path.join(common_dir, "objects")
-    kept_tmp = os.path.join(glob.escape(_agentos_dir(common_dir)), TX_PACKS + ".kept.*.tmp")
+    kept_tmp = os.path.join(glob.escape(agentos_dir(common_dir)), TX_PACKS + ".kept.*.tmp")
     for path in glob.glob(os.path.join(glob.escape(objects), PACK_TMP_PREFIX + "*")) + glob.glob(kept_tmp):
         try:
             if time.time() - os.stat(path).st_mtime > LEFTOVER_AGE:
@@ -139,7 +139,7 @@ def _remove_leftover_dirs(common_dir: str) -> None:
             pass
 
 
-def _read_names(path: str) -> list[str]:
+def read_names(path: str) -> list[str]:
     try:
         with safeopen.open_file(path, encoding="ascii", errors="replace") as fh:
             return [line.strip() for line in fh if line.strip()]
@@ -147,7 +147,7 @@ def _read_names(path: str) -> list[str]:
         return []
 
 
-def _write_names(path: str, names: Iterable[str]) -> None:
+def write_names(path: str, names: Iterable[str]) -> None:
     """Replace the list file ``path`` by ``names`` (through a temporary file renamed over it)."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with safeopen.open_file(tmp, "w", encoding="ascii", replace_special=True) as fh:
@@ -155,10 +155,10 @@ def _write_names(path: str, names: Iterable[str]) -> None:
     os.replace(tmp, path)
 
 
-def _lock(common_dir: str, wait: float) -> lockfile.FileLock | None:
+def lock_housekeeping(common_dir: str, wait: float) -> lockfile.FileLock | None:
     """The housekeeping lock, waited for up to ``wait`` seconds: ``None`` when another process holds
     it (with a ``wait``, :class:`HousekeepingBusy` when it held it all that time)."""
-    path = os.path.join(_agentos_dir(common_dir), "housekeeping.lock")
+    path = os.path.join(agentos_dir(common_dir), "housekeeping.lock")
     deadline = time.monotonic() + wait
     while (lock := lockfile.acquire(path)) is None:
         if time.monotonic() >= deadline:
@@ -175,7 +175,7 @@ def pack_loose(repo: pygit2.Repository, common_dir: str) -> int:
     Safe to call at any time and from any process: it packs only objects listed in the journal that
     are still loose, and deletes a loose file only after the pack holding it is complete. (``repo``
     is not used: git reads the objects.)"""
-    lock = _lock(common_dir, 0.0)
+    lock = lock_housekeeping(common_dir, 0.0)
     if lock is None:
         return 0
     with lock:
@@ -211,21 +211,21 @@ def _pack_locked(common_dir: str) -> int:
     loose = loose[:PACK_STEP]
     if later:  # the rest is written back for the next step before the batches go
         rest = f"{journal}.{os.getpid()}-rest.packing"
-        _write_names(rest, later)
+        write_names(rest, later)
         batches = [b for b in batches if b != rest]
     pack_dir = os.path.join(common_dir, "objects", "pack")
     os.makedirs(pack_dir, exist_ok=True)
     name = None
     if loose:
-        name = _pack_objects(common_dir, pack_dir, "".join(o + "\n" for o in loose))
+        name = pack_objects(common_dir, pack_dir, "".join(o + "\n" for o in loose))
         if name is None:
             raise OSError(f"git pack-objects could not pack {len(loose)} loose objects")
-    listed = os.path.join(_agentos_dir(common_dir), "packs")
-    ours = [n for n in _read_names(listed) if os.path.exists(os.path.join(pack_dir, n + ".idx"))]
+    listed = os.path.join(agentos_dir(common_dir), "packs")
+    ours = [n for n in read_names(listed) if os.path.exists(os.path.join(pack_dir, n + ".idx"))]
     if name:
         if name not in ours:
             ours.append(name)
-        _write_names(listed, ours)
+        write_names(listed, ours)
         for oid in loose:
             try:
                 os.unlink(_loose_path(common_dir, oid))
@@ -241,7 +241,7 @@ def _pack_locked(common_dir: str) -> int:
     if len(ours) >= MERGE_THRESHOLD and not git_gc_running(common_dir):
         merged = _merge_with_deltas(common_dir, pack_dir, ours)
         if merged is not None:
-            _write_names(listed, [merged])
+            write_names(listed, [merged])
     if refs.count_loose_refs(common_dir) >= REF_PACK_THRESHOLD:
         refs.pack_refs(common_dir)
     return len(loose)
@@ -322,7 +322,7 @@ def record_tx_pack(common_dir: str, name: str) -> int:
     """Note a pack a transaction wrote; return how many transaction packs are listed."""
     path = _TX_PACKS_PATHS.get(common_dir)
     if path is None:  # (a folder removed since is made again by _append)
-        path = _TX_PACKS_PATHS[common_dir] = os.path.join(_agentos_dir(common_dir), TX_PACKS)
+        path = _TX_PACKS_PATHS[common_dir] = os.path.join(agentos_dir(common_dir), TX_PACKS)
     size = _append(path, f"{name}\n".encode("ascii"))
     return size // (len(name) + 1)
 
@@ -334,18 +334,18 @@ class HousekeepingBusy(Exception):
 def merge_tx_packs(common_dir: str, wait: float = 0.0) -> str | None:
     """Merge transaction packs geometrically (the packs ``git repack --geometric=2`` would choose,
     merged by :func:`_merge_with_deltas`) so their number stays logarithmic, and remove what killed
-    writers left (:func:`_sweep_leftovers`). Runs under the housekeeping lock (see :func:`_lock`
+    writers left (:func:`_sweep_leftovers`). Runs under the housekeeping lock (see :func:`lock_housekeeping`
     for ``wait``); returns the merged pack's name, or ``None`` when nothing was merged.
 
     Writers append their packs to ``tx-packs``; the packs a merge leaves are listed in
     ``tx-packs.kept``, so ``tx-packs`` holds the packs written since the last merge. It is taken
     aside by a rename first (names appended meanwhile land in a fresh list); a killed merge leaves
     its ``.merging`` file, read by the next one."""
-    lock = _lock(common_dir, wait)
+    lock = lock_housekeeping(common_dir, wait)
     if lock is None:
         return None
     with lock:
-        return _merge_tx_locked(common_dir, _agentos_dir(common_dir))
+        return _merge_tx_locked(common_dir, agentos_dir(common_dir))
 
 
 def remove_dead_keeps(common_dir: str, max_age: float = ORPHAN_AGE) -> list[str]:
@@ -412,7 +412,7 @@ def _merge_tx_locked(common_dir: str, agentos: str) -> str | None:
         pass
     sources = sorted(glob.glob(glob.escape(path) + ".*.merging"))
     kept_path = path + ".kept"
-    names = list(dict.fromkeys(n for src in [kept_path, *sources] for n in _read_names(src)))
+    names = list(dict.fromkeys(n for src in [kept_path, *sources] for n in read_names(src)))
     weights = []
     kept = []  # packs of transactions still under way (or of killed ones, until their .keep goes)
     for name in names:
@@ -430,14 +430,14 @@ def _merge_tx_locked(common_dir: str, agentos: str) -> str | None:
     if merged is None:
         chosen = []  # nothing merged: every pack stays listed
     keep = kept + [n for n, _w in weights if n not in chosen] + ([merged] if merged else [])
-    _write_names(kept_path, keep)  # before the sources go: a crash in between only lists names twice
+    write_names(kept_path, keep)  # before the sources go: a crash in between only lists names twice
     for src in sources:
         os.unlink(src)
     return merged
 
 
 def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str]) -> str | None:
-    """Write every object of the packs ``chosen`` into one pack with deltas (:func:`_pack_objects`),
+    """Write every object of the packs ``chosen`` into one pack with deltas (:func:`pack_objects`),
     then remove the merged-away packs; returns its name, or ``None`` when nothing was merged (every
     pack left in place).
 
@@ -453,129 +453,7 @@ def _merge_with_deltas(common_dir: str, pack_dir: str, chosen: list[str]) -> str
         lines = "".join(packs.index_id_lines(os.path.join(pack_dir, name + ".idx")) for name in chosen)
     except (OSError, GitStateError):
         return None  # removed or damaged meanwhile: merge nothing now
-    name = _pack_objects(common_dir, pack_dir, lines)
+    name = pack_objects(common_dir, pack_dir, lines)
     if name is not None:
         packs.remove_packs(pack_dir, [source for source in chosen if source != name])
     return name
-
-
-# -- giving bytes back (git agentos gc) -----------------------------------------------------------
-
-RECLAIM_WAIT = 30.0  # seconds gc waits for another process's housekeeping before giving up
-RECLAIM_ROUNDS = 4  # reachability passes before the old packs go (each one packs what the last missed)
-
-
-class Reclaimed:
-    """What :func:`reclaim` did: the packs it removed and wrote, and how many objects it dropped."""
-
-    def __init__(self) -> None:
-        self.removed: list[str] = []
-        self.written: list[str] = []
-        self.dropped = 0
-        self.deferred = ""  # why nothing was removed, when nothing was
-
-    def to_dict(self) -> dict[str, object]:
-        """A JSON-friendly form."""
-        return {"removed_packs": self.removed, "written_packs": self.written, "dropped_objects": self.dropped,
-                "deferred": self.deferred or None}
-
-
-def own_packs(common_dir: str) -> list[str]:
-    """gitstate's own packs that are in place and not kept (no ``.keep``: no transaction under way
-    uses them): those listed in ``agentos/packs``, ``agentos/tx-packs`` and ``tx-packs.kept``."""
-    agentos = _agentos_dir(common_dir)
-    pack_dir = os.path.join(common_dir, "objects", "pack")
-    lists = [os.path.join(agentos, "packs"), os.path.join(agentos, TX_PACKS), os.path.join(agentos, TX_PACKS + ".kept")]
-    lists += glob.glob(glob.escape(os.path.join(agentos, TX_PACKS)) + ".*.merging")
-    names = dict.fromkeys(n for path in lists for n in _read_names(path) if packs.is_pack_name(n))
-    return [n for n in names if os.path.exists(os.path.join(pack_dir, n + ".idx"))
-            and not os.path.exists(os.path.join(pack_dir, n + ".keep"))]
-
-
-def bump_gc_epoch(common_dir: str) -> None:
-    """Rewrite ``objects/info/packs`` (the list of packs ``git update-server-info`` writes, which
-    every ``git repack`` rewrites too) so that :func:`gitstate.git.objects.gc_epoch` changes: every
-    writer's next transaction then stops trusting its caches of objects known to exist and writes
-    again what it stages instead of naming a copy that gc is about to drop."""
-    objects = os.path.join(common_dir, "objects")
-    info = os.path.join(objects, "info")
-    os.makedirs(info, exist_ok=True)
-    names = sorted(n for n in os.listdir(os.path.join(objects, "pack")) if n.endswith(".pack"))
-    path = os.path.join(info, "packs")
-    tmp = f"{path}.{os.getpid()}.agentos.tmp"
-    with safeopen.open_file(tmp, "w", encoding="ascii", replace_special=True) as fh:
-        fh.write("".join(f"P {n}\n" for n in names) + "\n")
-    os.replace(tmp, path)
-
-
-def reclaim(common_dir: str, reachable: Callable[[], set[str] | None], wait: float = RECLAIM_WAIT) -> Reclaimed:
-    """Rewrite gitstate's own packs (:func:`own_packs`) without the objects nothing reaches, and
-    remove the old ones; the user's packs and loose objects are never touched.
-
-    ``reachable()`` returns every object id some ref, reflog or index reaches (``None``: it could
-    not tell, and nothing is removed). The protocol, under the housekeeping lock (no pack, merge or
-    other gc meanwhile): the gc epoch is bumped first (:func:`bump_gc_epoch`), so transactions that
-    begin from now on write again every object they stage; then the objects of the old packs that
-    ``reachable()`` names go into one new pack; ``reachable()`` is asked again and what it names
-    now that the new packs lack (published meanwhile by a transaction that began before the bump)
-    is packed too, until a pass finds nothing new; only then do the old packs go (a pack that got a
-    ``.keep`` meanwhile stays), and the epoch is bumped again. Packs written after the list was
-    read are never touched. Deferred (nothing removed) while a ``git gc`` runs."""
-    result = Reclaimed()
-    lock = _lock(common_dir, wait)
-    assert lock is not None
-    with lock:
-        pack_dir = os.path.join(common_dir, "objects", "pack")
-        candidates = own_packs(common_dir)
-        if not candidates:
-            return result
-        bump_gc_epoch(common_dir)
-        ids: set[str] = set()
-        for name in candidates:
-            try:
-                ids.update(packs.index_id_lines(os.path.join(pack_dir, name + ".idx")).split())
-            except (OSError, GitStateError):
-                result.deferred = f"cannot read {name}.idx"
-                return result
-        kept: set[str] = set()
-        settled = False
-        for _round in range(RECLAIM_ROUNDS):
-            found = reachable()
-            if found is None:
-                result.deferred = "could not list the reachable objects"
-                return result
-            more = sorted((ids & found) - kept)
-            if not more:
-                settled = True
-                break
-            new = _pack_objects(common_dir, pack_dir, "".join(o + "\n" for o in more))
-            if new is None:
-                result.deferred = "git pack-objects failed"
-                return result
-            result.written.append(new)
-            kept.update(more)
-        if not settled:
-            result.deferred = "the store kept changing"
-            return result
-        if git_gc_running(common_dir):
-            result.deferred = "a git gc is running"
-            return result
-        doomed = [n for n in candidates if n not in result.written]
-        agentos = _agentos_dir(common_dir)
-        # the lists first (a pack listed but gone is skipped by every reader of the lists)
-        kept_path = os.path.join(agentos, TX_PACKS + ".kept")
-        gone = set(doomed)
-        _write_names(kept_path, [n for n in _read_names(kept_path) if n not in gone] +
-                     [n for n in result.written if n not in _read_names(kept_path)])
-        listed = os.path.join(agentos, "packs")
-        if os.path.exists(listed):
-            _write_names(listed, [n for n in _read_names(listed) if n not in gone])
-        packs.remove_packs(pack_dir, doomed)
-        result.removed = [n for n in doomed if not os.path.exists(os.path.join(pack_dir, n + ".idx"))]
-        result.dropped = len(ids - kept)
-        bump_gc_epoch(common_dir)
-        stamp = os.path.join(agentos, "merged")  # other processes' handles reopen the object database
-        with safeopen.open_file(stamp, "a", encoding="ascii", replace_special=True):
-            pass
-        os.utime(stamp)
-    return result

@@ -1,6 +1,6 @@
 """Retention: which runs, branches and checkpoints go (:func:`plan`, which writes nothing), taking
 them away through the store's transactions (:func:`apply`), and giving their bytes back
-(:func:`gitstate.git.housekeeping.reclaim`). Pins (:func:`pin`) keep a run out of every policy.
+(:func:`gitstate.store.reclaim.reclaim`). Pins (:func:`pin`) keep a run out of every policy.
 
 A :class:`Policy` selects among *finished* runs (status ``completed`` or ``failed``; a ``running``
 or ``interrupted`` run only when named): ``older_than`` removes whole runs not updated since,
@@ -36,9 +36,10 @@ from gitstate.format.names import (
     node_log_ref,
     run_prefix,
 )
-from gitstate.git import housekeeping, packs
+from gitstate.git import packs
 from gitstate.git.command import run_git
 from gitstate.git.refs import list_refs, read_ref
+from gitstate.store import reclaim as reclaiming
 from gitstate.store.store import RunSummary, Store
 from gitstate.store.transaction import Transaction
 
@@ -144,7 +145,7 @@ class Result:
     failed: list[tuple[str, str]]
     bytes_before: int
     bytes_after: int
-    reclaimed: housekeeping.Reclaimed | None
+    reclaimed: reclaiming.Reclaimed | None
     trashed: list[str]
 
     @property
@@ -504,7 +505,7 @@ def _estimate(store: Store, p: Plan, now: bool) -> tuple[int, int]:
     pack_dir = os.path.join(common, "objects", "pack")
     ids: set[str] = set()
     old_bytes = 0
-    for name in housekeeping.own_packs(common):
+    for name in reclaiming.own_packs(common):
         try:
             ids.update(packs.index_id_lines(os.path.join(pack_dir, name + ".idx")).split())
             old_bytes += sum(os.stat(os.path.join(pack_dir, name + ext)).st_size for ext in (".pack", ".idx"))
@@ -630,7 +631,7 @@ def apply(store: Store, p: Plan, *, now: bool = False, reclaim: bool = True) -> 
     store.forget_objects()
     reclaimed = None
     if reclaim:
-        reclaimed = housekeeping.reclaim(common, lambda: reachable_objects(store))
+        reclaimed = reclaiming.reclaim(common, lambda: reachable_objects(store))
     return Result(p, failed, before, git_dir_size(common), reclaimed, trashed)
 
 
