@@ -270,5 +270,5 @@ def test_private_index_in_a_linked_worktree(three: Path, tmp_path: Path) -> None
     store = gitstate.open_store(wt)
     names = {e.name for e in store.repo[store.workspace.snapshot().tree]}  # type: ignore[attr-defined]
     assert "only-here.txt" in names and "a.txt" in names
-    assert store.workspace.index_path.endswith(f"index-{store.location.worktree}")
-    assert store.location.worktree != "main"
+    assert store.workspace.index_path.endswith(f"index-{store.worktree}")
+    assert store.worktree != "main"

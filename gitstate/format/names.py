@@ -1,13 +1,13 @@
 """The layout of gitstate's refs under ``refs/agentos/`` (``<worktree>/runs/<run>/run``,
 ``.../heads/<branch>``, ``.../files/<path>``) and the checks on the names users choose. Names are
-encoded into ref components by :mod:`gitstate.git.refnames` (re-exported here)."""
+encoded into ref components by :mod:`gitstate.format.refnames` (re-exported here)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from gitstate.errors import InvalidNameError
-from gitstate.git.refnames import MAX_COMPONENT, decode_component, encode_component
+from gitstate.format.refnames import MAX_COMPONENT, decode_component, encode_component
 
 NAMESPACE = "refs/agentos/"
 #: Where a pull stages fetched refs before merging them (never a place runs live).
@@ -37,6 +37,16 @@ def _shown_bytes(name: str) -> str:
     except UnicodeEncodeError:
         return name.encode("ascii", "backslashreplace").decode("ascii")
     return raw.decode("ascii", "backslashreplace")
+
+
+MAIN_WORKTREE = "main"  # the worktree key of a repository's main worktree
+LINKED_PREFIX = "wt-"  # + the encoded id of a linked worktree's admin dir (<common>/worktrees/<id>)
+
+
+def worktree_key(linked_id: str | None) -> str:
+    """The key of a worktree in ref names: ``main``, or ``wt-<id>`` for the linked worktree whose
+    admin dir is ``<common dir>/worktrees/<id>`` (the id is unique per repository)."""
+    return MAIN_WORKTREE if linked_id is None else LINKED_PREFIX + encode_component(linked_id)
 
 
 def worktree_prefix(worktree: str) -> str:

@@ -42,21 +42,18 @@ from gitstate.errors import (
     UnsupportedRepositoryError,
 )
 from gitstate.git.command import check_git_version, last_line, run_git
-from gitstate.git.refnames import encode_component
-
-MAIN_WORKTREE = "main"
-LINKED_PREFIX = "wt-"
 
 
 @dataclass(frozen=True)
 class Location:
     """Where a store lives: the git dir of its worktree, the shared (common) git dir, the work tree
-    (``None`` for a bare repository) and the worktree key used in ref names."""
+    (``None`` for a bare repository) and, for a linked worktree, the id of its admin dir
+    (``<common>/worktrees/<id>``; ``None`` for the main worktree)."""
 
     git_dir: str
     common_dir: str
     workdir: str | None
-    worktree: str
+    linked_id: str | None
 
 
 def _unsupported_feature(git_dir: str, message: str) -> str | None:
@@ -308,20 +305,19 @@ def open_repository(path: str | os.PathLike[str] | None = None) -> pygit2.Reposi
 
 
 def locate(repo: pygit2.Repository) -> Location:
-    """Describe an open repository: its git dirs, work tree and worktree key."""
+    """Describe an open repository: its git dirs, work tree and linked worktree id."""
     git_dir = os.path.realpath(repo.path)
     commondir_file = os.path.join(git_dir, "commondir")
     if os.path.isfile(commondir_file):
         with open(commondir_file, encoding="utf-8") as fh:
             rel = fh.read().strip()
         common = os.path.realpath(os.path.join(git_dir, rel))
-        # A linked worktree's admin dir is <common>/worktrees/<id>; the id is unique per repository.
-        worktree = LINKED_PREFIX + encode_component(os.path.basename(git_dir))
+        linked: str | None = os.path.basename(git_dir)  # <common>/worktrees/<id>
     else:
         common = git_dir
-        worktree = MAIN_WORKTREE
+        linked = None
     workdir = None if repo.is_bare or repo.workdir is None else os.path.realpath(repo.workdir)
-    return Location(git_dir=git_dir, common_dir=common, workdir=workdir, worktree=worktree)
+    return Location(git_dir=git_dir, common_dir=common, workdir=workdir, linked_id=linked)
 
 
 def check_present(git_dir: str) -> None:

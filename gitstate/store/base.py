@@ -28,6 +28,7 @@ from gitstate.errors import (
 )
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint
+from gitstate.format.names import worktree_key
 from gitstate.git import durability, handles, housekeeping, packs, refs, safeopen
 from gitstate.git.command import check_git_version
 from gitstate.git.durability import Durability
@@ -144,7 +145,7 @@ class StoreCore:
     @property
     def worktree(self) -> str:
         """The worktree key used in this store's ref names (``main`` or ``wt-<id>``)."""
-        return self.location.worktree
+        return worktree_key(self.location.linked_id)
 
     @property
     def path(self) -> str:

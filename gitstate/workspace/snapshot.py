@@ -66,6 +66,7 @@ from gitstate.errors import (
     UsageError,
     WorktreeBusyError,
 )
+from gitstate.format.names import worktree_key
 from gitstate.git import lockfile, safeopen
 from gitstate.git.command import last_line, run_git
 from gitstate.git.location import Location
@@ -156,7 +157,7 @@ class Workspace:
         self.workdir = loc.workdir
         agentos = os.path.join(loc.common_dir, "agentos")
         os.makedirs(agentos, exist_ok=True)
-        self.index_path = os.path.join(agentos, f"index-{loc.worktree}")
+        self.index_path = os.path.join(agentos, f"index-{worktree_key(loc.linked_id)}")
         self._local = threading.local()
         self._tracked_sig: tuple[Any, ...] | None = None
         self._user_cache: tuple[tuple[int, int, int] | None, frozenset[str]] | None = None

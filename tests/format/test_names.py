@@ -1,4 +1,4 @@
-"""gitstate.format.names and gitstate.git.refnames: the encoding of any string into one ref
+"""gitstate.format.names and gitstate.format.refnames: the encoding of any string into one ref
 component is reversible, yields only names git accepts, never collides, and decoding refuses text
 the encoder could not have produced; check_name's limits; parse_ref on gitstate and foreign refs."""
 
