@@ -132,7 +132,7 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
     def write(run: gitstate.Run) -> gitstate.Checkpoint:
         with out.progress("snapshotting files") as step:
             return run.checkpoint(state, node=node, trigger=trigger, status=status, metadata=metadata or None,
-                                  branch=branch, expect=expect, progress=step, mark_node=node is not None, **kwargs)
+                                  branch=branch, expect=expect, progress=step, **kwargs)
 
     try:
         cp = write(run)

@@ -217,6 +217,13 @@ def blocks_open() -> bool:
     return bool(_OPEN.get())
 
 
+def block_open(key: tuple[str, str, str], branch: str) -> bool:
+    """Whether a node block of run ``key`` on ``branch`` is open in this context (its checkpoints
+    then belong to that block's boundary, not to node steps of their own)."""
+    return any((written := ref()) is not None and written.key == key and written.branch == branch
+               for ref in _OPEN.get())
+
+
 def note_written(key: tuple[str, str, str], branch: str, oid: str) -> None:
     """A checkpoint ``oid`` was written (its ref moved) on ``branch`` of run ``key`` in this
     context: each block open here on that branch of that run wrote it."""
