@@ -340,7 +340,8 @@ def test_open_node_is_running(store: gitstate.Store) -> None:
 
 @pytest.mark.parametrize(("status", "expected"), [("completed", "completed"), ("done", "completed"),
                                                   ("failed", "failed"), ("interrupted", "interrupted"),
-                                                  (None, "running")])
+                                                  ("paused", "interrupted"), ("stopped", "stopped"),
+                                                  ("cancelled", "stopped"), (None, "running")])
 def test_derived_status(store: gitstate.Store, status: str | None, expected: str) -> None:
     store.create_run(run_id="s").checkpoint({"a": 1}, status=status)
     assert store.list_runs()[0].status == expected

@@ -820,7 +820,7 @@ class Run:
         """Node boundaries of a branch whose checkpoints are on its current line, in the order the
         nodes were entered (boundaries of the earlier checkpoint-pair format first). A LangGraph
         thread's are derived from its checkpoints: each node step is a boundary whose entry and
-        exit are the checkpoint it produced, or the checkpoint where it failed or was interrupted
+        exit are the checkpoint it produced, or the checkpoint where it failed or called ``interrupt()``
         (status ``failed``/``interrupted`` until it completes; see
         :func:`gitstate.format.lgtree.boundaries`)."""
         history = list(self.history(branch))
