@@ -54,6 +54,13 @@ def agentos(repo: Path, *args: str) -> str:
     return result.stdout
 
 
+def column(table: list[str], name: str) -> list[str]:
+    """The cells of column ``name`` of a table's rows (cells hold no spaces; the header's
+    "LANGGRAPH ID" is two words)."""
+    header = table[0].replace("LANGGRAPH ID", "LANGGRAPH_ID").split()
+    return [row.split()[header.index(name)] for row in table[1:]]
+
+
 def chat_thread(repo: Path, thread: str = "t") -> tuple[Any, dict[str, Any]]:
     """A chat graph run to its interrupt and resumed to END: agent, tool, review (interrupts)."""
     graph = chat_graph(GitCheckpointSaver(gitstate.open_store(repo)))
@@ -95,9 +102,9 @@ def test_log_nodes_and_steps_as_langgraph_numbers_them(repo: Path) -> None:
     rows = json.loads(agentos(repo, "log", "t", "--json"))
     assert [r["metadata"]["langgraph_step"] for r in rows] == [s.metadata["step"] for s in states]
     table = agentos(repo, "log", "t").splitlines()
-    assert table[0].split()[:3] == ["ID", "STEP", "NODE"]
-    assert [line.split()[1] for line in table[1:]] == [str(s.metadata["step"]) for s in states]
-    assert [line.split()[2] for line in table[1:4]] == ["tool", "agent", "-"]
+    assert table[0].split()[:5] == ["ID", "LANGGRAPH", "ID", "STEP", "NODE"]
+    assert column(table, "STEP") == [str(s.metadata["step"]) for s in states]
+    assert column(table, "NODE")[:3] == ["tool", "agent", "-"]
     # stopped at review's interrupt: the node is interrupted, its question is a pending write
     nodes = json.loads(agentos(repo, "nodes", "t", "--json"))
     assert [(n["node"], n["status"]) for n in nodes] == [("agent", "completed"), ("tool", "completed"),
@@ -132,7 +139,7 @@ def test_one_step_numbering_for_a_thread_everywhere(repo: Path) -> None:
     positions = [cp.step for cp in run.history()]
     assert positions != lg_steps  # the position on the branch is another numbering
     assert [cp.display_step for cp in run.history()] == lg_steps
-    assert [line.split()[1] for line in agentos(repo, "log", "t").splitlines()[1:]] == [str(n) for n in lg_steps]
+    assert column(agentos(repo, "log", "t").splitlines(), "STEP") == [str(n) for n in lg_steps]
     assert [r["step"] for r in json.loads(agentos(repo, "log", "t", "--json"))] == lg_steps
     assert "step:         3\n" in agentos(repo, "show", "t")
     runs = {r["id"]: r for r in json.loads(agentos(repo, "runs", "--json"))}
