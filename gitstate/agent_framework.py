@@ -7,7 +7,10 @@ saved ``WorkflowCheckpoint`` is a commit whose parent is the commit of its
 ``previous_checkpoint_id``. A checkpoint whose previous one is a branch tip extends that branch;
 the first chain of a workflow is branch ``main``, any other (a second run of the workflow, a resume
 from an older checkpoint) starts a branch named after its first checkpoint id, forked at its
-previous checkpoint, so ``git log`` shows where a resumed run branched off.
+previous checkpoint, so ``git log`` shows where a resumed run branched off. A checkpoint with
+pending requests (``pending_request_info_events``: the workflow waits for an answer) records the
+status ``interrupted``; the framework never says a workflow finished, so a run whose latest
+checkpoint waits for nothing is listed as ``saved`` (not ``running``).
 
 Checkpoint ids are the storage's keys, as in the framework's own storages: an id is stored once
 among all the workflows (of the worktree). Saving an id again, under its workflow or another one,
@@ -483,6 +486,7 @@ class GitCheckpointStorage:
             cp = run.stage_checkpoint(
                 tx, tip, cpfmt.state_entry(tx.writer, state), branch=branch, node="superstep",
                 trigger=f"iteration {checkpoint.iteration_count}", metadata=metadata,
+                status="interrupted" if checkpoint.pending_request_info_events else None,
                 fork_from=parent if tip is None else None)
             moved = tx.updates.pop()  # the branch's move, staged again below from its current value
             assert moved.ref == run.ref(branch)

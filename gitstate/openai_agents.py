@@ -9,7 +9,9 @@ so appending rewrites only the last chunk and a 1,000-turn session costs about t
 items. ``pop_item`` and ``clear_session`` are checkpoints too, so ``git agentos log <session>``
 shows the whole conversation's history. Items are stored as the SDK's ``SQLiteSession`` stores them
 (JSON-like data: what ``json.dumps`` accepts, read back as ``json.loads`` gives it, maps with their
-keys in their order), and every call returns what ``SQLiteSession`` returns for the same calls. See docs/FORMAT.md, "Framework
+keys in their order), and every call returns what ``SQLiteSession`` returns for the same calls. A
+session never says it finished, so ``git agentos runs`` lists it as ``saved`` (not ``running``). See
+docs/FORMAT.md, "Framework
 integrations"."""
 
 from __future__ import annotations

@@ -34,13 +34,14 @@ def runs(store: gitstate.Store, all_worktrees: bool, as_json: bool) -> None:
       git agentos runs --all
 
     STATUS follows 'git agentos help status' (a LangGraph thread: from its latest checkpoint,
-    interrupted while tasks are pending there); STEP is the step of the branch's tip (LangGraph's
-    own for a LangGraph thread); CHECKPOINTS counts that branch's line.
+    interrupted while an interrupt() waits there, stopped before a task that did not run; a
+    session or memory store that never says it finished: saved); STEP is the step of the
+    branch's tip (LangGraph's own for a LangGraph thread); CHECKPOINTS counts that branch's line.
 
     JSON: a list of {"id", "workflow", "branch", "node", "step", "status", "updated_at",
     "created_at", "checkpoints", "branches", "worktree", "error", "pinned"}; status is running,
-    completed, failed, interrupted or corrupt (then "error" says why); pinned runs are never
-    touched by gc (`git agentos pin`).
+    completed, failed, interrupted, stopped, saved or corrupt (then "error" says why); pinned runs
+    are never touched by gc (`git agentos pin`).
     """
     from gitstate.store.retention import pinned
 
@@ -70,7 +71,8 @@ def runs(store: gitstate.Store, all_worktrees: bool, as_json: bool) -> None:
 
 def shown_status(cp: gitstate.Checkpoint, tip: str | None) -> str | None:
     """A checkpoint's status as printed: the recorded one; for the branch's tip (``tip``: its id),
-    the status of the line (a LangGraph thread stopped with tasks pending reads ``interrupted``)."""
+    the status of the line (a LangGraph thread stopped before a task that did not write reads
+    ``stopped``)."""
     return (cp.tip_status if cp.id == tip else cp.status) or cp.node_status
 
 
@@ -112,8 +114,8 @@ def log(store: gitstate.Store, ref: str, branch: str | None, limit: int | None, 
 
     For a LangGraph thread, STEP is LangGraph's step (-1 for the input checkpoint), NODE the
     node(s) whose step produced the checkpoint, and STATUS what was recorded (running: tasks were
-    pending) but on the branch's tip, which shows the thread's status (interrupted when tasks are
-    pending there: 'git agentos help status').
+    pending) but on the branch's tip, which shows the thread's status (interrupted at a pending
+    interrupt(), stopped before a task that did not run: 'git agentos help status').
 
     \b
     Examples:
@@ -333,10 +335,10 @@ def nodes(store: gitstate.Store, run_id: str, branch: str | None, as_json: bool)
 
     JSON: a list of {"node", "entry", "exit", "status", "branch"}; entry and exit are checkpoint
     ids (exit is null while the node is running); status is completed, failed or running, or
-    interrupted when the process that opened the node ended inside it (killed; it is never
+    stopped when the process that opened the node ended inside it (killed; it is never
     closed, 'git agentos help status'); branch is the branch listed. A LangGraph
     thread's nodes come from its checkpoints: entry and exit are the checkpoint a node step
-    produced (or where it failed or stopped; status failed or interrupted).
+    produced (or where it failed or called interrupt(); status failed or interrupted).
     """
     loc = locate_branch(store, run_id, branch)
     boundaries = store.get_run(loc.run).nodes(loc.branch)

@@ -87,11 +87,15 @@ def check_command() -> CommandCheck:
               help="Also install the pre-push hook that refuses pushing checkpoints (refs/agentos/..., "
                    "or any ref whose new commits include gitstate commits) to remotes not allowed by "
                    "agentos.pushRemotes (an existing hook is chained).")
+@click.option("--hide-refs", is_flag=True,
+              help="Also keep checkpoint refs out of git log's decorations (log.excludeDecoration="
+                   "refs/agentos/ in .git/config). To keep the checkpoints out of git log --all or "
+                   "gitk --all, put --exclude='refs/agentos/*' before --all.")
 @click.option("--check", "check_only", is_flag=True,
               help="Change nothing; report whether the textconv, attributes and hook work (exit 1 if not).")
 @out.json_option
 @pass_store
-def setup(store: gitstate.Store, hooks: bool, check_only: bool, as_json: bool) -> None:
+def setup(store: gitstate.Store, hooks: bool, hide_refs: bool, check_only: bool, as_json: bool) -> None:
     """Configure plain git to print checkpoints as readable state.
 
     Registers a textconv diff driver so that `git show <checkpoint>`, `git log -p <run ref>` and
@@ -103,6 +107,12 @@ def setup(store: gitstate.Store, hooks: bool, check_only: bool, as_json: bool) -
     leak guard where git looks for hooks (core.hooksPath respected); an existing pre-push hook
     is kept as pre-push.gitstate-chained and runs first.
 
+    Checkpoints are commits under refs/agentos/, so `git log --all`, `gitk --all` and IDE graphs
+    list them. `git log --exclude='refs/agentos/*' --all` leaves them out (--exclude must come
+    before --all; gitk takes the same arguments); --hide-refs adds log.excludeDecoration=
+    refs/agentos/ so no commit of `git log --decorate` is labelled with a checkpoint ref (undo:
+    git config --unset log.excludeDecoration refs/agentos/).
+
     --check changes nothing: it says whether `git agentos` works from this shell (git-agentos on
     PATH; if not, the directory to add to PATH, or the command to run instead), runs the
     configured textconv on a sample payload as git would, checks the attributes block and the
@@ -112,19 +122,23 @@ def setup(store: gitstate.Store, hooks: bool, check_only: bool, as_json: bool) -
     \b
     Example:
       git agentos setup --hooks && git config --add agentos.pushRemotes origin
+      git agentos setup --hide-refs && git log --exclude='refs/agentos/*' --all --oneline
       git agentos setup --check
 
     JSON: {"config_path", "attributes_path", "textconv" (the command), "config_changed",
-    "attributes_changed", "hook": {"path", "action", "chained"} or null}. With --check:
+    "attributes_changed", "hook": {"path", "action", "chained"} or null, "hide_refs":
+    {"log.excludeDecoration", "changed"} or null, "log_all" (the git log that leaves
+    checkpoints out)}. With --check:
     {"ok", "git_agentos": {"state": ok|not-on-path|not-installed, "path" (the git-agentos git
     runs), "installed" (this installation's), "advice"}, "textconv": {"state":
     ok|raw|broken|missing|foreign, "command", "detail", "config_path"}, "attributes": {"state":
     ok|missing|outdated, "path"}, "hook": {"state": installed|missing|outdated|not-executable|
-    foreign, "path", "chained"}, "push_remotes": [...]}.
+    foreign, "path", "chained"}, "push_remotes": [...], "refs_hidden" (log.excludeDecoration
+    holds refs/agentos/)}.
     """
     if check_only:
-        if hooks:
-            raise click.UsageError("--check changes nothing; run --hooks without it")
+        if hooks or hide_refs:
+            raise click.UsageError("--check changes nothing; run --hooks or --hide-refs without it")
         report = setting_up.check(store)
         command = check_command()
         if as_json:
@@ -141,6 +155,8 @@ def setup(store: gitstate.Store, hooks: bool, check_only: bool, as_json: bool) -
             click.echo(f"pre-push:   {_HOOK_WORDS.get(report.hook.state, report.hook.state)} ({report.hook.path})")
             remotes = ", ".join(out.safe(r) for r in report.push_remotes) or "none (git agentos push is refused)"
             click.echo(f"push remotes allowed: {remotes}")
+            click.echo("log decorations: " + ("checkpoint refs hidden" if report.refs_hidden else
+                                              "checkpoint refs shown (hide: git agentos setup --hide-refs)"))
         if not report.ok:
             click.echo("error: the setup does not work as it should; run: " + out.safe(command.setup_command)
                        + (" --hooks" if report.hook.state in ("outdated", "not-executable") else ""), err=True)
@@ -149,7 +165,7 @@ def setup(store: gitstate.Store, hooks: bool, check_only: bool, as_json: bool) -
             click.echo(f"error: {out.safe(command.advice or '')}", err=True)
             click.get_current_context().exit(1)
         return
-    done = setting_up.setup(store, hooks=hooks, executable=own_executable())
+    done = setting_up.setup(store, hooks=hooks, executable=own_executable(), hide_refs=hide_refs)
     if as_json:
         out.emit_json(done.to_dict())
         return
@@ -157,9 +173,16 @@ def setup(store: gitstate.Store, hooks: bool, check_only: bool, as_json: bool) -
     if result.config_changed or result.attributes_changed:
         click.echo(f"configured diff.agentos.textconv in {result.config_path} (finds git-agentos when git runs it)")
         click.echo(f"patterns in {result.attributes_path}")
+    elif done.hid_refs:
+        click.echo("textconv already set up")
     else:
         click.echo("already set up; nothing changed")
     if done.hook is not None:
         chained = f" (previous hook kept as {done.hook.chained})" if done.hook.chained else ""
         click.echo(f"pre-push hook {done.hook.action}: {done.hook.path}{chained}")
+    if done.hid_refs is not None:
+        click.echo(f"log.excludeDecoration={setting_up.HIDDEN_DECORATION} "
+                   + ("added: " if done.hid_refs else "already set: ")
+                   + "git log labels no commit with a checkpoint ref")
     click.echo("try: git show <checkpoint id>   or   git log -p refs/agentos/<worktree>/runs/<run>/heads/main")
+    click.echo(f"git log --all lists checkpoints too; leave them out: {setting_up.LOG_ALL_WITHOUT_CHECKPOINTS}")

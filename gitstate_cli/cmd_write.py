@@ -42,8 +42,9 @@ def _describe(cp: gitstate.Checkpoint) -> str:
                    "(consecutive checkpoints of one node form one boundary) and node:NAME names it.")
 @click.option("--trigger", default=None, help="What caused it (e.g. tool_end, user_input).")
 @click.option("--status", default=None, type=click.Choice(STATUS_WORDS, case_sensitive=False),
-              help="The run's status as of this checkpoint: running, completed, failed or interrupted "
-                   "(synonyms such as done or error are normalised).")
+              help="The run's status as of this checkpoint: running, completed, failed, interrupted "
+                   "(waits for an answer) or stopped (ended unfinished, e.g. cancelled); synonyms "
+                   "such as done or error are normalised.")
 @click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE",
               help="User metadata; VALUE is parsed as JSON when it can be. Repeatable.")
 @click.option("--files", "with_files", is_flag=True,
@@ -132,7 +133,7 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
     def write(run: gitstate.Run) -> gitstate.Checkpoint:
         with out.progress("snapshotting files") as step:
             return run.checkpoint(state, node=node, trigger=trigger, status=status, metadata=metadata or None,
-                                  branch=branch, expect=expect, progress=step, mark_node=node is not None, **kwargs)
+                                  branch=branch, expect=expect, progress=step, **kwargs)
 
     try:
         cp = write(run)

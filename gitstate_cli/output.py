@@ -125,7 +125,7 @@ def style(text: str, **kwargs: Any) -> str:
 
 
 STATUS_COLOURS = {"completed": "green", "failed": "red", "running": "yellow", "interrupted": "magenta",
-                  "corrupt": "red"}
+                  "stopped": "red", "saved": "cyan", "corrupt": "red"}
 
 
 def status(text: str | None) -> str:

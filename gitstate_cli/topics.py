@@ -104,22 +104,38 @@ argument never changes the store; push, pull and import say which refs moved bef
 STATUS = """\
 Statuses: runs, LangGraph threads, checkpoints and nodes
 
+Each word means one thing:
+
+  running      still being written: a node block is open, or a run has not recorded an end
+  completed    finished
+  failed       ended with an error (a node block raised, a LangGraph task wrote an error)
+  interrupted  waits for an answer: a LangGraph task called interrupt() and the question is
+               pending, an Agent Framework workflow has a pending request, or a writer said so
+               (--status interrupted, paused)
+  stopped      ended without finishing and without an error: the process died inside a node
+               block (killed), a LangGraph thread stopped before a task that did not run, or a
+               writer said so (--status stopped, cancelled, aborted)
+  saved        an integration that never says it finished (OpenAI Agents sessions, Agent
+               Framework checkpoints, LangGraph memory, CrewAI flows): its latest write is saved
+               and nothing more is known
+
 A checkpoint records a status when it is written (--status, or what an integration records):
-running, completed, failed or interrupted (synonyms such as done or error are normalised), or
-none. A run's status (runs, branches, the view) comes from the newest checkpoint of the branch
-summarised, its main branch:
+running, completed, failed, interrupted or stopped (synonyms such as done or error are
+normalised), or none. A run's status (runs, branches, the view) comes from the newest checkpoint
+of the branch summarised, its main branch:
 
   plain run          the tip's recorded status; else failed when the tip ends a failed node;
                      else running: a run is running until it records a terminal status
+  integration run    the tip's recorded status; else saved (see above)
   LangGraph thread   summarised on the line of its latest checkpoint (the one LangGraph's
                      get_state returns), whose recorded status the saver derives from the graph:
                        failed       a task wrote an error there
-                       interrupted  a task called interrupt() there (the interrupt is pending),
-                                    or a task is scheduled there that has not written (as
+                       interrupted  a task called interrupt() there (the interrupt is pending)
+                       stopped      a task is scheduled there that has not written (as
                                     get_state's next shows it) and nothing came after it: the
-                                    graph stopped before it (interrupt_before, a process that
-                                    ended) or a process is still running it, which the store
-                                    cannot tell apart
+                                    graph stopped before it (an interrupt_before breakpoint, a
+                                    process that ended) or a process is still running it,
+                                    which the store cannot tell apart
                        completed    nothing is scheduled: the graph reached END
                        running      every task scheduled there wrote, but no checkpoint came
                                     after them (a rollback to such a step); or a thread written
@@ -127,9 +143,10 @@ summarised, its main branch:
 
 log shows what each checkpoint recorded (a LangGraph checkpoint with tasks scheduled: running)
 and, on the branch's tip, the status of the line; show does the same for a tip. A node boundary
-(nodes) is running while its block is open, then completed or failed (interrupted when the process
+(nodes) is running while its block is open, then completed or failed (stopped when the process
 that opened it ended inside the block, e.g. killed: it is never closed); a LangGraph node step is
-completed, failed (it wrote an error) or interrupted (stopped at an interrupt, not resumed yet).
+completed, failed (it wrote an error) or interrupted (it called interrupt(), not resumed yet).
+Stores written before stopped existed may hold interrupted for a cancelled or aborted run.
 """
 
 #: Topic name → (one-line summary, text).

@@ -138,3 +138,37 @@ def test_check_without_an_installed_script_names_python_m(repo: Path, monkeypatc
     assert f"run {sys.executable} -m gitstate_cli instead of git agentos" in command["advice"], command
     works = run(repo, sys.executable, "-m", "gitstate_cli", "runs", "--json", path=PLAIN)
     assert works.returncode == 0 and json.loads(works.stdout) == []
+
+
+def test_setup_says_how_to_keep_checkpoints_out_of_git_log_all(repo: Path) -> None:
+    """`git log --all` lists checkpoints: setup prints the git log that leaves them out (it works
+    on the git in use), and --hide-refs keeps their refs out of git log's decorations, once,
+    keeping the user's other patterns; --check reports it and changes nothing."""
+    exe = str(BIN / "git-agentos")
+    full = f"{BIN}{os.pathsep}{PLAIN}"
+    assert run(repo, exe, "checkpoint", "r", "--state", "-", input='{"a": 1}', path=full).returncode == 0
+    tip = git(repo, "rev-parse", "refs/agentos/main/runs/r/heads/main").strip()
+    assert tip in git(repo, "log", "--all", "--format=%H")
+    done = run(repo, exe, "setup", path=full)
+    assert done.returncode == 0 and "git log --exclude='refs/agentos/*' --all" in done.stdout
+    assert run(repo, exe, "setup", "--check", "--json", path=full).stdout.count('"refs_hidden": false') == 1
+    assert tip not in git(repo, "log", "--exclude=refs/agentos/*", "--all", "--format=%H")
+    assert git(repo, "log", "--exclude=refs/agentos/*", "--all", "--format=%H").split()  # the user's own commits
+    labelled = ["-c", "log.initialDecorationSet=all", "log", "--all", "--decorate", "--format=%H %d"]
+    assert "refs/agentos/" in git(repo, *labelled)
+    git(repo, "config", "--add", "log.excludeDecoration", "refs/notes/")  # the user's own pattern stays
+    before = user_snapshot(repo)
+    hidden = run(repo, exe, "setup", "--hide-refs", "--json", path=full)
+    assert hidden.returncode == 0 and json.loads(hidden.stdout)["hide_refs"]["changed"] is True
+    assert "refs/agentos/" not in git(repo, *labelled) and tip in git(repo, *labelled)
+    again = run(repo, exe, "setup", "--hide-refs", path=full)
+    assert again.returncode == 0 and "already set" in again.stdout
+    values = git(repo, "config", "--get-all", "log.excludeDecoration").split()
+    assert values == ["refs/notes/", "refs/agentos/"]
+    after = user_snapshot(repo)
+    assert {k: v for k, v in after.items() if k != "config"} == {k: v for k, v in before.items() if k != "config"}
+    assert after["config"] == before["config"] + b"\texcludeDecoration = refs/agentos/\n"  # asked for by name
+    report = json.loads(run(repo, exe, "setup", "--check", "--json", path=full).stdout)
+    assert report["refs_hidden"] is True
+    refused = run(repo, exe, "setup", "--check", "--hide-refs", path=full)
+    assert refused.returncode == 2 and "--check changes nothing" in refused.stderr

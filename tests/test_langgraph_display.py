@@ -54,6 +54,13 @@ def agentos(repo: Path, *args: str) -> str:
     return result.stdout
 
 
+def column(table: list[str], name: str) -> list[str]:
+    """The cells of column ``name`` of a table's rows (cells hold no spaces; the header's
+    "LANGGRAPH ID" is two words)."""
+    header = table[0].replace("LANGGRAPH ID", "LANGGRAPH_ID").split()
+    return [row.split()[header.index(name)] for row in table[1:]]
+
+
 def chat_thread(repo: Path, thread: str = "t") -> tuple[Any, dict[str, Any]]:
     """A chat graph run to its interrupt and resumed to END: agent, tool, review (interrupts)."""
     graph = chat_graph(GitCheckpointSaver(gitstate.open_store(repo)))
@@ -89,15 +96,55 @@ def test_show_diff_and_textconv_of_real_graph_through_processes(repo: Path) -> N
     assert '"content": "hello there"' in git(repo, "show", root)
 
 
+def test_show_and_diff_hide_the_scheduling_channels_as_get_state_does(repo: Path) -> None:
+    """LangGraph's trigger (branch:to:NODE) and join (join:A+B:NODE) channels only say what runs
+    next: get_state leaves them out of values and names those nodes in next. show (text and
+    JSON) and diff leave them out too; show's next says what they schedule."""
+    graph, cfg = chat_thread(repo)  # stopped at review's interrupt: branch:to:review holds a value
+    run = gitstate.open_store(repo).get_run("t")
+    tip = run.head()
+    assert tip is not None
+    values = lgtree.values_tree(run.store.reader.tree(tip.tree_id))
+    assert values is not None and "branch:to:review" in lgtree.channel_entries(run.store.reader, values)  # stored
+    assert sorted(tip.state) == sorted(graph.get_state(cfg).values)
+    assert "branch:to:" not in agentos(repo, "show", "t")
+    data = json.loads(agentos(repo, "show", "t", "--json"))
+    assert sorted(data["state"]) == sorted(graph.get_state(cfg).values) and data["langgraph"]["next"] == ["review"]
+    ids = [cp.id for cp in run.history()]
+    for newer, older in zip(ids, ids[1:], strict=False):
+        assert "branch:to:" not in agentos(repo, "diff", older, newer)
+        changed = json.loads(agentos(repo, "diff", older, newer, "--json"))
+        assert not [c for c in json.dumps(changed).split('"') if c.startswith("branch:to:")]
+    # a node reached from two nodes waits behind a join channel
+    fan = StateGraph(TypedDict("Fan", {"a": int, "b": int}))  # type: ignore[operator]
+    fan.add_node("a", lambda s: {"a": 1})
+    fan.add_node("b", lambda s: {"b": 2})
+    fan.add_node("join", lambda s: {"a": 3})
+    fan.add_edge(START, "a")
+    fan.add_edge(START, "b")
+    fan.add_edge(["a", "b"], "join")
+    fan.add_edge("join", END)
+    app = fan.compile(checkpointer=GitCheckpointSaver(gitstate.open_store(repo)), interrupt_before=["join"])
+    fan_cfg = {"configurable": {"thread_id": "fan"}}
+    app.invoke({"a": 0, "b": 0}, fan_cfg)
+    fan_tip = gitstate.open_store(repo).get_run("fan").head()
+    assert fan_tip is not None
+    fan_values = lgtree.values_tree(run.store.reader.tree(fan_tip.tree_id))
+    assert fan_values is not None and "join:a+b:join" in lgtree.channel_entries(run.store.reader, fan_values)
+    shown = agentos(repo, "show", "fan")
+    assert "join:" not in shown and "branch:to:" not in shown and "join" in shown  # next: join
+    assert sorted(json.loads(agentos(repo, "show", "fan", "--json"))["state"]) == sorted(app.get_state(fan_cfg).values)
+
+
 def test_log_nodes_and_steps_as_langgraph_numbers_them(repo: Path) -> None:
     graph, cfg = chat_thread(repo)
     states = list(graph.get_state_history(cfg))
     rows = json.loads(agentos(repo, "log", "t", "--json"))
     assert [r["metadata"]["langgraph_step"] for r in rows] == [s.metadata["step"] for s in states]
     table = agentos(repo, "log", "t").splitlines()
-    assert table[0].split()[:3] == ["ID", "STEP", "NODE"]
-    assert [line.split()[1] for line in table[1:]] == [str(s.metadata["step"]) for s in states]
-    assert [line.split()[2] for line in table[1:4]] == ["tool", "agent", "-"]
+    assert table[0].split()[:5] == ["ID", "LANGGRAPH", "ID", "STEP", "NODE"]
+    assert column(table, "STEP") == [str(s.metadata["step"]) for s in states]
+    assert column(table, "NODE")[:3] == ["tool", "agent", "-"]
     # stopped at review's interrupt: the node is interrupted, its question is a pending write
     nodes = json.loads(agentos(repo, "nodes", "t", "--json"))
     assert [(n["node"], n["status"]) for n in nodes] == [("agent", "completed"), ("tool", "completed"),
@@ -132,7 +179,7 @@ def test_one_step_numbering_for_a_thread_everywhere(repo: Path) -> None:
     positions = [cp.step for cp in run.history()]
     assert positions != lg_steps  # the position on the branch is another numbering
     assert [cp.display_step for cp in run.history()] == lg_steps
-    assert [line.split()[1] for line in agentos(repo, "log", "t").splitlines()[1:]] == [str(n) for n in lg_steps]
+    assert column(agentos(repo, "log", "t").splitlines(), "STEP") == [str(n) for n in lg_steps]
     assert [r["step"] for r in json.loads(agentos(repo, "log", "t", "--json"))] == lg_steps
     assert "step:         3\n" in agentos(repo, "show", "t")
     runs = {r["id"]: r for r in json.loads(agentos(repo, "runs", "--json"))}

@@ -1,11 +1,15 @@
 """What `git agentos runs` says of LangGraph threads is what happened: completed when the graph
 reached END (also after an interrupt and a resume), interrupted while it waits at an interrupt,
-failed when a node raised; and each checkpoint names the node that produced it."""
+stopped before a task that did not run (a breakpoint, a process that died), failed when a node
+raised; and each checkpoint names the node that produced it."""
 
 from __future__ import annotations
 
 import json
 import operator
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -86,11 +90,12 @@ def _cli(repo: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
     return result.stdout
 
 
-def test_a_thread_stopped_before_a_node_is_interrupted(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The issue's rule: interrupted when the latest checkpoint has pending interrupts or next
-    tasks. A graph compiled with interrupt_before stops with "second" scheduled and no interrupt
-    write: interrupted (not running) in runs, branches, the tip's row of log, show and the view;
-    resumed to END, completed. interrupt() inside a node: interrupted too, then completed."""
+def test_a_thread_stopped_before_a_node_is_stopped(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Interrupted only when a question is pending (interrupt() inside a node); stopped when the
+    latest checkpoint has a next task that did not write. A graph compiled with interrupt_before
+    stops with "second" scheduled and no interrupt write, as a process that died before "second"
+    wrote would leave it: stopped (not running, not interrupted) in runs, branches, the tip's row
+    of log, show and the view; resumed to END, completed. interrupt(): interrupted, then completed."""
     from gitstate.view.data import ViewData
 
     saver = GitCheckpointSaver(gitstate.open_store(repo))
@@ -108,19 +113,22 @@ def test_a_thread_stopped_before_a_node_is_interrupted(repo: Path, monkeypatch: 
     _app(saver, ask=True).invoke({"msgs": []}, asked)
     assert _app(saver, ask=True).get_state(asked).interrupts
     runs = _runs(repo, monkeypatch)
-    assert (runs["before"]["status"], runs["asked"]["status"]) == ("interrupted", "interrupted")
+    assert (runs["before"]["status"], runs["asked"]["status"]) == ("stopped", "interrupted")
     table = _cli(repo, monkeypatch, "runs")
-    assert [line.split()[2] for line in table.splitlines()[1:]] == ["interrupted", "interrupted"]
-    assert json.loads(_cli(repo, monkeypatch, "branches", "before", "--json"))[0]["status"] == "interrupted"
+    assert sorted(line.split()[2] for line in table.splitlines()[1:]) == ["interrupted", "stopped"]
+    assert json.loads(_cli(repo, monkeypatch, "branches", "before", "--json"))[0]["status"] == "stopped"
+    assert json.loads(_cli(repo, monkeypatch, "branches", "asked", "--json"))[0]["status"] == "interrupted"
     log = _cli(repo, monkeypatch, "log", "before").splitlines()
-    assert log[1].split()[4] == "interrupted" and log[2].split()[4] == "running"  # the tip; one that went on
-    assert "status:       interrupted" in _cli(repo, monkeypatch, "show", "before")
+    at = log[0].split().index("STATUS") - 1  # the header's "LANGGRAPH ID" is two words
+    assert log[1].split()[at] == "stopped" and log[2].split()[at] == "running"  # the tip; one that went on
+    assert "status:       stopped" in _cli(repo, monkeypatch, "show", "before")
     assert "status:       running" in _cli(repo, monkeypatch, "show", "before~1")
+    assert "status:       interrupted" in _cli(repo, monkeypatch, "show", "asked")
     view = ViewData(gitstate.open_store(repo))
-    assert {r["id"]: r["status"] for r in view.runs()["runs"]}["before"] == "interrupted"
+    assert {r["id"]: r["status"] for r in view.runs()["runs"]}["before"] == "stopped"
     rows = view.graph("before")["rows"]
-    assert rows[0]["status"] == "interrupted" and rows[1]["status"] == "running"
-    assert view.checkpoint(rows[0]["id"])["status"] == "interrupted"
+    assert rows[0]["status"] == "stopped" and rows[1]["status"] == "running"
+    assert view.checkpoint(rows[0]["id"])["status"] == "stopped"
     # resumed to END: completed
     app.invoke(None, before)
     _app(saver, ask=True).invoke(Command(resume="yes"), asked)
@@ -128,11 +136,50 @@ def test_a_thread_stopped_before_a_node_is_interrupted(repo: Path, monkeypatch: 
     assert (runs["before"]["status"], runs["asked"]["status"]) == ("completed", "completed")
 
 
-def test_a_thread_stopped_before_a_join_is_interrupted_and_the_join_is_named(repo: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+_DIES = r"""
+import operator, os, sys
+from typing import Annotated, TypedDict
+from langgraph.graph import END, START, StateGraph
+import gitstate
+from gitstate.langgraph import GitCheckpointSaver
+
+class S(TypedDict):
+    msgs: Annotated[list[str], operator.add]
+
+def second(state):
+    print("inside", flush=True)
+    os._exit(0)  # as kill -9 would: the task never writes
+
+graph = StateGraph(S)
+graph.add_node("first", lambda s: {"msgs": ["first"]})
+graph.add_node("second", second)
+graph.add_edge(START, "first")
+graph.add_edge("first", "second")
+graph.add_edge("second", END)
+app = graph.compile(checkpointer=GitCheckpointSaver(gitstate.open_store(sys.argv[1])))
+app.invoke({"msgs": []}, {"configurable": {"thread_id": "died"}}, durability="sync")
+"""
+
+
+def test_a_thread_whose_process_died_in_a_node_is_stopped_not_interrupted(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process killed while a node runs leaves no interrupt to answer: the thread is stopped, and
+    no node of it reads interrupted."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", _DIES, str(repo)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(root)}, check=False)
+    assert done.stdout == "inside\n", done.stderr
+    assert _runs(repo, monkeypatch)["died"]["status"] == "stopped"
+    assert "status:       stopped" in _cli(repo, monkeypatch, "show", "died")
+    nodes = json.loads(_cli(repo, monkeypatch, "nodes", "died", "--json"))
+    assert [(n["node"], n["status"]) for n in nodes] == [("first", "completed")]
+
+
+def test_a_thread_stopped_before_a_join_is_stopped_and_the_join_is_named(repo: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A node reached by an edge from several nodes (add_edge(["a", "b"], "join")) is triggered by
     a join channel (join:a+b:join), not by branch:to:join: stopped before it the thread is
-    interrupted with "join" next (not completed); resumed, the checkpoint it wrote names it."""
+    stopped with "join" next (not completed); resumed, the checkpoint it wrote names it."""
     saver = GitCheckpointSaver(gitstate.open_store(repo))
     graph = StateGraph(S)
     graph.add_node("a", lambda s: {"msgs": ["a"]})
@@ -146,11 +193,11 @@ def test_a_thread_stopped_before_a_join_is_interrupted_and_the_join_is_named(rep
     config = {"configurable": {"thread_id": "fan"}}
     app.invoke({"msgs": []}, config)
     assert app.get_state(config).next == ("join",)
-    assert _runs(repo, monkeypatch)["fan"]["status"] == "interrupted"
+    assert _runs(repo, monkeypatch)["fan"]["status"] == "stopped"
     shown = json.loads(_cli(repo, monkeypatch, "show", "fan", "--json"))
     assert shown["langgraph"]["next"] == ["join"] and shown["status"] == "running"  # JSON: as recorded
-    assert shown["line_status"] == "interrupted"
-    assert "status:       interrupted" in _cli(repo, monkeypatch, "show", "fan")  # the line's status
+    assert shown["line_status"] == "stopped"
+    assert "status:       stopped" in _cli(repo, monkeypatch, "show", "fan")  # the line's status
     app.invoke(None, config)
     assert sorted(app.get_state(config).values["msgs"]) == ["a", "b", "joined"]
     assert _runs(repo, monkeypatch)["fan"]["status"] == "completed"
@@ -260,7 +307,8 @@ def test_a_node_that_raised_on_resume_failed(repo: Path, monkeypatch: pytest.Mon
     assert [(t.name, bool(t.error)) for t in state.tasks] == [("ask", True)]
     tip = state.config["configurable"]["checkpoint_id"]
     assert _runs(repo, monkeypatch)["t"]["status"] == "failed"
-    assert _cli(repo, monkeypatch, "log", "t").splitlines()[1].split()[4] == "failed"
+    log = _cli(repo, monkeypatch, "log", "t").splitlines()
+    assert log[1].split()[log[0].split().index("STATUS") - 1] == "failed"  # "LANGGRAPH ID" is two words
     nodes = json.loads(_cli(repo, monkeypatch, "nodes", "t", "--json"))
     assert [(n["node"], n["status"]) for n in nodes] == [("ask", "failed")]
     shown = json.loads(_cli(repo, monkeypatch, "show", nodes[0]["exit"], "--json"))
@@ -319,8 +367,8 @@ def test_show_json_of_a_tip_has_the_line_status_the_text_shows(repo: Path, monke
     shown = CliRunner().invoke(cli, ["show", "ib", "--json"], prog_name="git agentos")
     text = CliRunner().invoke(cli, ["show", "ib"], prog_name="git agentos").output
     data = json.loads(shown.stdout)
-    assert data["line_status"] == "interrupted" and "status:       interrupted" in text
+    assert data["line_status"] == "stopped" and "status:       stopped" in text
     assert data["status"] == "running"  # what the checkpoint recorded, as log --json says
-    assert data["langgraph"]["next"] == ["second"] and _runs(repo, monkeypatch)["ib"]["status"] == "interrupted"
+    assert data["langgraph"]["next"] == ["second"] and _runs(repo, monkeypatch)["ib"]["status"] == "stopped"
     logged = json.loads(CliRunner().invoke(cli, ["log", "ib", "--json"], prog_name="git agentos").stdout)
     assert logged[0]["status"] == "running"  # log keeps what the checkpoint recorded

@@ -221,7 +221,7 @@ def test_every_example_runs_as_written(tmp_path: Path, path: Path) -> None:
 def test_the_python_example_does_what_its_comments_say(tmp_path: Path) -> None:
     """The guide's first Python block, alone in a fresh repository: its rollback moved main back to
     the plan checkpoint and its undo moved it forward again, so main ends at the edit's checkpoint,
-    with the edit node recorded and both moves in main's reflog."""
+    with the plan step and the edit node recorded and both moves in main's reflog."""
     repo, env = _fresh_repository(tmp_path)
     block = next(b for b in examples(ROOT / "docs" / "GUIDE.md") if b.lang == "python")
     script = tmp_path / "example.py"
@@ -235,6 +235,7 @@ def test_the_python_example_does_what_its_comments_say(tmp_path: Path) -> None:
     plan, edit = run.load("node:plan"), run.load("node:edit")
     assert run.head().id == edit.id and edit.state == {"messages": ["patched"]}
     assert [cp.id for cp in run.history()] == [edit.id, plan.id]
-    assert [(b.node, b.entry, b.exit, b.status) for b in run.nodes()] == [("edit", edit.id, edit.id, "completed")]
+    assert [(b.node, b.entry, b.exit, b.status) for b in run.nodes()] == [
+        ("plan", plan.id, plan.id, "completed"), ("edit", edit.id, edit.id, "completed")]
     undo, rollback = [entry.message for entry in run.store.reflog(run.ref("main"))][:2]  # newest first
     assert rollback.startswith("gitstate: rollback to " + plan.short_id) and "undo" in undo, (rollback, undo)

@@ -269,6 +269,27 @@ def test_node_boundaries(store: gitstate.Store) -> None:
     assert [(b.node, b.status) for b in run.nodes()] == [("plan", "completed")]
 
 
+def test_checkpoint_node_is_a_node_step_as_on_the_command_line(store: gitstate.Store) -> None:
+    """``run.checkpoint(node=NAME)`` means what ``git agentos checkpoint --node NAME`` means: the
+    checkpoint is a step of NAME, so ``nodes()`` lists it and consecutive ones form one boundary;
+    inside a ``run.node`` block the block is the boundary; ``mark_node=False`` only labels."""
+    run = store.create_run(run_id="steps")
+    cp0 = run.checkpoint({"x": 0}, node="plan")
+    cp1 = run.checkpoint({"x": 1}, node="plan")
+    cp2 = run.checkpoint({"x": 2}, node="edit", status="failed")
+    assert run.nodes() == [gitstate.NodeBoundary("plan", cp0.id, cp1.id, "completed"),
+                           gitstate.NodeBoundary("edit", cp2.id, cp2.id, "failed")]
+    with run.node("act"):
+        inside = run.checkpoint({"x": 3}, node="act")
+        run.checkpoint({"x": 4}, node="act", branch="side")  # another branch: no block open there
+    labelled = run.checkpoint({"x": 5}, node="note", mark_node=False)
+    assert run.nodes()[2:] == [gitstate.NodeBoundary("act", inside.id, inside.id, "completed")]
+    assert [b.node for b in run.nodes("side")] == ["act"]
+    assert run.load("node:note").id == labelled.id and labelled.node == "note"
+    with pytest.raises(gitstate.UsageError):
+        run.checkpoint({}, mark_node=True)
+
+
 def test_fork_carries_the_node_boundaries_up_to_the_fork_point(store: gitstate.Store) -> None:
     run = store.create_run(run_id="fork-nodes")
     with run.node("plan") as n:
@@ -325,7 +346,8 @@ def test_open_node_is_running(store: gitstate.Store) -> None:
 
 @pytest.mark.parametrize(("status", "expected"), [("completed", "completed"), ("done", "completed"),
                                                   ("failed", "failed"), ("interrupted", "interrupted"),
-                                                  (None, "running")])
+                                                  ("paused", "interrupted"), ("stopped", "stopped"),
+                                                  ("cancelled", "stopped"), (None, "running")])
 def test_derived_status(store: gitstate.Store, status: str | None, expected: str) -> None:
     store.create_run(run_id="s").checkpoint({"a": 1}, status=status)
     assert store.list_runs()[0].status == expected

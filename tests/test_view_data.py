@@ -199,7 +199,7 @@ def test_graph_shows_every_branch_and_the_rolled_back_line(store: gitstate.Store
 def test_nodes_spans_and_failed_nodes(store: gitstate.Store, busy: gitstate.Run) -> None:
     nodes = ViewData(store).nodes("busy")["nodes"]
     edit = [n for n in nodes if n["node"] == "edit" and n["status"] == "completed"]
-    assert len(edit) == 1 and edit[0]["entry"] and edit[0]["exit"]
+    assert len(edit) == 2 and all(n["entry"] and n["exit"] for n in edit)  # main's block, retry's node= step
     assert len({(n["entry"], n["exit"]) for n in nodes}) == len(nodes)  # shared history listed once
 
 

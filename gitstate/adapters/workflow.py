@@ -122,7 +122,7 @@ class GitStateAdapter:
         run = self.store.open_run(execution_id, workflow=self.workflow)
         self._run, self._branch = run, "main"
         run.checkpoint(initial_state.to_dict(), node=initial_state.current_node_id, trigger="session_start",
-                       metadata={"name": "initial", "wtb_execution_id": execution_id})
+                       metadata={"name": "initial", "wtb_execution_id": execution_id}, mark_node=False)
         return _session(run.id, "main")
 
     def save_snapshot(self, state: ExecutionState, name: str | None = None,
@@ -136,7 +136,7 @@ class GitStateAdapter:
         if files_tree is not None and not _is_tree(self.store, files_tree):
             raise CorruptObjectError(files_tree, "workspace snapshot must be an existing tree")
         cp = run.checkpoint(state.to_dict(), branch=self._branch, node=state.current_node_id,
-                            trigger="snapshot", metadata=meta, files_tree=files_tree)
+                            trigger="snapshot", metadata=meta, files_tree=files_tree, mark_node=False)
         return cp.id
 
     def load_snapshot(self, snapshot_id: str) -> ExecutionState:

@@ -38,11 +38,17 @@ RUN_RECORD = "run.cbor"
 NODE_START = "node_start"
 NODE_END = "node_end"
 
-STATUSES = ("running", "completed", "failed", "interrupted")
+#: The statuses a checkpoint records: ``interrupted`` waits for an answer (a pending approval, an
+#: ``interrupt``), ``stopped`` ended without finishing and without an error (killed, cancelled).
+STATUSES = ("running", "completed", "failed", "interrupted", "stopped")
+#: The status of a run of an integration that never says it finished (a session, a memory store):
+#: derived, never recorded; see :data:`gitstate.format.frameworks.UNFINISHED`.
+SAVED = "saved"
 _STATUS_SYNONYMS = {
     "done": "completed", "complete": "completed", "success": "completed", "succeeded": "completed",
     "ok": "completed", "error": "failed", "failure": "failed", "errored": "failed",
-    "cancelled": "interrupted", "canceled": "interrupted", "aborted": "interrupted", "paused": "interrupted",
+    "cancelled": "stopped", "canceled": "stopped", "aborted": "stopped", "killed": "stopped",
+    "paused": "interrupted", "waiting": "interrupted",
     "active": "running", "in_progress": "running",
 }
 #: Every status word a writer may give (normalised to one of :data:`STATUSES` when stored).
@@ -73,7 +79,7 @@ def parse_time(text: Any) -> datetime:
 
 
 def normalize_status(status: str | None) -> str | None:
-    """Map a user status to one of running/completed/failed/interrupted (others kept as given)."""
+    """Map a user status to one of :data:`STATUSES` (others kept as given)."""
     if status is None:
         return None
     low = status.strip().lower()
@@ -260,11 +266,13 @@ class Checkpoint:
     def tip_status(self) -> str | None:
         """The status of a line (a run's branch, a LangGraph thread) whose newest checkpoint this
         is: the recorded :attr:`status`, except that a LangGraph checkpoint recorded ``running``
-        (tasks were pending when it was written) reads ``interrupted`` when nothing came after it
-        and a task is still to run (LangGraph's ``get_state`` names it in ``next``): the graph
-        stopped before it (``interrupt_before``, a process that ended) or is still running it,
-        which the store cannot tell apart; it stays ``running`` once every task wrote its output
-        (kept in the commit or in writes refs: see :meth:`line_status`)."""
+        (tasks were pending when it was written) reads ``stopped`` when nothing came after it
+        and a task is still to run without having written (LangGraph's ``get_state`` names it in
+        ``next``): the graph stopped before it (an ``interrupt_before`` breakpoint, a process that
+        ended) or is still running it, which the store cannot tell apart (``interrupted`` is kept
+        for a task that called ``interrupt()``: its question is pending); it stays ``running``
+        once every task wrote its output (kept in the commit or in writes refs: see
+        :meth:`line_status`)."""
         return self.line_status()
 
     def line_status(self, writes: Iterable[str] | None = None) -> str | None:
@@ -274,7 +282,7 @@ class Checkpoint:
             return self.status
         reader = self._reader().reader
         pending = self._pending_writes(reader, None, writes)
-        return "interrupted" if lgtree.tasks_pending(reader, self.tree_id, pending) else "running"
+        return "stopped" if lgtree.tasks_pending(reader, self.tree_id, pending) else "running"
 
     def _pending_writes(self, reader: ObjectReader, meta: Mapping[str, Any] | None,
                         writes: Iterable[str] | None = None) -> dict[tuple[str, int], list[Any]] | None:

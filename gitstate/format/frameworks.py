@@ -36,6 +36,10 @@ KINDS = {
 #: ``checkpoint``) in such a run is one its reader cannot use (a LangGraph thread would start over).
 INTEGRATION_WORKFLOWS = frozenset({LANGGRAPH, *KINDS})
 
+#: The workflows whose writers never say that a run finished (a session, a memory store, a flow's
+#: or a workflow's saved steps): such a run that recorded no status is ``saved``, not ``running``.
+UNFINISHED = frozenset(KINDS)
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -25,7 +25,7 @@ from gitstate.git.reader import ObjectReader, TreeData
 
 __all__ = [
     "CHUNK", "FANOUT", "JOIN_PREFIX", "LG_META", "LG_TREE", "LIST", "VALUE", "WORKFLOW", "WRITES_BLOB", "Boundary",
-    "LineCheckpoint", "boundaries", "channel_entries", "checkpoint_key", "checkpoint_problem", "details", "join_target",
+    "LineCheckpoint", "boundaries", "channel_entries", "checkpoint_key", "scheduling_channel", "shown_entries", "checkpoint_problem", "details", "join_target",
     "metadata_problem", "next_nodes", "read_writes", "seen_since", "show_chunk", "show_entry", "show_values",
     "stored_problem", "subgraph_node", "tasks_pending", "values_tree", "START", "TASKS",
     "TRIGGER_PREFIX",
@@ -111,6 +111,21 @@ def channel_entries(reader: ObjectReader, tree_id: str) -> dict[str, tuple[str, 
     return out
 
 
+def scheduling_channel(channel: str) -> bool:
+    """Whether ``channel`` is one of LangGraph's scheduling channels, which only say what runs
+    next: a trigger (``branch:to:<node>``) or a join barrier (``join:<a>+<b>:<node>``).
+    LangGraph's ``get_state`` leaves them out of ``values`` and names what they schedule in
+    ``next``; so does every display here (:func:`shown_entries`). The input (``__start__``) and
+    pending ``Send`` packets (``__pregel_tasks``) carry data and are shown."""
+    return channel.startswith((TRIGGER_PREFIX, JOIN_PREFIX))
+
+
+def shown_entries(reader: ObjectReader, tree_id: str) -> dict[str, tuple[str, str, int]]:
+    """:func:`channel_entries` without the scheduling channels (:func:`scheduling_channel`): the
+    channels a display shows."""
+    return {ch: entry for ch, entry in channel_entries(reader, tree_id).items() if not scheduling_channel(ch)}
+
+
 def show_entry(reader: ObjectReader, name: str, oid: str, mode: int) -> Any:
     """One channel's value for display (see :mod:`gitstate.format.lgserde`)."""
     if name.endswith(LIST) and mode == MODE_TREE:
@@ -146,8 +161,9 @@ def show_chunk(data: bytes) -> Any:
 
 
 def show_values(reader: ObjectReader, tree_id: str) -> dict[str, Any]:
-    """Every channel of a values tree, for display: channel name → shown value."""
-    return {channel: show_entry(reader, *entry) for channel, entry in sorted(channel_entries(reader, tree_id).items())}
+    """The channels of a values tree a display shows (:func:`shown_entries`: LangGraph's scheduling
+    channels left out, as ``get_state`` leaves them out): channel name → shown value."""
+    return {channel: show_entry(reader, *entry) for channel, entry in sorted(shown_entries(reader, tree_id).items())}
 
 
 def read_writes(reader: ObjectReader, root: TreeData) -> list[Any]:

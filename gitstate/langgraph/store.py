@@ -13,7 +13,8 @@ search order (namespaces in the order they were first used, items in the order t
 put), ``filter`` with the same operators, ``limit``/``offset``, and semantic ``query`` when an
 ``index`` with an embedding function is given (vectors are stored with the items). TTL is
 supported as LangGraph's SQL stores do it (``ttl=`` on put, refresh on read, ``sweep_ttl``).
-See docs/FORMAT.md, "Framework integrations"."""
+Memory never finishes, so ``git agentos runs`` lists it as ``saved`` (not ``running``). See
+docs/FORMAT.md, "Framework integrations"."""
 
 from __future__ import annotations
 

@@ -34,9 +34,9 @@ from gitstate.store.transaction import Transaction
 class NodeBoundary:
     """Where a node was entered and left: the first and the last checkpoint written inside it
     (entry and exit; both the branch tip as it was when the node wrote none) and the node's status
-    (``completed``, ``failed``, or ``running`` while it is open; ``interrupted`` when the process
-    that opened it provably ended without closing it, e.g. killed; a LangGraph node stopped at an
-    ``interrupt`` is ``interrupted`` too)."""
+    (``completed``, ``failed``, or ``running`` while it is open; ``stopped`` when the process
+    that opened it provably ended without closing it, e.g. killed; a LangGraph node that called
+    ``interrupt`` and waits to be resumed is ``interrupted``)."""
 
     node: str
     entry: str | None
@@ -146,7 +146,7 @@ def listed(records: Iterable[NodeRecord], line: set[str]) -> list[tuple[NodeReco
     latest record of each id whose exit (while ``running``: base) is on the branch's current line
     (``line``: the ids of its history; a rolled-back node disappears with its checkpoints), in the
     order the nodes were entered. A ``running`` boundary whose process provably ended
-    (:func:`gitstate.store.processes.gone`) is ``interrupted``: it will never be closed."""
+    (:func:`gitstate.store.processes.gone`) is ``stopped``: it will never be closed."""
     latest: dict[str, NodeRecord] = {}
     order: list[str] = []
     for record in records:  # newest first: the first record seen of an id is its latest
@@ -165,7 +165,7 @@ def listed(records: Iterable[NodeRecord], line: set[str]) -> list[tuple[NodeReco
             continue
         status = record.status
         if status == "running" and processes.gone(record.owner):
-            status = "interrupted"
+            status = "stopped"
         out.append((record, NodeBoundary(record.node, record.entry, record.exit, status)))
     return out
 
@@ -215,6 +215,13 @@ def close_block(written: Written) -> None:
 def blocks_open() -> bool:
     """Whether a node block is open in this context (else a checkpoint need not be noted)."""
     return bool(_OPEN.get())
+
+
+def block_open(key: tuple[str, str, str], branch: str) -> bool:
+    """Whether a node block of run ``key`` on ``branch`` is open in this context (its checkpoints
+    then belong to that block's boundary, not to node steps of their own)."""
+    return any((written := ref()) is not None and written.key == key and written.branch == branch
+               for ref in _OPEN.get())
 
 
 def note_written(key: tuple[str, str, str], branch: str, oid: str) -> None:

@@ -51,6 +51,7 @@ from gitstate.store.nodes import (
     NodeLog,
     Written,
     block_bounds,
+    block_open,
     blocks_open,
     close_block,
     legacy_boundaries,
@@ -266,7 +267,8 @@ class Run:
 
     def _node_exit(self, ref: str, name: str, branch: str) -> Checkpoint:
         """``node:NAME``: the exit of the newest closed boundary of NAME on the branch; for a node
-        that never recorded a boundary (``checkpoint(node=NAME)`` alone), its newest checkpoint."""
+        that never recorded a boundary (checkpoints only labelled with it: ``mark_node=False``, or
+        written before ``node=`` recorded steps), its newest checkpoint."""
         for boundary in reversed(self.nodes(branch)):
             if boundary.node == name and boundary.status != "running" and boundary.exit is not None:
                 return self.store.read_checkpoint(boundary.exit)
@@ -292,7 +294,7 @@ class Run:
         files: bool | Sequence[str | os.PathLike[str]] | None = None,
         files_tree: str | None = None,
         progress: Callable[[int], None] | None = None,
-        mark_node: bool = False,
+        mark_node: bool | None = None,
     ) -> Checkpoint:
         """Write a checkpoint of ``state`` on ``branch`` and return it.
 
@@ -311,14 +313,19 @@ class Run:
         (it does not inherit its parent's), so it cannot be restored from. ``progress``, if given,
         is called with ``1`` per file the snapshot has to hash (for a progress display).
 
-        ``mark_node`` (with ``node``; what ``git agentos checkpoint --node`` writes) also records the
-        checkpoint as a step of that node in the branch's node log, in the same write: it extends
-        the newest boundary of the log when that is a closed boundary of the same node ending at
-        this checkpoint's parent, else it starts one whose entry and exit are this checkpoint
-        (``failed`` when ``status`` is), so ``nodes()`` lists it and ``node:NAME`` names it."""
+        ``node`` names the node that wrote the checkpoint and records it as a step of that node
+        in the branch's node log, in the same write (as ``git agentos checkpoint --node`` does):
+        it extends the newest boundary of the log when that is a closed boundary of the same node
+        ending at this checkpoint's parent, else it starts one whose entry and exit are this
+        checkpoint (``failed`` when ``status`` is), so ``nodes()`` lists it and ``node:NAME``
+        names it. Inside a :meth:`node` block on ``branch`` the block is the boundary, so no step
+        is recorded there. ``mark_node=False`` only labels the checkpoint with ``node`` (no step);
+        ``mark_node=True`` records the step even inside a block."""
         check_name("branch name", branch)
         if mark_node and not node:
             raise UsageError("mark_node needs a node name")
+        if mark_node is None:
+            mark_node = node is not None and not block_open(self.block_key(), branch)
         for kind, value in (("node", node), ("trigger", trigger), ("status", status)):
             _check_label(kind, value)
         if files and files_tree is not None:
@@ -471,7 +478,8 @@ class Run:
         the branch first, ``change`` runs again on the new tip, so concurrent updates (other
         threads, other processes) never lose each other's changes. ``tx`` stages objects the state
         refers to (:class:`gitstate.statetree.Written` values); ``metadata`` may be a function of
-        the new state. ``change`` must not have side effects it cannot repeat."""
+        the new state. ``change`` must not have side effects it cannot repeat. ``node`` here
+        only labels the checkpoint (an integration's operation name): it records no node step."""
         check_name("branch name", branch)
         for kind, value in (("node", node), ("trigger", trigger), ("status", status)):
             _check_label(kind, value)
@@ -812,7 +820,7 @@ class Run:
         """Node boundaries of a branch whose checkpoints are on its current line, in the order the
         nodes were entered (boundaries of the earlier checkpoint-pair format first). A LangGraph
         thread's are derived from its checkpoints: each node step is a boundary whose entry and
-        exit are the checkpoint it produced, or the checkpoint where it failed or was interrupted
+        exit are the checkpoint it produced, or the checkpoint where it failed or called ``interrupt()``
         (status ``failed``/``interrupted`` until it completes; see
         :func:`gitstate.format.lgtree.boundaries`)."""
         history = list(self.history(branch))

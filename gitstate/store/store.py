@@ -26,7 +26,7 @@ from gitstate.errors import (
     RunNotFound,
 )
 from gitstate.format import checkpoint as cpfmt
-from gitstate.format import encoding
+from gitstate.format import encoding, frameworks
 from gitstate.format import nodes as nodefmt
 from gitstate.format.checkpoint import Checkpoint, parse_time
 from gitstate.format.names import (
@@ -83,8 +83,9 @@ class RunSummary:
         }
 
 
-SUMMARY_CACHE_VERSION = 4  # 2: status from recorded outcomes (node logs); 3: LangGraph's step and status rules;
-# 4: a LangGraph thread whose tasks all wrote is running, not interrupted
+SUMMARY_CACHE_VERSION = 5  # 2: status from recorded outcomes (node logs); 3: LangGraph's step and status rules;
+# 4: a LangGraph thread whose tasks all wrote is running, not interrupted; 5: stopped (not interrupted) before
+# a task that did not write, saved for integrations that never finish
 SUMMARY_CACHE_MIN_RUNS = 64  # below this, listing reads every run afresh
 _SUMMARY_FIELDS = ("workflow", "branch", "node", "step", "status", "updated_at", "checkpoints", "created_at",
                    "branches")
@@ -110,20 +111,23 @@ def _summary_from_row(run_id: str, worktree: str, row: list[Any]) -> RunSummary 
 def derive_status(cp: Checkpoint | None, last_node: NodeRecord | None = None,
                   writes: Iterable[str] | None = None) -> str:
     """The run status, from what the run recorded on its summarised branch: the tip's own status
-    (``running``, ``completed``, ``failed``, ``interrupted``; integrations such as the LangGraph
-    saver record theirs there; see :attr:`Checkpoint.tip_status` for a LangGraph thread), else
-    ``failed`` when the tip closes a failed node, else ``running`` (a run is running until it
-    records a terminal status). ``writes``: the blob ids of the run's LangGraph writes refs, in
-    name order (``None``: looked up when needed)."""
+    (:data:`gitstate.format.checkpoint.STATUSES`; integrations such as the LangGraph saver
+    record theirs there; see :attr:`Checkpoint.tip_status` for a LangGraph thread), else
+    ``failed`` when the tip closes a failed node, else ``saved`` for an integration that never
+    says it finished (:data:`gitstate.format.frameworks.UNFINISHED`: a session, a memory store),
+    else ``running`` (a run is running until it records a terminal status). ``writes``: the blob
+    ids of the run's LangGraph writes refs, in name order (``None``: looked up when needed)."""
     if cp is None:
         return "running"
-    status = cp.line_status(writes)  # LangGraph: a task to run at the latest checkpoint reads "interrupted"
+    status = cp.line_status(writes)  # LangGraph: a task to run at the latest checkpoint reads "stopped"
     if status in cpfmt.STATUSES:
         return status
     if cp.trigger == cpfmt.NODE_END and cp.node_status == "failed":  # the earlier node format
         return "failed"
     if last_node is not None and last_node.status == "failed" and last_node.exit == cp.id:
         return "failed"
+    if cp.workflow in frameworks.UNFINISHED:
+        return cpfmt.SAVED
     return "running"
 
 

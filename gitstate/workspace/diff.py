@@ -119,9 +119,10 @@ def _state_root(reader: ObjectReader, tree_id: str) -> tuple[str, str] | None:
 
 
 def _diff_channels(reader: ObjectReader, a: str, b: str) -> list[KeyChange]:
-    """Channels that differ between two LangGraph values trees (values as shown for display); an
-    entry that keeps its id is unchanged and not read."""
-    ea, eb = lgtree.channel_entries(reader, a), lgtree.channel_entries(reader, b)
+    """Channels that differ between two LangGraph values trees (values as shown for display; the
+    scheduling channels left out, as :func:`gitstate.format.lgtree.shown_entries`); an entry that
+    keeps its id is unchanged and not read."""
+    ea, eb = lgtree.shown_entries(reader, a), lgtree.shown_entries(reader, b)
     out: list[KeyChange] = []
     for key in sorted(set(ea) | set(eb)):
         va, vb = ea.get(key), eb.get(key)

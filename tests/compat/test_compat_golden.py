@@ -89,7 +89,8 @@ GOLDEN_FORMAT_1: dict[str, str] = {
     "node.entry": "73b23f6d54b45cb0b7893a1b7be6591ab4f0a76b",
     "node.exit": "bf072ee2d3626fe0b3a1d15416b1fc80550987fc",
     "node_failed.exit": "b42942e937d6731afb6a53bb8cee57c66ac48028",
-    "node.log": "45a90c46077b0743b6455c089f1b648ff794c26c",  # an open boundary names its process (owner)
+    "node.log": "a421bcbd0cf37c3bc20fff63095d151a48b56818",  # an open boundary names its process (owner);
+    # the log also holds the node steps of the checkpoints written with node=
     "files": "a6ef3d028181ce687c29070b73d6cbf6a21d6510",
     "files.tree": "28e07c47a828f02f50938445859250c3b5c1e612",
     "files.snapshot": "1465ac93f6d3e1af7cd3024a9795a47cfb815bdc",

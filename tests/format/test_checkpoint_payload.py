@@ -168,8 +168,8 @@ def test_checkpoint_view_refuses_malformed_files_paths(repo: Path) -> None:
 @pytest.mark.parametrize("given, stored", [
     ("done", "completed"), ("Complete", "completed"), ("SUCCESS", "completed"), ("succeeded", "completed"),
     ("ok", "completed"), (" error ", "failed"), ("failure", "failed"), ("errored", "failed"),
-    ("cancelled", "interrupted"), ("canceled", "interrupted"), ("aborted", "interrupted"),
-    ("paused", "interrupted"), ("active", "running"), ("in_progress", "running"), ("RUNNING", "running"),
+    ("cancelled", "stopped"), ("canceled", "stopped"), ("aborted", "stopped"), ("killed", "stopped"),
+    ("paused", "interrupted"), ("waiting", "interrupted"), ("Stopped", "stopped"), ("active", "running"), ("in_progress", "running"), ("RUNNING", "running"),
     ("completed", "completed"), ("Failed", "failed"), ("custom-state", "custom-state"), ("Weird ", "Weird "),
     (None, None),
 ])

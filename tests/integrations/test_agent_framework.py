@@ -468,9 +468,12 @@ async def test_pending_request_survives_in_git(repo: Path) -> None:
     [request] = first.get_request_info_events()
     latest = await storage.get_latest(workflow_name="hitl")
     assert latest is not None and list(latest.pending_request_info_events) == [request.request_id]
+    # waiting for the answer is interrupted; once nothing waits, saved (the framework never says "done")
+    assert [(s.id, s.status) for s in gitstate.open_store(repo).list_runs()] == [("hitl", "interrupted")]
     later = GitCheckpointStorage(repo, allowed_checkpoint_types=[Approval])
     done = await review_flow(later).run(checkpoint_id=latest.checkpoint_id, responses={request.request_id: "ok"})
     assert done.get_outputs() == ["draft about gitstate: ok"]
+    assert [(s.id, s.status) for s in gitstate.open_store(repo).list_runs()] == [("hitl", "saved")]
     # a module's dataclass is rebuilt by default; strict storages build only what they are allowed
     rebuilt = await GitCheckpointStorage(repo).load(latest.checkpoint_id)
     event = rebuilt.pending_request_info_events[request.request_id]

@@ -403,6 +403,9 @@ def test_graph_with_saver_and_store(repo: Path) -> None:
     store = gitstate.open_store(repo)
     assert {s.id: s.workflow for s in store.list_runs()} == {"t1": "langgraph", "t2": "langgraph",
                                                               "langgraph-store": "langgraph-store"}
+    # the threads reached END; memory never finishes: saved, not running
+    assert {s.id: s.status for s in store.list_runs()} == {"t1": "completed", "t2": "completed",
+                                                            "langgraph-store": "saved"}
     # a new process (fresh graph objects) finds the memory and the thread state
     again = builder.compile(checkpointer=GitCheckpointSaver.from_path(repo), store=GitStore.from_path(repo))
     snapshot = again.get_state({"configurable": {"thread_id": "t2"}})

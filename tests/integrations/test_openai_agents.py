@@ -194,6 +194,8 @@ async def test_protocol_and_pop_on_empty(repo: Path, tmp_path: Path) -> None:
         await s.add_items([{"role": "user", "content": str(i)} for i in range(5)])
     assert await ours.get_items() == await theirs.get_items()  # the settings' limit: last 2
     assert await ours.get_items(limit=4) == await theirs.get_items(limit=4)
+    # a session never says it finished: saved, not running
+    assert [(r.id, r.status) for r in ours.store.list_runs()] == [("p", "saved")]
 
 
 

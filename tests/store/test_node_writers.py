@@ -1,7 +1,7 @@
 """Node boundaries with several writers on one branch: a block's entry and exit are the first and
 the last checkpoint *it* wrote, never another writer's that landed on the branch meanwhile (the
 writers here take turns in a fixed order, so each interleaving is deterministic). A block left open
-by a process that died is ``interrupted``, not ``running`` forever."""
+by a process that died is ``stopped``, not ``running`` forever."""
 
 from __future__ import annotations
 
@@ -165,14 +165,14 @@ with run.node("work") as scope:
 """
 
 
-def test_block_of_a_dead_process_is_interrupted(store: gitstate.Store, repo: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_block_of_a_dead_process_is_stopped(store: gitstate.Store, repo: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     run = store.create_run(run_id="k")
     run.checkpoint({"step": 0})
     out = subprocess.run([sys.executable, "-c", _KILLED, str(repo)], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
     assert out.stdout == "inside\n", out.stderr
-    assert [(b.node, b.status) for b in run.nodes()] == [("work", "interrupted")]
+    assert [(b.node, b.status) for b in run.nodes()] == [("work", "stopped")]
     assert run.load("node:work").state == {"step": 1}  # no closed boundary: the newest checkpoint of it
     # a record without an owner (written before owners were recorded) cannot be judged: running
     log = run.node_log()
@@ -182,12 +182,12 @@ def test_block_of_a_dead_process_is_interrupted(store: gitstate.Store, repo: Pat
     scope.__enter__()
     try:
         assert [(b.node, b.status) for b in run.nodes()] == [
-            ("work", "interrupted"), ("old", "running"), ("live", "running")]
+            ("work", "stopped"), ("old", "running"), ("live", "running")]
         monkeypatch.chdir(repo)
         result = CliRunner().invoke(cli, ["nodes", "k", "--json"], prog_name="git agentos")
         assert result.exit_code == 0, result.output
         assert [(b["node"], b["status"]) for b in json.loads(result.stdout)] == [
-            ("work", "interrupted"), ("old", "running"), ("live", "running")]
+            ("work", "stopped"), ("old", "running"), ("live", "running")]
     finally:
         scope.__exit__(None, None, None)
     assert run.nodes()[-1].status == "completed"
