@@ -410,7 +410,7 @@ def test_textconv_bounds_huge_integers_and_passes_other_files_through(repo: Path
     # as a hostile remote stores it (gitstate refuses to write an integer this large)
     data = cbor2.dumps({"n": 1 << 2_000_000, "small": 12}, canonical=True)
     text = bounded(lambda: convert(data, "/tmp/git-blob-x/meta.cbor").decode(), 10)
-    assert '"<integer of 2000001 bits: 0x8000000000000000…>"' in text and '"small": 12' in text
+    assert '"<integer of 2,000,001 bits: 0x8000000000000000…>"' in text and '"small": 12' in text
     for name, raw in (("langgraph/notes.v", b"module top; endmodule\n"), ("0000000000", b"plain text\n"),
                       ("0000000000", b"\x00\x01binary")):
         assert convert(raw, name) == raw
