@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import click
 
 #: The version ``--version`` prints: the distribution's (pyproject.toml) and ``gitstate.__version__``
-#: (tests/test_cli.py checks all three agree). A constant, because asking the installed metadata
+#: (tests/cli/test_cli.py checks all three agree). A constant, because asking the installed metadata
 #: (importlib.metadata) took ~40 ms of a ~110 ms ``git agentos --version``.
 VERSION = "0.1.0"
 

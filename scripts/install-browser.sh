@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's chromium for the browser tests (tests/test_view_browser.py drives it with Playwright
+# Debian's chromium for the browser tests (tests/view/test_view_browser.py drives it with Playwright
 # for Python through executable_path; Playwright's own browser download is never used).
 # Installs it when it is missing (as root, with apt-get); otherwise says what to run. The tests
 # themselves fail with the same message when it is still missing: they are never skipped.

@@ -15,7 +15,7 @@ holds a ``.git``, a file it cannot read, a platform other than POSIX, an empty p
 first snapshot hashes everything anyway). What it captures is what ``git add -A`` captures: tracked
 and untracked files, ignore rules through libgit2's matcher (an ignored directory is not entered, an
 untracked directory holding ``.git`` is skipped and reported), exec bits and symbolic links as git
-records them; ``tests/test_scan.py`` compares the two on the same worktrees. Files larger than
+records them; ``tests/workspace/test_scan.py`` compares the two on the same worktrees. Files larger than
 ``big`` bytes are left to git (streamed, never read whole): they are returned in
 :attr:`Capture.big`, still to be added.
 

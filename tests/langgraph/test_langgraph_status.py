@@ -165,7 +165,7 @@ def test_a_thread_whose_process_died_in_a_node_is_stopped_not_interrupted(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A process killed while a node runs leaves no interrupt to answer: the thread is stopped, and
     no node of it reads interrupted."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", _DIES, str(repo)], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(root)}, check=False)
     assert done.stdout == "inside\n", done.stderr

@@ -58,7 +58,7 @@ def test_version_is_the_distribution_version() -> None:
 
     from gitstate_cli.main import VERSION
 
-    declared = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    declared = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]["version"]
     assert VERSION == gitstate.__version__ == declared == importlib.metadata.version("git-agentos")
     assert agentos("--version").stdout == f"git agentos {declared}\n"
 

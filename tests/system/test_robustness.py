@@ -21,7 +21,7 @@ import pytest
 import gitstate
 from tests.conftest import bounded, git, loosen
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 WRITER = r"""
 import sys, gitstate

@@ -230,7 +230,7 @@ def test_sigkill_between_writes_and_puts_loses_nothing_acknowledged(repo: Path) 
     import time
 
     rng = random.Random(7)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     acked_cps: dict[str, int] = {}
     acked_writes: list[tuple[str, str]] = []
     for _round in range(4):

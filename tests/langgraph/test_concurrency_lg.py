@@ -49,7 +49,7 @@ print(json.dumps({"ids": ids, "errors": errors}))
 def test_four_processes_invoke_one_thread(repo: Path) -> None:
     import json
 
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(repo), "12", f"p{k}"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for k in range(4)]
     results = []

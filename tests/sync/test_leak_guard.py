@@ -328,7 +328,7 @@ def test_every_langgraph_commit_carries_the_trailer(repo: Path) -> None:
 
 def test_bench_script_runs(tmp_path: Path) -> None:
     """scripts/bench_leak_guard.py completes on a tiny repository (timings are never asserted)."""
-    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_leak_guard.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_leak_guard.py"
     proc = subprocess.run([sys.executable, str(script), "--history", "20", "--commits", "10",
                            "--checkpoints", "30", "--rounds", "1"],
                           capture_output=True, text=True, check=False, timeout=TIMEOUT)

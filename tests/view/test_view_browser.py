@@ -24,7 +24,7 @@ import pytest
 
 import gitstate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
 DOCS_SHOT = ROOT / "docs" / "view-screenshot.png"
 HOSTILE = "</script><script>window.PWNED=1</script> <img src=x onerror=\"window.PWNED=2\"> javascript:alert(1) {{template}}"

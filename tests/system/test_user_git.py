@@ -178,7 +178,7 @@ def test_keeps_of_dead_writers_are_removed_others_never(repo: Path) -> None:
     assert names
     dead = pack_dir / "pack-dead.keep"
     subprocess.run([sys.executable, "-c", _KEEPER, str(dead)], check=True,
-                   env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+                   env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])))
     alive = pack_dir / "pack-alive.keep"
     fd = lockfile.create_held(str(alive), prefix=KEEP_PREFIX)
     foreign = pack_dir / "pack-user.keep"

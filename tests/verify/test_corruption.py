@@ -35,7 +35,7 @@ def _loose(repo: Path, oid: str) -> Path:
 
 
 def _child(repo: Path, code: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     return subprocess.run([sys.executable, "-c", code, str(repo)], capture_output=True, text=True, env=env,
                           timeout=LIMIT, check=False)
 

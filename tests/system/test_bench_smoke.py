@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_core.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_core.py"
 
 
 def test_bench_quick_run_prints_the_table(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_view.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_view.py"
 
 
 def test_bench_view_quick_run_prints_every_figure(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"gitstate": ROOT / "gitstate", "gitstate_cli": ROOT / "gitstate_cli"}
 RANKS = {
     "gitstate.errors": 0, "gitstate.git": 1, "gitstate.format": 2, "gitstate.workspace": 3,

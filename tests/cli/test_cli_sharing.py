@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import git
 from remote_helpers import bare, machine
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 

@@ -200,7 +200,7 @@ def test_read_index_paths_matches_libgit2(work: Path, version: str) -> None:
 
 
 def test_bench_script_runs_small(tmp_path: Path) -> None:
-    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_files.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_files.py"
     out = subprocess.run([sys.executable, str(script), "--files", "40", "--total-mb", "0.2", "--rounds", "2",
                           "--big-mib", "4", "--restore-files", "60", "--restore-changed", "6", "--full-files", "30",
                           "--restore-rounds", "2"], capture_output=True, text=True, check=True, timeout=300).stdout

@@ -21,7 +21,7 @@ from gitstate.git import housekeeping, packs
 from gitstate.verify.checks import verify
 from gitstate_cli.main import cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Writes one checkpoint and is killed by SIGKILL as it renames its temporary pack into place.
 _DIES = r"""

@@ -16,7 +16,7 @@ from conftest import git, user_snapshot
 
 from gitstate_cli.main import COMMANDS, cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 

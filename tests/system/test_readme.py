@@ -1,7 +1,7 @@
 """Every example in README.md and in the guides under docs/ runs as written, in order.
 
 The files: README.md and every ``docs/*.md`` but FORMAT.md (the format's specification, whose
-blocks are layouts) and CLI.md (generated from the commands' help, tests/test_cli_process.py).
+blocks are layouts) and CLI.md (generated from the commands' help, tests/cli/test_cli_process.py).
 The blocks are read from the files themselves (no copies). Each file's examples run in order in a
 fresh repository of their own. What counts as an example, by fence:
 
@@ -23,7 +23,7 @@ Blocks that are NOT run:
   block that keeps its highlighting but must not run here, such as ``pip install``).
 
 README's first two blocks are the install-and-demo command and the test command: the second is
-what ``.ci/run`` runs, and the first's demo runs from a wheel install in tests/test_install.py.
+what ``.ci/run`` runs, and the first's demo runs from a wheel install in tests/system/test_install.py.
 
 The fresh repository has one commit (``src/app.py``, ``README``) and a bare repository as its remote
 ``origin``, as a reader's clone would.
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 NOT_EXAMPLES = ("FORMAT.md", "CLI.md")  # docs whose blocks are not examples (see the module doc)
 DOCS = [README, *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in NOT_EXAMPLES)]

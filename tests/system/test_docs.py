@@ -1,6 +1,6 @@
 """README.md stays a short front door, links in README.md, CHANGELOG.md and docs/*.md lead to files
 (and headings) that exist, and the pages written for readers do not speak of how the project is
-run. (That their examples run is tests/test_readme.py.)"""
+run. (That their examples run is tests/system/test_readme.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Pages a reader meets first, whose words this test checks; FORMAT.md and CLI.md are references
 # (FORMAT.md escapes run ids such as `issue 78/x`; CLI.md is generated from the commands' help).

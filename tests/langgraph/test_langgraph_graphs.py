@@ -312,7 +312,7 @@ for j in range(3):
 
 
 def test_processes_write_different_threads(repo: Path) -> None:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD, str(repo), str(i)], cwd=root,
                               stderr=subprocess.PIPE, text=True) for i in range(3)]
     for p in procs:

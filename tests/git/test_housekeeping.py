@@ -270,7 +270,7 @@ print("ok")
 
 
 def _py(*args: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     return subprocess.Popen([sys.executable, "-c", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
 
