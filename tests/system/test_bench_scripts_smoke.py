@@ -29,3 +29,9 @@ def test_bench_files_tiny_run(tmp_path: Path) -> None:
     assert "ratio gitstate API / git read-tree -u" in out and "ratio gitstate API / git checkout -f" in out
     switching = out[out.index("switching between two saved versions"):]
     assert "ratio gitstate API / git checkout -f" in switching
+
+
+def test_bench_transactions_tiny_run(tmp_path: Path) -> None:
+    out = _run([str(SCRIPTS / "bench_transactions.py"), "--refs", "5", "--rounds", "2"], tmp_path)
+    assert "2 refs atomic" in out and "2 refs one by one" in out
+    assert len([line for line in out.splitlines() if line.split() and line.split()[0] == "5"]) == 1
