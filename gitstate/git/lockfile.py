@@ -285,7 +285,7 @@ def create_held(path: str, mode: int = 0o644, prefix: bytes = b"") -> int:
     linked = False
     try:
         if _flock_within(fd, _FLOCK_PATIENCE):
-            _write_all(fd, prefix + _held_record())
+            safeopen.write_all(fd, prefix + _held_record())
             _FLOCKED.add(fd)
             try:
                 os.link(private, path)
@@ -319,7 +319,7 @@ def _create_direct(path: str, mode: int, prefix: bytes) -> int:
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, mode)
     try:
         if _flock_within(fd, _FLOCK_PATIENCE):
-            _write_all(fd, prefix + _held_record())
+            safeopen.write_all(fd, prefix + _held_record())
             _FLOCKED.add(fd)
     except BaseException:
         try:
@@ -394,12 +394,6 @@ def _close_inherited() -> None:
 
 
 os.register_at_fork(after_in_child=_close_inherited)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 # ---------------------------------------------------------------------------------------------

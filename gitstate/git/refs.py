@@ -217,14 +217,6 @@ def reflog_mtime(common_dir: str, name: str) -> int:
         return 0
 
 
-def _ensure_reflog(common_dir: str, name: str) -> None:
-    path = os.path.join(common_dir, "logs", *name.split("/"))
-    if not os.path.exists(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "a"):
-            pass
-
-
 PACKED_LOCK_STALE_AGE = math.inf  # git's packed-refs.lock is never broken: git itself never does
 # (it guards every ref of the repository, the user's too); only one left by a dead gitstate writer is
 
