@@ -7,6 +7,7 @@ import atexit
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -64,6 +65,16 @@ def _template() -> Path:
             subprocess.run(["git", *args], cwd=path, env=env, check=True, capture_output=True)
         _TEMPLATE.append(path)
     return _TEMPLATE[0]
+
+
+def agentos_process(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``git agentos ARGS`` in ``cwd`` as a user would (the command of this interpreter's
+    environment first on PATH); never a traceback on stderr."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = subprocess.run(["git", "agentos", *args], cwd=cwd, capture_output=True, text=True, env=env,
+                          timeout=120, check=False)
+    assert "Traceback" not in done.stderr, (args, done.stderr)
+    return done
 
 
 def make_repo(path: Path) -> Path:

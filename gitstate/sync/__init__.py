@@ -1,17 +1,11 @@
 """Sharing runs: push and pull with any git remote, bundles, and the pre-push leak guard. Built on
 the store's public API; the store does not import this layer."""
 
-import importlib
-from typing import Any
+from gitstate.exports import lazy_getattr
 
 # What users may use from this package (also exported by :mod:`gitstate` itself); imported on first
 # use (PEP 562), so importing one module of the package does not import the others.
 _PUBLIC = {"HookInstall": "hooks", "PullResult": "remote", "PushResult": "remote", "RefResult": "remote", "export_bundle": "bundle", "import_bundle": "bundle", "install_hooks": "hooks", "pull": "remote", "push": "remote"}
 __all__ = sorted(_PUBLIC)
 
-
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+__getattr__ = lazy_getattr(__name__, _PUBLIC)

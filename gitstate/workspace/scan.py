@@ -143,7 +143,7 @@ def read_entries(index_path: str) -> dict[bytes, bytes] | None:
                 extended = _FLAGS.unpack_from(data, start)[0]
                 start += 2
             if version == 4:
-                strip, start = _varint(data, start)
+                strip, start = index_varint(data, start)
                 end = find(b"\0", start)
                 name = prev[: len(prev) - strip] + data[start:end]
                 after = end + 1
@@ -169,7 +169,9 @@ def read_entries(index_path: str) -> dict[bytes, bytes] | None:
     return out
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def index_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """A git index's offset varint at ``pos`` (index version 4's path compression): its value and
+    the position after it."""
     byte = data[pos]
     pos += 1
     value = byte & 0x7F

@@ -945,18 +945,6 @@ def _in_real_dirs(workdir: str, path: str) -> bool:
     return True
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    byte = data[pos]
-    pos += 1
-    value = byte & 0x7F
-    while byte & 0x80:
-        value += 1
-        byte = data[pos]
-        pos += 1
-        value = (value << 7) + (byte & 0x7F)
-    return value, pos
-
-
 def read_index_paths(path: str, git_dir: str | None = None, workdir: str | None = None) -> set[str]:
     """Paths of the regular entries of a git index file (versions 2–4), read without libgit2 and
     without writing anything; gitlinks and sparse directory entries are left out. An absent or
@@ -985,7 +973,7 @@ def read_index_paths(path: str, git_dir: str | None = None, workdir: str | None 
             flags = struct.unpack_from(">H", data, pos + 60)[0]
             start = pos + 62 + (2 if version >= 3 and flags & 0x4000 else 0)
             if version == 4:
-                strip, start = _varint(data, start)
+                strip, start = scan.index_varint(data, start)
                 end = data.index(b"\0", start)
                 name = prev[: len(prev) - strip] + data[start:end]
                 pos = end + 1

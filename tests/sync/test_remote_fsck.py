@@ -4,25 +4,15 @@ is refused in one line, nothing of it lands, and the user's ``git fsck`` keeps p
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import git, make_repo
+from conftest import agentos_process, git, make_repo
 
 import gitstate
 
-BIN = Path(sys.executable).parent
-
-
-def agentos(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run(["git", "agentos", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                          timeout=120, check=False)
-    assert "Traceback" not in done.stderr, (args, done.stderr)
-    return done
+agentos = agentos_process
 
 
 def raw_tree(repo: Path, names: list[bytes]) -> str:

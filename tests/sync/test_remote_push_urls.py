@@ -5,26 +5,15 @@ git's push reached every URL."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import agentos_process, git
 from remote_helpers import bare, machine
 
 import gitstate
 
-BIN = Path(sys.executable).parent
-
-
-def agentos(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run(["git", "agentos", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                          timeout=120, check=False)
-    assert "Traceback" not in done.stderr, (args, done.stderr)
-    return done
+agentos = agentos_process
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,17 +13,9 @@ import pytest
 import gitstate
 from gitstate.verify import checks
 from gitstate.verify.checks import verify
-from tests.conftest import git
+from tests.conftest import agentos_process, git
 
-BIN = Path(sys.executable).parent
-
-
-def agentos(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run(["git", "agentos", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                          timeout=120, check=False)
-    assert "Traceback" not in done.stderr, (args, done.stderr)
-    return done
+agentos = agentos_process
 
 
 def damage_packed(repo: Path, oid: str) -> None:

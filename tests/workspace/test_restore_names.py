@@ -8,24 +8,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import gitstate
 from gitstate.workspace import pathsafety
-from tests.conftest import git
+from tests.conftest import agentos_process, git
 
-BIN = Path(sys.executable).parent
-
-
-def agentos(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run(["git", "agentos", *args], cwd=cwd, capture_output=True, text=True, env=env,
-                          timeout=120, check=False)
-    assert "Traceback" not in done.stderr, (args, done.stderr)
-    return done
+agentos = agentos_process
 
 
 def mktree(repo: Path, entries: list[tuple[str, str, str, bytes]]) -> str:
