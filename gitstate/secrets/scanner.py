@@ -127,7 +127,7 @@ class Scanner:
             elif isinstance(item, Mapping):
                 entries = list(item.items())
                 for n, (key, sub) in reversed(list(enumerate(entries))):
-                    stack.append((sub, where + self._key_segment(key, n)))
+                    stack.append((sub, where + self.key_segment(key, n)))
                     if isinstance(key, str | bytes):
                         stack.append((key, f"{where}{{key #{n}}}"))
             elif isinstance(item, list | tuple):
@@ -137,7 +137,7 @@ class Scanner:
                 for n, sub in enumerate(sorted(item, key=repr)):
                     stack.append((sub, f"{where}{{item #{n}}}"))
 
-    def _key_segment(self, key: Any, n: int) -> str:
+    def key_segment(self, key: Any, n: int) -> str:
         """How a map key shows in a key path: ``.name`` for a plain name, ``["other text"]`` for
         other short text, ``[3]`` for a number; by position (``{#2}``) when the key is long or itself
         holds a credential, so a path never prints one."""
