@@ -127,7 +127,8 @@ class Scanner:
             elif isinstance(item, Mapping):
                 entries = list(item.items())
                 for n, (key, sub) in reversed(list(enumerate(entries))):
-                    stack.append((sub, where + self.key_segment(key, n)))
+                    segment = self.key_segment(key, n)
+                    stack.append((sub, where + segment if where or segment[0] != "." else segment[1:]))
                     if isinstance(key, str | bytes):
                         stack.append((key, f"{where}{{key #{n}}}"))
             elif isinstance(item, list | tuple):

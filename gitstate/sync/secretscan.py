@@ -129,7 +129,7 @@ class CheckpointScanner:
             found.extend(self.scanner.scan_value(value, path))
         for n, (channel, entry) in enumerate(sorted(lgtree.channel_entries(self.store.reader, values).items())):
             base = "state" + self.scanner.key_segment(channel, n)
-            found.extend(replace_path(f, base + f.path) for f in self._channel(*entry))
+            found.extend(replace_path(f, join_path(base, f.path)) for f in self._channel(*entry))
         return [f.at(cp.run_id, cp.id) for f in found]
 
     def _channel(self, name: str, oid: str, mode: int) -> list[Finding]:
@@ -167,6 +167,11 @@ def _shift(path: str, offset: int) -> str:
     """A chunk-relative path (``[3].content``) as a path in the whole list (``[3+offset]…``)."""
     m = _INDEX.match(path)
     return f"[{int(m.group(1)) + offset}]{path[m.end():]}" if m else path
+
+
+def join_path(base: str, path: str) -> str:
+    """A key path relative to ``base`` (``content``, ``[3].content``) made whole."""
+    return base + path if not path or path[0] in "[{" else f"{base}.{path}"
 
 
 def replace_path(f: Finding, path: str) -> Finding:
