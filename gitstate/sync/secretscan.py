@@ -17,6 +17,7 @@ from gitstate.errors import GitStateError
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint
+from gitstate.format.statetree import StateReader
 from gitstate.git.objects import MODE_TREE
 from gitstate.secrets import ALLOW_KEY, PATTERN_KEY, RULES_FILE, Finding, Rules, Scanner, SecretsRuleError
 from gitstate.store.store import Store
@@ -88,12 +89,18 @@ def checkpoints_between(store: Store, tips: Iterable[str], have: Iterable[str] =
             walker.hide(pygit2.Oid(hex=oid))
     reader = store.reader
     found = []
+    state = StateReader(reader)
     for commit in walker:
         try:
-            if cpfmt.META in reader.tree(str(commit.tree_id)):
-                found.append(str(commit.id))
+            entry = reader.tree(str(commit.tree_id)).get(cpfmt.META)
+            if entry is None:
+                continue
+            payload = state.blob_value(entry.id)
+            if isinstance(payload, dict) and payload.get("format") != cpfmt.CHECKPOINT_KIND:
+                continue  # another gitstate commit with a meta.cbor (not a checkpoint)
         except GitStateError:
-            found.append(str(commit.id))  # unreadable: scanning it reports the error
+            pass  # unreadable: scanning it reports the error
+        found.append(str(commit.id))
     return found
 
 
