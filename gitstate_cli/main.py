@@ -57,6 +57,7 @@ COMMANDS: dict[str, Entry] = {
     "files": Entry("cmd_files:files", "List, read or show the history of a run's session files."),
     "view": Entry("cmd_view:view", "Show runs, checkpoints and diffs in the browser (read-only)."),
     "verify": Entry("cmd_verify:verify", "Check every ref, object and payload of the store."),
+    "scan": Entry("cmd_scan:scan", "Find credentials in the stored checkpoints of runs (all of this worktree's by default)."),
     "setup": Entry("cmd_setup:setup", "Configure plain git to print checkpoints as readable state."),
     "textconv": Entry("cmd_textconv:textconv", "Print a stored CBOR payload or LangGraph value as readable text (used by git diff).",
                       hidden=True),

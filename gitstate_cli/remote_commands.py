@@ -119,10 +119,12 @@ def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str)
                    "lease: also those others pushed that you never pulled (use it on runs only you push to).")
 @click.option("--include-safety", is_flag=True,
               help="Also push the restore-safety branches (unsaved work a restore set aside; local by default).")
+@click.option("--allow-secret", "allow", multiple=True, metavar="FINGERPRINT",
+              help="Let a known false positive of the secret scan through (repeatable; see `git agentos scan`).")
 @out.json_option
 @pass_store
 def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktrees: bool, prune: bool,
-         include_safety: bool, as_json: bool) -> None:
+         include_safety: bool, allow: tuple[str, ...], as_json: bool) -> None:
     """Push runs to a git remote, fast-forward only.
 
     Uses the remote's own git configuration and credentials; only refs/agentos/... moves. A
@@ -140,6 +142,13 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     refused or failed; the lines above the error say which and why (no success summary is
     printed then).
 
+    Every checkpoint the push would send (each one the remote lacks, not only the tips) is
+    scanned for credentials first, as `git agentos scan` does: one finding refuses the whole
+    push, nothing is sent, and each finding is listed (run, checkpoint, key path, kind,
+    fingerprint; never the secret). --allow-secret FINGERPRINT, `git config --add
+    agentos.secrets.allow FINGERPRINT` or .agentos-secrets.toml let a known false positive
+    through.
+
     \b
     Example:
       git config --add agentos.pushRemotes origin
@@ -150,8 +159,17 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     "message", "kept_as"}]}]; ref statuses: pushed, deleted, up-to-date, kept, local, behind
     (ok), rejected, error, skipped (failures). On failure the document is printed, then the error line.
     """
-    results = gitstate.push(store, remote, _whole_runs(store, runs), all_worktrees=all_worktrees, prune=prune,
-                            include_safety=include_safety)
+    from gitstate.sync.secretscan import SecretsFoundError
+
+    try:
+        results = gitstate.push(store, remote, _whole_runs(store, runs), all_worktrees=all_worktrees, prune=prune,
+                                include_safety=include_safety, allow_secrets=allow)
+    except SecretsFoundError as exc:
+        if not as_json:  # the error line only names the first few
+            for f in exc.findings:
+                click.echo(f"secret: {out.safe(f.run or '')} {out.short(f.checkpoint)} {out.safe(f.path)} {f.kind} "
+                           f"{f.fingerprint}", err=True)
+        raise
     _report(results, as_json, "pushed", remote)
 
 

@@ -58,6 +58,7 @@ from gitstate.store.sessionfiles import copy_ref, is_copy_of
 from gitstate.store.store import Store
 from gitstate.sync.hooks import check_push_allowed, git_cwd, remote_urls
 from gitstate.sync.nodelogs import replay_onto
+from gitstate.sync.secretscan import check_push
 from gitstate.workspace.restore import SAFETY_BRANCH
 
 _MAX_ARGV = 200_000  # bytes of refspecs per git push (Linux allows ~2 MB; stay far below)
@@ -191,7 +192,8 @@ _REJECT_FILE_HINT = ("the remote has versions of this session file that this rep
 
 
 def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None, *,
-         all_worktrees: bool = False, prune: bool = False, include_safety: bool = False) -> list[PushResult]:
+         all_worktrees: bool = False, prune: bool = False, include_safety: bool = False,
+         allow_secrets: Iterable[str] = ()) -> list[PushResult]:
     """Push runs to ``remote`` (fast-forward only) and return one result per run.
 
     ``runs``: run ids of this worktree (default: all its runs; ``all_worktrees``: every worktree).
@@ -202,7 +204,11 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
     it (``kept`` while the remote still has their checkpoints, ``skipped`` otherwise). The
     unsaved-work safety branch a restore writes (``restore-safety``) holds files that were never
     checkpointed on purpose, so it stays local (``local``) unless ``include_safety``. Raises
-    :class:`PushNotAllowedError` unless ``agentos.pushRemotes`` allows ``remote``."""
+    :class:`PushNotAllowedError` unless ``agentos.pushRemotes`` allows ``remote``. Every checkpoint
+    the push would send (each commit the remote lacks, not only the tips) is scanned for
+    credentials first: one finding refuses the whole push with :class:`SecretsFoundError` and
+    nothing is sent; ``allow_secrets`` (fingerprints) and the allowlist let known false positives
+    through (:mod:`gitstate.sync.secretscan`)."""
     check_push_allowed(store, remote)
     run_list = list(runs or [])
     prefixes = scope_prefixes(store, run_list, all_worktrees)
@@ -248,6 +254,9 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
                 deletions.append(f":{name}")
                 expected[name] = None
     pushes = {name: oid for name, oid in expected.items() if oid is not None}
+    if pushes:  # before anything is sent: what the remote lacks, scanned whole
+        have = run_git(store, ["ls-remote", remote], action="list refs of", remote=remote).stdout.split()[::2]
+        check_push(store, remote, pushes.values(), have, allow_secrets)
     for batch in _batches(deletions) or ([[]] if specs else []):
         covered = {**pushes, **{spec[1:]: None for spec in batch}}
         args = ["push", "--porcelain", "--no-follow-tags", "--recurse-submodules=no",

@@ -79,6 +79,7 @@ CASES: dict[str, list[list[str]]] = {
     "files": [["files", "r"]],
     "prune": [["prune", "r@side", "--keep", "2"]],
     "verify": [["verify"]],
+    "scan": [["scan"]],
     "setup": [["setup"], ["setup", "--check"]],
     "push": [["push", "origin"]],
     "pull": [["pull", "origin"]],

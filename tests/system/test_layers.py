@@ -2,7 +2,7 @@
 functions and under ``TYPE_CHECKING`` count), no private name imported or reached across modules,
 and no layer importing one above it:
 
-    errors → git → format → workspace → store → sync, verify, view → langgraph, adapters, integrations,
+    errors → git → format → secrets, workspace → store → sync, verify, view → langgraph, adapters, integrations,
     openai_agents, agent_framework, crewai → gitstate → gitstate_cli
 """
 
@@ -14,7 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"gitstate": ROOT / "gitstate", "gitstate_cli": ROOT / "gitstate_cli"}
 RANKS = {
-    "gitstate.errors": 0, "gitstate.exports": 0, "gitstate.git": 1, "gitstate.format": 2, "gitstate.workspace": 3,
+    "gitstate.errors": 0, "gitstate.exports": 0, "gitstate.git": 1, "gitstate.format": 2, "gitstate.secrets": 3,
+    "gitstate.workspace": 3,
     "gitstate.store": 4, "gitstate.sync": 5, "gitstate.verify": 5, "gitstate.view": 5, "gitstate.langgraph": 6,
     "gitstate.adapters": 6, "gitstate.integrations": 6, "gitstate.openai_agents": 6,
     "gitstate.agent_framework": 6, "gitstate.crewai": 6, "gitstate": 7, "gitstate_cli": 8,

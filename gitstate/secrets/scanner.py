@@ -1,0 +1,177 @@
+"""The scanner: every string of a decoded value (nested maps and lists, bytes that are UTF-8 text)
+checked against the rules; each finding is a kind, the key path where it sits and a fingerprint,
+never the secret."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gitstate.format.checkpoint import Checkpoint
+
+from .rules import BUILTIN, Rule, Rules, fingerprint, load_detect_secrets
+
+#: Strings shorter than this hold no built-in credential shape (user patterns see every string).
+MIN_LENGTH = 16
+_CACHE_LIMIT = 200_000
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,63}\Z")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One credential found: its ``kind`` (``aws-access-key``), the key ``path`` inside the value
+    scanned (``state.messages[3].content``), its ``fingerprint`` (see
+    :func:`gitstate.secrets.fingerprint`); ``run`` and ``checkpoint`` when it was found in one."""
+
+    kind: str
+    path: str
+    fingerprint: str
+    run: str | None = None
+    checkpoint: str | None = None
+
+    def at(self, run: str, checkpoint: str) -> Finding:
+        """This finding, located in a checkpoint of a run."""
+        return replace(self, run=run, checkpoint=checkpoint)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` shape: ``{"run", "checkpoint", "path", "kind", "fingerprint"}``."""
+        return {"run": self.run, "checkpoint": self.checkpoint, "path": self.path, "kind": self.kind,
+                "fingerprint": self.fingerprint}
+
+
+def _text(value: bytes | bytearray | memoryview) -> str | None:
+    """Bytes as text when they are UTF-8 without NUL bytes (binary data is not scanned)."""
+    raw = bytes(value)
+    if b"\0" in raw:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+class Scanner:
+    """Finds credentials in strings and decoded values. Results per distinct string are kept
+    (bounded), so the messages a LangGraph thread repeats in every checkpoint are matched once."""
+
+    def __init__(self, rules: Rules | None = None) -> None:
+        self.rules = rules or Rules()
+        self._own: tuple[Rule, ...] = BUILTIN
+        self._plugins = load_detect_secrets()
+        self._cache: dict[str, tuple[tuple[str, str], ...]] = {}
+
+    def find(self, text: str) -> tuple[tuple[str, str], ...]:
+        """``(kind, fingerprint)`` of each distinct credential in ``text``, allowlisted ones left out."""
+        hit = self._cache.get(text)
+        if hit is None:
+            hit = self._find(text)
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[text] = hit
+        return hit
+
+    def _find(self, text: str) -> tuple[tuple[str, str], ...]:
+        found: dict[str, str] = {}  # fingerprint -> kind, in order found
+        spans: list[tuple[int, int]] = []
+        lower = text.lower()
+        for rule in self.rules.patterns:
+            for secret, start, end in rule.matches(text, lower):
+                found.setdefault(fingerprint(secret), rule.kind)
+                spans.append((start, end))
+        if len(text) >= MIN_LENGTH:
+            for rule in self._own:
+                for secret, start, end in rule.matches(text, lower):
+                    if not any(s <= start and end <= e for s, e in spans):
+                        found.setdefault(fingerprint(secret), rule.kind)
+                        spans.append((start, end))
+            for kind, plugin, needles in self._plugins:
+                if needles and not any(n in lower for n in needles):
+                    continue
+                for secret in plugin.analyze_string(text):
+                    if not isinstance(secret, str) or not secret:
+                        continue
+                    start = text.find(secret)
+                    end = start + len(secret)
+                    if start >= 0 and any(s < end and start < e for s, e in spans):
+                        continue  # part of a credential a rule above found
+                    found.setdefault(fingerprint(secret), kind)
+        allow = self.rules.allow
+        return tuple((kind, fp) for fp, kind in found.items() if fp not in allow)
+
+    def scan_value(self, value: Any, path: str = "") -> list[Finding]:
+        """Findings in every string of ``value`` (maps, lists, tuples and sets walked to any
+        depth; map keys scanned too; bytes scanned when they are UTF-8 text). ``path`` prefixes
+        each key path (``state`` gives ``state.messages[3].content``)."""
+        found: list[Finding] = []
+        seen: set[tuple[str, str, str]] = set()
+        for where, text in self._strings(value, path):
+            for kind, fp in self.find(text):
+                if (where, kind, fp) not in seen:
+                    seen.add((where, kind, fp))
+                    found.append(Finding(kind, where, fp))
+        return found
+
+    def _strings(self, value: Any, path: str) -> Iterator[tuple[str, str]]:
+        """``(key path, string)`` for every string in ``value``, depth first, without recursion."""
+        stack: list[tuple[Any, str]] = [(value, path)]
+        while stack:
+            item, where = stack.pop()
+            if isinstance(item, str):
+                yield where, item
+            elif isinstance(item, bytes | bytearray | memoryview):
+                text = _text(item)
+                if text is not None:
+                    yield where, text
+            elif isinstance(item, Mapping):
+                entries = list(item.items())
+                for n, (key, sub) in reversed(list(enumerate(entries))):
+                    segment = self.key_segment(key, n)
+                    stack.append((sub, where + segment if where or segment[0] != "." else segment[1:]))
+                    if isinstance(key, str | bytes):
+                        stack.append((key, f"{where}{{key #{n}}}"))
+            elif isinstance(item, list | tuple):
+                for n in range(len(item) - 1, -1, -1):
+                    stack.append((item[n], f"{where}[{n}]"))
+            elif isinstance(item, set | frozenset):
+                for n, sub in enumerate(sorted(item, key=repr)):
+                    stack.append((sub, f"{where}{{item #{n}}}"))
+
+    def key_segment(self, key: Any, n: int) -> str:
+        """How a map key shows in a key path: ``.name`` for a plain name, ``["other text"]`` for
+        other short text, ``[3]`` for a number; by position (``{#2}``) when the key is long or itself
+        holds a credential, so a path never prints one."""
+        if isinstance(key, bool) or key is None:
+            return f"[{key!r}]"
+        if isinstance(key, int):
+            return f"[{key}]"
+        if isinstance(key, str) and len(key) <= 64 and not self.find(key):
+            if _IDENT.match(key):
+                return f".{key}"
+            return "[" + repr(key) + "]"
+        return f"{{#{n}}}"
+
+    def scan_checkpoint(self, cp: Checkpoint) -> list[Finding]:
+        """Findings in one checkpoint, located in it: its metadata (``metadata…``), decoded state
+        (``state…``; a LangGraph checkpoint's channel values), tool invocations (``tools…``) and
+        audit events (``audit…``); for a LangGraph checkpoint also LangGraph's metadata
+        (``langgraph.metadata…``) and pending writes (``langgraph.writes[i]…``). Raises what
+        reading the checkpoint raises (a :class:`gitstate.GitStateError` when it is corrupt)."""
+        found: list[Finding] = []
+        for path, value in checkpoint_parts(cp):
+            found.extend(f.at(cp.run_id, cp.id) for f in self.scan_value(value, path))
+        return found
+
+
+def checkpoint_parts(cp: Checkpoint) -> Iterable[tuple[str, Any]]:
+    """``(path, value)`` of each part of a checkpoint that is scanned."""
+    yield "metadata", cp.metadata
+    yield "state", cp.state
+    yield "tools", cp.tools
+    yield "audit", cp.audit
+    lg = cp.langgraph_view()
+    if lg is not None:
+        if lg.get("metadata") != cp.metadata:
+            yield "langgraph.metadata", lg.get("metadata")
+        yield "langgraph.writes", lg.get("writes")

@@ -1,0 +1,222 @@
+"""Credentials in stored checkpoints: the user's rules read from git config and the work tree,
+every checkpoint reachable from a set of refs (and not from what a remote already has), and the
+push check that refuses to send one holding a finding. The scanning itself is
+:mod:`gitstate.secrets`."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pygit2
+from pygit2.enums import ObjectType, SortMode
+
+from gitstate.errors import GitStateError
+from gitstate.format import checkpoint as cpfmt
+from gitstate.format import lgtree
+from gitstate.format.checkpoint import Checkpoint
+from gitstate.format.statetree import StateReader
+from gitstate.git.objects import MODE_TREE
+from gitstate.secrets import ALLOW_KEY, PATTERN_KEY, RULES_FILE, Finding, Rules, Scanner, SecretsRuleError
+from gitstate.store.store import Store
+
+#: A rules file larger than this is refused (it is a short list of patterns and fingerprints).
+MAX_RULES_FILE = 1 << 20
+
+
+class SecretsFoundError(GitStateError):
+    """A push would send checkpoints that hold credentials; nothing was sent. ``findings`` says
+    where (run, checkpoint, key path, kind, fingerprint), never what."""
+
+    def __init__(self, remote: str, findings: Sequence[Finding]) -> None:
+        self.remote = remote
+        self.findings = list(findings)
+        checkpoints = {f.checkpoint for f in self.findings}
+        shown = "; ".join(f"run {f.run!r} checkpoint {(f.checkpoint or '')[:12]} {f.path} {f.kind} {f.fingerprint}"
+                          for f in self.findings[:3])
+        more = f"; and {len(self.findings) - 3} more" if len(self.findings) > 3 else ""
+        super().__init__(
+            f"push to {remote} refused: {len(self.findings)} credential(s) in {len(checkpoints)} checkpoint(s) "
+            f"it would send ({shown}{more}); nothing was sent. See them with 'git agentos scan'; let a known "
+            f"false positive through with --allow-secret FINGERPRINT or git config {ALLOW_KEY}")
+
+
+def _config_values(store: Store, key: str) -> list[str]:
+    try:
+        return [str(v) for v in store.repo.config.get_multivar(key)]
+    except (KeyError, pygit2.GitError):
+        return []
+
+
+def load_rules(store: Store, allow: Iterable[str] = ()) -> Rules:
+    """The user's rules: :data:`~gitstate.secrets.ALLOW_KEY` and
+    :data:`~gitstate.secrets.PATTERN_KEY` from git config, the work tree's
+    :data:`~gitstate.secrets.RULES_FILE` when there is one, and ``allow`` (``--allow-secret``).
+    :class:`~gitstate.secrets.SecretsRuleError` names what is wrong in them."""
+    rules = Rules.from_config(_config_values(store, ALLOW_KEY), _config_values(store, PATTERN_KEY))
+    workdir = store.location.workdir
+    if workdir is not None:
+        path = os.path.join(workdir, RULES_FILE)
+        if os.path.lexists(path):
+            if not os.path.isfile(path) or os.path.getsize(path) > MAX_RULES_FILE:
+                raise SecretsRuleError(path, f"not a regular file of at most {MAX_RULES_FILE} bytes")
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    text = fh.read(MAX_RULES_FILE + 1)
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SecretsRuleError(path, f"cannot be read ({exc})") from None
+            rules = rules.merged(Rules.from_toml(text, path))
+    return rules.allowing(allow)
+
+
+def checkpoints_between(store: Store, tips: Iterable[str], have: Iterable[str] = ()) -> list[str]:
+    """Ids of the checkpoint commits reachable from ``tips`` and not from ``have`` (what a remote
+    already has; ids missing here are ignored), newest first. Other commits (run records, node
+    logs, session files) and tips that are not commits are left out."""
+    repo = store.repo
+    walker = repo.walk(None, SortMode.TOPOLOGICAL | SortMode.TIME)
+    pushed = False
+    for oid in dict.fromkeys(tips):
+        if _is_commit(repo, oid):
+            walker.push(pygit2.Oid(hex=oid))
+            pushed = True
+    if not pushed:
+        return []
+    for oid in dict.fromkeys(have):
+        if _is_commit(repo, oid):
+            walker.hide(pygit2.Oid(hex=oid))
+    reader = store.reader
+    found = []
+    state = StateReader(reader)
+    for commit in walker:
+        try:
+            entry = reader.tree(str(commit.tree_id)).get(cpfmt.META)
+            if entry is None:
+                continue
+            payload = state.blob_value(entry.id)
+            if isinstance(payload, dict) and payload.get("format") != cpfmt.CHECKPOINT_KIND:
+                continue  # another gitstate commit with a meta.cbor (not a checkpoint)
+        except GitStateError:
+            pass  # unreadable: scanning it reports the error
+        found.append(str(commit.id))
+    return found
+
+
+def _is_commit(repo: pygit2.Repository, oid: str) -> bool:
+    try:
+        obj = repo.get(oid)
+    except (ValueError, pygit2.GitError):
+        return False
+    return obj is not None and obj.type == ObjectType.COMMIT
+
+
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+class CheckpointScanner:
+    """Scans checkpoints of one store. A LangGraph checkpoint's channel values are scanned blob by
+    blob (each list chunk, each value), and a blob's findings are kept by its id: a thread's
+    checkpoints share the chunks of their message lists, so N checkpoints cost about the size of
+    their last state, not N times it."""
+
+    def __init__(self, store: Store, scanner: Scanner) -> None:
+        self.store = store
+        self.scanner = scanner
+        self._blobs: dict[str, tuple[int, list[Finding]]] = {}
+
+    def scan(self, cp: Checkpoint) -> list[Finding]:
+        """Findings of one checkpoint, as :meth:`gitstate.secrets.Scanner.scan_checkpoint` finds them."""
+        values = lgtree.values_tree(self.store.reader.tree(cp.tree_id)) if cp.workflow == lgtree.WORKFLOW else None
+        if values is None:
+            return self.scanner.scan_checkpoint(cp)
+        found: list[Finding] = []
+        for path, value in checkpoint_parts_but_state(cp):
+            found.extend(self.scanner.scan_value(value, path))
+        for n, (channel, entry) in enumerate(sorted(lgtree.channel_entries(self.store.reader, values).items())):
+            base = "state" + self.scanner.key_segment(channel, n)
+            found.extend(replace_path(f, join_path(base, f.path)) for f in self._channel(*entry))
+        return [f.at(cp.run_id, cp.id) for f in found]
+
+    def _channel(self, name: str, oid: str, mode: int) -> list[Finding]:
+        reader = self.store.reader
+        if not (name.endswith(lgtree.LIST) and mode == MODE_TREE):
+            return self._blob(oid, lambda: (1, lgtree.show_entry(reader, name, oid, mode)))[1]
+        chunks = sorted((path, item.id) for path, item in reader.walk_tree(oid, lgtree.MAX_CHUNK_DEPTH)
+                        if item.filemode != MODE_TREE)
+        found: list[Finding] = []
+        offset = 0
+        for _path, cid in chunks:
+            count, rel = self._blob(cid, lambda cid=cid: _chunk_items(reader.blob(cid)))
+            found.extend(replace_path(f, _shift(f.path, offset)) for f in rel)
+            offset += count
+        return found
+
+    def _blob(self, oid: str, decode: Any) -> tuple[int, list[Finding]]:
+        hit = self._blobs.get(oid)
+        if hit is None:
+            count, value = decode()
+            hit = (count, self.scanner.scan_value(value, ""))
+            if len(self._blobs) >= 100_000:
+                self._blobs.clear()
+            self._blobs[oid] = hit
+        return hit
+
+
+def _chunk_items(data: bytes) -> tuple[int, list[Any]]:
+    shown = lgtree.show_chunk(data)
+    items = shown if isinstance(shown, list) else [shown]
+    return len(items), items
+
+
+def _shift(path: str, offset: int) -> str:
+    """A chunk-relative path (``[3].content``) as a path in the whole list (``[3+offset]…``)."""
+    m = _INDEX.match(path)
+    return f"[{int(m.group(1)) + offset}]{path[m.end():]}" if m else path
+
+
+def join_path(base: str, path: str) -> str:
+    """A key path relative to ``base`` (``content``, ``[3].content``) made whole."""
+    return base + path if not path or path[0] in "[{" else f"{base}.{path}"
+
+
+def replace_path(f: Finding, path: str) -> Finding:
+    """``f`` at another key path."""
+    return Finding(f.kind, path, f.fingerprint, f.run, f.checkpoint)
+
+
+def checkpoint_parts_but_state(cp: Checkpoint) -> Iterable[tuple[str, Any]]:
+    """:func:`gitstate.secrets.checkpoint_parts` without the state."""
+    return ((path, value) for path, value in _parts_lazily(cp) if path != "state")
+
+
+def _parts_lazily(cp: Checkpoint) -> Iterable[tuple[str, Any]]:
+    yield "metadata", cp.metadata
+    yield "tools", cp.tools
+    yield "audit", cp.audit
+    lg = cp.langgraph_view()
+    if lg is not None:
+        if lg.get("metadata") != cp.metadata:
+            yield "langgraph.metadata", lg.get("metadata")
+        yield "langgraph.writes", lg.get("writes")
+
+
+def scan_checkpoints(store: Store, oids: Iterable[str], scanner: Scanner) -> list[Finding]:
+    """The findings of each checkpoint (see :meth:`gitstate.secrets.Scanner.scan_checkpoint`);
+    a checkpoint that cannot be read raises (a corrupt one is never taken as clean)."""
+    found: list[Finding] = []
+    scan = CheckpointScanner(store, scanner)
+    for oid in oids:
+        found.extend(scan.scan(store.read_checkpoint(oid)))
+    return found
+
+
+def check_push(store: Store, remote: str, tips: Iterable[str], have: Iterable[str],
+               allow: Iterable[str] = ()) -> None:
+    """Raise :class:`SecretsFoundError` when a checkpoint reachable from ``tips`` and not from
+    ``have`` (what the remote has) holds a credential the rules do not let through."""
+    scanner = Scanner(load_rules(store, allow))
+    findings = scan_checkpoints(store, checkpoints_between(store, tips, have), scanner)
+    if findings:
+        raise SecretsFoundError(remote, findings)
