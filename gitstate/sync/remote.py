@@ -7,8 +7,10 @@ which a libgit2 (pygit2) remote does not see. gitstate only chooses explicit ref
 but ``refs/agentos/…`` moves and the user's branches, tags and remote-tracking refs are untouched.
 
 Pull never lets git write ``refs/agentos/…``: it fetches into a private staging namespace,
-``refs/agentos-incoming/<remote>/<session>/…`` (removed afterwards), then moves each local ref
-itself by compare-and-swap (reflogged): a new ref is created, a ref the remote advanced is
+``refs/agentos-incoming/<remote>/<session>/…`` (removed afterwards, in one go), then moves the
+local refs itself, all of a pull's moves in one atomic transaction of compare-and-swaps (reflogged;
+a pull of more than :data:`MAX_TX_REFS` refs: one transaction per batch of whole runs, see
+:func:`merge_staged`): a new ref is created, a ref the remote advanced is
 fast-forwarded, and a branch that advanced on both sides keeps the remote's line as a separate
 branch ``<branch>@<remote>`` (a session file, as the session file ``<path>@<remote>``) — nothing
 is overwritten, nothing is lost. Refs from the remote that
