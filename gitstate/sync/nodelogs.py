@@ -41,15 +41,12 @@ def _on_line(reader: ObjectReader, oid: str, line: set[str]) -> bool:
     return anchor is None or anchor in line
 
 
-def replay_onto(store: Store, ref: str, ours: str | None, theirs: str, branch_tip: str | None,
-                message: str) -> str:
-    """Move the node log ``ref`` from ``ours`` to ``theirs`` followed by copies of the records of
-    ``ours`` that ``theirs`` lacks and whose boundary is on the line of ``branch_tip`` (see the
-    module docs); objects first, then one compare-and-swap from ``ours`` (reflogged with
-    ``message``). Returns the new tip (``theirs`` itself when nothing of ours is to keep).
-    :class:`ConflictError` when the log moved meanwhile; :class:`CorruptObjectError` when a
-    record cannot be read."""
-    reader = store.reader
+def stage_replay(reader: ObjectReader, tx: Transaction, ours: str | None, theirs: str,
+                 branch_tip: str | None) -> str:
+    """Stage on ``tx`` the commits of a node log that is ``theirs`` followed by copies of the
+    records of ``ours`` that ``theirs`` lacks and whose boundary is on the line of ``branch_tip``
+    (see the module docs); returns its tip (``theirs`` itself when nothing of ours is to keep).
+    Moves no ref. :class:`CorruptObjectError` when a record cannot be read."""
     their_chain = first_parent_chain(reader, theirs)
     theirs_set = set(their_chain)
     their_trees = {reader.commit(oid).tree_id for oid in their_chain}
@@ -62,17 +59,24 @@ def replay_onto(store: Store, ref: str, ours: str | None, theirs: str, branch_ti
     extra.reverse()
     keep = [oid for oid in extra
             if reader.commit(oid).tree_id not in their_trees and _on_line(reader, oid, line)]
+    tip = theirs
+    for oid in keep:
+        commit = reader.commit(oid)
+        tip = tx.commit(commit.tree_id, [tip], commit.message, author=commit.author, committer=commit.committer)
+    return tip
+
+
+def replay_onto(store: Store, ref: str, ours: str | None, theirs: str, branch_tip: str | None,
+                message: str) -> str:
+    """Move the node log ``ref`` from ``ours`` to ``theirs`` followed by copies of the records of
+    ``ours`` that ``theirs`` lacks and whose boundary is on the line of ``branch_tip``
+    (:func:`stage_replay`); objects first, then one compare-and-swap from ``ours`` (reflogged with
+    ``message``). Returns the new tip. :class:`ConflictError` when the log moved meanwhile;
+    :class:`CorruptObjectError` when a record cannot be read."""
 
     def build(tx: Transaction) -> str:
-        tip = theirs
-        for oid in keep:
-            commit = reader.commit(oid)
-            tip = tx.commit(commit.tree_id, [tip], commit.message, author=commit.author,
-                            committer=commit.committer)
-        if ours is None:
-            tx.set_ref(ref, None, tip, message, strict=True)
-        else:
-            tx.set_ref(ref, ours, tip, message, strict=True)
+        tip = stage_replay(store.reader, tx, ours, theirs, branch_tip)
+        tx.set_ref(ref, ours, tip, message, strict=True)
         return tip
 
     new = store.write(build)
