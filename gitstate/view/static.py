@@ -137,14 +137,14 @@ class Bundle:
     def add_channels(self, oid: str) -> str:
         """A LangGraph checkpoint's values tree (``langgraph/``) as a ``map`` of its channels, each
         decoded for display by the functions the server's state and diff use
-        (:func:`lgtree.channel_entries`, :func:`lgtree.show_entry`); returns its key in
+        (:func:`lgtree.shown_entries`, :func:`lgtree.show_entry`); returns its key in
         :attr:`objects`. A channel's value is stored once per entry (name, mode and id, what the
         server compares to tell a channel unchanged), so an unchanged channel is decoded once."""
         key = "lg" + short(oid)
         if key in self.objects:
             return key
         entries = []
-        for channel, (name, sub, mode) in sorted(lgtree.channel_entries(self.reader, oid).items()):
+        for channel, (name, sub, mode) in sorted(lgtree.shown_entries(self.reader, oid).items()):
             ident = hashlib.sha1(f"{name}\0{mode:o}\0{sub}".encode("utf-8", "surrogateescape"),
                                  usedforsecurity=False).hexdigest()
             sub_key = "lg" + short(ident)

@@ -54,7 +54,7 @@ GOLDEN: dict[str, str] = {
     "node.entry": "dada6fae5a6aaa3ee28c37a78c695c66f49ae47a",
     "node.exit": "b666c8d2e716eed530873b088960287b63d07f8d",
     "node_failed.exit": "0b92b68dd3309707b82bd5beedd7e580409fb268",
-    "node.log": "49503bd3008ee6ce05147714102bd13a5c4814ff",  # an open boundary names its process (owner)
+    "node.log": "822bd76574b4df3ae7219aeee1128ee1c6cc4147",  # an open boundary names its process (owner)
     "files": "7412a1e6eedd608ca39eb6982c03deb42fb8e864",
     "files.tree": "1c3e8db21b048fc4f8c1ab019b0c382c33534df4",
     "files.snapshot": "1465ac93f6d3e1af7cd3024a9795a47cfb815bdc",

@@ -298,7 +298,7 @@ _CHILD = """
 import sys
 import gitstate
 from gitstate.langgraph import GitCheckpointSaver
-sys.path.insert(0, "tests")
+sys.path[:0] = ["tests", "tests/langgraph"]
 from test_langgraph_graphs import chat_graph
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command

@@ -85,7 +85,8 @@ def test_bundle_round_trip(tmp_path: Path) -> None:
     a.create_run(run_id="r2").checkpoint({})
     bundle = tmp_path / "runs.bundle"
     assert gitstate.export_bundle(a, ["r1"], bundle) == ["refs/agentos/main/runs/r1/heads/main",
-                                               "refs/agentos/main/runs/r1/run"]
+                                                         "refs/agentos/main/runs/r1/nodes/main",
+                                                         "refs/agentos/main/runs/r1/run"]
     assert "refs/agentos/main/runs/r1/run" in git(tmp_path, "bundle", "list-heads", str(bundle))
     results = gitstate.import_bundle(b, bundle)
     assert [(r.run_id, r.status) for r in results] == [("r1", "created")]
