@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pygit2
@@ -339,11 +340,16 @@ def _zero(oid: str | None) -> str:
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
-def _read_loose_or_packed(common_dir: str, name: str, path: str) -> str | None:
-    """The ref's value read from disk under its lock (loose file first, then ``packed-refs``)."""
+def _read_loose_or_packed(common_dir: str, name: str, path: str,
+                          packed: Mapping[str, str] | None = None) -> str | None:
+    """The ref's value read from disk under its lock (loose file first, then ``packed-refs``, or
+    ``packed``: the entries of a ``packed-refs`` read under its lock, see :func:`_read_packed`)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
+        if packed is not None:
+            entry = packed.get(name)
+            return entry[:40] if entry is not None else None
         return _packed_value(common_dir, name)
     try:
         raw = os.read(fd, 4096).strip()
@@ -357,6 +363,18 @@ def _read_loose_or_packed(common_dir: str, name: str, path: str) -> str | None:
     if _HEX40.fullmatch(text) is None:
         raise CorruptObjectError(name, "ref file does not hold an object id")
     return text
+
+
+def peek_many(common_dir: str, names: Iterable[str]) -> dict[str, str | None | bool]:
+    """:func:`peek` of several refs, reading ``packed-refs`` once."""
+    _header, entries = _read_packed(os.path.join(common_dir, "packed-refs"))
+    out: dict[str, str | None | bool] = {}
+    for name in names:
+        try:
+            out[name] = _read_loose_or_packed(common_dir, name, os.path.join(common_dir, *name.split("/")), entries)
+        except (OSError, GitStateError):
+            out[name] = False
+    return out
 
 
 def peek(common_dir: str, name: str) -> str | None | bool:
@@ -659,15 +677,15 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
             raise LockBusy("packed-refs") from exc
         except OSError as exc:
             raise StoreWriteError(packed_lock, str(exc)) from exc
+        header, entries = _read_packed(packed_path)  # under the lock, as git reads it
         loose: dict[str, str] = {}  # ref -> its loose file, for refs that have one
         for move in moves:
             path = os.path.join(common_dir, *move.ref.split("/"))
-            actual = _read_loose_or_packed(common_dir, move.ref, path)
+            actual = _read_loose_or_packed(common_dir, move.ref, path, entries)
             if actual != move.old:
                 raise ConflictError(move.ref, move.old, actual)
             if actual is not None and os.path.exists(path):
                 loose[move.ref] = path
-        header, entries = _read_packed(packed_path)  # under the lock, as git reads it
         for move in moves:
             if move.ref in loose:
                 entries[move.ref] = f"{move.old} {move.ref}\n"
@@ -700,8 +718,9 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
                 lockfile.release_held(lock, fd)
             except OSError:
                 pass
+    # the directories made for the locks of refs that now live in packed-refs only, as git removes them
     root = os.path.join(common_dir, "refs")
-    _remove_empty_dirs(root, {os.path.dirname(p) for p in loose.values()})
+    _remove_empty_dirs(root, {os.path.dirname(os.path.join(common_dir, *m.ref.split("/"))) for m in moves})
 
 
 def _lock_for_update(common_dir: str, name: str, path: str) -> int:

@@ -555,11 +555,13 @@ def _moved_already(common_dir: str, tx: Transaction) -> RefUpdate | None:
     """The first staged update whose ref no longer holds the value it expects (read without the
     lock: a hint; the compare-and-swap under the lock decides). Deletions of short-lived refs that
     may be gone already (``missing_ok``) are not looked at: they succeed either way."""
-    for update in tx.updates:
-        if update.missing_ok:
-            continue
-        current = refs.peek(common_dir, update.ref)
-        if current is not False and current != update.old:
+    updates = [u for u in tx.updates if not u.missing_ok]
+    if len(updates) > 4:  # packed-refs read once, not once per ref
+        current = refs.peek_many(common_dir, [u.ref for u in updates])
+        return next((u for u in updates if current[u.ref] is not False and current[u.ref] != u.old), None)
+    for update in updates:
+        value = refs.peek(common_dir, update.ref)
+        if value is not False and value != update.old:
             return update
     return None
 
