@@ -12,6 +12,7 @@ own by age; git's ``packed-refs.lock`` never), and packing gitstate's loose refs
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import os
@@ -679,6 +680,7 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
             raise StoreWriteError(packed_lock, str(exc)) from exc
         header, entries = _read_packed(packed_path)  # under the lock, as git reads it
         loose: dict[str, str] = {}  # ref -> its loose file, for refs that have one
+        packed_names: list[str] | None = None  # the packed names, sorted, once a new ref needs them
         for move in moves:
             path = os.path.join(common_dir, *move.ref.split("/"))
             actual = _read_loose_or_packed(common_dir, move.ref, path, entries)
@@ -686,6 +688,12 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
                 raise ConflictError(move.ref, move.old, actual)
             if actual is not None and os.path.exists(path):
                 loose[move.ref] = path
+            if move.old is None and move.new is not None:
+                # refs a/b and a/b/c cannot both exist (git refuses such a packed-refs)
+                packed_names = sorted(entries) if packed_names is None else packed_names
+                below = bisect.bisect_left(packed_names, move.ref + "/")
+                if below < len(packed_names) and packed_names[below].startswith(move.ref + "/"):
+                    raise StoreWriteError(path, f"{move.ref} cannot be written: refs exist below it")
         for move in moves:
             if move.ref in loose:
                 entries[move.ref] = f"{move.old} {move.ref}\n"

@@ -402,3 +402,16 @@ def test_update_atomically_changes_nothing_while_a_lock_is_held(repo: Path, held
     assert (rev_parse(repo, REF), rev_parse(repo, REF2)) == (a, None)
     assert lock.read_text() == ""  # git's lock is left as it was
     assert sorted(p.name for p in Path(common(repo)).rglob("*.lock")) == [lock.name]
+
+
+def test_update_atomically_refuses_a_ref_with_packed_refs_below_it(repo: Path) -> None:
+    a, b = commits(repo, 2)
+    below = REF + "/deeper"
+    refs.update_atomically(common(repo), _moves((below, None, a), (REF2, None, a)), committer=WHO)  # packed
+    folder = Path(common(repo), *REF.split("/"))
+    if folder.is_dir():
+        folder.rmdir()  # only in packed-refs now: no folder tells that refs exist below
+    with pytest.raises(StoreWriteError):
+        refs.update_atomically(common(repo), _moves((REF, None, b), (REF3, None, b)), committer=WHO)
+    assert (rev_parse(repo, REF), rev_parse(repo, REF3), rev_parse(repo, below)) == (None, None, a)
+    git(repo, "fsck", "--strict")
