@@ -288,8 +288,8 @@ def diff(store: gitstate.Store, ref_a: str, ref_b: str, as_json: bool) -> None:
     a mapping is the single key "".
 
     Renames are found as git's diff finds them: files with the same content always; edited ones
-    only while deleted x added files stay within diff.renameLimit squared (default 1000, 0: no
-    limit). Above it "renames_skipped" is true, a warning says so on stderr, and edited renamed files
+    only while deleted x added files stay within diff.renameLimit squared and deleted + added
+    files within four times the limit (default 1000, 0: no limit). Above it "renames_skipped" is true, a warning says so on stderr, and edited renamed files
     show as deleted and added. Files above 32 MiB are never compared by content.
     """
     a, b = resolve(store, ref_a), resolve(store, ref_b)

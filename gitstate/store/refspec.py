@@ -248,6 +248,7 @@ def _langgraph_checkpoint(store: Store, text: str) -> str | None:
     when none is. Several threads holding one id (copies) or a prefix of several ids:
     :class:`AmbiguousReferenceError`. Walks the lines of the worktree's LangGraph threads, so it is
     tried only after everything else."""
+    text = text.lower()  # LangGraph writes its ids in lower case; a user may copy one in upper case
     exact: dict[str, str] = {}  # commit -> what it is
     prefixed: dict[str, str] = {}
     seen: set[tuple[str, str, str]] = set()  # (run, namespace, id): the newest commit of each wins

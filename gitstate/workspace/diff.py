@@ -9,8 +9,9 @@ changed. Files are compared with libgit2's tree diff (equal subtrees skipped the
 Renames are found as git's diff finds them, bounded as git bounds them: a deleted file and an added
 file with the same blob are a rename (matched by id, no content read); the files left are compared
 by content (libgit2's ``find_similar``, which reads each candidate blob whole to sign it, one or
-two at a time) only when ``deleted × added ≤ limit²``, where the limit is the repository's ``diff.renameLimit``
-(default :data:`RENAME_LIMIT`, git's; 0: no limit). Above it that comparison is skipped and the
+two at a time) only when ``deleted × added ≤ limit²`` (git's bound) and ``deleted + added ≤ 4 × limit``
+(libgit2 signs every candidate: 100,000 added files took seconds against a handful deleted), where the
+limit is the repository's ``diff.renameLimit`` (default :data:`RENAME_LIMIT`, git's; 0: no limit). Above it that comparison is skipped and the
 result says so (:attr:`Diff.renames_skipped`): those files show as deleted and added. Blobs larger
 than :data:`RENAME_MAX_BLOB` are never compared by content (a renamed and edited one shows as
 deleted and added): a diff reads no blob larger than that, and no file's content is shown (the
@@ -269,7 +270,11 @@ def diff_files(reader: ObjectReader, a: str | None, b: str | None, limit: int | 
     paired = {source for source, _ in renames.values()}
     left_src = {p: f for p, f in sources.items() if p not in paired}
     left_tgt = {p: f for p, f in targets.items() if p not in renames}
-    skipped = bool(left_src and left_tgt and limit and len(left_src) * len(left_tgt) > limit * limit)
+    # git's bound on the comparisons (sources x targets <= limit squared), and one on the files
+    # compared (libgit2 reads and signs every candidate, so 100,000 added files cost seconds even
+    # against a handful of deleted ones): at most four times the limit in all
+    skipped = bool(left_src and left_tgt and limit and (len(left_src) * len(left_tgt) > limit * limit
+                                                        or len(left_src) + len(left_tgt) > 4 * limit))
     if left_src and left_tgt and not skipped:
         renames.update(_similar(repo, a, b, sources, targets, renames, sizes, limit))
     for target, (source, similarity) in renames.items():

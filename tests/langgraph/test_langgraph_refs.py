@@ -278,6 +278,7 @@ def test_a_langgraph_checkpoint_id_is_a_reference(repo: Path, monkeypatch: pytes
     tip = _json("show", "lg")
     assert _json("show", cid)["id"] == tip["id"]
     assert _json("show", cid[:13])["id"] == tip["id"]  # a prefix, hyphen included
+    assert _json("show", cid.upper())["id"] == tip["id"]  # as a user may copy it
     assert _json("show", f"{cid}~1")["langgraph"]["checkpoint_id"] == parent
     assert _json("show", parent)["langgraph"]["checkpoint_id"] == parent
     assert _json("diff", parent, cid)["b"] == tip["id"]

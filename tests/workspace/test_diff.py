@@ -116,6 +116,25 @@ def test_rename_detection_is_bounded_by_the_rename_limit(repo: Path) -> None:
     assert renamed["d/new5.txt"][0] == "d/old5.txt" and 50 <= renamed["d/new5.txt"][1] < 100
 
 
+def test_rename_detection_is_bounded_by_the_files_compared(repo: Path) -> None:
+    """One deleted file against many added ones stays within git's bound on comparisons, but
+    libgit2 reads every candidate: above four times the limit in files the comparison is skipped
+    (a diff against a 100,000-file snapshot took 17 s)."""
+    store = gitstate.open_store(repo)
+    run = store.create_run()
+    a = run.checkpoint({}, branch="a", files_tree=_files_tree(store, {"old.txt": _lines(0)}))
+    new = {f"new{i}.txt": _lines(i + 100) for i in range(45)}
+    new["renamed.txt"] = _lines(0, edit=7)
+    b = run.checkpoint({}, branch="b", files_tree=_files_tree(store, new))
+    git(repo, "config", "diff.renameLimit", "10")  # 1 x 46 <= 10 squared, 1 + 46 > 4 x 10
+    d = store.diff(a, b)
+    assert d.renames_skipped and not [f for f in d.files if f.status == "renamed"]
+    git(repo, "config", "diff.renameLimit", "12")  # 1 + 46 <= 4 x 12
+    d = store.diff(a, b)
+    assert not d.renames_skipped
+    assert [(f.old_path, f.path) for f in d.files if f.status == "renamed"] == [("d/old.txt", "d/renamed.txt")]
+
+
 def test_cli_diff_says_when_renames_were_skipped(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
