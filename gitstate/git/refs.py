@@ -718,7 +718,7 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
                     pass
     except FileNotFoundError as exc:
         raise TransientRefError(names[0], str(exc)) from exc
-    except (IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+    except OSError as exc:  # not a directory, not writable, disk full: nothing moved
         raise StoreWriteError(common_dir, str(exc)) from exc
     finally:
         for lock, fd in reversed(held):
