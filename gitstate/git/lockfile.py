@@ -24,20 +24,22 @@ at the bottom of the git layer."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
 import secrets
 import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from types import TracebackType
 
 from gitstate.git import safeopen
 
-__all__ = ["FileLock", "Owner", "acquire", "break_stale", "create_held", "holder", "holds_flock", "is_stale",
+__all__ = ["FileLock", "Gate", "Owner", "acquire", "break_stale", "create_held", "holder", "holds_flock", "is_stale",
            "read_owner", "release_held"]
 
 
@@ -453,6 +455,75 @@ class FileLock:
 
     def __repr__(self) -> str:
         return f"FileLock({self.path!r}, held={self.held()})"
+
+
+class Gate:
+    """A flock on one file that writers hold shared while a transaction runs (from choosing its
+    objects to moving its refs) and that gc holds exclusive for a moment: when gc has it, no
+    transaction that may have reused an object gc is about to drop is still under way. One per
+    store and process; the threads of a process share one descriptor, counted, so one thread's
+    end does not drop another's hold (a forked child starts with none)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._mutex = threading.Lock()
+        self._fd: int | None = None
+        self._count = 0
+        self._pid = os.getpid()
+
+    def enter_shared(self, wait: float) -> bool:
+        """Hold the gate shared, waiting up to ``wait`` seconds while gc holds it; False when it
+        could not be had in time. A gate that cannot be made (a read-only repository: no write
+        succeeds there anyway) is passed as held."""
+        with self._mutex:
+            if self._pid != os.getpid():
+                self._fd, self._count, self._pid = None, 0, os.getpid()
+            if self._count == 0:
+                try:
+                    if self._fd is None:
+                        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                        self._fd = safeopen.open_fd(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644,
+                                                    replace_special=True)
+                    if not _flock_for(self._fd, fcntl.LOCK_SH, wait):
+                        return False
+                except OSError:
+                    return True
+            self._count += 1
+            return True
+
+    def leave_shared(self) -> None:
+        """End one :meth:`enter_shared`."""
+        with self._mutex:
+            if self._pid != os.getpid() or self._count == 0:
+                return
+            self._count -= 1
+            if self._count == 0 and self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def exclusive(path: str, wait: float) -> Iterator[bool]:
+        """Hold the gate at ``path`` exclusive for the block (once every transaction under way has
+        ended), waiting up to ``wait`` seconds; yields False when writers kept it."""
+        fd = safeopen.open_fd(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644, replace_special=True)
+        try:
+            yield _flock_for(fd, fcntl.LOCK_EX, wait)
+        finally:
+            os.close(fd)
+
+
+def _flock_for(fd: int, kind: int, wait: float) -> bool:
+    deadline = time.monotonic() + wait
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
 
 
 def holder(path: str) -> int | None:

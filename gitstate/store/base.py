@@ -29,7 +29,7 @@ from gitstate.errors import (
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import worktree_key
-from gitstate.git import durability, handles, housekeeping, packs, refs, safeopen
+from gitstate.git import durability, handles, housekeeping, lockfile, packs, refs, safeopen
 from gitstate.git.command import check_git_version
 from gitstate.git.durability import Durability
 from gitstate.git.location import Location, check_present, locate
@@ -80,6 +80,7 @@ class StoreCore:
         self._merge_retry_at = 0.0  # (monotonic) no merge before then: another process held the lock too long
         self._gc_seen = False  # whether a `git gc` ran when this store last wrote
         self._gc_pid = os.path.join(self.location.common_dir, "gc.pid")
+        self._gc_gate = lockfile.Gate(os.path.join(self.location.common_dir, "agentos", "gc.lock"))
         self._merged_stamp = os.path.join(self.location.common_dir, "agentos", "merged")
         self._main_seen = _stamp(self._merged_stamp)
         # A killed writer's ref lock blocks git's own gc on a ref nobody writes again: every store
@@ -212,6 +213,17 @@ class StoreCore:
         backoff = Backoff(self.lock_timeout)
         common = self.location.common_dir
         check_present(self.location.git_dir)  # a deleted repository is an error, not recreated
+        # gc waits for this transaction before it bumps the epoch that makes writers stop reusing
+        # objects it may drop (see gitstate.store.reclaim)
+        if not self._gc_gate.enter_shared(self.lock_timeout):
+            raise LockTimeoutError(os.path.relpath(self._gc_gate.path, common), self.lock_timeout)
+        try:
+            return self._write(build, backoff, loose)
+        finally:
+            self._gc_gate.leave_shared()
+
+    def _write(self, build: Callable[[Transaction], T], backoff: Backoff, loose: bool) -> T:
+        common = self.location.common_dir
         self._after_git_gc()
         self._refresh_after_merges()
         writer = self.object_writer()

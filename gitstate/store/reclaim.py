@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable
 
 from gitstate.errors import GitStateError
-from gitstate.git import housekeeping, packs, safeopen
+from gitstate.git import housekeeping, lockfile, packs, safeopen
 
 RECLAIM_WAIT = 30.0  # seconds gc waits for another process's housekeeping before giving up
 RECLAIM_ROUNDS = 4  # reachability passes before the old packs go (each one packs what the last missed)
@@ -65,7 +65,8 @@ def reclaim(common_dir: str, reachable: Callable[[], set[str] | None], wait: flo
 
     ``reachable()`` returns every object id some ref, reflog or index reaches (``None``: it could
     not tell, and nothing is removed). The protocol, under the housekeeping lock (no pack, merge or
-    other gc meanwhile): the gc epoch is bumped first (:func:`bump_gc_epoch`), so transactions that
+    other gc meanwhile): once every transaction under way has ended (writers hold ``agentos/gc.lock``
+    shared while one runs, :class:`lockfile.Gate`), the gc epoch is bumped (:func:`bump_gc_epoch`), so transactions that
     begin from now on write again every object they stage; then the objects of the old packs that
     ``reachable()`` names go into one new pack; ``reachable()`` is asked again and what it names
     now that the new packs lack (published meanwhile by a transaction that began before the bump)
@@ -80,7 +81,13 @@ def reclaim(common_dir: str, reachable: Callable[[], set[str] | None], wait: flo
         candidates = own_packs(common_dir)
         if not candidates:
             return result
-        bump_gc_epoch(common_dir)
+        # every transaction under way ends first (writers hold the gate while they run): one that
+        # began before the bump could name an object of a pack about to go
+        with lockfile.Gate.exclusive(os.path.join(housekeeping.agentos_dir(common_dir), "gc.lock"), wait) as free:
+            if not free:
+                result.deferred = "writers kept the store busy"
+                return result
+            bump_gc_epoch(common_dir)
         ids: set[str] = set()
         for name in candidates:
             try:

@@ -232,3 +232,40 @@ def test_cli_gc_dry_run_and_real(repo: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert bad.returncode != 0 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
     fsck(repo)
     assert os.path.exists(repo / ".git")
+
+
+def test_the_pack_rewrite_waits_for_a_transaction_under_way(repo: Path) -> None:
+    """A transaction that chose its objects before gc bumped the epoch may name an object of a
+    pack gc is about to drop: gc waits until every transaction under way has ended (writers hold
+    agentos/gc.lock shared), and gives up (removing nothing) when one outlasts its wait."""
+    import threading
+
+    from gitstate.store import reclaim
+
+    store = gitstate.open_store(repo, pack_in_background=False)
+    run = store.create_run(run_id="old")
+    for i in range(3):
+        run.checkpoint({"i": i})
+    store.delete_run("old")
+    common = store.location.common_dir
+    inside, release = threading.Event(), threading.Event()
+    writer = gitstate.open_store(repo, pack_in_background=False).create_run(run_id="w")
+
+    def slow_state(tip: object, tx: object) -> dict[str, int]:
+        inside.set()
+        release.wait(30)
+        return {"n": 1}
+
+    thread = threading.Thread(target=lambda: writer.update(slow_state))
+    thread.start()
+    try:
+        assert inside.wait(30)
+        busy = reclaim.reclaim(common, lambda: R.reachable_objects(store), wait=0.3)
+        assert busy.deferred == "writers kept the store busy" and not busy.removed
+    finally:
+        release.set()
+        thread.join(30)
+    done = reclaim.reclaim(common, lambda: R.reachable_objects(store), wait=5)
+    assert not done.deferred and done.removed
+    assert gitstate.open_store(repo).get_run("w").head().state == {"n": 1}  # type: ignore[union-attr]
+    assert subprocess.run(["git", "-C", str(repo), "fsck", "--strict"], capture_output=True).returncode == 0
