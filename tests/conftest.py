@@ -18,6 +18,12 @@ import pytest
 
 import gitstate
 
+# Test modules of one folder import helpers from another's (e.g. tests/sync from tests/cli): every
+# folder is importable whichever tests are selected, as when the whole suite is collected.
+for _folder in sorted(Path(__file__).resolve().parent.iterdir()):
+    if _folder.is_dir() and any(_folder.glob("test_*.py")) and str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
+
 _SCRUB = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
           "GIT_CEILING_DIRECTORIES", "AGENTOS_REPO", "GIT_CONFIG", "GIT_CONFIG_GLOBAL")
 _FIXED = {"GIT_AUTHOR_NAME": "Test Author", "GIT_AUTHOR_EMAIL": "author@example.com",

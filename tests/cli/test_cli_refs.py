@@ -224,7 +224,6 @@ def test_log_of_a_safety_branch_in_a_real_process(repo: Path) -> None:
 
 def test_langgraph_fork_branches_by_name(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("langgraph.graph")
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "langgraph"))
     from test_langgraph_graphs import scenario
 
     from gitstate.langgraph import GitCheckpointSaver
