@@ -31,7 +31,8 @@ def _size(n: int | None) -> str:
 @click.option("--older-than", metavar="DURATION", default=None,
               help="Remove whole runs not updated since (14d, 12h, 2w, or an ISO date).")
 @click.option("--status", "statuses", metavar="LIST", default=None,
-              help="Statuses a run must have to be touched (default: completed,failed).")
+              help="Statuses a run must have to be touched (default: completed,failed; also stopped, "
+                   "saved, running, interrupted).")
 @click.option("--max-size", metavar="SIZE", default=None,
               help="Remove the oldest selected runs until the store's own objects fit (500M, 2G).")
 @click.option("--all-worktrees", is_flag=True, help="Consider the runs of every worktree.")

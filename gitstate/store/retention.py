@@ -46,7 +46,9 @@ from gitstate.store.transaction import Transaction
 TRASH = "refs/agentos-trash/"
 PINS = "refs/agentos-pins/"
 FINISHED = frozenset({"completed", "failed"})
-STATUSES = frozenset({"completed", "failed", "running", "interrupted"})
+# every status a run shows: "stopped" ended unfinished without an error, "saved" is an
+# integration's run that never says it finished (an OpenAI session: `--status saved` ages them out)
+STATUSES = frozenset({"completed", "failed", "running", "interrupted", "stopped", "saved"})
 DEFAULT_GRACE_DAYS = 7.0
 IDX_BYTES_PER_OBJECT = 28  # a version-2 .idx entry: id, CRC, offset
 PACK_OVERHEAD = 12 + 20 + 8 + 1024 + 40  # a pack's header and checksum, its index's header, fan-out and checksums

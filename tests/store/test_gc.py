@@ -269,3 +269,10 @@ def test_the_pack_rewrite_waits_for_a_transaction_under_way(repo: Path) -> None:
     assert not done.deferred and done.removed
     assert gitstate.open_store(repo).get_run("w").head().state == {"n": 1}  # type: ignore[union-attr]
     assert subprocess.run(["git", "-C", str(repo), "fsck", "--strict"], capture_output=True).returncode == 0
+
+
+def test_every_status_a_run_shows_can_be_selected() -> None:
+    assert R.parse_statuses("saved,stopped") == {"saved", "stopped"}
+    assert R.parse_statuses("completed, failed") == R.FINISHED
+    with pytest.raises(gitstate.UsageError):
+        R.parse_statuses("finished")
