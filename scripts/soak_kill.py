@@ -74,10 +74,8 @@ while True:
         run.fork(run.head().id, branch)
         cp = run.checkpoint({"forked": n, "pid": os.getpid()}, branch=branch)
     elif op < 0.16:
-        # replaced whole (temp file, rename), not truncated in place: libgit2's add_all, which a
-        # snapshot falls back to, can die of SIGBUS when another process truncates a file it is
-        # reading (a known open bug, see docs/FORMAT.md "Workspace snapshots"); this soak is about
-        # kills, not about that
+        # replaced whole (temp file, rename), as editors do: another writer's snapshot may see the
+        # temp file come and go while git adds the worktree (it tries again)
         work = os.path.join(repo, f"work-{rng.randrange(4)}.txt")
         with open(f"{work}.{os.getpid()}.tmp", "w") as fh:
             fh.write(f"{os.getpid()} {n}\n" * rng.randrange(1, 50))

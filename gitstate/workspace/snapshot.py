@@ -83,6 +83,8 @@ _VERBOSE = re.compile(rb"^(add|remove) '(.*?)'$", re.M | re.S)
 _NO_COMMIT = re.compile(rb"^error: '(.*)/' does not have a commit checked out$", re.M)
 _NOT_A_FILE = re.compile(rb"^error: (.*): can only add regular files, symbolic links or git-directories$", re.M)
 _UNREADABLE = re.compile(rb"^error: unable to index file '(.*)'$", re.M)
+#: What ``git add`` stops on when another program changes the worktree under it (tried again).
+_RACES = (b"unstable object source data", b"fatal: unable to stat")
 
 
 @dataclass(frozen=True)
@@ -380,9 +382,10 @@ class Workspace:
         link (a FIFO in its place) leaves the index."""
         for delay in (*scan.SETTLE_DELAYS, None):
             proc = self._git(work, ["add", "-A", "--verbose", "--ignore-errors", "--", *pathspecs])
-            if proc.returncode in (0, 1) or b"unstable object source data" not in proc.stderr:
+            if proc.returncode in (0, 1) or not any(m in proc.stderr for m in _RACES):
                 break
-            # a file changed while git hashed and wrote it (git stops there): again, after a pause
+            # a file changed while git hashed and wrote it, or went away between git listing and
+            # reading it (git stops there): again, after a pause
             if delay is None:
                 raise FileChangingError(self.workdir)
             time.sleep(delay)

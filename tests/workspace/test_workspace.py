@@ -309,3 +309,27 @@ def test_a_fifo_among_the_private_index_files_never_blocks(work: Path, monkeypat
     if suffix == ".restore.lock":
         assert path.is_file()  # the FIFO was replaced by the lock's file (a flock file stays)
     assert git(work, "fsck", "--strict") == ""
+
+
+def test_a_file_gone_while_git_adds_is_tried_again(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file another program removes between git listing the worktree and reading it stops
+    `git add` ("unable to stat"): the snapshot runs it again, as for a file changed under it."""
+    import subprocess
+
+    from gitstate.workspace import snapshot
+
+    real = snapshot.Workspace._git
+    failed: list[bool] = []
+
+    def git_once_racing(self: snapshot.Workspace, index: str, args: list[str], stdin: bytes | None = None
+                        ) -> subprocess.CompletedProcess[bytes]:
+        if args[:2] == ["add", "-A"] and not failed:
+            failed.append(True)
+            return subprocess.CompletedProcess(args, 128, b"",
+                                               b"fatal: unable to stat 'work-0.txt.1.tmp': No such file or directory\n")
+        return real(self, index, args, stdin)
+
+    monkeypatch.setattr(snapshot.Workspace, "_git", git_once_racing)
+    cp = gitstate.open_store(work).create_run().checkpoint({}, files=True)
+    assert failed and cp.files_tree_id is not None
+    assert "src" in git(work, "ls-tree", "--name-only", cp.files_tree_id).split()
