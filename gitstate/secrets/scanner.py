@@ -164,10 +164,12 @@ class Scanner:
         return found
 
 
-def checkpoint_parts(cp: Checkpoint) -> Iterable[tuple[str, Any]]:
-    """``(path, value)`` of each part of a checkpoint that is scanned."""
+def checkpoint_parts(cp: Checkpoint, *, state: bool = True) -> Iterable[tuple[str, Any]]:
+    """``(path, value)`` of each part of a checkpoint that is scanned; ``state=False`` leaves the
+    state out without decoding it (for a caller that scans it piece by piece)."""
     yield "metadata", cp.metadata
-    yield "state", cp.state
+    if state:
+        yield "state", cp.state
     yield "tools", cp.tools
     yield "audit", cp.audit
     lg = cp.langgraph_view()

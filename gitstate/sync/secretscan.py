@@ -19,7 +19,16 @@ from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.statetree import StateReader
 from gitstate.git.objects import MODE_TREE
-from gitstate.secrets import ALLOW_KEY, PATTERN_KEY, RULES_FILE, Finding, Rules, Scanner, SecretsRuleError
+from gitstate.secrets import (
+    ALLOW_KEY,
+    PATTERN_KEY,
+    RULES_FILE,
+    Finding,
+    Rules,
+    Scanner,
+    SecretsRuleError,
+    checkpoint_parts,
+)
 from gitstate.store.store import Store
 
 #: A rules file larger than this is refused (it is a short list of patterns and fingerprints).
@@ -132,7 +141,7 @@ class CheckpointScanner:
         if values is None:
             return self.scanner.scan_checkpoint(cp)
         found: list[Finding] = []
-        for path, value in checkpoint_parts_but_state(cp):
+        for path, value in checkpoint_parts(cp, state=False):
             found.extend(self.scanner.scan_value(value, path))
         for n, (channel, entry) in enumerate(sorted(lgtree.channel_entries(self.store.reader, values).items())):
             base = "state" + self.scanner.key_segment(channel, n)
@@ -184,22 +193,6 @@ def join_path(base: str, path: str) -> str:
 def replace_path(f: Finding, path: str) -> Finding:
     """``f`` at another key path."""
     return Finding(f.kind, path, f.fingerprint, f.run, f.checkpoint)
-
-
-def checkpoint_parts_but_state(cp: Checkpoint) -> Iterable[tuple[str, Any]]:
-    """:func:`gitstate.secrets.checkpoint_parts` without the state."""
-    return ((path, value) for path, value in _parts_lazily(cp) if path != "state")
-
-
-def _parts_lazily(cp: Checkpoint) -> Iterable[tuple[str, Any]]:
-    yield "metadata", cp.metadata
-    yield "tools", cp.tools
-    yield "audit", cp.audit
-    lg = cp.langgraph_view()
-    if lg is not None:
-        if lg.get("metadata") != cp.metadata:
-            yield "langgraph.metadata", lg.get("metadata")
-        yield "langgraph.writes", lg.get("writes")
 
 
 def scan_checkpoints(store: Store, oids: Iterable[str], scanner: Scanner) -> list[Finding]:
