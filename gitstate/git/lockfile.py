@@ -354,17 +354,11 @@ def _held_record() -> bytes:
 
 
 def _flock_within(fd: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.001)
-        except OSError:
-            return False
+    """An exclusive flock on ``fd`` within ``seconds``; False also where flocks cannot be had."""
+    try:
+        return _flock_for(fd, fcntl.LOCK_EX, seconds)
+    except OSError:
+        return False
 
 
 def release_held(path: str | None, fd: int) -> None:
