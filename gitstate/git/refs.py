@@ -709,7 +709,8 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
                 entries.pop(move.ref, None)
             else:
                 entries[move.ref] = f"{move.new} {move.ref}\n"
-        _install_packed(packed_path, packed_lock, header, entries, fsync)  # the commit point
+        if any(move.new != move.old for move in moves):  # (a pack_refs batch changes nothing)
+            _install_packed(packed_path, packed_lock, header, entries, fsync)  # the commit point
         for move in moves:
             if move.new is None:
                 try:
@@ -807,80 +808,40 @@ def _read_packed(path: str) -> tuple[str, dict[str, str]]:
 def pack_refs(common_dir: str, prefix: str = "refs/agentos/", batch: int = 200) -> int:
     """Move the loose refs under ``prefix`` into ``packed-refs``, as ``git pack-refs`` does but for
     gitstate's namespace only (git 2.39 has no ``--include``; libgit2's compress packs the user's
-    refs too). Returns how many refs were packed; stops early when another process holds
-    ``packed-refs.lock``.
+    refs too). Returns how many refs were packed.
 
-    Git's protocol, in batches so no lock is held long: take ``packed-refs.lock``, lock each loose
-    ref of the batch before reading it (so no concurrent update or delete is lost or brought
-    back), write the new file into the lock and rename it over ``packed-refs`` (after checking the
-    lock is still ours), then remove the loose files and release their locks."""
+    Each batch is one :func:`update_atomically` that moves its refs to the value they already hold
+    (so no reader sees a change, and no concurrent update or delete is lost or brought back). A ref
+    being updated right now (its lock held, or its value changed since it was read) is left loose;
+    the packing stops early when another process holds ``packed-refs.lock``."""
     root = os.path.join(common_dir, *prefix.rstrip("/").split("/"))
     loose = []
     for dirpath, _dirs, files in os.walk(root):
         loose += [os.path.join(dirpath, f) for f in files if not f.endswith(".lock")]
     packed = 0
     for start in range(0, len(loose), batch):
-        done = _pack_batch(common_dir, root, loose[start:start + batch])
-        if done < 0:
-            break
-        packed += done
-    return packed
-
-
-def _pack_batch(common_dir: str, root: str, paths: list[str]) -> int:
-    packed_path = os.path.join(common_dir, "packed-refs")
-    lock_path = packed_path + ".lock"
-    try:
-        lock_fd = lockfile.create_held(lock_path)
-    except FileExistsError:
-        return -1
-    # As in set_if_equals: the lock keeps gitstate's owner record; the new file is written beside
-    # it and renamed over packed-refs while the lock is held (_install_packed).
-    held: dict[str, int] = {}  # loose refs locked by us -> descriptor of their lock
-    try:
-        header, entries = _read_packed(packed_path)  # read under the lock, as git does
-        for path in paths:
-            try:
-                ref_fd = lockfile.create_held(path + ".lock")
-            except OSError:
-                continue  # being updated right now: leave it loose
-            held[path] = ref_fd
+        moves = []
+        for path in loose[start:start + batch]:
             try:
                 with open(path, encoding="ascii", errors="replace") as fh:
                     value = fh.read().strip()
             except OSError:
-                value = ""  # deleted meanwhile: nothing to pack
-            if len(value) != 40 or any(c not in "0123456789abcdef" for c in value):
-                lockfile.release_held(path + ".lock", held.pop(path))  # gone, symbolic or odd: not ours
+                continue  # deleted meanwhile: nothing to pack
+            if len(value) == 40 and all(c in "0123456789abcdef" for c in value):  # not symbolic or odd
+                name = os.path.relpath(path, common_dir).replace(os.sep, "/")
+                moves.append(Move(name, value, value, "", log=False))
+        while moves:
+            try:
+                update_atomically(common_dir, moves, committer=("", ""))
+            except (LockBusy, ConflictError, TransientRefError) as exc:
+                busy = getattr(exc, "ref", None)
+                if busy == "packed-refs" or busy not in {m.ref for m in moves}:
+                    return packed
+                moves = [m for m in moves if m.ref != busy]  # leave that one loose, pack the others
                 continue
-            name = os.path.relpath(path, common_dir).replace(os.sep, "/")
-            entries[name] = f"{value} {name}\n"
-        if not held:
-            return 0
-        if os.fstat(lock_fd).st_ino != os.stat(lock_path).st_ino:
-            return -1  # our lock was broken and retaken by someone else: leave everything loose
-        _install_packed(packed_path, lock_path, header, entries, False)
-        done = list(held)
-        for path in done:
-            try:
-                os.unlink(path)  # the loose ref, then our lock on it
-            except OSError:
-                pass
-            lockfile.release_held(path + ".lock", held.pop(path))
-        _remove_empty_dirs(root, {os.path.dirname(p) for p in done})  # only empty once the locks are gone
-        return len(done)
-    finally:
-        for path, ref_fd in held.items():
-            try:
-                lockfile.release_held(path + ".lock", ref_fd)
-            except OSError:
-                pass
-        try:
-            # only a lock we still own: one broken and retaken by another is left alone
-            ours = os.fstat(lock_fd).st_ino == os.stat(lock_path).st_ino
-        except OSError:
-            ours = False
-        lockfile.release_held(lock_path if ours else None, lock_fd)
+            packed += len(moves)
+            break
+    return packed
 
 
 def _remove_empty_dirs(root: str, dirs: set[str]) -> None:
