@@ -54,8 +54,9 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import ObjectType
 
-from gitstate.git import housekeeping, packs
+from gitstate.git import packs
 from gitstate.git.objects import ObjectWriter
+from gitstate.store import housekeeping
 
 Objects = list[tuple[int, bytes]]
 

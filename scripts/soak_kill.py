@@ -47,7 +47,7 @@ WRITER = r"""
 import faulthandler, os, random, sys, time
 faulthandler.enable()  # a writer that crashes in C code says where
 import gitstate
-from gitstate.git import housekeeping
+from gitstate.store import housekeeping
 
 # low thresholds: every kind of housekeeping runs often, and is killed often
 housekeeping.PACK_THRESHOLD = 8

@@ -39,7 +39,7 @@ from soak_kill import count_objects, git, make_repo, read_acks  # noqa: E402
 WRITER = r"""
 import os, random, sys, time, traceback
 import gitstate
-from gitstate.git import housekeeping
+from gitstate.store import housekeeping
 
 housekeeping.PACK_THRESHOLD = 8
 housekeeping.MERGE_THRESHOLD = 3

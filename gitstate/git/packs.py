@@ -5,7 +5,7 @@ loose file per object. :func:`write_pack` is hand-written because it is on every
 ``scripts/bench_packs.py`` times it against loose files, libgit2's writes and ``git index-pack`` of
 the same pack, which multiplies the cost of a transaction's pack by 10-16 (a process start, 4 ms or
 more on the 2-core test machine: more than a whole step of ``scripts/bench_langgraph.py``).
-Merging packs is git's work (``git pack-objects``, see :mod:`gitstate.git.housekeeping`); this
+Merging packs is git's work (``git pack-objects``, see :mod:`gitstate.store.housekeeping`); this
 module only plans merges (:func:`geometric_plan`) and removes the packs merged away.
 
 Formats (git's ``Documentation/gitformat-pack.txt``): a version-2 pack of whole objects (types 1-4,

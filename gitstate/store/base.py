@@ -29,7 +29,7 @@ from gitstate.errors import (
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import worktree_key
-from gitstate.git import durability, handles, housekeeping, lockfile, packs, refs, safeopen
+from gitstate.git import durability, handles, lockfile, packs, refs, safeopen
 from gitstate.git.command import check_git_version
 from gitstate.git.durability import Durability
 from gitstate.git.location import Location, check_present, locate
@@ -44,6 +44,7 @@ from gitstate.git.refs import (
     read_ref,
     reflog,
 )
+from gitstate.store import housekeeping
 from gitstate.store.transaction import Backoff, RefUpdate, Transaction, apply_updates, failed_update
 from gitstate.workspace.snapshot import Workspace
 

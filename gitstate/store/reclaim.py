@@ -10,7 +10,8 @@ import os
 from collections.abc import Callable
 
 from gitstate.errors import GitStateError
-from gitstate.git import housekeeping, lockfile, packs, safeopen
+from gitstate.git import lockfile, packs, safeopen
+from gitstate.store import housekeeping
 
 RECLAIM_WAIT = 30.0  # seconds gc waits for another process's housekeeping before giving up
 RECLAIM_ROUNDS = 4  # reachability passes before the old packs go (each one packs what the last missed)

@@ -23,9 +23,10 @@ from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import NAMESPACE, STAGING, parse_ref, worktree_prefix
 from gitstate.format.nodes import NodeRecord
 from gitstate.format.statetree import MAX_TREE_DEPTH
-from gitstate.git import command, housekeeping, packs, refs
+from gitstate.git import command, packs, refs
 from gitstate.git.reader import CommitData
 from gitstate.git.refs import list_refs
+from gitstate.store import housekeeping
 from gitstate.store import nodes as nodelog
 from gitstate.store.sessionfiles import check_chain
 from gitstate.store.store import Store

@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from conftest import git
 
 import gitstate
-from gitstate.git import housekeeping, packs
+from gitstate.git import packs
+from gitstate.store import housekeeping
 from gitstate.verify.checks import verify
 from gitstate_cli.main import cli
 

@@ -17,7 +17,8 @@ import pygit2
 import pytest
 
 import gitstate
-from gitstate.git import housekeeping, lockfile, packs
+from gitstate.git import lockfile, packs
+from gitstate.store import housekeeping
 from tests.conftest import bounded, git, make_repo, user_snapshot
 
 WORDS = ("agent tool call result plan step file patch test build error retry model prompt token "
@@ -229,7 +230,7 @@ def test_pack_refs_only_ours_and_updates_still_work(store: gitstate.Store, repo:
     assert refs.pack_refs(str(common)) == 80
     assert refs.count_loose_refs(str(common)) == 0
     # no empty directory is left behind (each one would cost every ref listing an opendir)
-    assert list((common / "refs" / "agentos").iterdir()) == []
+    assert not (common / "refs" / "agentos").exists() or list((common / "refs" / "agentos").iterdir()) == []
     assert (common / "refs" / "heads" / "loose-user-branch").exists()
     assert git(repo, "for-each-ref") == before
     assert git(repo, "rev-parse", "v1^{commit}").strip() == git(repo, "rev-parse", "HEAD").strip()

@@ -326,7 +326,7 @@ def test_a_journal_that_cannot_be_written_never_fails_a_written_checkpoint(repo:
     """A snapshot's loose objects are journaled for housekeeping after the refs moved: where that
     cannot be written (a read-only ``agentos/`` folder) the checkpoint stands, and no error (nor
     traceback) says otherwise; the objects stay loose for the user's ``git gc``."""
-    from gitstate.git import housekeeping
+    from gitstate.store import housekeeping
 
     def refuse(common_dir: str, oids: object) -> int:
         raise PermissionError(13, "Permission denied", os.path.join(common_dir, "agentos", "loose.journal"))

@@ -20,8 +20,7 @@ RANKS = {
     "gitstate.adapters": 6, "gitstate.integrations": 6, "gitstate.openai_agents": 6,
     "gitstate.agent_framework": 6, "gitstate.crewai": 6, "gitstate": 7, "gitstate_cli": 8,
 }
-# Attributes of pygit2's own objects that the private-index code must reach (libgit2 calls pygit2
-# does not wrap: git_repository_set_index, git_index_add_all with a callback); see privateindex.py.
+# Attributes of pygit2's own objects that gitstate must reach (none today).
 FOREIGN_PRIVATE: set[str] = set()
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_exit", "_getframe"}
 

@@ -19,9 +19,8 @@ from conftest import git
 
 import gitstate
 from gitstate.format import checkpoint as cpfmt
-from gitstate.git import housekeeping
 from gitstate.git.objects import KEEP_PREFIX, MODE_BLOB
-from gitstate.store import base
+from gitstate.store import base, housekeeping
 from gitstate.store.transaction import Transaction
 
 REF = "refs/agentos/main/runs/kept/heads/main"
