@@ -12,7 +12,8 @@ bash scripts/install-browser.sh
 export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/python -m ruff check .
 .venv/bin/python -m mypy
-.venv/bin/python -m pytest "$@"
+# A worker per core (up to 4), each taking whole files, so module fixtures are built once.
+.venv/bin/python -m pytest --numprocesses auto --maxprocesses 4 --dist loadfile "$@"
 python3 -m venv .venv-crewai
 .venv-crewai/bin/python -m pip install -q --upgrade pip
 .venv-crewai/bin/python -m pip install -q -e '.[crewai]' 'pytest>=8' 'pytest-asyncio>=0.23' 'pytest-timeout>=2.1'
