@@ -44,6 +44,7 @@ from gitstate.git.refs import (
     read_ref,
     reflog,
 )
+from gitstate.secrets.policy import Policy, read_mode, read_rules
 from gitstate.store.transaction import Backoff, RefUpdate, Transaction, apply_updates, failed_update
 from gitstate.workspace.snapshot import Workspace
 
@@ -100,6 +101,7 @@ class StoreCore:
         self._cp_cache: dict[str, Checkpoint] = {}
         self._identity = self._read_identity(repo)
         self._workspace: Workspace | None = None
+        self._secrets: Policy | None = None
         # Packing of loose objects (housekeeping) runs in a worker thread instead of inside the
         # write that crossed the threshold, so no single write pays for it (False: inline).
         self.pack_in_background = pack_in_background
@@ -160,6 +162,15 @@ class StoreCore:
             self._workspace = Workspace(self.location, on_new_objects=self._journal_when_published,
                                         store_objects=self.store_objects)
         return self._workspace
+
+    @property
+    def secrets(self) -> Policy:
+        """What a write does with a credential (git config ``agentos.secrets``, default
+        ``redact``; see :mod:`gitstate.secrets.policy`), read once per store."""
+        if self._secrets is None:
+            repo, workdir = self._main_repo, self.location.workdir
+            self._secrets = Policy(read_mode(repo), lambda: read_rules(repo, workdir))
+        return self._secrets
 
     @contextmanager
     def keeping_objects(self) -> Iterator[None]:

@@ -5,7 +5,6 @@ push check that refuses to send one holding a finding. The scanning itself is
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -21,18 +20,13 @@ from gitstate.format.statetree import StateReader
 from gitstate.git.objects import MODE_TREE
 from gitstate.secrets import (
     ALLOW_KEY,
-    PATTERN_KEY,
-    RULES_FILE,
     Finding,
     Rules,
     Scanner,
-    SecretsRuleError,
     checkpoint_parts,
+    read_rules,
 )
 from gitstate.store.store import Store
-
-#: A rules file larger than this is refused (it is a short list of patterns and fingerprints).
-MAX_RULES_FILE = 1 << 20
 
 
 class SecretsFoundError(GitStateError):
@@ -52,32 +46,9 @@ class SecretsFoundError(GitStateError):
             f"false positive through with --allow-secret FINGERPRINT or git config {ALLOW_KEY}")
 
 
-def _config_values(store: Store, key: str) -> list[str]:
-    try:
-        return [str(v) for v in store.repo.config.get_multivar(key)]
-    except (KeyError, pygit2.GitError):
-        return []
-
-
 def load_rules(store: Store, allow: Iterable[str] = ()) -> Rules:
-    """The user's rules: :data:`~gitstate.secrets.ALLOW_KEY` and
-    :data:`~gitstate.secrets.PATTERN_KEY` from git config, the work tree's
-    :data:`~gitstate.secrets.RULES_FILE` when there is one, and ``allow`` (``--allow-secret``).
-    :class:`~gitstate.secrets.SecretsRuleError` names what is wrong in them."""
-    rules = Rules.from_config(_config_values(store, ALLOW_KEY), _config_values(store, PATTERN_KEY))
-    workdir = store.location.workdir
-    if workdir is not None:
-        path = os.path.join(workdir, RULES_FILE)
-        if os.path.lexists(path):
-            if not os.path.isfile(path) or os.path.getsize(path) > MAX_RULES_FILE:
-                raise SecretsRuleError(path, f"not a regular file of at most {MAX_RULES_FILE} bytes")
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    text = fh.read(MAX_RULES_FILE + 1)
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SecretsRuleError(path, f"cannot be read ({exc})") from None
-            rules = rules.merged(Rules.from_toml(text, path))
-    return rules.allowing(allow)
+    """The user's rules (see :func:`gitstate.secrets.read_rules`) and ``allow`` (``--allow-secret``)."""
+    return read_rules(store.repo, store.location.workdir, allow)
 
 
 def checkpoints_between(store: Store, tips: Iterable[str], have: Iterable[str] = ()) -> list[str]:
