@@ -16,7 +16,7 @@ from gitstate.errors import GitStateError
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint
-from gitstate.format.statetree import StateReader
+from gitstate.format.statetree import MAX_TREE_DEPTH, StateReader
 from gitstate.git.objects import MODE_TREE
 from gitstate.secrets import (
     ALLOW_KEY,
@@ -26,6 +26,7 @@ from gitstate.secrets import (
     checkpoint_parts,
     read_rules,
 )
+from gitstate.secrets.policy import MAX_FILE
 from gitstate.store.store import Store
 
 
@@ -107,7 +108,32 @@ class CheckpointScanner:
         self._blobs: dict[str, tuple[int, list[Finding]]] = {}
 
     def scan(self, cp: Checkpoint) -> list[Finding]:
-        """Findings of one checkpoint, as :meth:`gitstate.secrets.Scanner.scan_checkpoint` finds them."""
+        """Findings of one checkpoint, as :meth:`gitstate.secrets.Scanner.scan_checkpoint` finds
+        them, and in the text files (up to :data:`gitstate.secrets.policy.MAX_FILE` bytes) of its
+        workspace snapshot (``files/PATH``), each distinct file read once."""
+        return self._scan(cp) + [f.at(cp.run_id, cp.id) for f in self._files(cp)]
+
+    def _files(self, cp: Checkpoint) -> list[Finding]:
+        tree = cp.files_tree_id
+        if tree is None:
+            return []
+        reader = self.store.reader
+        found: list[Finding] = []
+        for path, item in reader.walk_tree(tree, MAX_TREE_DEPTH):
+            if item.filemode == MODE_TREE or item.filemode == 0o160000:
+                continue
+            oid = str(item.id)
+
+            def text(oid: str = oid) -> tuple[int, Any]:
+                if reader.header(oid)[1] > MAX_FILE:
+                    return 1, None
+                return 1, reader.blob(oid)
+
+            rel = self._blob(oid, text)[1]
+            found.extend(replace_path(f, join_path(f"files[{path!r}]", f.path)) for f in rel)
+        return found
+
+    def _scan(self, cp: Checkpoint) -> list[Finding]:
         values = lgtree.values_tree(self.store.reader.tree(cp.tree_id)) if cp.workflow == lgtree.WORKFLOW else None
         if values is None:
             return self.scanner.scan_checkpoint(cp)
