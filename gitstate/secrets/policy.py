@@ -100,10 +100,14 @@ class Policy:
     """The policy of one store (read once when the store opens). ``rules`` loads the user's rules
     on first use, so a store that never writes never imports the detectors."""
 
-    def __init__(self, mode: str = DEFAULT_MODE, rules: Callable[[], Rules] | Rules | None = None) -> None:
+    def __init__(self, mode: str = DEFAULT_MODE, rules: Callable[[], Rules] | Rules | None = None, *,
+                 packed_bytes: bool = False) -> None:
         self.mode = parse_mode(mode)
         self._rules = rules
         self._scanner: Scanner | None = None
+        # bytes that are not text are read as msgpack (LangGraph's serde bytes inside gitstate's
+        # own records: what a rewrite of stored objects meets)
+        self.packed_bytes = packed_bytes
 
     @property
     def active(self) -> bool:
@@ -187,6 +191,10 @@ class Policy:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
+            if self.packed_bytes and strings(raw) is not None:
+                new_raw = self.msgpack(raw, path, found)
+                if new_raw is not raw:
+                    return bytearray(new_raw) if isinstance(value, bytearray) else new_raw
             return value
         new = self._text(text, path, found)
         if new is text:
