@@ -415,6 +415,10 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         if policy.active:
             c = policy.value(c, "langgraph.checkpoint", found)
             md = policy.value(md, "langgraph.metadata", found)
+            if policy.mode == "refuse":  # before the thread's run record is made: nothing is written
+                for ch in new_versions:
+                    if ch in values:
+                        policy.typed(*self.serde.dumps_typed(values[ch]), f"state.{ch}", found)
         cid = str(c["id"])
         payload = {"checkpoint": list(self.serde.dumps_typed(c)), "metadata": list(self.serde.dumps_typed(md))}
         run_md = md.get("run_id")
