@@ -27,6 +27,7 @@ from gitstate.sync.remote import (
     is_safety_ref,
     run_git,
 )
+from gitstate.sync.secretscan import check_push
 
 BUNDLE_LABEL = "bundle"
 
@@ -41,7 +42,7 @@ class BundleExport(list[str]):
 
 
 def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.PathLike[str], *,
-                  include_safety: bool = False) -> BundleExport:
+                  include_safety: bool = False, allow_secrets: Iterable[str] = ()) -> BundleExport:
     """Write a git bundle of the runs' refs (all runs of the worktree when ``runs`` is empty) to
     ``output`` and return the ref names it holds. The bundle is fetched into a scratch repository
     first (each object hashed, the refs' histories checked complete, as an import does), so a
@@ -66,6 +67,9 @@ def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.Pat
     if not chosen:
         raise UsageError("nothing to export: the runs hold only restore-safety branches, which stay local "
                          "unless you export with --include-safety")
+    # a bundle leaves the machine as a push does: no checkpoint holding a credential goes in
+    tips = [oid for name, oid in list_refs(store.repo, NAMESPACE) if name in set(chosen)]
+    check_push(store, os.fspath(output), tips, (), allow_secrets, action="export to")
     # written as a shell's > would: through a symbolic link (git would replace the link by a file),
     # and into a pipe or device by copying (git's lock file and rename would replace it)
     path = os.path.realpath(os.fspath(output))

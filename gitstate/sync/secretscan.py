@@ -34,7 +34,7 @@ class SecretsFoundError(GitStateError):
     """A push would send checkpoints that hold credentials; nothing was sent. ``findings`` says
     where (run, checkpoint, key path, kind, fingerprint), never what."""
 
-    def __init__(self, remote: str, findings: Sequence[Finding]) -> None:
+    def __init__(self, remote: str, findings: Sequence[Finding], action: str = "push to") -> None:
         self.remote = remote
         self.findings = list(findings)
         checkpoints = {f.checkpoint for f in self.findings}
@@ -42,7 +42,7 @@ class SecretsFoundError(GitStateError):
                           for f in self.findings[:3])
         more = f"; and {len(self.findings) - 3} more" if len(self.findings) > 3 else ""
         super().__init__(
-            f"push to {remote} refused: {len(self.findings)} credential(s) in {len(checkpoints)} checkpoint(s) "
+            f"{action} {remote} refused: {len(self.findings)} credential(s) in {len(checkpoints)} checkpoint(s) "
             f"it would send ({shown}{more}); nothing was sent. See them with 'git agentos scan'; let a known "
             f"false positive through with --allow-secret FINGERPRINT or git config {ALLOW_KEY}")
 
@@ -203,10 +203,10 @@ def scan_checkpoints(store: Store, oids: Iterable[str], scanner: Scanner) -> lis
 
 
 def check_push(store: Store, remote: str, tips: Iterable[str], have: Iterable[str],
-               allow: Iterable[str] = ()) -> None:
+               allow: Iterable[str] = (), action: str = "push to") -> None:
     """Raise :class:`SecretsFoundError` when a checkpoint reachable from ``tips`` and not from
     ``have`` (what the remote has) holds a credential the rules do not let through."""
     scanner = Scanner(load_rules(store, allow))
     findings = scan_checkpoints(store, checkpoints_between(store, tips, have), scanner)
     if findings:
-        raise SecretsFoundError(remote, findings)
+        raise SecretsFoundError(remote, findings, action)

@@ -226,6 +226,8 @@ def test_warn_records_and_no_push_sends_it(tmp_path: Path) -> None:
     out = push(path, "--mirror", "origin")
     assert out.returncode != 0
     assert git(remote, "for-each-ref") == "" and git(remote, "count-objects").startswith("0 objects")
+    out = agentos(path, "export", "-o", str(tmp_path / "runs.bundle"))  # a bundle leaves the machine too
+    assert out.returncode == 1 and "aws-access-key" in out.stderr and not (tmp_path / "runs.bundle").exists()
     # once redacted, both go
     assert agentos(path, "scan", "--redact").returncode == 0
     assert push(path, "origin", "refs/agentos/*:refs/agentos/*").returncode == 0
