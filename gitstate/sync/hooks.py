@@ -14,8 +14,13 @@ The hook looks at what a push sends, not only at ref names. To a remote that is 
 refuses a pushed ref when its local or remote name is under ``refs/agentos/``; when it is (or is an
 annotated tag of) a commit whose history holds a gitstate commit the remote lacks — every gitstate
 commit (checkpoint, run record, session-file version, LangGraph checkpoint) carries the message line
-``Gitstate-Format: N`` (docs/FORMAT.md); or when it is (or is a tag of) a tree or blob holding an
-object only checkpoints reach. What the remote has is bounded by the remote values of the pushed
+``Gitstate-Format: N`` (docs/FORMAT.md); when it is (or is a tag of) a tree or blob holding an
+object only checkpoints reach; or when it is a commit that sends objects ``refs/agentos/`` reach
+outside workspace snapshots and session-file contents (a checkpoint's state and ``meta.cbor``:
+``git commit-tree <checkpoint>^{tree}``, ``git merge --squash refs/agentos/...``). To an allowed
+remote it runs ``git agentos scan --pre-push``, which refuses checkpoints holding a credential
+(:mod:`gitstate.sync.secretscan`); ``git agentos push`` scans first and tells the hook with
+``-c agentos.secretsChecked=true``. What the remote has is bounded by the remote values of the pushed
 refs and by its remote-tracking refs ``refs/remotes/<remote>/*``, so a push of a user branch reads
 only the commits the remote lacks: one ``git log`` for all pushed refs, never one call per commit.
 Deletions pass.
