@@ -263,3 +263,42 @@ def test_checkpoint_objects_through_a_user_commit_are_refused(tmp_path: Path) ->
     git(path, "add", "ok.txt")
     git(path, "commit", "-q", "-m", "work")
     assert push(path, "origin", "work").returncode == 0
+
+
+def test_redact_leaves_ids_images_and_prose_alone() -> None:
+    from test_secrets import negatives
+
+    policy = Policy("redact")
+    values = negatives()[:6000]
+    assert policy.value(values, "state", []) is values
+    text = policy.value({"k": f"a {CORPUS[0][1]} b"}, "s", [])["k"]
+    assert policy.scanner.find(text) == ()  # a marker is never a finding
+
+
+def test_scan_redact_rewrites_a_langgraph_thread(tmp_path: Path) -> None:
+    pytest.importorskip("langgraph")
+    from langchain_core.messages import HumanMessage
+
+    from gitstate.langgraph import GitCheckpointSaver
+    from gitstate.sync.redact import redact_runs
+    from gitstate.sync.secretscan import load_rules
+    from gitstate.verify.checks import verify
+
+    path = make_repo(tmp_path / "repo")
+    git(path, "config", "agentos.secrets", "warn")
+    store = gitstate.open_store(path)
+    app = graph(GitCheckpointSaver(store))
+    config: dict[str, Any] = {"configurable": {"thread_id": "thread"}}
+    app.invoke({"messages": [HumanMessage(content="hi")], "env": {}}, config)
+    secrets = [s for _k, s in CORPUS]
+    assert leaked(path, secrets)
+    done = redact_runs(store, ["thread"], load_rules(store))
+    assert done.renamed and done.refs
+    store.close()
+    git(path, "gc", "-q", "--prune=now")
+    assert leaked(path, secrets) == []
+    store = gitstate.open_store(path)
+    assert verify(store).ok
+    app = graph(GitCheckpointSaver(store))
+    out = app.invoke({"messages": [HumanMessage(content="again")]}, config)
+    assert "\u00abredacted:" in out["messages"][1].content and out["messages"][-1].content.startswith("saw ")
