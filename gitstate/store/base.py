@@ -44,11 +44,11 @@ from gitstate.git.refs import (
     read_ref,
     reflog,
 )
-from gitstate.secrets.policy import Policy, read_mode, read_rules
 from gitstate.store.transaction import Backoff, RefUpdate, Transaction, apply_updates, failed_update
 from gitstate.workspace.snapshot import Workspace
 
 if TYPE_CHECKING:
+    from gitstate.secrets.policy import Policy
     from gitstate.workspace.diff import Diff
 
 T = TypeVar("T")
@@ -167,9 +167,11 @@ class StoreCore:
     def secrets(self) -> Policy:
         """What a write does with a credential (git config ``agentos.secrets``, default
         ``redact``; see :mod:`gitstate.secrets.policy`), read once per store."""
+        from gitstate.secrets import policy  # (imported where used: most commands only read)
+
         if self._secrets is None:
             repo, workdir = self._main_repo, self.location.workdir
-            self._secrets = Policy(read_mode(repo), lambda: read_rules(repo, workdir))
+            self._secrets = policy.Policy(policy.read_mode(repo), lambda: policy.read_rules(repo, workdir))
         return self._secrets
 
     @contextmanager
