@@ -140,9 +140,39 @@ class Policy:
     def value(self, value: Any, path: str, found: list[Finding]) -> Any:
         """``value`` as the policy stores it (the same object when nothing changes); ``warn``
         findings are appended to ``found``."""
-        if not self.active:
+        if not self.active or self._clean(value):
             return value
         return self._value(value, path, found, 0)
+
+    def _clean(self, value: Any) -> bool:
+        """Whether no string in ``value`` holds a credential (a quick walk: no key paths)."""
+        hits = self.scanner.hits
+        short = 0 if self.scanner.rules.patterns else MIN_LENGTH
+        stack = [value]
+        seen = 0
+        while stack:
+            item = stack.pop()
+            seen += 1
+            if seen > 10_000_000:
+                return False  # the careful walk decides
+            if isinstance(item, str):
+                if len(item) >= short and hits(item):
+                    return False
+            elif isinstance(item, Mapping):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif isinstance(item, list | tuple | set | frozenset):
+                stack.extend(item)
+            elif isinstance(item, bytes | bytearray) and len(item) >= 8:
+                try:
+                    text = bytes(item).decode("utf-8")
+                except UnicodeDecodeError:
+                    if self.packed_bytes:
+                        return False  # maybe msgpack: the careful walk reads it
+                    continue
+                if hits(text):
+                    return False
+        return True
 
     def _value(self, value: Any, path: str, found: list[Finding], depth: int) -> Any:
         if isinstance(value, str):

@@ -17,6 +17,10 @@ from .rules import BUILTIN, Rule, Rules, fingerprint, load_detect_secrets
 MIN_LENGTH = 16
 _CACHE_LIMIT = 200_000
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,63}\Z")
+#: Text made only of these (git ids, UUIDs, LangGraph's channel versions) holds no credential
+#: shape gitstate or detect-secrets knows (each needs a letter outside a-f, an upper-case letter,
+#: ':' or '_'); user patterns still see it.
+_PLAIN = re.compile(r"[0-9a-f.\-]*\Z")
 #: How every marker begins.
 MARKER_OPEN = "\u00abredacted:"
 #: Hex digits of the fingerprint a marker shows.
@@ -71,6 +75,11 @@ class Scanner:
         self._own: tuple[Rule, ...] = BUILTIN
         self._plugins = load_detect_secrets()
         self._cache: dict[str, tuple[tuple[str, str, str], ...]] = {}
+        # every needle once (the text's own, and the lowercased text's): a text is searched for
+        # each once, and a rule runs only when one of its needles is there
+        self._case = frozenset(n for r in self._own if not r.fold for n in r.needles)
+        self._folded = (frozenset(n for r in self._own if r.fold for n in r.needles)
+                        | frozenset(n for _k, _p, needles in self._plugins for n in needles))
 
     def find(self, text: str) -> tuple[tuple[str, str], ...]:
         """``(kind, fingerprint)`` of each distinct credential in ``text``, allowlisted ones left out."""
@@ -81,6 +90,8 @@ class Scanner:
         left out): what :meth:`redact` replaces. The secret never leaves this process."""
         hit = self._cache.get(text)
         if hit is None:
+            if not self.rules.patterns and _PLAIN.match(text):
+                return ()  # ids, hashes, version numbers: no shape the rules know is made of these
             hit = self._find(text)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
@@ -106,13 +117,16 @@ class Scanner:
                 found.setdefault(fingerprint(secret), (rule.kind, secret))
                 spans.append((start, end))
         if len(text) >= MIN_LENGTH:
+            there = {n for n in self._case if n in text} | {n for n in self._folded if n in lower}
             for rule in self._own:
+                if rule.needles and there.isdisjoint(rule.needles):
+                    continue
                 for secret, start, end in rule.matches(text, lower):
                     if not any(s <= start and end <= e for s, e in spans):
                         found.setdefault(fingerprint(secret), (rule.kind, secret))
                         spans.append((start, end))
             for kind, plugin, needles in self._plugins:
-                if needles and not any(n in lower for n in needles):
+                if needles and there.isdisjoint(needles):
                     continue
                 for secret in plugin.analyze_string(text):
                     if not isinstance(secret, str) or not secret:

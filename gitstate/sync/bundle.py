@@ -67,9 +67,6 @@ def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.Pat
     if not chosen:
         raise UsageError("nothing to export: the runs hold only restore-safety branches, which stay local "
                          "unless you export with --include-safety")
-    # a bundle leaves the machine as a push does: no checkpoint holding a credential goes in
-    tips = [oid for name, oid in list_refs(store.repo, NAMESPACE) if name in set(chosen)]
-    check_push(store, os.fspath(output), tips, (), allow_secrets, action="export to")
     # written as a shell's > would: through a symbolic link (git would replace the link by a file),
     # and into a pipe or device by copying (git's lock file and rename would replace it)
     path = os.path.realpath(os.fspath(output))
@@ -92,6 +89,9 @@ def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.Pat
         run_git(store, ["bundle", "create", "--quiet", staged, "--stdin"], action="write bundle", remote=path,
                 stdin=names)
         _check_readable(staged, path)
+        # a bundle leaves the machine as a push does: none holding a credential is written
+        tips = [oid for name, oid in list_refs(store.repo, NAMESPACE) if name in set(chosen)]
+        check_push(store, os.fspath(output), tips, (), allow_secrets, action="export to")
         try:
             if regular:
                 os.replace(staged, path)
