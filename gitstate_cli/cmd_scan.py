@@ -29,8 +29,8 @@ def scan(store: gitstate.Store, runs: tuple[str, ...], all_worktrees: bool, reda
     """Find credentials in the stored checkpoints of runs (all of this worktree's by default).
 
     Every checkpoint of every branch of each run is read: its metadata, decoded state (a
-    LangGraph checkpoint's channel values), tool invocations, audit events and LangGraph's
-    pending writes. Each finding prints as RUN CHECKPOINT KEYPATH KIND FINGERPRINT; the secret
+    LangGraph checkpoint's channel values), tool invocations, audit events, LangGraph's
+    pending writes and the text files of its workspace snapshot. Each finding prints as RUN CHECKPOINT KEYPATH KIND FINGERPRINT; the secret
     itself is never printed. The fingerprint (8 hex digits of the secret's SHA-256) names it for
     an allowlist: --allow-secret, `git config --add agentos.secrets.allow FINGERPRINT`, or
     `allow = [...]` in .agentos-secrets.toml in the work tree, which also takes extra patterns
