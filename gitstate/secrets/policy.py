@@ -16,6 +16,8 @@ bytes, rewritten string by string, extension records included)."""
 
 from __future__ import annotations
 
+import hashlib
+import marshal
 import os
 import struct
 from collections.abc import Callable, Iterable, Mapping
@@ -37,6 +39,7 @@ MAX_FILE = 1 << 20
 #: Key in ``meta.cbor`` of the findings a ``warn`` write recorded.
 META_KEY = "secrets"
 _MAX_DEPTH = 200
+_CHUNK = 32  # list items checked, and remembered clean, together
 #: A rules file larger than this is refused (it is a short list of patterns and fingerprints).
 MAX_RULES_FILE = 1 << 20
 
@@ -105,6 +108,7 @@ class Policy:
         self.mode = parse_mode(mode)
         self._rules = rules
         self._scanner: Scanner | None = None
+        self._clean_chunks: set[bytes] = set()  # digests of list chunks that hold no finding
         # bytes that are not text are read as msgpack (LangGraph's serde bytes inside gitstate's
         # own records: what a rewrite of stored objects meets)
         self.packed_bytes = packed_bytes
@@ -161,6 +165,19 @@ class Policy:
             elif isinstance(item, Mapping):
                 stack.extend(item.keys())
                 stack.extend(item.values())
+            elif isinstance(item, list | tuple) and len(item) > 2 * _CHUNK:
+                # a long list (a message history): chunks known clean are skipped whole, so a
+                # list that grew costs its new chunk (the rest is hashed, not walked)
+                for start in range(0, len(item), _CHUNK):
+                    chunk = item[start:start + _CHUNK]
+                    key = _digest(chunk)
+                    if key is None or key not in self._clean_chunks:
+                        if not self._clean(list(chunk)):
+                            return False
+                        if key is not None:
+                            if len(self._clean_chunks) > 100_000:
+                                self._clean_chunks.clear()
+                            self._clean_chunks.add(key)
             elif isinstance(item, list | tuple | set | frozenset):
                 stack.extend(item)
             elif isinstance(item, bytes | bytearray) and len(item) >= 8:
@@ -310,6 +327,15 @@ def _array_header(count: int) -> bytes:
 
 
 _UNREADABLE = object()
+
+
+def _digest(value: Any) -> bytes | None:
+    """A digest that names ``value`` exactly (types included: ``marshal``), or ``None`` for a
+    value marshal cannot write."""
+    try:
+        return hashlib.blake2b(marshal.dumps(value), digest_size=20).digest()
+    except (ValueError, TypeError):
+        return None
 
 
 def strings(data: bytes) -> list[str] | None:
