@@ -302,3 +302,13 @@ def test_scan_redact_rewrites_a_langgraph_thread(tmp_path: Path) -> None:
     app = graph(GitCheckpointSaver(store))
     out = app.invoke({"messages": [HumanMessage(content="again")]}, config)
     assert "\u00abredacted:" in out["messages"][1].content and out["messages"][-1].content.startswith("saw ")
+
+
+def test_a_long_list_is_checked_again_where_it_changed() -> None:
+    policy = Policy("redact")
+    items = [{"content": f"message number {i} says nothing much"} for i in range(200)]
+    assert policy.value({"m": items}, "state", []) == {"m": items}  # chunks now known clean
+    items[150] = {"content": f"later {CORPUS[0][1]}"}
+    out = policy.value({"m": items}, "state", [])
+    assert out["m"][150]["content"].startswith("later \u00abredacted:aws-access-key:")
+    assert out["m"][149] is items[149]
