@@ -483,9 +483,11 @@ class GitCheckpointStorage:
                         "timestamp": checkpoint.timestamp, "iteration_count": checkpoint.iteration_count,
                         "saved": saved}
             state = {"format": KIND, "v": frameworks.VERSION, "saved": saved, **fields}
+            found: list[Any] = []  # the store's secrets policy (warn: recorded in meta.cbor)
+            state = self.store.secrets.value(state, "state", found)
             cp = run.stage_checkpoint(
                 tx, tip, cpfmt.state_entry(tx.writer, state), branch=branch, node="superstep",
-                trigger=f"iteration {checkpoint.iteration_count}", metadata=metadata,
+                trigger=f"iteration {checkpoint.iteration_count}", metadata=metadata, secrets=found,
                 status="interrupted" if checkpoint.pending_request_info_events else None,
                 fork_from=parent if tip is None else None)
             moved = tx.updates.pop()  # the branch's move, staged again below from its current value

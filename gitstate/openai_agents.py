@@ -325,6 +325,8 @@ class GitSession:
         if not items:
             return
         data = [json_data(item, f"items[{i}]") for i, item in enumerate(items)]
+        # the store's secrets policy, before anything is written (warn: the push check finds them)
+        data = self.store.secrets.value(data, "items", [])
         branch = self._branch
 
         def add() -> None:

@@ -211,16 +211,21 @@ def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
               help="The bundle file to write.")
 @click.option("--include-safety", is_flag=True,
               help="Also export the restore-safety branches (unsaved work a restore set aside; left out by default).")
+@click.option("--allow-secret", "allow", multiple=True, metavar="FINGERPRINT",
+              help="Let a known false positive of the secret scan through (repeatable; see `git agentos scan`).")
 @out.json_option
 @pass_store
-def export(store: gitstate.Store, runs: tuple[str, ...], output: str, include_safety: bool, as_json: bool) -> None:
+def export(store: gitstate.Store, runs: tuple[str, ...], output: str, include_safety: bool, allow: tuple[str, ...],
+           as_json: bool) -> None:
     """Write runs to a git bundle file (all runs of this worktree when none is named).
 
     Any git can read it (`git bundle verify FILE`); `git agentos import FILE` brings it in. RUN
     is a run id. Each run's restore-safety branch (workspace files a restore set aside without
     checkpointing them) stays out unless --include-safety; the output says what was left out.
     The bundle is read back as an import would read it before FILE is written, so a damaged
-    object in the store fails the export and leaves FILE as it was.
+    object in the store fails the export and leaves FILE as it was. Like push, export refuses
+    when a checkpoint it would write holds a credential (see `git agentos scan`; --allow-secret
+    lets a known false positive through).
 
     \b
     Example:
@@ -229,7 +234,8 @@ def export(store: gitstate.Store, runs: tuple[str, ...], output: str, include_sa
     JSON: {"output" (the bundle's path), "refs" (the ref names written), "left_out" (refs kept
     local)}.
     """
-    refs = gitstate.export_bundle(store, _whole_runs(store, runs), output, include_safety=include_safety)
+    refs = gitstate.export_bundle(store, _whole_runs(store, runs), output, include_safety=include_safety,
+                                  allow_secrets=allow)
     if as_json:
         out.emit_json({"output": os.path.abspath(output), "refs": list(refs), "left_out": refs.left_out})
         return

@@ -1,9 +1,15 @@
-"""Benchmark: ``git agentos scan`` over a LangGraph thread of N steps (default 1,000 checkpoints),
-each step appending one ~420-byte message (bench_langgraph.py's workload), one of them holding an
-AWS key; and the scanner alone on 40,000 negative strings (git ids, UUIDs, base64 blobs and image
-data URLs of 50 to 3,000 bytes). Prints seconds and the findings (one expected).
+"""Benchmark: the write-time secrets policy and ``git agentos scan``.
 
-Usage: python scripts/bench_secrets.py [--steps 1000]"""
+1. LangGraph put (each step's put_writes + put, bench_langgraph.py's workload: one ~420-byte
+   message appended per step) at N steps (default 1,000) with ``agentos.secrets=off`` and with
+   ``redact`` (the default), side by side: two savers driven step by step in alternation, repeated
+   ``--repeat`` times; the median put of each run and the ratio redact/off, then the median ratio.
+2. ``git agentos scan`` over a thread of N checkpoints written with ``warn``, one message holding
+   an AWS key (one finding expected).
+3. The scanner alone on 40,000 negative strings (git ids, UUIDs, base64 blobs and image data URLs
+   of 50 to 3,000 bytes): seconds and false positives (none expected).
+
+Usage: python scripts/bench_secrets.py [--steps 1000] [--repeat 3]"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import hashlib
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,10 +38,32 @@ from gitstate.secrets import Scanner  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    ratios = []
+    for run in range(args.repeat):
+        with tempfile.TemporaryDirectory() as base:
+            works = {}
+            for mode in ("off", "redact"):
+                repo = os.path.join(base, mode)
+                git_init(repo)
+                subprocess.run(["git", "-C", repo, "config", "agentos.secrets", mode], check=True)
+                works[mode] = Workload(GitCheckpointSaver(gitstate.open_store(repo)), args.steps)
+            for i in range(args.steps):
+                for mode in (("off", "redact") if i % 2 else ("redact", "off")):
+                    works[mode].step(i)
+            med = {mode: statistics.median(w.put_times) * 1e3 for mode, w in works.items()}
+            ratios.append(med["redact"] / med["off"])
+            print(f"run {run + 1}: put median off {med['off']:.3f} ms, redact {med['redact']:.3f} ms, "
+                  f"ratio {ratios[-1]:.3f}")
+            for w in works.values():
+                w.saver.store.wait_for_housekeeping()
+                w.saver.store.close()
+    print(f"put at {args.steps} steps: median ratio redact/off {statistics.median(ratios):.3f} (bar: <= 1.20)")
     with tempfile.TemporaryDirectory() as base:
         repo = os.path.join(base, "repo")
         git_init(repo)
+        subprocess.run(["git", "-C", repo, "config", "agentos.secrets", "warn"], check=True)
         saver = GitCheckpointSaver(gitstate.open_store(repo))
         work = Workload(saver, args.steps)
         t0 = time.perf_counter()
@@ -46,7 +75,8 @@ def main() -> None:
         saver.store.wait_for_housekeeping()
         saver.store.close()
         t0 = time.perf_counter()
-        out = subprocess.run(["git", "agentos", "scan", "--json"], cwd=repo, capture_output=True, text=True)
+        env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+        out = subprocess.run(["git", "agentos", "scan", "--json"], cwd=repo, capture_output=True, text=True, env=env)
         elapsed = time.perf_counter() - t0
         doc = json.loads(out.stdout)
         kinds = sorted({(f["kind"], f["path"]) for f in doc["findings"]})

@@ -55,7 +55,9 @@ from gitstate.git.reader import CommitData, ObjectReader, Signature, TreeData, p
 from gitstate.git.refs import list_refs
 from gitstate.langgraph.index import Entry, RefReader, ThreadIndex, parse_entry, trailers
 from gitstate.langgraph.serde import StrictSerializer
-from gitstate.langgraph.values import LRU, ByteLRU, ValueCodec, decode
+from gitstate.langgraph.values import LRU, ByteLRU, Scrub, ValueCodec, decode
+from gitstate.secrets import META_KEY as SECRETS_META
+from gitstate.secrets import Finding, Policy, secrets_record
 from gitstate.store.store import Store, open_store
 from gitstate.store.transaction import Transaction
 
@@ -406,6 +408,17 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         values: dict[str, Any] = dict(checkpoint.get("channel_values") or {})
         c.pop("channel_values", None)
         md: dict[str, Any] = dict(get_checkpoint_metadata(config, metadata))
+        # the store's secrets policy, on the python values here and on the serde's bytes of the
+        # channel values as they are written (a refusal raises before anything is written)
+        policy = self.store.secrets
+        found: list[Finding] = []
+        if policy.active:
+            c = policy.value(c, "langgraph.checkpoint", found)
+            md = policy.value(md, "langgraph.metadata", found)
+            if policy.mode == "refuse":  # before the thread's run record is made: nothing is written
+                for ch in new_versions:
+                    if ch in values:
+                        policy.typed(*self.serde.dumps_typed(values[ch]), f"state.{ch}", found)
         cid = str(c["id"])
         payload = {"checkpoint": list(self.serde.dumps_typed(c)), "metadata": list(self.serde.dumps_typed(md))}
         run_md = md.get("run_id")
@@ -420,6 +433,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 first = self._index(thread_id)
             fresh = [first]  # the first attempt uses that index; a retry reads the refs again
             had_tips = [bool(first.tips)]
+            seen = len(found)
 
             def build(tx: Transaction) -> str:
                 idx = fresh.pop() if fresh else self._index(thread_id)
@@ -427,7 +441,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                     raise _ThreadGone  # deleted by another process meanwhile: its run is made again first
                 parent = idx.entries.get((ns, parent_id)) if parent_id else None
                 existing = idx.entries.get((ns, cid))
-                values_tree = self._values(tx.writer, thread_id, ns, c, values, new_versions, parent)
+                del found[seen:]  # a retry scans the values again
+                values_tree = self._values(tx.writer, thread_id, ns, c, values, new_versions, parent, found)
                 writes: TreeEntry | None = None
                 pending = self._orphan_writes.get((thread_id, ns, cid))
                 if existing is not None:
@@ -435,14 +450,14 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                     if old is not None:
                         writes = (WRITES_BLOB, old.id, MODE_BLOB)
                     return self._stage_replace(tx, thread_id, idx, existing, values_tree, payload, writes,
-                                               lg_trailers)
+                                               lg_trailers, found)
                 status = _status(values, pending or {})
                 if pending:
                     writes = (WRITES_BLOB, self._put_blob(tx, wr.encode_records(pending)), MODE_BLOB)
                 fold = (self._stage_fold(tx, thread_id, idx, parent)
                         if parent is not None and parent.oid in idx.tip_of else None)
                 return self._stage_append(tx, thread_id, idx, ns, cid, parent, values_tree, payload, writes, md,
-                                          lg_trailers, parent_id, status, fold, c.get("versions_seen"))
+                                          lg_trailers, parent_id, status, fold, c.get("versions_seen"), found)
 
             while True:
                 try:
@@ -456,8 +471,11 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
     def _values(self, w: ObjectWriter, thread_id: str, ns: str, c: dict[str, Any], values: dict[str, Any],
-                new_versions: ChannelVersions, parent: Entry | None) -> str:
-        """The values tree: changed channels written, unchanged ones reused from the parent."""
+                new_versions: ChannelVersions, parent: Entry | None, secrets: list[Finding] | None = None) -> str:
+        """The values tree: changed channels written (what is new in them through the store's
+        secrets policy; ``warn`` findings appended to ``secrets``), unchanged ones reused from the
+        parent."""
+        policy = self.store.secrets
         versions: dict[str, Any] = dict(c.get("channel_versions", {}))
         parent_entries = self._values_entries(parent.oid) if parent is not None else {}
         parent_versions = self._channel_versions(parent.oid) if parent is not None else {}
@@ -466,7 +484,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             if ch in new_versions:
                 if ch in values:
                     prev = parent_entries.get(ch)
-                    entries.append(self.value_codec.write(w, (thread_id, ns, ch), values[ch], prev))
+                    scrub = _scrubber(policy, f"state.{ch}", secrets) if policy.active else None
+                    entries.append(self.value_codec.write(w, (thread_id, ns, ch), values[ch], prev, scrub))
                 continue
             if parent is not None and parent_versions.get(ch) == ver:
                 found = parent_entries.get(ch)
@@ -491,7 +510,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
     def _meta(self, thread_id: str, ns: str, cid: str, branch: str, step: int, base: int,
               md: dict[str, Any], payload: dict[str, Any], now: float, node: str | None,
-              status: str) -> dict[str, Any]:
+              status: str, found: Sequence[Finding] = ()) -> dict[str, Any]:
         lg_step = md.get("step")
         source = md.get("source")
         info: dict[str, Any] = {"checkpoint_id": cid}
@@ -499,7 +518,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             info["checkpoint_ns"] = ns
         if isinstance(lg_step, int) and not isinstance(lg_step, bool):
             info["langgraph_step"] = lg_step
-        return {
+        meta = {
             "format": cpfmt.CHECKPOINT_KIND, "v": cpfmt.FORMAT_VERSION, "run": thread_id, "branch": branch,
             "workflow": WORKFLOW, "worktree": self.store.worktree,
             "node": node if source == "loop" else None, "step": step,  # only a loop step ran nodes
@@ -507,6 +526,9 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             "metadata": info, "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             LG_META: payload,
         }
+        if found:
+            meta[SECRETS_META] = secrets_record(found)
+        return meta
 
     def _stage_fold(self, tx: Transaction, thread_id: str, idx: ThreadIndex, parent: Entry) -> _Fold | None:
         """Stage the parent checkpoint's commit with the pending writes of its writes refs folded
@@ -581,7 +603,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     def _stage_append(self, tx: Transaction, thread_id: str, idx: ThreadIndex, ns: str, cid: str,
                       parent: Entry | None, values_tree: str, payload: dict[str, Any], writes: TreeEntry | None,
                       md: dict[str, Any], lg_trailers: str, parent_id: str | None, status: str,
-                      fold: _Fold | None = None, seen: Any = None) -> str:
+                      fold: _Fold | None = None, seen: Any = None, found: Sequence[Finding] = ()) -> str:
         """Stage a new checkpoint: on its parent's branch when the parent is a tip, else on a new
         branch (a fork line). With ``fold``, the new commit's parent is the parent checkpoint's
         commit with its pending writes folded in, and the folded writes refs are deleted after the
@@ -601,7 +623,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             step += 1
         now = time.time()
         ran = self._nodes_ran(parent, md, seen)
-        meta = self._meta(thread_id, ns, cid, branch, step, base, md, payload, now, ran, status)
+        meta = self._meta(thread_id, ns, cid, branch, step, base, md, payload, now, ran, status, found)
         entries = [(cpfmt.META, self._put_blob(tx, cpfmt.encode_meta(meta)), MODE_BLOB), self._state(tx),
                    (LG_TREE, values_tree, MODE_TREE)]
         if writes is not None:
@@ -727,11 +749,15 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         return {k: v for k, v in renamed.items() if v is not None and v != k}
 
     def _stage_replace(self, tx: Transaction, thread_id: str, idx: ThreadIndex, existing: Entry, values_tree: str,
-                       payload: dict[str, Any], writes: TreeEntry | None, lg_trailers: str) -> str:
+                       payload: dict[str, Any], writes: TreeEntry | None, lg_trailers: str,
+                       found: Sequence[Finding] = ()) -> str:
         """A checkpoint id put a second time: its commit is rewritten in place (same line)."""
         old = self._commit(existing.oid)
         meta = read_meta(self.store.reader, old)
         meta[LG_META] = payload
+        meta.pop(SECRETS_META, None)
+        if found:
+            meta[SECRETS_META] = secrets_record(found)
         entries = [(cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB), self._state(tx),
                    (LG_TREE, values_tree, MODE_TREE)]
         if writes is not None:
@@ -761,6 +787,10 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         cid = str(conf["checkpoint_id"])
         key = (ns, cid)
         encoded = [(channel, self.serde.dumps_typed(value)) for channel, value in writes]
+        policy = self.store.secrets
+        if policy.active:  # (warn: the push check finds them in the writes; nothing recorded here)
+            encoded = [(channel, (kind, policy.typed(kind, bytes(data), f"langgraph.writes[{i}]", [])))
+                       for i, (channel, (kind, data)) in enumerate(encoded)]
         special = any(channel in WRITES_IDX_MAP for channel, _ in writes)
         with self._lock(thread_id):
             # a special write may rewrite descendants on every branch: it reads them all
@@ -1126,6 +1156,18 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async :meth:`prune`."""
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+def _scrubber(policy: Policy, path: str, found: list[Finding] | None) -> Scrub:
+    """The policy applied to the serde's bytes of one channel value (see :data:`Scrub`)."""
+    sink = found if found is not None else []
+
+    def scrub(kind: str, data: bytes, start: int, count: int | None) -> bytes:
+        if kind == "msgpack":
+            return policy.msgpack(data, path, sink, start, count)
+        return policy.typed(kind, data, path, sink)
+
+    return scrub
 
 
 def _unvisited_line(reader: ObjectReader, oid: str | None,

@@ -550,8 +550,10 @@ class GitStore(BaseStore):
                     seq = self._touched.pop(namespace, None)
                 ns = namespaces[ns_key] = _Ns(namespace, seq if seq is not None else SEQUENCE.next())
             old = self._item(ns.items[key]) if key in ns.items else None
+            # the store's secrets policy (warn: the push check finds them in the state)
+            value = self.store.secrets.value(dict(op.value), f"memory[{ns_key!r}][{key!r}].value", [])
             item: dict[str, Any] = {
-                "value": dict(op.value), "created_at": old["created_at"] if old else now, "updated_at": now,
+                "value": value, "created_at": old["created_at"] if old else now, "updated_at": now,
                 "seq": old["seq"] if old else SEQUENCE.next(),
             }
             merged = {**((old or {}).get("vectors") or {}), **vectors.get((namespace, key), {})}

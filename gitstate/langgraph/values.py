@@ -37,6 +37,10 @@ MEMO_LISTS = 256  # lists remembered for appending (one per thread, namespace an
 MEMO_BYTES = 64 << 20  # at most this many bytes of encoded lists remembered (see _ListMemo.encoded)
 
 Typed = tuple[str, bytes]
+#: ``scrub(kind, data, start, count)``: the bytes to store of a serde-typed value (the store's
+#: secrets policy); for a msgpack array whose first items were checked before, ``count`` items
+#: from byte ``start`` on are the new ones (``count`` is ``None``: all of ``data`` is new).
+Scrub = Callable[[str, bytes, int, "int | None"], bytes]
 # per chunk size (a constant, but a test may patch it): the name of chunk i of a list (its first
 # item's index, 10 digits), made once
 _CHUNK_NAMES: dict[int, list[str]] = {}
@@ -146,6 +150,9 @@ class ValueCodec:
         self._chunks = ByteLRU(cache_bytes)
         self._trees: OrderedDict[str, list[tuple[str, str, int]]] = OrderedDict()
         self._trees_lock = threading.Lock()
+        # chunks whose stored bytes are not the serde's (a credential was redacted): never taken as
+        # a checked prefix of a chunk that grew
+        self._scrubbed: set[str] = set()
 
     def with_serde(self, dumps: Callable[[Any], Typed], loads: Callable[[Typed], Any],
                    check: Callable[[str, bytes], None] | None = None) -> ValueCodec:
@@ -163,21 +170,25 @@ class ValueCodec:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def write(self, w: ObjectWriter, key: tuple[str, str, str], value: Any, parent: TreeEntry | None) -> TreeEntry:
+    def write(self, w: ObjectWriter, key: tuple[str, str, str], value: Any, parent: TreeEntry | None,
+              scrub: Scrub | None = None) -> TreeEntry:
         """Store one channel value; ``parent`` is the entry the same channel had in the parent
-        checkpoint (lets an appended list reuse its chunks). Returns the values-tree entry."""
+        checkpoint (lets an appended list reuse its chunks); ``scrub`` makes the bytes stored of
+        what is new (see :data:`Scrub`). Returns the values-tree entry."""
         name = encode_component(key[2])
         kind, data = self.dumps(value)
         if type(value) is list and value and kind == MSGPACK:
-            tree = self._write_list(w, key, value, bytes(data), parent)
+            tree = self._write_list(w, key, value, bytes(data), parent, scrub)
             if tree is not None:
                 return (name + LIST, tree, MODE_TREE)
         if self.check is not None:
             self.check(kind, data)
+        if scrub is not None:
+            data = scrub(kind, bytes(data), 0, None)
         return (name + VALUE, w.blob(typed_blob((kind, data))), MODE_BLOB)
 
     def _write_list(self, w: ObjectWriter, key: tuple[str, str, str], items: list[Any], whole: bytes,
-                    parent: TreeEntry | None) -> str | None:
+                    parent: TreeEntry | None, scrub: Scrub | None = None) -> str | None:
         """Store a list chunk by chunk (``whole``: its msgpack encoding); ``None`` when a chunk does
         not serialise to msgpack.
 
@@ -222,12 +233,20 @@ class ValueCodec:
                 body = data[len(header):]
                 if self.check is not None:
                     self.check(kind, data)
+                stored = data
+                if scrub is not None:
+                    stored = self._scrub(scrub, kind, data, body, len(header), len(part), previous)
                 stream: bytes | None = None
-                if final:
+                if final and stored is data:
                     reuse = memo.deflater if memo is not None and number == len(old) - 1 else None
                     deflater = self._deflater(reuse, body)
                     stream = deflater.stream(header)
-                oid = w.blob(data, _const(stream) if stream is not None else None)
+                oid = w.blob(stored, _const(stream) if stream is not None else None)
+                if stored is not data:
+                    if len(self._scrubbed) > 65536:
+                        self._scrubbed.clear()
+                    self._scrubbed.add(oid)
+                    body = stored[len(header):]
                 self._chunks.put(oid, (len(part), body))
             if kept == number and oid == previous:
                 kept += 1
@@ -245,6 +264,16 @@ class ValueCodec:
                 _key, dropped = self._memo.popitem(last=False)
                 self._memo_bytes[0] -= len(dropped.encoded or b"")
         return tree
+
+    def _scrub(self, scrub: Scrub, kind: str, data: bytes, body: bytes, head: int, count: int,
+               previous: str | None) -> bytes:
+        """``scrub`` of a chunk: only its items after those of ``previous`` (the chunk it grew
+        from, stored as the serde wrote it) when they are a prefix of it, else all of it."""
+        if previous is not None and previous not in self._scrubbed:
+            hit = self._chunks.get(previous)
+            if hit is not None and hit[0] < count and body.startswith(hit[1]):
+                return scrub(kind, data, head + len(hit[1]), count - hit[0])
+        return scrub(kind, data, 0, None)
 
     def _holds(self, oid: str, data: bytes, head: int) -> bool:
         """Whether the chunk ``oid`` is known (cached) to hold exactly ``data`` after its first

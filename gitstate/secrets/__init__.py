@@ -5,6 +5,18 @@ names a kind, a key path and a fingerprint, never the secret. Pure functions ove
 and :class:`gitstate.format.checkpoint.Checkpoint` views; the caller reads git config and files
 (docs/SECURITY.md says what it finds and what it cannot)."""
 
+from .policy import (
+    DEFAULT_MODE,
+    META_KEY,
+    MODES,
+    POLICY_KEY,
+    Policy,
+    SecretsPolicyError,
+    parse_mode,
+    read_mode,
+    read_rules,
+    secrets_record,
+)
 from .rules import (
     ALLOW_KEY,
     PATTERN_KEY,
@@ -14,7 +26,9 @@ from .rules import (
     SecretsRuleError,
     fingerprint,
 )
-from .scanner import Finding, Scanner, checkpoint_parts
+from .scanner import Finding, Scanner, checkpoint_parts, marker
 
-__all__ = ["ALLOW_KEY", "PATTERN_KEY", "RULES_FILE", "Finding", "Rule", "Rules", "Scanner", "SecretsRuleError",
-           "checkpoint_parts", "fingerprint"]
+__all__ = ["ALLOW_KEY", "DEFAULT_MODE", "META_KEY", "MODES", "PATTERN_KEY", "POLICY_KEY", "RULES_FILE", "Finding",
+           "Policy", "Rule", "Rules", "Scanner", "SecretsPolicyError", "SecretsRuleError", "checkpoint_parts",
+           "fingerprint", "marker", "parse_mode", "read_mode", "read_rules",
+           "secrets_record"]

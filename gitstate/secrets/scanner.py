@@ -17,6 +17,20 @@ from .rules import BUILTIN, Rule, Rules, fingerprint, load_detect_secrets
 MIN_LENGTH = 16
 _CACHE_LIMIT = 200_000
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,63}\Z")
+#: Text made only of these (git ids, UUIDs, LangGraph's channel versions) holds no credential
+#: shape gitstate or detect-secrets knows (each needs a letter outside a-f, an upper-case letter,
+#: ':' or '_'); user patterns still see it.
+_PLAIN = re.compile(r"[0-9a-f.\-]*\Z")
+#: How every marker begins.
+MARKER_OPEN = "\u00abredacted:"
+#: Hex digits of the fingerprint a marker shows.
+MARKER_HEX = 4
+
+
+def marker(kind: str, fp: str) -> str:
+    """What replaces a credential when it is redacted: ``«redacted:KIND:FP4»`` (its kind and the
+    first :data:`MARKER_HEX` hex digits of its fingerprint)."""
+    return f"{MARKER_OPEN}{kind}:{fp[:MARKER_HEX]}\u00bb"
 
 
 @dataclass(frozen=True)
@@ -60,34 +74,59 @@ class Scanner:
         self.rules = rules or Rules()
         self._own: tuple[Rule, ...] = BUILTIN
         self._plugins = load_detect_secrets()
-        self._cache: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._cache: dict[str, tuple[tuple[str, str, str], ...]] = {}
+        # every needle once (the text's own, and the lowercased text's): a text is searched for
+        # each once, and a rule runs only when one of its needles is there
+        self._case = frozenset(n for r in self._own if not r.fold for n in r.needles)
+        self._folded = (frozenset(n for r in self._own if r.fold for n in r.needles)
+                        | frozenset(n for _k, _p, needles in self._plugins for n in needles))
 
     def find(self, text: str) -> tuple[tuple[str, str], ...]:
         """``(kind, fingerprint)`` of each distinct credential in ``text``, allowlisted ones left out."""
+        return tuple((kind, fp) for kind, fp, _secret in self.hits(text))
+
+    def hits(self, text: str) -> tuple[tuple[str, str, str], ...]:
+        """``(kind, fingerprint, secret)`` of each distinct credential in ``text`` (allowlisted ones
+        left out): what :meth:`redact` replaces. The secret never leaves this process."""
         hit = self._cache.get(text)
         if hit is None:
+            if not self.rules.patterns and _PLAIN.match(text):
+                return ()  # ids, hashes, version numbers: no shape the rules know is made of these
             hit = self._find(text)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             self._cache[text] = hit
         return hit
 
-    def _find(self, text: str) -> tuple[tuple[str, str], ...]:
-        found: dict[str, str] = {}  # fingerprint -> kind, in order found
+    def redact(self, text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """``text`` with each credential replaced by its :func:`marker`, and the ``(kind,
+        fingerprint)`` of each one replaced (``text`` itself when there is none)."""
+        hits = self.hits(text)
+        if not hits:
+            return text, ()
+        for kind, fp, secret in sorted(hits, key=lambda h: -len(h[2])):
+            text = text.replace(secret, marker(kind, fp))
+        return text, tuple((kind, fp) for kind, fp, _secret in hits)
+
+    def _find(self, text: str) -> tuple[tuple[str, str, str], ...]:
+        found: dict[str, tuple[str, str]] = {}  # fingerprint -> (kind, secret), in order found
         spans: list[tuple[int, int]] = []
         lower = text.lower()
         for rule in self.rules.patterns:
             for secret, start, end in rule.matches(text, lower):
-                found.setdefault(fingerprint(secret), rule.kind)
+                found.setdefault(fingerprint(secret), (rule.kind, secret))
                 spans.append((start, end))
         if len(text) >= MIN_LENGTH:
+            there = {n for n in self._case if n in text} | {n for n in self._folded if n in lower}
             for rule in self._own:
+                if rule.needles and there.isdisjoint(rule.needles):
+                    continue
                 for secret, start, end in rule.matches(text, lower):
                     if not any(s <= start and end <= e for s, e in spans):
-                        found.setdefault(fingerprint(secret), rule.kind)
+                        found.setdefault(fingerprint(secret), (rule.kind, secret))
                         spans.append((start, end))
             for kind, plugin, needles in self._plugins:
-                if needles and not any(n in lower for n in needles):
+                if needles and there.isdisjoint(needles):
                     continue
                 for secret in plugin.analyze_string(text):
                     if not isinstance(secret, str) or not secret:
@@ -96,9 +135,11 @@ class Scanner:
                     end = start + len(secret)
                     if start >= 0 and any(s < end and start < e for s, e in spans):
                         continue  # part of a credential a rule above found
-                    found.setdefault(fingerprint(secret), kind)
+                    found.setdefault(fingerprint(secret), (kind, secret))
         allow = self.rules.allow
-        return tuple((kind, fp) for fp, kind in found.items() if fp not in allow)
+        # a marker is never a credential (a redacted URL password still sits between ':' and '@')
+        return tuple((kind, fp, secret) for fp, (kind, secret) in found.items()
+                     if fp not in allow and MARKER_OPEN not in secret)
 
     def scan_value(self, value: Any, path: str = "") -> list[Finding]:
         """Findings in every string of ``value`` (maps, lists, tuples and sets walked to any

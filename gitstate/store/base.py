@@ -49,6 +49,7 @@ from gitstate.store.transaction import Backoff, RefUpdate, Transaction, apply_up
 from gitstate.workspace.snapshot import Workspace
 
 if TYPE_CHECKING:
+    from gitstate.secrets.policy import Policy
     from gitstate.workspace.diff import Diff
 
 T = TypeVar("T")
@@ -101,6 +102,7 @@ class StoreCore:
         self._cp_cache: dict[str, Checkpoint] = {}
         self._identity = self._read_identity(repo)
         self._workspace: Workspace | None = None
+        self._secrets: Policy | None = None
         # Packing of loose objects (housekeeping) runs in a worker thread instead of inside the
         # write that crossed the threshold, so no single write pays for it (False: inline).
         self.pack_in_background = pack_in_background
@@ -161,6 +163,17 @@ class StoreCore:
             self._workspace = Workspace(self.location, on_new_objects=self._journal_when_published,
                                         store_objects=self.store_objects)
         return self._workspace
+
+    @property
+    def secrets(self) -> Policy:
+        """What a write does with a credential (git config ``agentos.secrets``, default
+        ``redact``; see :mod:`gitstate.secrets.policy`), read once per store."""
+        from gitstate.secrets import policy  # (imported where used: most commands only read)
+
+        if self._secrets is None:
+            repo, workdir = self._main_repo, self.location.workdir
+            self._secrets = policy.Policy(policy.read_mode(repo), lambda: policy.read_rules(repo, workdir))
+        return self._secrets
 
     @contextmanager
     def keeping_objects(self) -> Iterator[None]:

@@ -45,6 +45,7 @@ from gitstate.format.names import (
 from gitstate.format.nodes import NodeRecord
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
 from gitstate.git.reader import CommitData
+from gitstate.secrets import META_KEY, Finding, secrets_record
 from gitstate.store.base import StoreCore
 from gitstate.store.nodes import (
     NodeBoundary,
@@ -334,6 +335,13 @@ class Run:
             raise UsageError(f"metadata must be a mapping, not {type(metadata).__name__}")
         tools_list = _optional_list("tools", tools)
         audit_list = _optional_list("audit", audit)
+        # the write-time secrets policy, before any object is written (a refusal writes nothing)
+        found: list[Finding] = []
+        policy = self.store.secrets
+        state = policy.value(state, "state", found)
+        tools_list = policy.value(tools_list, "tools", found)
+        audit_list = policy.value(audit_list, "audit", found)
+        metadata = policy.value(metadata, "metadata", found)
         extra: list[TreeEntry] = []
         scope: tuple[str, ...] | None = None
         if files:
@@ -355,7 +363,8 @@ class Run:
 
         return self.commit_checkpoint(
             entries, branch=branch, expect=expect, node=node, trigger=trigger,
-            status=cpfmt.normalize_status(status), metadata=metadata, files_paths=scope, mark_node=mark_node)
+            status=cpfmt.normalize_status(status), metadata=metadata, files_paths=scope, mark_node=mark_node,
+            secrets=found)
 
     def commit_checkpoint(
         self,
@@ -371,11 +380,13 @@ class Run:
         node_entry: str | None = None,
         files_paths: Sequence[str] | None = None,
         mark_node: bool = False,
+        secrets: Sequence[Finding] = (),
     ) -> Checkpoint:
         """The checkpoint write every other one goes through: ``entries`` stages the state and any
         extra tree entries, then ``meta.cbor`` and the commit, then one compare-and-swap of the
         branch ref (strict when ``expect`` is given). ``files_paths`` records the paths a partial
-        ``files/`` snapshot is limited to; ``mark_node`` the node step (see :meth:`checkpoint`)."""
+        ``files/`` snapshot is limited to; ``mark_node`` the node step (see :meth:`checkpoint`);
+        ``secrets`` the findings the ``warn`` policy let through (see :meth:`stage_checkpoint`)."""
         store = self.store
         if expect is not None:
             expect = self.load(expect).id
@@ -389,7 +400,7 @@ class Run:
             cp = self.stage_checkpoint(
                 tx, tip, state_entry, extra, branch=branch, node=node, trigger=trigger, status=status,
                 metadata=metadata, node_status=node_status, node_entry=node_entry, files_paths=files_paths,
-                strict=expect is not None)
+                strict=expect is not None, secrets=secrets)
             if mark_node and node:
                 self.node_log(branch).stage_step(tx, node, cp.id, tip, failed=status == "failed")
             return cp
@@ -419,6 +430,7 @@ class Run:
         files_paths: Sequence[str] | None = None,
         strict: bool = False,
         fork_from: str | None = None,
+        secrets: Sequence[Finding] = (),
     ) -> Checkpoint:
         """Stage one checkpoint on ``branch`` inside a transaction: ``meta.cbor``, the root tree
         (``state_entry`` and ``extra`` entries), the commit whose parent is ``tip`` (the branch tip
@@ -426,13 +438,18 @@ class Run:
         of the branch ref from ``tip``. ``fork_from`` (only for a new branch, ``tip is None``) makes
         the commit's parent that checkpoint, as if the branch had been forked there. For writers
         that build several checkpoints or refs in one :meth:`StoreCore.write` (integrations); the
-        caller remembers the returned view once the write succeeded (:meth:`StoreCore.remember`)."""
+        caller remembers the returned view once the write succeeded (:meth:`StoreCore.remember`).
+
+        ``metadata`` goes through the store's secrets policy here; the caller has passed the state
+        and the other entries through it (:attr:`StoreCore.secrets`) and gives the findings the
+        ``warn`` policy let through as ``secrets``: they are recorded in ``meta.cbor``."""
         store = self.store
         if not self.saved and not any(u.ref == run_info_ref(self.worktree, self.id) for u in tx.updates):
             self.stage_record(tx)
             tx.after(self._now_saved)
         scope = None if files_paths is None else sorted(set(files_paths))
-        meta_user = dict(metadata or {})
+        found = list(secrets)
+        meta_user = dict(store.secrets.value(metadata, "metadata", found) or {})
         if fork_from is not None and tip is not None:
             raise UsageError("fork_from is only for a new branch")
         parent = tip if tip is not None else fork_from
@@ -448,6 +465,8 @@ class Run:
             "files_paths": scope,
             "created_at": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         }
+        if found:
+            meta[META_KEY] = secrets_record(found)
         root = tx.tree([(cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB), state_entry, *extra])
         oid = tx.commit(root, [parent] if parent else [], cpfmt.message(meta), when=now)
         tx.set_ref(self.ref(branch), tip, oid, "gitstate: checkpoint " + cpfmt.subject(node, step, trigger, status),
@@ -492,9 +511,11 @@ class Run:
             if state is NO_CHANGE:
                 return None
             meta = metadata(state) if callable(metadata) else metadata
+            found: list[Finding] = []
+            state = store.secrets.value(state, "state", found)
             return self.stage_checkpoint(
                 tx, tip, cpfmt.state_entry(tx.writer, state), branch=branch, node=node, trigger=trigger,
-                status=cpfmt.normalize_status(status), metadata=meta)
+                status=cpfmt.normalize_status(status), metadata=meta, secrets=found)
 
         with self._first_write():
             cp = store.write(build)

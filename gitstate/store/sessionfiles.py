@@ -303,7 +303,8 @@ class SessionFiles:
         writers all land, each with its own consecutive number). With it (``0``: the file must not
         exist yet), :class:`ConflictError` is raised and nothing is written unless the latest
         version is exactly ``expect_version``."""
-        data = _content_bytes(content)
+        # the store's secrets policy on a text file (warn: the push check finds it)
+        data = self.store.secrets.file(_content_bytes(content), f"files[{path!r}]", [])
         if expect_version is not None:
             _check_count("expect_version", expect_version, minimum=0)
         if not isinstance(author, str) or not author.strip():

@@ -27,6 +27,7 @@ from gitstate.sync.remote import (
     is_safety_ref,
     run_git,
 )
+from gitstate.sync.secretscan import check_push
 
 BUNDLE_LABEL = "bundle"
 
@@ -41,7 +42,7 @@ class BundleExport(list[str]):
 
 
 def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.PathLike[str], *,
-                  include_safety: bool = False) -> BundleExport:
+                  include_safety: bool = False, allow_secrets: Iterable[str] = ()) -> BundleExport:
     """Write a git bundle of the runs' refs (all runs of the worktree when ``runs`` is empty) to
     ``output`` and return the ref names it holds. The bundle is fetched into a scratch repository
     first (each object hashed, the refs' histories checked complete, as an import does), so a
@@ -88,6 +89,9 @@ def export_bundle(store: Store, runs: Iterable[str] | None, output: str | os.Pat
         run_git(store, ["bundle", "create", "--quiet", staged, "--stdin"], action="write bundle", remote=path,
                 stdin=names)
         _check_readable(staged, path)
+        # a bundle leaves the machine as a push does: none holding a credential is written
+        tips = [oid for name, oid in list_refs(store.repo, NAMESPACE) if name in set(chosen)]
+        check_push(store, os.fspath(output), tips, (), allow_secrets, action="export to")
         try:
             if regular:
                 os.replace(staged, path)

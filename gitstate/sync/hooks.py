@@ -14,8 +14,13 @@ The hook looks at what a push sends, not only at ref names. To a remote that is 
 refuses a pushed ref when its local or remote name is under ``refs/agentos/``; when it is (or is an
 annotated tag of) a commit whose history holds a gitstate commit the remote lacks — every gitstate
 commit (checkpoint, run record, session-file version, LangGraph checkpoint) carries the message line
-``Gitstate-Format: N`` (docs/FORMAT.md); or when it is (or is a tag of) a tree or blob holding an
-object only checkpoints reach. What the remote has is bounded by the remote values of the pushed
+``Gitstate-Format: N`` (docs/FORMAT.md); when it is (or is a tag of) a tree or blob holding an
+object only checkpoints reach; or when it is a commit that sends objects ``refs/agentos/`` reach
+outside workspace snapshots and session-file contents (a checkpoint's state and ``meta.cbor``:
+``git commit-tree <checkpoint>^{tree}``, ``git merge --squash refs/agentos/...``). To an allowed
+remote it runs ``git agentos scan --pre-push``, which refuses checkpoints holding a credential
+(:mod:`gitstate.sync.secretscan`); ``git agentos push`` scans first and tells the hook with
+``-c agentos.secretsChecked=true``. What the remote has is bounded by the remote values of the pushed
 refs and by its remote-tracking refs ``refs/remotes/<remote>/*``, so a push of a user branch reads
 only the commits the remote lacks: one ``git log`` for all pushed refs, never one call per commit.
 Deletions pass.
@@ -44,7 +49,7 @@ CHAINED_NAME = "pre-push.gitstate-chained"
 MARKER = "gitstate-pre-push-guard"
 
 HOOK_SCRIPT = r"""#!/bin/sh
-# gitstate-pre-push-guard v2 (installed by `git agentos setup --hooks`; reinstalling is safe)
+# gitstate-pre-push-guard v3 (installed by `git agentos setup --hooks`; reinstalling is safe)
 #
 # Refuses to push agent checkpoints (prompts, tool outputs, secrets) to a remote that the git
 # config agentos.pushRemotes does not allow (names or URLs, several values or a comma list; "*"
@@ -53,7 +58,11 @@ HOOK_SCRIPT = r"""#!/bin/sh
 #   - it is (or is a tag of) a commit whose history holds a gitstate commit (a message line
 #     "Gitstate-Format: N") that the remote lacks: a checkpoint pushed by id, a tag on a checkpoint,
 #     a branch that merged one, or
-#   - it is (or is a tag of) a tree or blob holding objects that only checkpoints reach.
+#   - it is (or is a tag of) a tree or blob holding objects that only checkpoints reach, or
+#   - it is a commit that sends a checkpoint's own objects (state, meta.cbor, a checkpoint's root
+#     tree: git commit-tree <checkpoint>^{tree}, git merge --squash refs/agentos/...).
+# To an allowed remote it sends nothing that holds a credential: `git agentos scan --pre-push`
+# scans the checkpoints the push sends (secret policy: agentos.secrets, docs/SECURITY.md).
 # "The remote lacks" = not reachable from the remote values of the pushed refs, nor from the
 # remote-tracking refs refs/remotes/<remote>/*. Deleting a remote ref is let through: it sends
 # nothing. Needs only sh and git. A pre-push hook that existed before was kept as
@@ -69,7 +78,19 @@ fi
 set -f  # the allow list may hold "*" and patterns below hold "*": never let the shell expand them
 for entry in $(git config --get-all agentos.pushRemotes 2>/dev/null | tr ',' ' '); do
     case "$entry" in
-        '*'|"$remote"|"$url") exit 0 ;;
+        '*'|"$remote"|"$url")
+            # an allowed remote still never receives a checkpoint holding a credential: gitstate
+            # scans what the push sends (git agentos push scanned it already and says so)
+            if [ -z "$input" ] || [ "$(git config --bool agentos.secretsChecked 2>/dev/null)" = true ]; then
+                exit 0
+            fi
+            if command -v git-agentos >/dev/null 2>&1; then
+                printf '%s\n' "$input" | git agentos scan --pre-push "$remote" >/dev/null || exit 1
+            elif printf '%s\n' "$input" | grep -q ' refs/agentos/'; then
+                echo "gitstate: cannot scan the checkpoints this push sends for credentials (git-agentos is not on PATH); refusing." >&2
+                exit 1
+            fi
+            exit 0 ;;
     esac
 done
 
@@ -132,6 +153,30 @@ if [ -n "$check" ]; then
             git --no-replace-objects --no-pager log --ignore-missing --stdin --source --format=%S \
                 --no-show-signature --basic-regexp --grep='^Gitstate-Format: [0-9][0-9]*$' \
                 --not $known) || fail "git log failed"
+    fi
+    if [ -n "$commits" ] && [ -z "$leaked" ] &&
+        [ -n "$(git for-each-ref --count=1 --format=x 'refs/agentos/')" ]; then
+        # a commit of the user's that carries what only gitstate wrote (a checkpoint's tree given
+        # to git commit-tree, a branch that squash-merged one): objects it sends that refs/agentos/
+        # reach outside a workspace snapshot (files/) and a session file's content
+        sent=$(printf '%s\n%s\n' "$commits" "$have" |
+            git --no-replace-objects rev-list --objects --no-object-names --ignore-missing --stdin \
+                --not $known) || fail "git rev-list failed"
+        if [ -n "$sent" ]; then
+            private=$(git --no-replace-objects rev-list --objects --glob='refs/agentos/*' | awk '
+                NF == 1 { next }  # commits (their messages are checked above)
+                { p = $0; sub(/^[^ ]* /, "", p) }
+                p == "files" || p ~ /^files\// || p == "content" { next }
+                $1 == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391" { next }  # the empty blob
+                { print $1 }') || fail "git rev-list failed"
+            for oid in $commits; do
+                own=$(printf '%s\n%s\n' "$oid" "$have" |
+                    git --no-replace-objects rev-list --objects --no-object-names --ignore-missing --stdin \
+                        --not $known) || fail "git rev-list failed"
+                common=$(printf '%s\n%s\n' "$own" "$private" | grep -v '^-' | sort | uniq -d)
+                if [ -n "$common" ]; then leaked="$leaked$nl$oid"; fi
+            done
+        fi
     fi
     if [ -n "$others" ]; then
         # a tree or blob (git sends it even where the remote then refuses a non-commit): refused

@@ -5,7 +5,6 @@ push check that refuses to send one holding a finding. The scanning itself is
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -17,29 +16,25 @@ from gitstate.errors import GitStateError
 from gitstate.format import checkpoint as cpfmt
 from gitstate.format import lgtree
 from gitstate.format.checkpoint import Checkpoint
-from gitstate.format.statetree import StateReader
+from gitstate.format.statetree import MAX_TREE_DEPTH, StateReader
 from gitstate.git.objects import MODE_TREE
 from gitstate.secrets import (
     ALLOW_KEY,
-    PATTERN_KEY,
-    RULES_FILE,
     Finding,
     Rules,
     Scanner,
-    SecretsRuleError,
     checkpoint_parts,
+    read_rules,
 )
+from gitstate.secrets.policy import MAX_FILE
 from gitstate.store.store import Store
-
-#: A rules file larger than this is refused (it is a short list of patterns and fingerprints).
-MAX_RULES_FILE = 1 << 20
 
 
 class SecretsFoundError(GitStateError):
     """A push would send checkpoints that hold credentials; nothing was sent. ``findings`` says
     where (run, checkpoint, key path, kind, fingerprint), never what."""
 
-    def __init__(self, remote: str, findings: Sequence[Finding]) -> None:
+    def __init__(self, remote: str, findings: Sequence[Finding], action: str = "push to") -> None:
         self.remote = remote
         self.findings = list(findings)
         checkpoints = {f.checkpoint for f in self.findings}
@@ -47,37 +42,14 @@ class SecretsFoundError(GitStateError):
                           for f in self.findings[:3])
         more = f"; and {len(self.findings) - 3} more" if len(self.findings) > 3 else ""
         super().__init__(
-            f"push to {remote} refused: {len(self.findings)} credential(s) in {len(checkpoints)} checkpoint(s) "
+            f"{action} {remote} refused: {len(self.findings)} credential(s) in {len(checkpoints)} checkpoint(s) "
             f"it would send ({shown}{more}); nothing was sent. See them with 'git agentos scan'; let a known "
             f"false positive through with --allow-secret FINGERPRINT or git config {ALLOW_KEY}")
 
 
-def _config_values(store: Store, key: str) -> list[str]:
-    try:
-        return [str(v) for v in store.repo.config.get_multivar(key)]
-    except (KeyError, pygit2.GitError):
-        return []
-
-
 def load_rules(store: Store, allow: Iterable[str] = ()) -> Rules:
-    """The user's rules: :data:`~gitstate.secrets.ALLOW_KEY` and
-    :data:`~gitstate.secrets.PATTERN_KEY` from git config, the work tree's
-    :data:`~gitstate.secrets.RULES_FILE` when there is one, and ``allow`` (``--allow-secret``).
-    :class:`~gitstate.secrets.SecretsRuleError` names what is wrong in them."""
-    rules = Rules.from_config(_config_values(store, ALLOW_KEY), _config_values(store, PATTERN_KEY))
-    workdir = store.location.workdir
-    if workdir is not None:
-        path = os.path.join(workdir, RULES_FILE)
-        if os.path.lexists(path):
-            if not os.path.isfile(path) or os.path.getsize(path) > MAX_RULES_FILE:
-                raise SecretsRuleError(path, f"not a regular file of at most {MAX_RULES_FILE} bytes")
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    text = fh.read(MAX_RULES_FILE + 1)
-            except (OSError, UnicodeDecodeError) as exc:
-                raise SecretsRuleError(path, f"cannot be read ({exc})") from None
-            rules = rules.merged(Rules.from_toml(text, path))
-    return rules.allowing(allow)
+    """The user's rules (see :func:`gitstate.secrets.read_rules`) and ``allow`` (``--allow-secret``)."""
+    return read_rules(store.repo, store.location.workdir, allow)
 
 
 def checkpoints_between(store: Store, tips: Iterable[str], have: Iterable[str] = ()) -> list[str]:
@@ -136,7 +108,32 @@ class CheckpointScanner:
         self._blobs: dict[str, tuple[int, list[Finding]]] = {}
 
     def scan(self, cp: Checkpoint) -> list[Finding]:
-        """Findings of one checkpoint, as :meth:`gitstate.secrets.Scanner.scan_checkpoint` finds them."""
+        """Findings of one checkpoint, as :meth:`gitstate.secrets.Scanner.scan_checkpoint` finds
+        them, and in the text files (up to :data:`gitstate.secrets.policy.MAX_FILE` bytes) of its
+        workspace snapshot (``files/PATH``), each distinct file read once."""
+        return self._scan(cp) + [f.at(cp.run_id, cp.id) for f in self._files(cp)]
+
+    def _files(self, cp: Checkpoint) -> list[Finding]:
+        tree = cp.files_tree_id
+        if tree is None:
+            return []
+        reader = self.store.reader
+        found: list[Finding] = []
+        for path, item in reader.walk_tree(tree, MAX_TREE_DEPTH):
+            if item.filemode == MODE_TREE or item.filemode == 0o160000:
+                continue
+            oid = str(item.id)
+
+            def text(oid: str = oid) -> tuple[int, Any]:
+                if reader.header(oid)[1] > MAX_FILE:
+                    return 1, None
+                return 1, reader.blob(oid)
+
+            rel = self._blob(oid, text)[1]
+            found.extend(replace_path(f, join_path(f"files[{path!r}]", f.path)) for f in rel)
+        return found
+
+    def _scan(self, cp: Checkpoint) -> list[Finding]:
         values = lgtree.values_tree(self.store.reader.tree(cp.tree_id)) if cp.workflow == lgtree.WORKFLOW else None
         if values is None:
             return self.scanner.scan_checkpoint(cp)
@@ -206,10 +203,10 @@ def scan_checkpoints(store: Store, oids: Iterable[str], scanner: Scanner) -> lis
 
 
 def check_push(store: Store, remote: str, tips: Iterable[str], have: Iterable[str],
-               allow: Iterable[str] = ()) -> None:
+               allow: Iterable[str] = (), action: str = "push to") -> None:
     """Raise :class:`SecretsFoundError` when a checkpoint reachable from ``tips`` and not from
     ``have`` (what the remote has) holds a credential the rules do not let through."""
     scanner = Scanner(load_rules(store, allow))
     findings = scan_checkpoints(store, checkpoints_between(store, tips, have), scanner)
     if findings:
-        raise SecretsFoundError(remote, findings)
+        raise SecretsFoundError(remote, findings, action)

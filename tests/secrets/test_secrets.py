@@ -154,6 +154,7 @@ def agentos(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     path = make_repo(tmp_path / "repo")
+    git(path, "config", "agentos.secrets", "warn")  # stored as written (the default redacts)
     store = gitstate.open_store(path)
     run = store.create_run(run_id="leaky")
     run.checkpoint({"messages": [{"content": "hello"}]})
@@ -187,6 +188,7 @@ def test_scan_finds_a_secret_in_a_langgraph_thread(tmp_path: Path) -> None:
     from gitstate.langgraph import GitCheckpointSaver
 
     path = make_repo(tmp_path / "lg")
+    git(path, "config", "agentos.secrets", "warn")
     saver = GitCheckpointSaver(gitstate.open_store(path))
     config: dict[str, Any] = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     messages: list[dict[str, Any]] = []

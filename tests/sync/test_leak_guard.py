@@ -4,6 +4,7 @@ tree or blob never reaches the remote; user branches, deletions and allowed remo
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -32,8 +33,10 @@ class Setup:
 
 
 def _push(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # git-agentos on PATH: the hook scans what goes to an allowed remote (and refuses without it)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     return subprocess.run(["git", "push", *args], cwd=repo, capture_output=True, text=True, check=False,
-                          timeout=TIMEOUT)
+                          timeout=TIMEOUT, env=env)
 
 
 def _objects(repo: Path, *revs: str) -> set[str]:
@@ -279,7 +282,7 @@ def test_old_hook_is_updated(tmp_path: Path) -> None:
     store = gitstate.open_store(path)
     result = gitstate.install_hooks(store)
     assert result.action == "updated" and result.chained
-    assert hook.read_text() == hooks.HOOK_SCRIPT and f"{hooks.MARKER} v2" in hook.read_text()
+    assert hook.read_text() == hooks.HOOK_SCRIPT and f"{hooks.MARKER} v3" in hook.read_text()
     assert gitstate.install_hooks(store).action == "unchanged"
 
 

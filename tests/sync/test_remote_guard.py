@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -19,7 +20,9 @@ from gitstate.verify.checks import verify
 
 
 def _push(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "push", *args], cwd=repo, capture_output=True, text=True, check=False)
+    # git-agentos on PATH: the hook scans what goes to an allowed remote (and refuses without it)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    return subprocess.run(["git", "push", *args], cwd=repo, capture_output=True, text=True, check=False, env=env)
 
 
 @pytest.fixture
