@@ -1,5 +1,6 @@
-"""Smoke test of scripts/bench_e2e.py: a tiny run (5 supersteps, one round, no PostgreSQL) completes in
-a subprocess and prints its tables and counts. Timings are never asserted (they depend on the machine)."""
+"""Smoke tests of scripts/bench_e2e.py (a tiny run: 5 supersteps, one round, no PostgreSQL) and
+scripts/bench_runs.py (20 runs): each completes in a subprocess and prints its tables and counts.
+Timings are never asserted (they depend on the machine)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,15 @@ def test_bench_e2e_tiny_run(tmp_path: Path) -> None:
     assert [row[:2] for row in counts] == [["gitstate", "messages/async"], ["sqlite", "messages/async"],
                                            ["memory", "messages/async"]]
     assert float(counts[0][2]) > 0  # gitstate creates files: the counter saw them
+
+
+def test_bench_runs_tiny_run(tmp_path: Path) -> None:
+    """scripts/bench_runs.py with 20 runs: both tables print, and `runs` lists every run."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "AGENTOS_REPO")}
+    proc = subprocess.run([sys.executable, str(SCRIPT.parent / "bench_runs.py"), "--runs", "20", "--rounds", "1"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "== loose refs ==" in out and "== packed refs (git pack-refs --all) ==" in out
+    assert out.count("ratio runs / for-each-ref:") == 2
+    assert "git agentos runs                 " in out and "  21\n" in out  # 20 runs and the header
