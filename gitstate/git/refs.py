@@ -210,9 +210,14 @@ def scan_refs(common_dir: str, prefix: str) -> tuple[list[tuple[str, str]], list
     except OSError as exc:
         check_present(common_dir)
         raise CorruptObjectError(prefix, f"refs cannot be listed: {exc}") from exc
-    for oid, name in re.findall(r"^([0-9a-f]{40}) (" + re.escape(prefix) + r"[^\n]*)$", packed, re.M):
-        if name not in seen:
-            refs[name] = oid
+    first = packed.find(" " + prefix)  # only the lines from the first ref under prefix to the last are parsed
+    if first >= 0:
+        start = packed.rfind("\n", 0, first) + 1
+        end = packed.find("\n", packed.rfind(" " + prefix))
+        lines = re.compile(r"^([0-9a-f]{40}) (" + re.escape(prefix) + r"[^\n]*)$", re.M)
+        for oid, name in lines.findall(packed, start, len(packed) if end < 0 else end):
+            if name not in seen:
+                refs[name] = oid
     if not refs and not found:
         check_present(common_dir)
     return sorted(refs.items()), [found[n] for n in sorted(found)]

@@ -28,6 +28,11 @@ def test_scan_refs_sees_what_git_for_each_ref_sees(store: gitstate.Store, repo: 
     assert listed == sorted(expected) and len(listed) == 8 and broken == []
     assert [n for n, _o in scan_refs(common, "refs/agentos-pins/main/")[0]] == ["refs/agentos-pins/main/a"]
     assert scan_refs(common, "refs/agentos/nowhere/") == ([], [])
+    git(repo, "pack-refs", "--all")  # every ref packed: pins first, then runs, then refs/heads/
+    assert scan_refs(common, "refs/agentos/main/") == (listed, [])
+    assert [n for n, _o in scan_refs(common, "refs/agentos-pins/main/")[0]] == ["refs/agentos-pins/main/a"]
+    assert [n for n, _o in scan_refs(common, "refs/agentos/main/runs/b/")[0]] == \
+        ["refs/agentos/main/runs/b/heads/main", "refs/agentos/main/runs/b/run"]
 
 
 def test_scan_refs_reports_broken_loose_files_and_never_waits_on_a_fifo(store: gitstate.Store, repo: Path) -> None:
