@@ -57,9 +57,13 @@ def runs(store: gitstate.Store, all_worktrees: bool, as_json: bool) -> None:
     if all_worktrees:
         headers.insert(1, "worktree")
     rows = []
+    shown: dict[str, str] = {}  # each status word styled once
     for s in summaries:
-        row: list[Any] = [s.id + (" (pinned)" if (s.worktree, s.id) in pins else ""), s.workflow, out.status(s.status), s.node, s.step, s.checkpoints, s.branches,
-                          s.updated_at]
+        status = shown.get(s.status)
+        if status is None:
+            status = shown[s.status] = out.status(s.status)
+        row: list[Any] = [s.id + (" (pinned)" if (s.worktree, s.id) in pins else ""), s.workflow, status, s.node,
+                          s.step, s.checkpoints, s.branches, s.updated_at]
         if all_worktrees:
             row.insert(1, s.worktree)
         rows.append(row)

@@ -178,7 +178,11 @@ def shell_arg(text: str) -> str:
 def width(text: str) -> int:
     """Columns ``text`` takes on a terminal (wide East Asian characters take two; combining marks
     and other zero-width characters none)."""
-    return sum(_columns(ch) for ch in click.unstyle(text))
+    if "\x1b" in text:
+        text = click.unstyle(text)
+    if text.isascii():
+        return len(text)
+    return sum(_columns(ch) for ch in text)
 
 
 def _columns(ch: str) -> int:
@@ -193,17 +197,30 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Print an aligned table (widths ignore colour codes, count wide characters as two, and every
     cell is made safe for the terminal)."""
     cells = [[_cell(c) for c in row] for row in rows]
+    sizes = [[width(c) for c in row] for row in cells]  # each cell measured once
     widths = [len(h) for h in headers]
-    for row in cells:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], width(cell))
+    for row_sizes in sizes:
+        for i, size in enumerate(row_sizes):
+            if size > widths[i]:
+                widths[i] = size
     head = "  ".join(h.upper().ljust(widths[i]) for i, h in enumerate(headers)).rstrip()
     click.echo(style(head, bold=True))
-    for row in cells:
-        click.echo("  ".join(c + " " * (widths[i] - width(c)) for i, c in enumerate(row)).rstrip())
+    piece: list[str] = []
+    length = 0
+    for row, row_sizes in zip(cells, sizes, strict=True):
+        line = "  ".join(c + " " * (widths[i] - row_sizes[i]) for i, c in enumerate(row)).rstrip()
+        piece.append(line)
+        length += len(line) + 1
+        if length >= _JSON_PIECE:  # lines go out in pieces, as JSON does: few writes, none too big
+            click.echo("\n".join(piece))
+            piece, length = [], 0
+    if piece:
+        click.echo("\n".join(piece))
 
 
 def _cell(value: Any) -> str:
+    if type(value) is str:
+        return value if value.isprintable() else safe(value)
     if value is None:
         return "-"
     if isinstance(value, datetime):

@@ -152,6 +152,77 @@ def _reads_as_direct(repo: pygit2.Repository, name: str) -> bool:
     return ref is not None and isinstance(ref.target, pygit2.Oid)
 
 
+def scan_refs(common_dir: str, prefix: str) -> tuple[list[tuple[str, str]], list[BrokenRef]]:
+    """:func:`list_refs` and :func:`broken_refs` of ``prefix`` in one pass over the refs themselves:
+    the loose ref files below ``prefix`` (each read once; one that holds no object id is broken, as
+    git ignores it), then ``packed-refs`` for the names no loose file has. Loose files are read
+    before ``packed-refs``, as git reads them, so a concurrent ``pack-refs`` (which writes
+    ``packed-refs`` before it removes the loose files) hides no ref. Read-only; refs sorted by name.
+    :class:`NotARepositoryError` when the repository is gone."""
+    head, _, _ = prefix.rpartition("/")
+    top = os.path.join(common_dir, *head.split("/")) if head else common_dir
+    base = len(common_dir.rstrip(os.sep)) + 1
+    refs: dict[str, str] = {}
+    found: dict[str, BrokenRef] = {}
+    seen: set[str] = set()  # loose names (a broken one hides its packed value, as in git)
+    todo = [top]
+    while todo:
+        folder = todo.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            check_present(common_dir)
+            raise CorruptObjectError(prefix, f"refs cannot be listed: {exc}") from exc
+        for entry in entries:
+            path = entry.path
+            if entry.is_dir(follow_symlinks=False):
+                todo.append(path)
+                continue
+            name = path[base:] if os.sep == "/" else path[base:].replace(os.sep, "/")
+            if entry.name.endswith(".lock") or not name.startswith(prefix):
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO: never a wait
+                try:
+                    raw = os.read(fd, 4096)
+                finally:
+                    os.close(fd)
+            except OSError:
+                continue  # gone meanwhile (deleted or packed): packed-refs, read below, says which
+            seen.add(name)
+            text = raw.decode("utf-8", "replace").strip()
+            if _HEX40.fullmatch(text):
+                refs[name] = text
+            elif text.startswith("ref:"):
+                target = text[4:].strip()
+                found[name] = BrokenRef(name, f"symbolic ref (-> {target}) where a checkpoint id was expected", True)
+            else:
+                shown = text[:60].encode("unicode_escape").decode("ascii")
+                found[name] = BrokenRef(name, f"unreadable ref (holds {shown!r}, not an object id)", False)
+    try:
+        with open(os.path.join(common_dir, "packed-refs"), "rb") as fh:
+            packed = fh.read().decode("utf-8", "surrogateescape")
+    except (FileNotFoundError, NotADirectoryError):
+        packed = ""
+    except OSError as exc:
+        check_present(common_dir)
+        raise CorruptObjectError(prefix, f"refs cannot be listed: {exc}") from exc
+    first = packed.find(" " + prefix)  # only the lines from the first ref under prefix to the last are parsed
+    if first >= 0:
+        start = packed.rfind("\n", 0, first) + 1
+        end = packed.find("\n", packed.rfind(" " + prefix))
+        lines = re.compile(r"^([0-9a-f]{40}) (" + re.escape(prefix) + r"[^\n]*)$", re.M)
+        for oid, name in lines.findall(packed, start, len(packed) if end < 0 else end):
+            if name not in seen:
+                refs[name] = oid
+    if not refs and not found:
+        check_present(common_dir)
+    return sorted(refs.items()), [found[n] for n in sorted(found)]
+
+
 def remove_broken(repo: pygit2.Repository, common_dir: str, ref: BrokenRef, message: str) -> None:
     """Delete a broken ref itself. A symbolic one goes through git (``git update-ref --no-deref -d``,
     ``LC_ALL=C``), which removes the ref and never what it points at. An unparsable loose file is
@@ -279,7 +350,18 @@ def _lock_age_limit(path: str, max_age: float) -> float:
 
 def _lock_files(common_dir: str, prefix: str) -> list[str]:
     root = os.path.join(common_dir, *prefix.rstrip("/").split("/"))
-    found = [os.path.join(d, f) for d, _s, files in os.walk(root) for f in files if f.endswith(".lock")]
+    found = []
+    todo = [root]  # every store that opens walks the folders below: os.scandir, no stat of the files
+    while todo:
+        try:
+            with os.scandir(todo.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        todo.append(entry.path)
+                    elif entry.name.endswith(".lock"):
+                        found.append(entry.path)
+        except OSError:
+            continue  # missing (no refs yet), not a folder, or gone meanwhile
     try:
         found += [os.path.join(common_dir, n) for n in os.listdir(common_dir)
                   if n == "packed-refs.lock" or (n.startswith("packed-refs.lock") and _NEW_VALUE.fullmatch(n[16:]))]

@@ -38,7 +38,7 @@ from gitstate.format.names import (
 )
 from gitstate.git import packs
 from gitstate.git.command import run_git
-from gitstate.git.refs import list_refs, read_ref
+from gitstate.git.refs import list_refs, read_ref, scan_refs
 from gitstate.store import reclaim as reclaiming
 from gitstate.store.store import RunSummary, Store
 from gitstate.store.transaction import Transaction
@@ -243,7 +243,7 @@ def pinned(store: Store, worktree: str | None = None) -> set[tuple[str, str]]:
     """The pinned runs, as (worktree, run id), of one worktree (``None``: of all)."""
     prefix = PINS if worktree is None else f"{PINS}{worktree}/"
     out = set()
-    for name, _oid in list_refs(store.repo, prefix):
+    for name, _oid in scan_refs(store.location.common_dir, prefix)[0]:  # reads only the pins' refs
         parts = name[len(PINS):].split("/")
         if len(parts) == 2:
             try:

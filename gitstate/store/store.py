@@ -6,6 +6,7 @@ housekeeping). A store may be used from several threads: each thread gets its ow
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import secrets
 import threading
@@ -33,6 +34,7 @@ from gitstate.format.names import (
     NAMESPACE,
     check_name,
     decode_component,
+    encode_component,
     parse_ref,
     run_info_ref,
     run_prefix,
@@ -41,7 +43,7 @@ from gitstate.format.names import (
 from gitstate.format.nodes import NodeRecord
 from gitstate.git import safeopen
 from gitstate.git.location import open_repository
-from gitstate.git.refs import list_refs, read_ref, remove_broken
+from gitstate.git.refs import list_refs, read_ref, remove_broken, scan_refs
 from gitstate.store.base import StoreCore
 from gitstate.store.run import Run
 from gitstate.store.transaction import Transaction
@@ -83,9 +85,10 @@ class RunSummary:
         }
 
 
-SUMMARY_CACHE_VERSION = 5  # 2: status from recorded outcomes (node logs); 3: LangGraph's step and status rules;
+SUMMARY_CACHE_VERSION = 6  # 2: status from recorded outcomes (node logs); 3: LangGraph's step and status rules;
 # 4: a LangGraph thread whose tasks all wrote is running, not interrupted; 5: stopped (not interrupted) before
-# a task that did not write, saved for integrations that never finish
+# a task that did not write, saved for integrations that never finish; 6: keyed by run id, each row led by
+# a digest of the run's refs (names and ids)
 SUMMARY_CACHE_MIN_RUNS = 64  # below this, listing reads every run afresh
 _SUMMARY_FIELDS = ("workflow", "branch", "node", "step", "status", "updated_at", "checkpoints", "created_at",
                    "branches")
@@ -97,15 +100,17 @@ def _summary_row(s: RunSummary) -> list[Any]:
 
 
 def _summary_from_row(run_id: str, worktree: str, row: list[Any]) -> RunSummary | None:
-    if len(row) != len(_SUMMARY_FIELDS):
+    """The summary a cache row (its signature, then :data:`_SUMMARY_FIELDS`) holds, or ``None``."""
+    if len(row) != len(_SUMMARY_FIELDS) + 1:
         return None
-    fields = dict(zip(_SUMMARY_FIELDS, row, strict=True))
+    _sig, workflow, branch, node, step, status, updated, checkpoints, created, branches = row
     try:
-        fields["updated_at"] = datetime.fromtimestamp(fields["updated_at"], UTC)
-        fields["created_at"] = datetime.fromtimestamp(fields["created_at"], UTC)
+        updated_at = datetime.fromtimestamp(updated, UTC)
+        created_at = datetime.fromtimestamp(created, UTC)
     except (TypeError, ValueError, OverflowError):
         return None
-    return RunSummary(id=run_id, worktree=worktree, **fields)
+    return RunSummary(run_id, workflow, branch, node, step, status, updated_at, checkpoints, worktree,
+                      created_at, branches)
 
 
 def derive_status(cp: Checkpoint | None, last_node: NodeRecord | None = None,
@@ -247,45 +252,78 @@ class Store(StoreCore):
         ``agentos/summaries-<worktree>.cbor`` keyed by the ids the run's refs point at: in a
         worktree with many runs (64 or more) a run is read again (and checked: its record, its tips'
         metadata and state objects) only when one of its refs moved; ``verify`` checks everything.
-        Deleting the cache files loses nothing."""
+        Deleting the cache files loses nothing. A listing is one pass over the refs (loose files
+        and ``packed-refs``) plus, per run, what its table row needs."""
         prefix = NAMESPACE if all_worktrees else worktree_prefix(self.worktree)
-        grouped: dict[tuple[str, str], dict[str, Any]] = {}
-        for name, oid in list_refs(self.repo, prefix):
-            parsed = parse_ref(name)
-            if parsed is None:
+        listed, broken_refs = scan_refs(self.location.common_dir, prefix)  # one pass over the refs
+        # the refs of each run, as (worktree, encoded run id) -> [(ref name, id)]: sorted by name,
+        # a run's refs come together; which of them gitstate reads is settled per run (_entry)
+        grouped: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        skip = len(NAMESPACE)
+        last: tuple[str, str] | None = None
+        refs: list[tuple[str, str]] = []
+        for name, oid in listed:
+            parts = name[skip:].split("/", 3)
+            if len(parts) < 4 or parts[1] != "runs":
                 continue
-            entry = grouped.setdefault((parsed.worktree, parsed.run_id),
-                                       {"record": None, "heads": {}, "nodes": {}, "writes": {}})
-            if parsed.kind == "run":
-                entry["record"] = oid
-            elif parsed.kind == "heads" and parsed.name is not None:
-                entry["heads"][parsed.name] = oid
-            elif parsed.kind == "nodes" and parsed.name is not None:
-                entry["nodes"][parsed.name] = oid
-            elif parsed.kind == "writes" and parsed.name is not None:
-                entry["writes"][parsed.name] = oid
+            key = (parts[0], parts[2])
+            if key != last:
+                refs = grouped.setdefault(key, [])
+                last = key
+            refs.append((name, oid))
         broken: dict[tuple[str, str], str] = {}
-        for ref in self.broken_refs(prefix):  # skipped by the listing above, so named here
+        for ref in broken_refs:  # skipped by the listing above, so named here
             parsed = parse_ref(ref.name)
             if parsed is not None:
-                grouped.setdefault((parsed.worktree, parsed.run_id),
-                                   {"record": None, "heads": {}, "nodes": {}, "writes": {}})
-                broken.setdefault((parsed.worktree, parsed.run_id),
-                                  f"corrupt object {ref.name}: {ref.problem} (`git agentos verify --repair` removes it)")
-        by_worktree: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-        for (wt, run_id), e in grouped.items():
-            by_worktree.setdefault(wt, []).append((run_id, e))
+                key = (parsed.worktree, encode_component(parsed.run_id))
+                grouped.setdefault(key, [])
+                broken.setdefault(key, f"corrupt object {ref.name}: {ref.problem} "
+                                       "(`git agentos verify --repair` removes it)")
+        by_worktree: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {}
+        for (wt, encoded), run_refs in grouped.items():
+            try:
+                run_id = decode_component(encoded)
+            except ValueError:
+                continue  # not a name gitstate writes: none of its refs parses
+            by_worktree.setdefault(wt, []).append((run_id, encoded, run_refs))
         out: list[RunSummary] = []
         for wt, runs in by_worktree.items():
-            out += [dataclasses.replace(s, status="corrupt", error=broken[(wt, s.id)]) if (wt, s.id) in broken else s
-                    for s in self._summaries(wt, runs)]
+            for summary in self._summaries(wt, runs, {k[1] for k in broken if k[0] == wt}):
+                error = broken.get((wt, encode_component(summary.id))) if broken else None
+                out.append(dataclasses.replace(summary, status="corrupt", error=error) if error else summary)
         out.sort(key=lambda s: (s.updated_at, s.id), reverse=True)
         return out
 
-    def _summaries(self, worktree: str, runs: list[tuple[str, dict[str, Any]]]) -> list[RunSummary]:
+    @staticmethod
+    def _entry(refs: list[tuple[str, str]]) -> dict[str, Any] | None:
+        """A run's refs as read for its summary (``None`` when none of them is a gitstate ref)."""
+        entry: dict[str, Any] = {"record": None, "heads": {}, "nodes": {}, "writes": {}}
+        any_parsed = False
+        for name, oid in refs:
+            parsed = parse_ref(name)
+            if parsed is None:
+                continue
+            any_parsed = True
+            if parsed.kind == "run":
+                entry["record"] = oid
+            elif parsed.kind in ("heads", "nodes", "writes") and parsed.name is not None:
+                entry[parsed.kind][parsed.name] = oid
+        return entry if any_parsed else None
+
+    def _summaries(self, worktree: str, runs: list[tuple[str, str, list[tuple[str, str]]]],
+                   broken: set[str]) -> list[RunSummary]:
+        """Summaries of ``runs`` ((run id, encoded run id, its refs)); one with a broken ref
+        (``broken``: encoded ids) is listed even when no other ref of it is a gitstate ref."""
+        out: list[RunSummary] = []
         if len(runs) < SUMMARY_CACHE_MIN_RUNS:
             # few runs: read and check every one afresh (damage done since the last listing shows)
-            return [self._summary(worktree, run_id, e) for run_id, e in runs]
+            for run_id, encoded, refs in runs:
+                entry = self._entry(refs)
+                if entry is None and encoded in broken:
+                    entry = {"record": None, "heads": {}, "nodes": {}, "writes": {}}
+                if entry is not None:
+                    out.append(self._summary(worktree, run_id, entry))
+            return out
         path = os.path.join(self.location.common_dir, "agentos", f"summaries-{worktree}.cbor")
         cache: dict[str, Any] = {}
         try:
@@ -293,22 +331,36 @@ class Store(StoreCore):
                 loaded = encoding.loads(fh.read(), path)
             if isinstance(loaded, dict) and loaded.get("v") == SUMMARY_CACHE_VERSION:
                 cache = loaded.get("runs") or {}
+                if not isinstance(cache, dict):
+                    cache = {}
         except (OSError, GitStateError):
             cache = {}  # missing or damaged: rebuilt below
         fresh: dict[str, Any] = {}
-        out = []
-        for run_id, e in runs:
-            key = "\0".join([run_id, e["record"] or "", *sorted(f"{b}\0{o}" for b, o in e["heads"].items()),
-                             *sorted(f"nodes:{b}\0{o}" for b, o in e["nodes"].items()),
-                             *sorted(f"writes:{o}" for o in e["writes"].values())])
-            row = cache.get(key)
-            summary = _summary_from_row(run_id, worktree, row) if isinstance(row, list) else None
+        changed = False
+        for run_id, encoded, refs in runs:
+            # the ids its refs point at, by name: a run is read again only when one of them moved
+            signature = hashlib.blake2b("\n".join(f"{n} {o}" for n, o in refs).encode("utf-8", "surrogateescape"),
+                                        digest_size=16).digest()
+            row = cache.get(run_id)
+            summary = None
+            if isinstance(row, list) and row and row[0] == signature:
+                summary = _summary_from_row(run_id, worktree, row)
             if summary is None:
-                summary = self._summary(worktree, run_id, e)
-            if summary.error is None:
-                fresh[key] = _summary_row(summary)
+                entry = self._entry(refs)
+                if entry is None and encoded in broken:
+                    entry = {"record": None, "heads": {}, "nodes": {}, "writes": {}}
+                if entry is None:
+                    continue
+                summary = self._summary(worktree, run_id, entry)
+                changed = True
+                if summary.error is None:
+                    row = [signature, *_summary_row(summary)]
+                else:
+                    row = None
+            if row is not None:
+                fresh[run_id] = row
             out.append(summary)
-        if fresh.keys() != cache.keys():
+        if changed or fresh.keys() != cache.keys():
             try:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"

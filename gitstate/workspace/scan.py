@@ -211,23 +211,32 @@ def index_bytes(entries: dict[bytes, bytes]) -> bytes:
     return body + hashlib.sha1(body, usedforsecurity=False).digest()
 
 
-def write_index(path: str, entries: dict[bytes, bytes], mtime_ns: int | None = None) -> None:
+def write_index(path: str, entries: dict[bytes, bytes], mtime_ns: int | None = None) -> tuple[int, ...]:
     """Replace the index file at ``path`` with one holding ``entries`` (:func:`index_bytes`), whole:
     written beside it, then renamed over it (a FIFO in its place is replaced, never opened).
     ``mtime_ns``: the file's modification time (git takes entries modified at or after it as racily
-    clean and looks at their content: a copy keeps the time of the index it copies). Raises
-    :class:`OSError`."""
+    clean and looks at their content: a copy keeps the time of the index it copies). Returns the
+    :func:`file_identity` of the file written (taken before the rename, so it is never another
+    writer's). Raises :class:`OSError`."""
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.new"
     try:
         with safeopen.open_file(tmp, "wb", replace_special=True) as fh:
             fh.write(index_bytes(entries))
         if mtime_ns is not None:
             os.utime(tmp, ns=(mtime_ns, mtime_ns))
+        written = file_identity(os.lstat(tmp))
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    return written
+
+
+def file_identity(st: os.stat_result) -> tuple[int, ...]:
+    """What tells one version of a file from another without reading it: device, inode, size and
+    modification time (not the change time, which a rename moves)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def stat_key(st: os.stat_result) -> bytes:

@@ -111,8 +111,8 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_as_sigpipe_ends_git(repo
     import gitstate
 
     run_ = gitstate.open_store(repo).create_run(run_id="long")
-    for i in range(600):  # more output than a pipe buffers
-        run_.checkpoint({"i": i})
+    for i in range(600):  # more output than a pipe buffers (64 KiB): rows of some 180 characters
+        run_.checkpoint({"i": i}, node="n" * 120)
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     for args, first in ((["log", "long"], b"ID"), (["log", "long", "--json"], b"[")):  # the JSON: one document
         proc = subprocess.Popen(["git", "agentos", *args], cwd=repo, env=env, stdout=subprocess.PIPE,
