@@ -24,6 +24,7 @@ import os
 import re
 import secrets
 import subprocess
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,15 @@ from gitstate.store.store import Store
 from gitstate.store.transaction import Transaction
 from gitstate.sync.hooks import check_push_allowed, git_cwd, remote_urls
 from gitstate.sync.nodelogs import replay_onto, stage_replay
+from gitstate.sync.pushqueue import (
+    BUDGET_KEY,
+    DEFAULT_CHUNK,
+    PushQueue,
+    chunk_size,
+    chunks,
+    halves,
+    time_budget,
+)
 from gitstate.sync.secretscan import check_push
 from gitstate.workspace.restore import SAFETY_BRANCH
 
@@ -196,7 +206,7 @@ _REJECT_FILE_HINT = ("the remote has versions of this session file that this rep
 
 def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None, *,
          all_worktrees: bool = False, prune: bool = False, include_safety: bool = False,
-         allow_secrets: Iterable[str] = ()) -> list[PushResult]:
+         allow_secrets: Iterable[str] = (), timeout: float | None = None) -> list[PushResult]:
     """Push runs to ``remote`` (fast-forward only) and return one result per run.
 
     ``runs``: run ids of this worktree (default: all its runs; ``all_worktrees``: every worktree).
@@ -211,7 +221,17 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
     the push would send (each commit the remote lacks, not only the tips) is scanned for
     credentials first: one finding refuses the whole push with :class:`SecretsFoundError` and
     nothing is sent; ``allow_secrets`` (fingerprints) and the allowlist let known false positives
-    through (:mod:`gitstate.sync.secretscan`)."""
+    through (:mod:`gitstate.sync.secretscan`).
+
+    Refs the remote already holds as they are here are not sent (when the remote pushes to one URL,
+    the one it fetches from). The rest go in chunks of whole runs, at most ``agentos.pushChunk``
+    ref updates each, from a push queue kept in the git dir (:mod:`gitstate.sync.pushqueue`): a
+    push that was killed or lost its connection is resumed by the next push to the same remote.
+    A chunk the server refuses as a whole is halved until the ref at fault is found (``rejected``,
+    saying the server refused it even alone; the other refs are pushed) or the halves land (then
+    the rest goes in chunks of that size). ``timeout``: the seconds the whole push may take
+    (default ``agentos.pushTimeout``, 3600; 0: none); refs it leaves unsent are ``error`` and
+    stay queued."""
     check_push_allowed(store, remote)
     run_list = list(runs or [])
     prefixes = scope_prefixes(store, run_list, all_worktrees)
@@ -225,29 +245,30 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
                 raise RunNotFound(run_id, store.worktree)
     results: dict[str, RefResult] = {}
     expected: dict[str, str | None] = {}  # remote ref -> local oid (None: a deletion)
-    excluded: list[str] = []
+    excluded: set[str] = set()
     kept: dict[str, str] = {}
     withheld: dict[str, str] = {}  # restore-safety refs not sent (include_safety not asked)
     for name, oid in sorted(local.items()):
         parsed = parse_ref(name)
         if parsed is None:
             results[name] = RefResult(name, "skipped", None, oid, "not a gitstate ref name")
-            excluded.append(name)
+            excluded.add(name)
         elif _is_kept_copy(name, parsed.kind, parsed.name, label):
             kept[name] = oid
-            excluded.append(name)
+            excluded.add(name)
         elif not include_safety and is_safety_ref(name):
             withheld[name] = oid
-            excluded.append(name)
+            excluded.add(name)
         else:
             expected[name] = oid
     if withheld:
         results.update(_withheld_safety(store, remote, withheld))
-    # One glob refspec per prefix plus negative refspecs for the exclusions: git matches explicit
-    # refspecs against every ref (quadratic; 1000 explicit refspecs take seconds), globs once.
-    specs = [f"{p}*:{p}*" for p in prefixes] + [f"^{name}" for name in excluded] if expected else []
-    if not specs:
-        excluded = []
+    _remove_stale_sessions(store)  # staging refs of a push or pull that was killed
+    queue = PushQueue.load(store, remote)
+    for name in queue.refs:  # what an interrupted push to this remote did not send yet
+        current = _local_oid(store, name) if name not in expected and name not in excluded else None
+        if current is not None and parse_ref(name) is not None:
+            expected[name] = current
     deletions: list[str] = []
     leases: list[str] = []
     if prune:
@@ -257,15 +278,22 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
                 deletions.append(f":{name}")
                 expected[name] = None
     pushes = {name: oid for name, oid in expected.items() if oid is not None}
+    todo = dict(pushes)
     if pushes:  # before anything is sent: what the remote lacks, scanned whole
-        have = run_git(store, ["ls-remote", remote], action="list refs of", remote=remote).stdout.split()[::2]
-        check_push(store, remote, pushes.values(), have, allow_secrets)
-    for batch in _batches(deletions) or ([[]] if specs else []):
-        covered = {**pushes, **{spec[1:]: None for spec in batch}}
+        there = _remote_values(store, remote)
+        check_push(store, remote, pushes.values(), there.values(), allow_secrets)
+        if _single_target(store, remote):  # refs the remote holds as they are here are not sent again
+            todo = {name: oid for name, oid in pushes.items() if there.get(name) != oid}
+            results.update({name: RefResult(name, "up-to-date", oid, oid) for name, oid in pushes.items()
+                            if name not in todo})
+    queue.refs = dict(todo)
+    queue.save()  # before the first chunk: a push killed from here on is resumed by the next one
+    if todo:
+        results.update(_push_chunks(store, remote, label, todo, queue, timeout))
+    for batch in _batches(deletions):
         args = ["push", "--porcelain", "--no-follow-tags", "--recurse-submodules=no",
-                *[le for le in leases if _lease_in(le, batch)], remote, *specs, *batch]
-        results.update(_push_run(store, remote, args, covered))
-        specs, pushes = [], {}  # the globs go with the first batch only
+                *[le for le in leases if _lease_in(le, batch)], remote, *batch]
+        results.update(_push_run(store, remote, args, {spec[1:]: None for spec in batch}))
     if kept:  # after the push: a copy whose checkpoints a branch just pushed carries is on the remote now
         results.update(_kept_copies(store, remote, kept))
     refused = {name: r.new for name, r in results.items()
@@ -495,7 +523,8 @@ def _ls_remote(store: Store, remote: str, prefixes: Sequence[str], *, action: st
     return refs
 
 
-def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, str | None]) -> dict[str, RefResult]:
+def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, str | None], *,
+              timeout: float | None = None, said: list[str] | None = None) -> dict[str, RefResult]:
     """Run one ``git push --porcelain`` and report each ref it covered (a ref git said nothing
     about gets git's overall error, so one failure never hides the others' results).
 
@@ -503,8 +532,16 @@ def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, st
     turn (a ``To <url>`` block of ref lines each) and fails when any fails, possibly saying nothing
     of a URL whose pre-push hook refused. A ref is then a failure when it failed at any URL, or
     went unreported at one while git failed; and when git failed but no ref says so, every ref
-    carries git's error: a failed push never reads as pushed."""
-    out = run_git(store, args, action="push to", remote=remote, check=False)
+    carries git's error: a failed push never reads as pushed. ``timeout``: seconds git may run
+    (then it is stopped and the push fails); ``said`` collects what the server said (its
+    ``remote:`` lines, such as a refusing hook's message)."""
+    if timeout is None:
+        out = run_git(store, args, action="push to", remote=remote, check=False)
+    else:
+        out = _git_timed(store, args, timeout)
+    if said is not None:
+        said += [line[len("remote:"):].strip() for line in out.stderr.splitlines()
+                 if line.startswith("remote:") and line[len("remote:"):].strip()]
     reports: dict[str, list[RefResult]] = {}
     urls: list[str] = []
     for line in out.stdout.splitlines():
@@ -541,6 +578,144 @@ def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, st
     if failed and all(r.ok for r in results.values()):
         results = {dst: RefResult(dst, "error", None, oid, failure) for dst, oid in expected.items()}
     return results
+
+
+def _git_timed(store: Store, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """``git args`` stopped after ``timeout`` seconds (a failed result saying so)."""
+    loc = store.location
+    try:
+        return subprocess.run(["git", *args], cwd=git_cwd(store), env=command.git_environment(loc.git_dir, loc.workdir),
+                              capture_output=True, text=True, timeout=max(timeout, 0.1), check=False)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(["git", *args], -9, "", "the push ran out of its time budget")
+    except OSError as exc:
+        raise RemoteError("git", "run", f"cannot run git: {exc}") from exc
+
+
+def _remote_values(store: Store, remote: str) -> dict[str, str]:
+    """Every ref the remote advertises, ``{name: object id}`` (one ``git ls-remote``)."""
+    out = run_git(store, ["ls-remote", remote], action="list refs of", remote=remote)
+    refs: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        oid, _, name = line.partition("\t")
+        if name:
+            refs[name] = oid
+    return refs
+
+
+def _single_target(store: Store, remote: str) -> bool:
+    """Whether ``remote`` pushes to one URL, the one it fetches from (so ``ls-remote`` tells what
+    a push finds there)."""
+    pushes = remote_urls(store, remote)
+    out = run_git(store, ["remote", "get-url", remote], action="read the URL of", remote=remote, check=False)
+    fetch = out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else remote
+    return pushes == [fetch]
+
+
+class _Stop(Exception):
+    """Ends a chunked push early: the refs not sent yet are reported with ``why``."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+#: a push gives up after this many chunks refused as a whole (each halving costs one)
+MAX_REFUSED_CHUNKS = 200
+_PER_REF = (_REJECT_HINT, _REJECT_FILE_HINT, "the remote ref changed since it was looked at")
+
+
+def _refused_whole(results: dict[str, RefResult]) -> bool:
+    """Whether the server refused a chunk as a whole (its hook, an HTTP error, a dropped
+    connection), not ref by ref (a branch that is not a fast-forward)."""
+    return all(not r.ok and not r.message.startswith(_PER_REF) for r in results.values())
+
+
+def _push_chunks(store: Store, remote: str, label: str, todo: dict[str, str], queue: PushQueue,
+                 timeout: float | None) -> dict[str, RefResult]:
+    """Push ``todo`` (``{ref: object id}``) in chunks (see :func:`push`), taking each chunk off
+    ``queue`` once it reached a final state. Each chunk is one ``git push`` of one glob refspec from
+    a private staging namespace holding the chunk's refs: git matches explicit refspecs against
+    every local ref (a thousand of them take seconds with many runs), a glob once."""
+    results: dict[str, RefResult] = {}
+    budget = timeout if timeout is not None else time_budget(store)
+    deadline = None if not budget else time.monotonic() + budget
+    size = min(chunk_size(store), queue.chunk or DEFAULT_CHUNK * 1000)
+    refused = 0
+    session = f"{STAGING}{encode_component(label)}/{os.getpid()}-{secrets.token_hex(4)}-push/"
+
+    def left() -> float | None:
+        if deadline is None:
+            return None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _Stop(f"not pushed: the push ran out of its time budget ({budget:g} s, git config {BUDGET_KEY}); "
+                        "push again to send the rest")
+        return remaining
+
+    def attempt(chunk: list[str]) -> bool:
+        nonlocal size, refused
+        said: list[str] = []
+        out = _push_chunk(store, remote, session, {name: todo[name] for name in chunk}, left(), said)
+        if not _refused_whole(out):
+            results.update(out)
+            queue.done(name for name, r in out.items() if r.status != "error")
+            return True
+        left()  # a push stopped by the budget is not halved
+        refused += 1
+        if refused > MAX_REFUSED_CHUNKS:
+            raise _Stop(f"not pushed: {remote} refused {MAX_REFUSED_CHUNKS} pushes, the last: "
+                        f"{next(iter(out.values())).message}; push again to retry")
+        if len(chunk) == 1:
+            only = out[chunk[0]]
+            if only.status == "error":  # git failed as a whole for one ref: the connection, not this ref
+                raise _Stop(f"not pushed: {only.message}; push again to resume")
+            why = f"{said[-1]} ({only.message})" if said and said[-1] not in only.message else only.message
+            results[chunk[0]] = RefResult(chunk[0], "rejected", None, todo[chunk[0]],
+                                          f"{remote} refused this ref even when pushed alone: {why}")
+            queue.done(chunk)
+            return False
+        first, second = halves(chunk)
+        if attempt(first) & attempt(second):  # both halves landed: the chunk was too big for the server
+            size = min(size, max(len(first), len(second)))
+            queue.chunk = size
+            queue.save()
+        return False
+
+    try:
+        pending = chunks(todo, size)
+        while pending:
+            before = size
+            attempt(pending.pop(0))
+            if size < before and pending:  # the server takes less: cut what is left again
+                pending = chunks([name for c in pending for name in c], size)
+    except _Stop as stop:
+        for name, oid in todo.items():
+            if name not in results:
+                results[name] = RefResult(name, "error", None, oid, stop.why)
+    finally:
+        _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
+    failed = [name for name, r in results.items() if r.status == "error"]
+    if failed and _single_target(store, remote):  # a connection lost after the server took them
+        try:
+            there = _ls_remote(store, remote, [NAMESPACE])
+        except RemoteError:
+            there = {}
+        landed = [name for name in failed if there.get(name) == todo[name]]
+        results.update({name: RefResult(name, "pushed", None, todo[name]) for name in landed})
+        queue.done(landed)
+    return results
+
+
+def _push_chunk(store: Store, remote: str, session: str, chunk: dict[str, str], timeout: float | None,
+                said: list[str]) -> dict[str, RefResult]:
+    """One ``git push`` of ``chunk``: its refs written under ``session`` (one
+    ``git update-ref --stdin``), pushed with one glob refspec, removed again."""
+    _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
+    stdin = "".join(f"update {session}{name[len(NAMESPACE):]} {oid}\n" for name, oid in chunk.items())
+    run_git(store, ["update-ref", "--no-deref", "--stdin"], action="stage the push to", remote=remote, stdin=stdin)
+    args = ["push", "--porcelain", "--no-follow-tags", "--recurse-submodules=no", remote, f"{session}*:{NAMESPACE}*"]
+    return _push_run(store, remote, args, dict(chunk), timeout=timeout, said=said)
 
 
 def _local_oid(store: Store, name: str) -> str | None:
@@ -1073,10 +1248,15 @@ def _remove_stale_sessions(store: Store) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, killed but not reaped yet, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rpartition(")")[2].split()[:1] != ["Z"]
+    except OSError:
+        return True

@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
+
 #: The pre-receive hook every served repository gets. It refuses a push of more ref updates than
 #: the number in ``$GIT_DIR/max-ref-updates`` (when that file exists) and a push updating a ref
 #: listed in ``$GIT_DIR/refuse-refs``; each push it accepts appends its number of updates to
@@ -52,8 +54,15 @@ fi
 if [ -x "$GIT_DIR/hooks/pre-receive.more" ]; then
     printf '%s\n' "$input" | "$GIT_DIR/hooks/pre-receive.more" || exit $?
 fi
-echo "$count" >> "$GIT_DIR/accepted-pushes"
 exit 0
+"""
+
+#: Runs after the refs moved: appends the number of refs a push updated to
+#: ``$GIT_DIR/accepted-pushes`` and each updated ref's name to ``$GIT_DIR/updated-refs``.
+POST_RECEIVE = r"""#!/bin/sh
+input=$(cat)
+printf '%s\n' "$input" | grep -c . >> "$GIT_DIR/accepted-pushes"
+printf '%s\n' "$input" | awk 'NF == 3 {print $3}' >> "$GIT_DIR/updated-refs"
 """
 
 
@@ -65,18 +74,34 @@ def served_repo(root: Path, name: str, *, max_updates: int | None = None) -> Pat
     for key, value in (("http.receivepack", "true"), ("uploadpack.allowFilter", "true"),
                        ("uploadpack.allowAnySHA1InWant", "true")):
         subprocess.run(["git", "-C", str(path), "config", key, value], check=True)
-    hook = path / "hooks" / "pre-receive"
-    hook.write_text(PRE_RECEIVE)
-    hook.chmod(0o755)
+    for name, script in (("pre-receive", PRE_RECEIVE), ("post-receive", POST_RECEIVE)):
+        hook = path / "hooks" / name
+        hook.write_text(script)
+        hook.chmod(0o755)
     if max_updates is not None:
         (path / "max-ref-updates").write_text(f"{max_updates}\n")
     return path
 
 
 def accepted_pushes(repo: Path) -> list[int]:
-    """The number of ref updates of each push the server accepted, in order."""
+    """The number of refs each push the server accepted updated, in order."""
     log = repo / "accepted-pushes"
     return [int(line) for line in log.read_text().split()] if log.exists() else []
+
+
+def updated_refs(repo: Path) -> list[str]:
+    """Every ref an accepted push updated, once per update, in order."""
+    log = repo / "updated-refs"
+    return log.read_text().split() if log.exists() else []
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """One smart-HTTP server for the session: ``(root, base URL)``; make repositories with
+    :func:`served_repo` under ``root`` and reach them at ``<base URL>/<name>``."""
+    root = tmp_path_factory.mktemp("http-served")
+    with http_git_server(root) as url:
+        yield root, url
 
 
 def _dechunk(rfile: object) -> bytes:
