@@ -166,6 +166,92 @@ def run_git(store: Store, args: Sequence[str], *, action: str, remote: str, stdi
     return out
 
 
+REMOTE_KEY = "agentos.remote"
+#: the remote :func:`clone_runs` adds unless told another name
+RUNS_REMOTE = "agentos"
+
+
+def default_remote(store: Store) -> str:
+    """The remote push and pull use when none is named: ``agentos.remote`` (a remote's name or a
+    URL: runs kept in a repository of their own, apart from the code's), else ``origin``."""
+    out = run_git(store, ["config", "--get", REMOTE_KEY], action="read config", remote=REMOTE_KEY, check=False)
+    return out.stdout.strip() or "origin"
+
+
+def clone_runs(store: Store, url: str, name: str = RUNS_REMOTE, runs: Iterable[str] | None = None) -> list[PullResult]:
+    """Make ``url`` this repository's checkpoint remote and pull its runs (every worktree's, or
+    the named runs of this worktree). Adds remote ``name`` (its URL only: no fetch refspec, no
+    tags, so ``git fetch --all`` brings nothing of it), sets ``agentos.remote`` to it and allows
+    pushing checkpoints to it (``agentos.pushRemotes``); the code's remote (``origin``) is left as
+    it is, so checkpoints go there only if it is allowed by name. A remote ``name`` that exists
+    with another URL is an error; with the same URL it is reused."""
+    if not name or not valid_ref_name(f"refs/remotes/{name}") or name.startswith("-"):
+        raise RemoteError(name, "add remote", f"{name!r} is not a usable remote name")
+    have = run_git(store, ["config", "--get", f"remote.{name}.url"], action="read config", remote=name, check=False)
+    current = have.stdout.strip()
+    if current and current != url:
+        raise RemoteError(name, "add remote", f"remote {name!r} exists with URL {current}; pick another name "
+                                              "(--name) or remove it first (git remote remove)")
+    if not current:
+        run_git(store, ["config", f"remote.{name}.url", url], action="add remote", remote=name)
+        run_git(store, ["config", f"remote.{name}.tagOpt", "--no-tags"], action="add remote", remote=name)
+    run_git(store, ["config", REMOTE_KEY, name], action="set", remote=REMOTE_KEY)
+    allowed = run_git(store, ["config", "--get-all", "agentos.pushRemotes"], action="read config",
+                      remote="agentos.pushRemotes", check=False).stdout
+    if name not in re.split(r"[,\s]+", allowed):
+        run_git(store, ["config", "--add", "agentos.pushRemotes", name], action="set", remote="agentos.pushRemotes")
+    run_list = list(runs or [])
+    return pull(store, name, run_list or None, all_worktrees=not run_list)
+
+
+@dataclass(frozen=True)
+class RemoteRun:
+    """A run as a remote lists it (nothing fetched): its refs ``{ref: object id}`` and how this
+    repository's copy compares (``here``: ``same``, ``differs`` or ``absent``)."""
+
+    run_id: str
+    worktree: str
+    refs: dict[str, str]
+    here: str
+
+    @property
+    def branches(self) -> list[str]:
+        """The run's branch names on the remote."""
+        out = []
+        for ref in self.refs:
+            parsed = parse_ref(ref)
+            if parsed is not None and parsed.kind == "heads" and parsed.name is not None:
+                out.append(parsed.name)
+        return sorted(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form (``runs --remote --json``)."""
+        return {"id": self.run_id, "worktree": self.worktree, "branches": self.branches, "refs": len(self.refs),
+                "here": self.here}
+
+
+def remote_runs(store: Store, remote: str | None = None, all_worktrees: bool = False) -> list[RemoteRun]:
+    """The runs ``remote`` (default :func:`default_remote`) holds, from one ``git ls-remote``:
+    nothing is fetched. This worktree's runs, or every worktree's."""
+    remote = remote or default_remote(store)
+    prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
+    listed = _ls_remote(store, remote, [prefix])
+    grouped: dict[tuple[str, str], dict[str, str]] = {}
+    for name, oid in listed.items():
+        parsed = parse_ref(name)
+        if parsed is not None:
+            grouped.setdefault((parsed.worktree, parsed.run_id), {})[name] = oid
+    local = {name: oid for name, oid in list_refs(store.repo, prefix)}
+    out = []
+    for (worktree, run_id), refs in sorted(grouped.items()):
+        if "run" not in {getattr(parse_ref(r), "kind", None) for r in refs}:
+            continue  # refs of no run (no run record): pull skips them too
+        mine = {n: o for n, o in local.items() if n.startswith(run_prefix(worktree, run_id))}
+        here = "absent" if not mine else "same" if all(mine.get(n) == o for n, o in refs.items()) else "differs"
+        out.append(RemoteRun(run_id, worktree, refs, here))
+    return out
+
+
 def remote_label(store: Store, remote: str) -> str:
     """A short name for branch suffixes: the remote's name when it is a configured remote, else
     ``remote`` (a URL or a path makes a poor branch name)."""
@@ -204,12 +290,13 @@ _REJECT_FILE_HINT = ("the remote has versions of this session file that this rep
                      "'<path>@<remote>' — then share yours under another path")
 
 
-def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None, *,
+def push(store: Store, remote: str | None = None, runs: Iterable[str] | None = None, *,
          all_worktrees: bool = False, prune: bool = False, include_safety: bool = False,
          allow_secrets: Iterable[str] = (), timeout: float | None = None) -> list[PushResult]:
     """Push runs to ``remote`` (fast-forward only) and return one result per run.
 
-    ``runs``: run ids of this worktree (default: all its runs; ``all_worktrees``: every worktree).
+    ``remote``: a remote's name, a URL or a path (default: :func:`default_remote`). ``runs``: run
+    ids of this worktree (default: all its runs; ``all_worktrees``: every worktree).
     A branch that the remote advanced is rejected with a clear message while the others are pushed.
     ``prune`` deletes remote refs in scope that do not exist here, each with a lease on the value
     just seen on the remote (a ref someone moved meanwhile is not deleted). Branches named
@@ -232,6 +319,7 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
     the rest goes in chunks of that size). ``timeout``: the seconds the whole push may take
     (default ``agentos.pushTimeout``, 3600; 0: none); refs it leaves unsent are ``error`` and
     stay queued."""
+    remote = remote or default_remote(store)
     check_push_allowed(store, remote)
     run_list = list(runs or [])
     prefixes = scope_prefixes(store, run_list, all_worktrees)
@@ -740,16 +828,24 @@ def _push_status(flag: str, summary: str) -> tuple[str, str]:
 
 # -- pull and the shared merge ---------------------------------------------------------------------
 
-def pull(store: Store, remote: str = "origin", runs: Iterable[str] | None = None, *,
+def pull(store: Store, remote: str | None = None, runs: Iterable[str] | None = None, *,
          all_worktrees: bool = False) -> list[PullResult]:
     """Bring runs from ``remote`` in, fast-forward only, and return one result per run.
 
     ``runs``: run ids of this worktree (default: all of its runs on the remote; ``all_worktrees``:
     every worktree's). A branch that advanced on both sides keeps the remote's line as branch
     ``<branch>@<remote>`` (reported as ``diverged``); refs gitstate cannot read are skipped and
-    reported; a run named here but absent on the remote is reported as an error."""
+    reported; a run named here but absent on the remote is reported as an error.
+
+    ``remote`` defaults to :func:`default_remote`. Named runs are fetched on their own: git asks
+    the server for their refs only (protocol v2 ref prefixes), so pulling one run of a server
+    holding thousands transfers that run, not the list of all the others. The run's objects come
+    whole (no ``--filter=blob:none``: a blob-less fetch needs the repository made a partial clone
+    and libgit2, which reads checkpoints, cannot fetch a missing blob later)."""
+    remote = remote or default_remote(store)
     prefixes = scope_prefixes(store, runs, all_worktrees)
-    results = fetch_and_merge(store, remote, remote_label(store, remote), prefixes, action="fetch from")
+    results = fetch_and_merge(store, remote, remote_label(store, remote), prefixes, action="fetch from",
+                              listed=not list(runs or []))
     names = {r.run_id for r in results}
     for run_id in runs or []:
         if run_id not in names:
@@ -761,11 +857,17 @@ def pull(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
 
 
 def fetch_and_merge(store: Store, source: str, label: str, prefixes: Sequence[str], *,
-                    action: str) -> list[PullResult]:
+                    action: str, listed: bool = True) -> list[PullResult]:
     """Fetch ``prefixes`` (under ``refs/agentos/``) from ``source`` (a remote, URL, path or bundle
     file) into a fresh staging namespace, merge them by the no-overwrite rules, and remove the
-    staging refs again (also when anything fails)."""
+    staging refs again (also when anything fails). ``listed=False``: fetch the prefixes straight
+    away, without listing every ref of the remote first (a few named runs of a big remote); when
+    that fetch fails, the listed way is taken."""
     _remove_stale_sessions(store)
+    if not listed:
+        direct = _fetch_direct(store, source, label, prefixes, action)
+        if direct is not None:
+            return direct
     offered = _ls_remote(store, source, prefixes, action=action)
     limit = max_pull_refs(store)
     if limit and len(offered) > limit:
@@ -791,6 +893,32 @@ def fetch_and_merge(store: Store, source: str, label: str, prefixes: Sequence[st
     finally:
         _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
     return _group(results, PullResult)
+
+
+def _fetch_direct(store: Store, source: str, label: str, prefixes: Sequence[str],
+                  action: str) -> list[PullResult] | None:
+    """Fetch ``prefixes`` with one glob refspec each and merge them, or ``None`` when git fails
+    for another reason than its object checks (a ref name git refuses among them: the caller
+    lists the remote's refs and fetches the readable ones by name)."""
+    session = f"{STAGING}{encode_component(label)}/{os.getpid()}-{secrets.token_hex(4)}/"
+    specs = [f"+{p}*:{session}{p[len(NAMESPACE):]}*" for p in prefixes]
+    try:
+        try:
+            fetch_checked(store, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
+                                  "--no-recurse-submodules", "--refmap=", source, *specs], action=action, remote=source)
+        except BrokenObjectError:
+            raise
+        except RemoteError:
+            return None
+        staged = list_refs(store.repo, session)
+        limit = max_pull_refs(store)
+        if limit and len(staged) > limit:
+            raise RemoteError(source, action, f"it offers {len(staged)} refs under refs/agentos/ in scope, more than "
+                                              f"one pull accepts ({MAX_REFS_KEY} = {limit}); raise the limit: "
+                                              f"git config {MAX_REFS_KEY} <n> (0: no limit)")
+        return _group(merge_staged(store, staged, session, label), PullResult)
+    finally:
+        _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
 
 
 #: git's object checks on every fetch: what a remote or bundle sends is refused, and nothing of it
