@@ -71,6 +71,7 @@ from gitstate.sync.pushqueue import (
     halves,
     time_budget,
 )
+from gitstate.sync.pushshadow import Shadow, remove_stale
 from gitstate.sync.secretscan import check_push
 from gitstate.workspace.restore import SAFETY_BRANCH
 
@@ -351,7 +352,8 @@ def push(store: Store, remote: str | None = None, runs: Iterable[str] | None = N
             expected[name] = oid
     if withheld:
         results.update(_withheld_safety(store, remote, withheld))
-    _remove_stale_sessions(store)  # staging refs of a push or pull that was killed
+    _remove_stale_sessions(store)  # what a push or pull that was killed left: staging refs, shadows
+    remove_stale(store, _alive)
     queue = PushQueue.load(store, remote)
     for name in queue.refs:  # what an interrupted push to this remote did not send yet
         current = _local_oid(store, name) if name not in expected and name not in excluded else None
@@ -612,7 +614,8 @@ def _ls_remote(store: Store, remote: str, prefixes: Sequence[str], *, action: st
 
 
 def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, str | None], *,
-              timeout: float | None = None, said: list[str] | None = None) -> dict[str, RefResult]:
+              timeout: float | None = None, said: list[str] | None = None,
+              git_dir: str | None = None) -> dict[str, RefResult]:
     """Run one ``git push --porcelain`` and report each ref it covered (a ref git said nothing
     about gets git's overall error, so one failure never hides the others' results).
 
@@ -622,11 +625,12 @@ def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, st
     went unreported at one while git failed; and when git failed but no ref says so, every ref
     carries git's error: a failed push never reads as pushed. ``timeout``: seconds git may run
     (then it is stopped and the push fails); ``said`` collects what the server said (its
-    ``remote:`` lines, such as a refusing hook's message)."""
-    if timeout is None:
+    ``remote:`` lines, such as a refusing hook's message); ``git_dir``: the repository git
+    pushes from (default: the store's)."""
+    if timeout is None and git_dir is None:
         out = run_git(store, args, action="push to", remote=remote, check=False)
     else:
-        out = _git_timed(store, args, timeout)
+        out = _git_timed(store, args, timeout, git_dir)
     if said is not None:
         said += [line[len("remote:"):].strip() for line in out.stderr.splitlines()
                  if line.startswith("remote:") and line[len("remote:"):].strip()]
@@ -668,12 +672,16 @@ def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, st
     return results
 
 
-def _git_timed(store: Store, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """``git args`` stopped after ``timeout`` seconds (a failed result saying so)."""
+def _git_timed(store: Store, args: list[str], timeout: float | None,
+               git_dir: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``git args`` on ``git_dir`` (default: the store's repository; run where the store's git
+    commands run, so relative remote paths mean the same), stopped after ``timeout`` seconds (a
+    failed result saying so)."""
     loc = store.location
+    env = command.git_environment(git_dir, None) if git_dir else command.git_environment(loc.git_dir, loc.workdir)
     try:
-        return subprocess.run(["git", *args], cwd=git_cwd(store), env=command.git_environment(loc.git_dir, loc.workdir),
-                              capture_output=True, text=True, timeout=max(timeout, 0.1), check=False)
+        return subprocess.run(["git", *args], cwd=git_cwd(store), env=env, capture_output=True, text=True,
+                              timeout=None if timeout is None else max(timeout, 0.1), check=False)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(["git", *args], -9, "", "the push ran out of its time budget")
     except OSError as exc:
@@ -723,14 +731,13 @@ def _push_chunks(store: Store, remote: str, label: str, todo: dict[str, str], qu
                  timeout: float | None) -> dict[str, RefResult]:
     """Push ``todo`` (``{ref: object id}``) in chunks (see :func:`push`), taking each chunk off
     ``queue`` once it reached a final state. Each chunk is one ``git push`` of one glob refspec from
-    a private staging namespace holding the chunk's refs: git matches explicit refspecs against
-    every local ref (a thousand of them take seconds with many runs), a glob once."""
+    a shadow repository holding the chunk's refs alone (:mod:`gitstate.sync.pushshadow`)."""
     results: dict[str, RefResult] = {}
     budget = timeout if timeout is not None else time_budget(store)
     deadline = None if not budget else time.monotonic() + budget
     size = min(chunk_size(store), queue.chunk or DEFAULT_CHUNK * 1000)
     refused = 0
-    session = f"{STAGING}{encode_component(label)}/{os.getpid()}-{secrets.token_hex(4)}-push/"
+    shadow = Shadow(store)
 
     def left() -> float | None:
         if deadline is None:
@@ -744,7 +751,7 @@ def _push_chunks(store: Store, remote: str, label: str, todo: dict[str, str], qu
     def attempt(chunk: list[str]) -> bool:
         nonlocal size, refused
         said: list[str] = []
-        out = _push_chunk(store, remote, session, {name: todo[name] for name in chunk}, left(), said)
+        out = _push_chunk(store, remote, shadow, {name: todo[name] for name in chunk}, left(), said)
         if not _refused_whole(out):
             results.update(out)
             queue.done(name for name, r in out.items() if r.status != "error")
@@ -782,7 +789,7 @@ def _push_chunks(store: Store, remote: str, label: str, todo: dict[str, str], qu
             if name not in results:
                 results[name] = RefResult(name, "error", None, oid, stop.why)
     finally:
-        _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
+        shadow.close()
     failed = [name for name, r in results.items() if r.status == "error"]
     if failed and _single_target(store, remote):  # a connection lost after the server took them
         try:
@@ -795,15 +802,13 @@ def _push_chunks(store: Store, remote: str, label: str, todo: dict[str, str], qu
     return results
 
 
-def _push_chunk(store: Store, remote: str, session: str, chunk: dict[str, str], timeout: float | None,
+def _push_chunk(store: Store, remote: str, shadow: Shadow, chunk: dict[str, str], timeout: float | None,
                 said: list[str]) -> dict[str, RefResult]:
-    """One ``git push`` of ``chunk``: its refs written under ``session`` (one
-    ``git update-ref --stdin``), pushed with one glob refspec, removed again."""
-    _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
-    stdin = "".join(f"update {session}{name[len(NAMESPACE):]} {oid}\n" for name, oid in chunk.items())
-    run_git(store, ["update-ref", "--no-deref", "--stdin"], action="stage the push to", remote=remote, stdin=stdin)
-    args = ["push", "--porcelain", "--no-follow-tags", "--recurse-submodules=no", remote, f"{session}*:{NAMESPACE}*"]
-    return _push_run(store, remote, args, dict(chunk), timeout=timeout, said=said)
+    """One ``git push`` of ``chunk`` from the shadow repository holding its refs alone
+    (:mod:`gitstate.sync.pushshadow`), with one glob refspec."""
+    shadow.load(chunk)
+    args = ["push", "--porcelain", "--no-follow-tags", "--recurse-submodules=no", remote, f"{NAMESPACE}*:{NAMESPACE}*"]
+    return _push_run(store, remote, args, dict(chunk), timeout=timeout, said=said, git_dir=shadow.path)
 
 
 def _local_oid(store: Store, name: str) -> str | None:

@@ -66,6 +66,18 @@ printf '%s\n' "$input" | awk 'NF == 3 {print $3}' >> "$GIT_DIR/updated-refs"
 """
 
 
+#: ``<root>/http-bytes.log``: one line ``<request body bytes> <response body bytes>`` per request
+BYTES_LOG = "http-bytes.log"
+
+
+def bytes_moved(root: Path) -> int:
+    """The request and response body bytes of every request the server at ``root`` answered."""
+    log = root / BYTES_LOG
+    if not log.exists():
+        return 0
+    return sum(int(n) for n in log.read_text().split())
+
+
 def served_repo(root: Path, name: str, *, max_updates: int | None = None) -> Path:
     """A fresh bare repository ``root/name`` served over HTTP: receive-pack on, partial fetches
     allowed (``uploadpack.allowFilter``), the refusing pre-receive hook installed."""
@@ -168,6 +180,8 @@ class _Backend(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(rest)))
         self.end_headers()
         self.wfile.write(rest)
+        with open(os.path.join(self.root, BYTES_LOG), "a", encoding="ascii") as log:
+            log.write(f"{len(body)} {len(rest)}\n")  # one write of a short line: appends do not mix
 
 
 def serve(root: str, port: int) -> None:

@@ -69,6 +69,7 @@ def test_many_runs_reach_a_server_that_refuses_big_pushes(source: Path, tmp_path
     assert agentos_refs(repo) == agentos_refs(path)
     assert not os.path.exists(queue_path(gitstate.open_store(path), "origin"))
     assert git(path, "for-each-ref", "refs/agentos-incoming/") == ""
+    assert not list((path / ".git" / "agentos").glob("push-shadow-*"))
     # the chunk size learned is not kept once the queue is done; a second push sends nothing
     again = gitstate.push(gitstate.open_store(path))
     assert {r.status for r in again} == {"up-to-date"} and len(accepted_pushes(repo)) == len(pushes)
@@ -169,6 +170,7 @@ def test_kill_9_at_any_point_then_push_again_sends_every_run_once(source: Path, 
         assert agentos_refs(repo) == agentos_refs(path), k
         assert Counter(updated_refs(repo)) == Counter(list(agentos_refs(path))), k  # nothing sent twice
         assert git(path, "for-each-ref", "refs/agentos-incoming/") == ""
+        assert not list((path / ".git" / "agentos").glob("push-shadow-*"))  # a killed push's: removed
 
 
 def test_chunks_hold_whole_runs() -> None:
