@@ -24,14 +24,22 @@ no_pager_option = click.option("--no-pager", is_flag=True, help="Do not pipe the
 
 @click.command()
 @click.option("--all", "all_worktrees", is_flag=True, help="Include the runs of every worktree.")
+@click.option("--remote", default=None, metavar="REMOTE",
+              help="List the runs REMOTE holds instead, without fetching them (git ls-remote).")
 @json_option
 @pass_store
-def runs(store: gitstate.Store, all_worktrees: bool, as_json: bool) -> None:
+def runs(store: gitstate.Store, all_worktrees: bool, remote: str | None, as_json: bool) -> None:
     """List runs, most recently updated first.
+
+    With --remote, the runs a remote holds (nothing is fetched): run, branches, refs and whether
+    this repository has the run as it is there ("same"), otherwise ("differs") or not at all
+    ("absent"); JSON: a list of {"id", "worktree", "branches", "refs", "here"}. Pull one with
+    `git agentos pull REMOTE RUN`.
 
     \b
     Example:
       git agentos runs --all
+      git agentos runs --remote origin
 
     STATUS follows 'git agentos help status' (a LangGraph thread: from its latest checkpoint,
     interrupted while an interrupt() waits there, stopped before a task that did not run; a
@@ -45,6 +53,11 @@ def runs(store: gitstate.Store, all_worktrees: bool, as_json: bool) -> None:
     """
     from gitstate.store.retention import pinned
 
+    if remote is not None:
+        from .remote_commands import show_remote_runs
+
+        show_remote_runs(store, remote, all_worktrees, as_json)
+        return
     summaries = store.list_runs(all_worktrees=all_worktrees)
     pins = pinned(store, None if all_worktrees else store.worktree)
     if as_json:

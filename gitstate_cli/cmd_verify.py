@@ -19,8 +19,10 @@ from .context import pass_store
               "writers, a damaged multi-pack-index or one naming packs that are gone, and refs under "
               "refs/agentos/ that hold no checkpoint (symbolic or unparsable); rewrite node logs "
               "without their unreadable records.")
+@click.option("--pre-receive", "pre_receive", is_flag=True,
+              help="Run as a server's pre-receive hook: check the ref updates git gives on standard input.")
 @pass_store
-def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
+def verify(store: gitstate.Store, as_json: bool, repair: bool, pre_receive: bool) -> None:
     """Check every ref, object and payload of the store.
 
     Checks every ref under refs/agentos/ (all worktrees): it resolves, each checkpoint it reaches
@@ -42,6 +44,14 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     old log stays in its reflog; one whose records all fail is removed). Exits 1 when it finds a
     problem.
 
+    --pre-receive makes it the pre-receive hook of a repository that holds a team's runs: it
+    reads git's "OLD NEW REF" lines, checks each ref under refs/agentos/ the push sets, at the
+    value pushed (the objects still in git's quarantine), as verify checks a ref, that its run
+    has a run record, and that no new checkpoint holds a credential; it prints one line per
+    refused ref and exits 1 (git then refuses the whole push). Install it with
+    `printf '#!/bin/sh\nexec git agentos verify --pre-receive\n' > hooks/pre-receive` in the bare
+    repository (GitLab and Gitea: a server hook of that repository).
+
     \b
     Example:
       git agentos verify
@@ -52,6 +62,9 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
     multi-pack-index, or name of a ref removed or rewritten]}; a problem's "ref" is the path of the
     lock or file for those.
     """
+    if pre_receive:
+        _pre_receive(store)
+        return
     with out.progress("verifying") as step:
         report = verify_store(store, all_worktrees=True, progress=step, repair=repair)
     if as_json:
@@ -72,4 +85,19 @@ def verify(store: gitstate.Store, as_json: bool, repair: bool) -> None:
             click.echo(f"{summary}: {out.style('ok', fg='green')}")
     if not report.ok:
         click.echo(f"error: {len(report.problems)} problem(s) found", err=True)
+        click.get_current_context().exit(1)
+
+
+def _pre_receive(store: gitstate.Store) -> None:
+    """``verify --pre-receive``: one line per refused ref update, exit 1 when there is one."""
+    import sys
+
+    from gitstate.sync.prereceive import check_updates, parse_updates, use_quarantine
+
+    use_quarantine(store)
+    refused = check_updates(store, parse_updates(sys.stdin.read()))
+    if refused:  # the summary first: git shows the lines in order and callers quote the last one
+        click.echo(f"error: {len(refused)} ref update(s) refused; nothing of this push was kept", err=True)
+        for refusal in refused:
+            click.echo(out.safe(str(refusal)), err=True)
         click.get_current_context().exit(1)

@@ -64,6 +64,7 @@ COMMANDS: dict[str, Entry] = {
     "demo": Entry("cmd_demo:demo", "Run a small agent workflow in a fresh repository and show every feature."),
     "push": Entry("remote_commands:push", "Push runs to a git remote, fast-forward only."),
     "pull": Entry("remote_commands:pull", "Pull runs from a git remote without overwriting anything."),
+    "clone-runs": Entry("remote_commands:clone_runs", "Keep runs in a repository of their own, at URL, and pull them."),
     "export": Entry("remote_commands:export",
                     "Write runs to a git bundle file (all runs of this worktree when none is named)."),
     "import": Entry("remote_commands:import_",

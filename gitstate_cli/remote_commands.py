@@ -1,5 +1,5 @@
-"""``git agentos push``, ``pull``, ``export`` and ``import``: sharing runs through any git remote or
-a bundle file. Each command makes one library call and prints one line per run (``--json``: the
+"""``git agentos push``, ``pull``, ``clone-runs``, ``export`` and ``import``: sharing runs through
+any git remote or a bundle file. Each command makes one library call and prints one line per run (``--json``: the
 per-run results). Exit 1 when any ref did not reach the state asked for."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import click
 
 import gitstate
 from gitstate.format import names
-from gitstate.sync.remote import RefResult, SyncResult, is_safety_ref
+from gitstate.sync.remote import RefResult, SyncResult, default_remote, is_safety_ref
 
 from . import output as out
 from .context import PathParam, pass_store
@@ -110,10 +110,17 @@ def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str)
         click.get_current_context().exit(1)
 
 
+_REMOTE_HELP = ("REMOTE is a remote's name, a URL or a path; by default `git config agentos.remote` (runs kept "
+                "in a repository of their own, see clone-runs), else origin.")
+
+
 @click.command()
-@click.argument("remote", default="origin", required=False)
+@click.argument("remote", default=None, required=False)
 @click.argument("runs", nargs=-1)
 @click.option("--all", "all_worktrees", is_flag=True, help=_ALL_HELP)
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Stop sending after this long; what is left stays queued for the next push "
+                   "(default: git config agentos.pushTimeout, 3600; 0: no limit).")
 @click.option("--prune", is_flag=True,
               help="Delete remote runs and branches (refs) in scope that do not exist here, each with a "
                    "lease: also those others pushed that you never pulled (use it on runs only you push to).")
@@ -123,8 +130,8 @@ def _report(results: Sequence[SyncResult], as_json: bool, verb: str, where: str)
               help="Let a known false positive of the secret scan through (repeatable; see `git agentos scan`).")
 @out.json_option
 @pass_store
-def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktrees: bool, prune: bool,
-         include_safety: bool, allow: tuple[str, ...], as_json: bool) -> None:
+def push(store: gitstate.Store, remote: str | None, runs: tuple[str, ...], all_worktrees: bool,
+         timeout: float | None, prune: bool, include_safety: bool, allow: tuple[str, ...], as_json: bool) -> None:
     """Push runs to a git remote, fast-forward only.
 
     Uses the remote's own git configuration and credentials; only refs/agentos/... moves. A
@@ -149,6 +156,13 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     agentos.secrets.allow FINGERPRINT` or .agentos-secrets.toml let a known false positive
     through.
 
+    Refs the remote already has are not sent; the rest go in pushes of at most `git config
+    agentos.pushChunk` ref updates (default 1000), whole runs each. A push the server refuses
+    whole is halved until it lands or one ref is left, which is reported "rejected" with the
+    server's words while the others are pushed. What is still to send is kept in
+    .git/agentos/push-queue: a push that was killed or lost its connection is resumed by the
+    next push to that remote, without sending anything twice.
+
     \b
     Example:
       git config --add agentos.pushRemotes origin
@@ -161,9 +175,10 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     """
     from gitstate.sync.secretscan import SecretsFoundError
 
+    remote = remote or default_remote(store)
     try:
         results = gitstate.push(store, remote, _whole_runs(store, runs), all_worktrees=all_worktrees, prune=prune,
-                                include_safety=include_safety, allow_secrets=allow)
+                                include_safety=include_safety, allow_secrets=allow, timeout=timeout)
     except SecretsFoundError as exc:
         if not as_json:  # the error line only names the first few
             for f in exc.findings:
@@ -174,12 +189,12 @@ def push(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
 
 
 @click.command()
-@click.argument("remote", default="origin", required=False)
+@click.argument("remote", default=None, required=False)
 @click.argument("runs", nargs=-1)
 @click.option("--all", "all_worktrees", is_flag=True, help=_ALL_HELP)
 @out.json_option
 @pass_store
-def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktrees: bool, as_json: bool) -> None:
+def pull(store: gitstate.Store, remote: str | None, runs: tuple[str, ...], all_worktrees: bool, as_json: bool) -> None:
     """Pull runs from a git remote without overwriting anything.
 
     New runs and branches are created, branches the remote advanced are fast-forwarded, and a
@@ -193,6 +208,10 @@ def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     skipped and reported; nothing fetched is executed. One pull accepts at most
     `git config agentos.pullMaxRefs` refs (default 20000; 0: no limit). The last line counts the runs that changed ("nothing changed" when none did).
 
+    Named runs are fetched on their own: the server is asked for their refs only, so pulling
+    one run of a server holding thousands costs about what a `git fetch` of one branch does.
+    `git agentos runs --remote REMOTE` lists a remote's runs without fetching them.
+
     \b
     Example:
       git agentos pull origin
@@ -201,8 +220,61 @@ def pull(store: gitstate.Store, remote: str, runs: tuple[str, ...], all_worktree
     JSON: the same shape as `push --json`; ref statuses: created, fast-forward, diverged,
     kept, up-to-date, ahead (ok), conflict, skipped, error (failures).
     """
+    remote = remote or default_remote(store)
     results = gitstate.pull(store, remote, _whole_runs(store, runs), all_worktrees=all_worktrees)
     _report(results, as_json, "pulled", remote)
+
+
+@click.command("clone-runs")
+@click.argument("url")
+@click.argument("runs", nargs=-1)
+@click.option("--name", default="agentos", show_default=True, help="The name of the remote to add.")
+@out.json_option
+@pass_store
+def clone_runs(store: gitstate.Store, url: str, runs: tuple[str, ...], name: str, as_json: bool) -> None:
+    """Keep runs in a repository of their own, at URL, and pull them.
+
+    Adds remote NAME (its URL only: no branches or tags are fetched from it), makes it the
+    remote push and pull use by default (`git config agentos.remote NAME`) and allows pushing
+    checkpoints to it (`agentos.pushRemotes`); then pulls every worktree's runs from it, or the
+    named RUNs. The code's remote is left as it is: it receives no checkpoints unless it is
+    allowed too. Running it again pulls again.
+
+    \b
+    Example:
+      git agentos clone-runs https://git.example.com/team/agent-runs.git
+      git agentos push                       # to that repository
+
+    JSON: the same shape as `pull --json`.
+    """
+    from gitstate.sync.remote import clone_runs as clone
+
+    _report(clone(store, url, name, list(runs) or None), as_json, "pulled", name)
+
+
+def show_remote_runs(store: gitstate.Store, remote: str | None, all_worktrees: bool, as_json: bool) -> None:
+    """``git agentos runs --remote REMOTE``: the runs a remote holds, from its ref list alone."""
+    from gitstate.sync.remote import remote_runs
+
+    remote = remote or default_remote(store)
+    listed = remote_runs(store, remote, all_worktrees)
+    if as_json:
+        out.emit_json([r.to_dict() for r in listed])
+        return
+    if not listed:
+        click.echo(f"no runs on {out.safe(remote)}" + ("" if all_worktrees else
+                                                       f" in worktree {store.worktree!r} (try --all)"))
+        return
+    headers = ["run", "branches", "refs", "here"]
+    if all_worktrees:
+        headers.insert(1, "worktree")
+    rows: list[list[object]] = []
+    for r in listed:
+        row: list[object] = [r.run_id, ", ".join(r.branches), len(r.refs), r.here]
+        if all_worktrees:
+            row.insert(1, r.worktree)
+        rows.append(row)
+    out.table(headers, rows)
 
 
 @click.command("export")

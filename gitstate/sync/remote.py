@@ -24,6 +24,7 @@ import os
 import re
 import secrets
 import subprocess
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,16 @@ from gitstate.store.store import Store
 from gitstate.store.transaction import Transaction
 from gitstate.sync.hooks import check_push_allowed, git_cwd, remote_urls
 from gitstate.sync.nodelogs import replay_onto, stage_replay
+from gitstate.sync.pushqueue import (
+    BUDGET_KEY,
+    DEFAULT_CHUNK,
+    PushQueue,
+    chunk_size,
+    chunks,
+    halves,
+    time_budget,
+)
+from gitstate.sync.pushshadow import Shadow, remove_stale
 from gitstate.sync.secretscan import check_push
 from gitstate.workspace.restore import SAFETY_BRANCH
 
@@ -156,6 +167,92 @@ def run_git(store: Store, args: Sequence[str], *, action: str, remote: str, stdi
     return out
 
 
+REMOTE_KEY = "agentos.remote"
+#: the remote :func:`clone_runs` adds unless told another name
+RUNS_REMOTE = "agentos"
+
+
+def default_remote(store: Store) -> str:
+    """The remote push and pull use when none is named: ``agentos.remote`` (a remote's name or a
+    URL: runs kept in a repository of their own, apart from the code's), else ``origin``."""
+    out = run_git(store, ["config", "--get", REMOTE_KEY], action="read config", remote=REMOTE_KEY, check=False)
+    return out.stdout.strip() or "origin"
+
+
+def clone_runs(store: Store, url: str, name: str = RUNS_REMOTE, runs: Iterable[str] | None = None) -> list[PullResult]:
+    """Make ``url`` this repository's checkpoint remote and pull its runs (every worktree's, or
+    the named runs of this worktree). Adds remote ``name`` (its URL only: no fetch refspec, no
+    tags, so ``git fetch --all`` brings nothing of it), sets ``agentos.remote`` to it and allows
+    pushing checkpoints to it (``agentos.pushRemotes``); the code's remote (``origin``) is left as
+    it is, so checkpoints go there only if it is allowed by name. A remote ``name`` that exists
+    with another URL is an error; with the same URL it is reused."""
+    if not name or not valid_ref_name(f"refs/remotes/{name}") or name.startswith("-"):
+        raise RemoteError(name, "add remote", f"{name!r} is not a usable remote name")
+    have = run_git(store, ["config", "--get", f"remote.{name}.url"], action="read config", remote=name, check=False)
+    current = have.stdout.strip()
+    if current and current != url:
+        raise RemoteError(name, "add remote", f"remote {name!r} exists with URL {current}; pick another name "
+                                              "(--name) or remove it first (git remote remove)")
+    if not current:
+        run_git(store, ["config", f"remote.{name}.url", url], action="add remote", remote=name)
+        run_git(store, ["config", f"remote.{name}.tagOpt", "--no-tags"], action="add remote", remote=name)
+    run_git(store, ["config", REMOTE_KEY, name], action="set", remote=REMOTE_KEY)
+    allowed = run_git(store, ["config", "--get-all", "agentos.pushRemotes"], action="read config",
+                      remote="agentos.pushRemotes", check=False).stdout
+    if name not in re.split(r"[,\s]+", allowed):
+        run_git(store, ["config", "--add", "agentos.pushRemotes", name], action="set", remote="agentos.pushRemotes")
+    run_list = list(runs or [])
+    return pull(store, name, run_list or None, all_worktrees=not run_list)
+
+
+@dataclass(frozen=True)
+class RemoteRun:
+    """A run as a remote lists it (nothing fetched): its refs ``{ref: object id}`` and how this
+    repository's copy compares (``here``: ``same``, ``differs`` or ``absent``)."""
+
+    run_id: str
+    worktree: str
+    refs: dict[str, str]
+    here: str
+
+    @property
+    def branches(self) -> list[str]:
+        """The run's branch names on the remote."""
+        out = []
+        for ref in self.refs:
+            parsed = parse_ref(ref)
+            if parsed is not None and parsed.kind == "heads" and parsed.name is not None:
+                out.append(parsed.name)
+        return sorted(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly form (``runs --remote --json``)."""
+        return {"id": self.run_id, "worktree": self.worktree, "branches": self.branches, "refs": len(self.refs),
+                "here": self.here}
+
+
+def remote_runs(store: Store, remote: str | None = None, all_worktrees: bool = False) -> list[RemoteRun]:
+    """The runs ``remote`` (default :func:`default_remote`) holds, from one ``git ls-remote``:
+    nothing is fetched. This worktree's runs, or every worktree's."""
+    remote = remote or default_remote(store)
+    prefix = NAMESPACE if all_worktrees else worktree_prefix(store.worktree)
+    listed = _ls_remote(store, remote, [prefix])
+    grouped: dict[tuple[str, str], dict[str, str]] = {}
+    for name, oid in listed.items():
+        parsed = parse_ref(name)
+        if parsed is not None:
+            grouped.setdefault((parsed.worktree, parsed.run_id), {})[name] = oid
+    local = {name: oid for name, oid in list_refs(store.repo, prefix)}
+    out = []
+    for (worktree, run_id), refs in sorted(grouped.items()):
+        if "run" not in {getattr(parse_ref(r), "kind", None) for r in refs}:
+            continue  # refs of no run (no run record): pull skips them too
+        mine = {n: o for n, o in local.items() if n.startswith(run_prefix(worktree, run_id))}
+        here = "absent" if not mine else "same" if all(mine.get(n) == o for n, o in refs.items()) else "differs"
+        out.append(RemoteRun(run_id, worktree, refs, here))
+    return out
+
+
 def remote_label(store: Store, remote: str) -> str:
     """A short name for branch suffixes: the remote's name when it is a configured remote, else
     ``remote`` (a URL or a path makes a poor branch name)."""
@@ -194,12 +291,13 @@ _REJECT_FILE_HINT = ("the remote has versions of this session file that this rep
                      "'<path>@<remote>' — then share yours under another path")
 
 
-def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None, *,
+def push(store: Store, remote: str | None = None, runs: Iterable[str] | None = None, *,
          all_worktrees: bool = False, prune: bool = False, include_safety: bool = False,
-         allow_secrets: Iterable[str] = ()) -> list[PushResult]:
+         allow_secrets: Iterable[str] = (), timeout: float | None = None) -> list[PushResult]:
     """Push runs to ``remote`` (fast-forward only) and return one result per run.
 
-    ``runs``: run ids of this worktree (default: all its runs; ``all_worktrees``: every worktree).
+    ``remote``: a remote's name, a URL or a path (default: :func:`default_remote`). ``runs``: run
+    ids of this worktree (default: all its runs; ``all_worktrees``: every worktree).
     A branch that the remote advanced is rejected with a clear message while the others are pushed.
     ``prune`` deletes remote refs in scope that do not exist here, each with a lease on the value
     just seen on the remote (a ref someone moved meanwhile is not deleted). Branches named
@@ -211,7 +309,18 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
     the push would send (each commit the remote lacks, not only the tips) is scanned for
     credentials first: one finding refuses the whole push with :class:`SecretsFoundError` and
     nothing is sent; ``allow_secrets`` (fingerprints) and the allowlist let known false positives
-    through (:mod:`gitstate.sync.secretscan`)."""
+    through (:mod:`gitstate.sync.secretscan`).
+
+    Refs the remote already holds as they are here are not sent (when the remote pushes to one URL,
+    the one it fetches from). The rest go in chunks of whole runs, at most ``agentos.pushChunk``
+    ref updates each, from a push queue kept in the git dir (:mod:`gitstate.sync.pushqueue`): a
+    push that was killed or lost its connection is resumed by the next push to the same remote.
+    A chunk the server refuses as a whole is halved until the ref at fault is found (``rejected``,
+    saying the server refused it even alone; the other refs are pushed) or the halves land (then
+    the rest goes in chunks of that size). ``timeout``: the seconds the whole push may take
+    (default ``agentos.pushTimeout``, 3600; 0: none); refs it leaves unsent are ``error`` and
+    stay queued."""
+    remote = remote or default_remote(store)
     check_push_allowed(store, remote)
     run_list = list(runs or [])
     prefixes = scope_prefixes(store, run_list, all_worktrees)
@@ -225,29 +334,31 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
                 raise RunNotFound(run_id, store.worktree)
     results: dict[str, RefResult] = {}
     expected: dict[str, str | None] = {}  # remote ref -> local oid (None: a deletion)
-    excluded: list[str] = []
+    excluded: set[str] = set()
     kept: dict[str, str] = {}
     withheld: dict[str, str] = {}  # restore-safety refs not sent (include_safety not asked)
     for name, oid in sorted(local.items()):
         parsed = parse_ref(name)
         if parsed is None:
             results[name] = RefResult(name, "skipped", None, oid, "not a gitstate ref name")
-            excluded.append(name)
+            excluded.add(name)
         elif _is_kept_copy(name, parsed.kind, parsed.name, label):
             kept[name] = oid
-            excluded.append(name)
+            excluded.add(name)
         elif not include_safety and is_safety_ref(name):
             withheld[name] = oid
-            excluded.append(name)
+            excluded.add(name)
         else:
             expected[name] = oid
     if withheld:
         results.update(_withheld_safety(store, remote, withheld))
-    # One glob refspec per prefix plus negative refspecs for the exclusions: git matches explicit
-    # refspecs against every ref (quadratic; 1000 explicit refspecs take seconds), globs once.
-    specs = [f"{p}*:{p}*" for p in prefixes] + [f"^{name}" for name in excluded] if expected else []
-    if not specs:
-        excluded = []
+    _remove_stale_sessions(store)  # what a push or pull that was killed left: staging refs, shadows
+    remove_stale(store, _alive)
+    queue = PushQueue.load(store, remote)
+    for name in queue.refs:  # what an interrupted push to this remote did not send yet
+        current = _local_oid(store, name) if name not in expected and name not in excluded else None
+        if current is not None and parse_ref(name) is not None:
+            expected[name] = current
     deletions: list[str] = []
     leases: list[str] = []
     if prune:
@@ -257,16 +368,22 @@ def push(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
                 deletions.append(f":{name}")
                 expected[name] = None
     pushes = {name: oid for name, oid in expected.items() if oid is not None}
+    todo = dict(pushes)
     if pushes:  # before anything is sent: what the remote lacks, scanned whole
-        have = run_git(store, ["ls-remote", remote], action="list refs of", remote=remote).stdout.split()[::2]
-        check_push(store, remote, pushes.values(), have, allow_secrets)
-    for batch in _batches(deletions) or ([[]] if specs else []):
-        covered = {**pushes, **{spec[1:]: None for spec in batch}}
-        # (the pre-push hook need not scan again what check_push scanned)
-        args = ["-c", "agentos.secretsChecked=true", "push", "--porcelain", "--no-follow-tags", "--recurse-submodules=no",
-                *[le for le in leases if _lease_in(le, batch)], remote, *specs, *batch]
-        results.update(_push_run(store, remote, args, covered))
-        specs, pushes = [], {}  # the globs go with the first batch only
+        there = _remote_values(store, remote)
+        check_push(store, remote, pushes.values(), there.values(), allow_secrets)
+        if _single_target(store, remote):  # refs the remote holds as they are here are not sent again
+            todo = {name: oid for name, oid in pushes.items() if there.get(name) != oid}
+            results.update({name: RefResult(name, "up-to-date", oid, oid) for name, oid in pushes.items()
+                            if name not in todo})
+    queue.refs = dict(todo)
+    queue.save()  # before the first chunk: a push killed from here on is resumed by the next one
+    if todo:
+        results.update(_push_chunks(store, remote, label, todo, queue, timeout))
+    for batch in _batches(deletions):
+        args = [*_SCANNED, "push", "--porcelain", "--no-follow-tags", "--recurse-submodules=no",
+                *[le for le in leases if _lease_in(le, batch)], remote, *batch]
+        results.update(_push_run(store, remote, args, {spec[1:]: None for spec in batch}))
     if kept:  # after the push: a copy whose checkpoints a branch just pushed carries is on the remote now
         results.update(_kept_copies(store, remote, kept))
     refused = {name: r.new for name, r in results.items()
@@ -496,7 +613,9 @@ def _ls_remote(store: Store, remote: str, prefixes: Sequence[str], *, action: st
     return refs
 
 
-def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, str | None]) -> dict[str, RefResult]:
+def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, str | None], *,
+              timeout: float | None = None, said: list[str] | None = None,
+              git_dir: str | None = None) -> dict[str, RefResult]:
     """Run one ``git push --porcelain`` and report each ref it covered (a ref git said nothing
     about gets git's overall error, so one failure never hides the others' results).
 
@@ -504,8 +623,17 @@ def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, st
     turn (a ``To <url>`` block of ref lines each) and fails when any fails, possibly saying nothing
     of a URL whose pre-push hook refused. A ref is then a failure when it failed at any URL, or
     went unreported at one while git failed; and when git failed but no ref says so, every ref
-    carries git's error: a failed push never reads as pushed."""
-    out = run_git(store, args, action="push to", remote=remote, check=False)
+    carries git's error: a failed push never reads as pushed. ``timeout``: seconds git may run
+    (then it is stopped and the push fails); ``said`` collects what the server said (its
+    ``remote:`` lines, such as a refusing hook's message); ``git_dir``: the repository git
+    pushes from (default: the store's)."""
+    if timeout is None and git_dir is None:
+        out = run_git(store, args, action="push to", remote=remote, check=False)
+    else:
+        out = _git_timed(store, args, timeout, git_dir)
+    if said is not None:
+        said += [line[len("remote:"):].strip() for line in out.stderr.splitlines()
+                 if line.startswith("remote:") and line[len("remote:"):].strip()]
     reports: dict[str, list[RefResult]] = {}
     urls: list[str] = []
     for line in out.stdout.splitlines():
@@ -544,6 +672,150 @@ def _push_run(store: Store, remote: str, args: list[str], expected: dict[str, st
     return results
 
 
+def _git_timed(store: Store, args: list[str], timeout: float | None,
+               git_dir: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``git args`` on ``git_dir`` (default: the store's repository; run where the store's git
+    commands run, so relative remote paths mean the same), stopped after ``timeout`` seconds (a
+    failed result saying so)."""
+    loc = store.location
+    env = command.git_environment(git_dir, None) if git_dir else command.git_environment(loc.git_dir, loc.workdir)
+    try:
+        return subprocess.run(["git", *args], cwd=git_cwd(store), env=env, capture_output=True, text=True,
+                              timeout=None if timeout is None else max(timeout, 0.1), check=False)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(["git", *args], -9, "", "the push ran out of its time budget")
+    except OSError as exc:
+        raise RemoteError("git", "run", f"cannot run git: {exc}") from exc
+
+
+def _remote_values(store: Store, remote: str) -> dict[str, str]:
+    """Every ref the remote advertises, ``{name: object id}`` (one ``git ls-remote``)."""
+    out = run_git(store, ["ls-remote", remote], action="list refs of", remote=remote)
+    refs: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        oid, _, name = line.partition("\t")
+        if name:
+            refs[name] = oid
+    return refs
+
+
+def _single_target(store: Store, remote: str) -> bool:
+    """Whether ``remote`` pushes to one URL, the one it fetches from (so ``ls-remote`` tells what
+    a push finds there)."""
+    pushes = remote_urls(store, remote)
+    out = run_git(store, ["remote", "get-url", remote], action="read the URL of", remote=remote, check=False)
+    fetch = out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else remote
+    return pushes == [fetch]
+
+
+class _Stop(Exception):
+    """Ends a chunked push early: the refs not sent yet are reported with ``why``."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+#: a push gives up after this many chunks refused as a whole (each halving costs one)
+MAX_REFUSED_CHUNKS = 200
+_PER_REF = (_REJECT_HINT, _REJECT_FILE_HINT, "the remote ref changed since it was looked at")
+
+
+def _refused_whole(results: dict[str, RefResult]) -> bool:
+    """Whether the server refused a chunk as a whole (its hook, an HTTP error, a dropped
+    connection), not ref by ref (a branch that is not a fast-forward)."""
+    return all(not r.ok and not r.message.startswith(_PER_REF) for r in results.values())
+
+
+def _push_chunks(store: Store, remote: str, label: str, todo: dict[str, str], queue: PushQueue,
+                 timeout: float | None) -> dict[str, RefResult]:
+    """Push ``todo`` (``{ref: object id}``) in chunks (see :func:`push`), taking each chunk off
+    ``queue`` once it reached a final state. Each chunk is one ``git push`` of one glob refspec from
+    a shadow repository holding the chunk's refs alone (:mod:`gitstate.sync.pushshadow`)."""
+    results: dict[str, RefResult] = {}
+    budget = timeout if timeout is not None else time_budget(store)
+    deadline = None if not budget else time.monotonic() + budget
+    size = min(chunk_size(store), queue.chunk or DEFAULT_CHUNK * 1000)
+    refused = 0
+    shadow = Shadow(store)
+
+    def left() -> float | None:
+        if deadline is None:
+            return None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _Stop(f"not pushed: the push ran out of its time budget ({budget:g} s, git config {BUDGET_KEY}); "
+                        "push again to send the rest")
+        return remaining
+
+    def attempt(chunk: list[str]) -> bool:
+        nonlocal size, refused
+        said: list[str] = []
+        out = _push_chunk(store, remote, shadow, {name: todo[name] for name in chunk}, left(), said)
+        if not _refused_whole(out):
+            results.update(out)
+            queue.done(name for name, r in out.items() if r.status != "error")
+            return True
+        left()  # a push stopped by the budget is not halved
+        refused += 1
+        if refused > MAX_REFUSED_CHUNKS:
+            raise _Stop(f"not pushed: {remote} refused {MAX_REFUSED_CHUNKS} pushes, the last: "
+                        f"{next(iter(out.values())).message}; push again to retry")
+        if len(chunk) == 1:
+            only = out[chunk[0]]
+            if only.status == "error":  # git failed as a whole for one ref: the connection, not this ref
+                raise _Stop(f"not pushed: {only.message}; push again to resume")
+            why = f"{said[-1]} ({only.message})" if said and said[-1] not in only.message else only.message
+            results[chunk[0]] = RefResult(chunk[0], "rejected", None, todo[chunk[0]],
+                                          f"{remote} refused this ref even when pushed alone: {why}")
+            queue.done(chunk)
+            return False
+        first, second = halves(chunk)
+        if attempt(first) & attempt(second):  # both halves landed: the chunk was too big for the server
+            size = min(size, max(len(first), len(second)))
+            queue.chunk = size
+            queue.save()
+        return False
+
+    try:
+        pending = chunks(todo, size)
+        while pending:
+            before = size
+            attempt(pending.pop(0))
+            if size < before and pending:  # the server takes less: cut what is left again
+                pending = chunks([name for c in pending for name in c], size)
+    except _Stop as stop:
+        for name, oid in todo.items():
+            if name not in results:
+                results[name] = RefResult(name, "error", None, oid, stop.why)
+    finally:
+        shadow.close()
+    failed = [name for name, r in results.items() if r.status == "error"]
+    if failed and _single_target(store, remote):  # a connection lost after the server took them
+        try:
+            there = _ls_remote(store, remote, [NAMESPACE])
+        except RemoteError:
+            there = {}
+        landed = [name for name in failed if there.get(name) == todo[name]]
+        results.update({name: RefResult(name, "pushed", None, todo[name]) for name in landed})
+        queue.done(landed)
+    return results
+
+
+# check_push scanned what a push sends: the pre-push hook need not scan it again
+_SCANNED = ["-c", "agentos.secretsChecked=true"]
+
+
+def _push_chunk(store: Store, remote: str, shadow: Shadow, chunk: dict[str, str], timeout: float | None,
+                said: list[str]) -> dict[str, RefResult]:
+    """One ``git push`` of ``chunk`` from the shadow repository holding its refs alone
+    (:mod:`gitstate.sync.pushshadow`), with one glob refspec."""
+    shadow.load(chunk)
+    args = [*_SCANNED, "push", "--porcelain", "--no-follow-tags", "--recurse-submodules=no", remote,
+            f"{NAMESPACE}*:{NAMESPACE}*"]
+    return _push_run(store, remote, args, dict(chunk), timeout=timeout, said=said, git_dir=shadow.path)
+
+
 def _local_oid(store: Store, name: str) -> str | None:
     ref = store.repo.references.get(name)
     return str(ref.target) if ref is not None and isinstance(ref.target, pygit2.Oid) else None
@@ -566,16 +838,24 @@ def _push_status(flag: str, summary: str) -> tuple[str, str]:
 
 # -- pull and the shared merge ---------------------------------------------------------------------
 
-def pull(store: Store, remote: str = "origin", runs: Iterable[str] | None = None, *,
+def pull(store: Store, remote: str | None = None, runs: Iterable[str] | None = None, *,
          all_worktrees: bool = False) -> list[PullResult]:
     """Bring runs from ``remote`` in, fast-forward only, and return one result per run.
 
     ``runs``: run ids of this worktree (default: all of its runs on the remote; ``all_worktrees``:
     every worktree's). A branch that advanced on both sides keeps the remote's line as branch
     ``<branch>@<remote>`` (reported as ``diverged``); refs gitstate cannot read are skipped and
-    reported; a run named here but absent on the remote is reported as an error."""
+    reported; a run named here but absent on the remote is reported as an error.
+
+    ``remote`` defaults to :func:`default_remote`. Named runs are fetched on their own: git asks
+    the server for their refs only (protocol v2 ref prefixes), so pulling one run of a server
+    holding thousands transfers that run, not the list of all the others. The run's objects come
+    whole (no ``--filter=blob:none``: a blob-less fetch needs the repository made a partial clone
+    and libgit2, which reads checkpoints, cannot fetch a missing blob later)."""
+    remote = remote or default_remote(store)
     prefixes = scope_prefixes(store, runs, all_worktrees)
-    results = fetch_and_merge(store, remote, remote_label(store, remote), prefixes, action="fetch from")
+    results = fetch_and_merge(store, remote, remote_label(store, remote), prefixes, action="fetch from",
+                              listed=not list(runs or []))
     names = {r.run_id for r in results}
     for run_id in runs or []:
         if run_id not in names:
@@ -587,11 +867,17 @@ def pull(store: Store, remote: str = "origin", runs: Iterable[str] | None = None
 
 
 def fetch_and_merge(store: Store, source: str, label: str, prefixes: Sequence[str], *,
-                    action: str) -> list[PullResult]:
+                    action: str, listed: bool = True) -> list[PullResult]:
     """Fetch ``prefixes`` (under ``refs/agentos/``) from ``source`` (a remote, URL, path or bundle
     file) into a fresh staging namespace, merge them by the no-overwrite rules, and remove the
-    staging refs again (also when anything fails)."""
+    staging refs again (also when anything fails). ``listed=False``: fetch the prefixes straight
+    away, without listing every ref of the remote first (a few named runs of a big remote); when
+    that fetch fails, the listed way is taken."""
     _remove_stale_sessions(store)
+    if not listed:
+        direct = _fetch_direct(store, source, label, prefixes, action)
+        if direct is not None:
+            return direct
     offered = _ls_remote(store, source, prefixes, action=action)
     limit = max_pull_refs(store)
     if limit and len(offered) > limit:
@@ -617,6 +903,32 @@ def fetch_and_merge(store: Store, source: str, label: str, prefixes: Sequence[st
     finally:
         _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
     return _group(results, PullResult)
+
+
+def _fetch_direct(store: Store, source: str, label: str, prefixes: Sequence[str],
+                  action: str) -> list[PullResult] | None:
+    """Fetch ``prefixes`` with one glob refspec each and merge them, or ``None`` when git fails
+    for another reason than its object checks (a ref name git refuses among them: the caller
+    lists the remote's refs and fetches the readable ones by name)."""
+    session = f"{STAGING}{encode_component(label)}/{os.getpid()}-{secrets.token_hex(4)}/"
+    specs = [f"+{p}*:{session}{p[len(NAMESPACE):]}*" for p in prefixes]
+    try:
+        try:
+            fetch_checked(store, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
+                                  "--no-recurse-submodules", "--refmap=", source, *specs], action=action, remote=source)
+        except BrokenObjectError:
+            raise
+        except RemoteError:
+            return None
+        staged = list_refs(store.repo, session)
+        limit = max_pull_refs(store)
+        if limit and len(staged) > limit:
+            raise RemoteError(source, action, f"it offers {len(staged)} refs under refs/agentos/ in scope, more than "
+                                              f"one pull accepts ({MAX_REFS_KEY} = {limit}); raise the limit: "
+                                              f"git config {MAX_REFS_KEY} <n> (0: no limit)")
+        return _group(merge_staged(store, staged, session, label), PullResult)
+    finally:
+        _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
 
 
 #: git's object checks on every fetch: what a remote or bundle sends is refused, and nothing of it
@@ -1074,10 +1386,15 @@ def _remove_stale_sessions(store: Store) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, killed but not reaped yet, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rpartition(")")[2].split()[:1] != ["Z"]
+    except OSError:
+        return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -619,4 +619,17 @@ def verify(store: Store, all_worktrees: bool = True,
                               "process is gone)", oid)
     report.objects = (max(report.objects, len(checker.seen_objects)) + len(checker.seen_commits)
                       + len(checker.log_entries))
+    return report
+
+
+def verify_refs(store: Store, refs: Iterable[tuple[str, str]]) -> VerifyReport:
+    """Check named refs at the given values (``(name, object id)`` pairs, which need not be
+    where the refs stand now: a server's pre-receive hook checks what a push would set) as
+    :func:`verify` checks each ref: its name, what it reaches, every payload. Nothing else of the
+    store is looked at; nothing is repaired."""
+    report = VerifyReport()
+    checker = _Checker(store, report, None)
+    for name, oid in refs:
+        checker.check_ref(name, oid)
+    report.objects = len(checker.seen_objects) + len(checker.seen_commits) + len(checker.log_entries)
     return report

@@ -58,13 +58,13 @@ def scene(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[s
         assert code == 0, err
     (tmp_path / "p.cbor").write_bytes(bytes.fromhex("a1616b6176"))  # {"k": "v"}
     return {"bundle": str(tmp_path / "r.bundle"), "html": str(tmp_path / "v.html"), "cbor": str(tmp_path / "p.cbor"),
-            "demo": str(tmp_path / "demo")}
+            "demo": str(tmp_path / "demo"), "server": server.as_uri()}
 
 
 # One successful invocation per command; a command added without a case here fails the test.
 CASES: dict[str, list[list[str]]] = {
     "help": [["help"], ["help", "refs"], ["help", "log"]],
-    "runs": [["runs"]],
+    "runs": [["runs"], ["runs", "--remote", "origin"]],
     "log": [["log", "r"], ["log", "r~1", "-n", "1"]],
     "show": [["show", "r~2"]],
     "diff": [["diff", "r~2", "r"]],
@@ -83,6 +83,7 @@ CASES: dict[str, list[list[str]]] = {
     "setup": [["setup"], ["setup", "--check"]],
     "push": [["push", "origin"]],
     "pull": [["pull", "origin"]],
+    "clone-runs": [["clone-runs", "{server}"]],
     "export": [["export", "r", "-o", "{bundle}"]],
     "import": [["import", "{bundle}"]],
     "view": [["view", "r", "--html", "{html}"]],

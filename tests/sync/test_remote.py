@@ -1,5 +1,6 @@
-"""Push and pull between two clones through a real git server: ``git daemon`` on 127.0.0.1 and a
-bare repository over ``file://``. Two repositories play two machines."""
+"""Push and pull between two clones through a real git server: ``git daemon`` on 127.0.0.1, git's
+smart HTTP (``git http-backend``, :mod:`githttp`) on 127.0.0.1, and a bare repository over
+``file://``. Two repositories play two machines."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import git
+from githttp import http_server, served_repo
 from remote_helpers import bare, git_daemon, machine
 
 import gitstate
@@ -21,9 +23,17 @@ def daemon_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
         yield base, url
 
 
-@pytest.fixture(params=["git-daemon", "file"])
+__all__ = ["http_server"]  # the session's HTTP server fixture, used by ``server``
+
+
+@pytest.fixture(params=["git-daemon", "http", "file"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """URL of a fresh bare repository, served by git daemon or as file://."""
+    """URL of a fresh bare repository, served by git daemon, over smart HTTP or as file://."""
+    if request.param == "http":
+        root, url = request.getfixturevalue("http_server")
+        name = f"{tmp_path.name}.git"
+        served_repo(root, name)
+        return f"{url}/{name}"
     if request.param == "git-daemon":
         base, url = request.getfixturevalue("daemon_base")
         name = f"{tmp_path.name}.git"
