@@ -173,6 +173,7 @@ def main() -> int:
     parser.add_argument("--big", action="store_true", help="2,000 runs x 50 checkpoints")
     parser.add_argument("--fill", choices=["bulk", "one"], default="bulk")
     parser.add_argument("--repo", help="gc this existing repository (a copy is made) instead of filling one")
+    parser.add_argument("--save", help="keep a copy of the filled repository there (for --repo)")
     args = parser.parse_args()
     if args.big:
         args.runs, args.checkpoints = 2000, 50
@@ -190,6 +191,8 @@ def main() -> int:
             (fill_bulk if args.fill == "bulk" else fill_one)(store, args.runs, args.checkpoints)
             store.wait_for_housekeeping()
             print(f"fill: {time.perf_counter() - t0:.1f} s")
+            if args.save:
+                subprocess.run(["cp", "-a", path, args.save], check=True)
         store = gitstate.open_store(path)
         git_dir = store.location.common_dir
         kept = {s.id: [cp.state for cp in store.get_run(s.id).history(limit=args.keep_last)]

@@ -42,7 +42,7 @@ from gitstate.format.names import (
     worktree_prefix,
 )
 from gitstate.format.nodes import NodeRecord
-from gitstate.git import housekeeping, lockfile, packs
+from gitstate.git import lockfile, packs
 from gitstate.git.command import run_git
 from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, TreeEntry
 from gitstate.git.reader import CommitData, ObjectReader
@@ -801,7 +801,8 @@ def apply(store: Store, p: Plan, *, now: bool = False, reclaim: bool = True) -> 
     """Carry out a plan: drop expired trash, remove the runs (moved to the trash unless ``now``),
     prune the branches (their old lines and node logs to the trash unless ``now``), each in
     transactions of many runs or branches; rewrite the pruned lines' reflogs (entries of kept
-    checkpoints name their new ids, the others go) and remove the folders left empty; then
+    checkpoints name their new ids, the others go), remove the folders left empty and pack
+    gitstate's loose refs; then
     rewrite gitstate's packs without what nothing reaches any more (``reclaim``). A run or branch
     that changed since the plan was made is left as it is and reported in ``failed``."""
     common = store.location.common_dir
@@ -850,9 +851,7 @@ def apply(store: Store, p: Plan, *, now: bool = False, reclaim: bool = True) -> 
             if d.log_tip is not None:
                 trashed.append(_trash_name(stamp, node_log_ref(d.prune.worktree, d.prune.run, d.prune.branch)))
     store.forget_objects()
-    tidied = _tidy(store, removed, done)
-    if not tidied:
-        failed.append(("reflogs", "not rewritten: writers kept the store busy"))
+    _tidy(store, removed, done)
     try:
         pack_refs(common)  # (a ref's own folder costs more than its packed line)
     except OSError:
@@ -937,32 +936,27 @@ def _replace_trailer(message: str, key: str, value: str) -> str:
     return "\n".join(lines)
 
 
-def _tidy(store: Store, removed: list[RunRemoval], pruned: list[_Pruned]) -> bool:
-    """With the gc gate held exclusive (no gitstate transaction under way): rewrite the reflogs
-    of the pruned branches and node logs (:func:`_rewrite_reflog`) and remove the reflog folders
-    the removed runs left empty. False when writers kept the gate past the wait."""
+def _tidy(store: Store, removed: list[RunRemoval], pruned: list[_Pruned]) -> None:
+    """Rewrite the reflogs of the pruned branches and node logs (:func:`_rewrite_reflog`, each
+    under its ref's lock, as writers append to a reflog) and remove the reflog folders the
+    removed runs left empty."""
     common = store.location.common_dir
-    gate = os.path.join(housekeeping.agentos_dir(common), "gc.lock")
-    logs = os.path.join(common, "logs", "refs", "agentos")
-    with lockfile.Gate.exclusive(gate, reclaiming.RECLAIM_WAIT) as free:
-        if not free:
-            return False
-        reader = store.reader
-        with reader.listing_loose():
-            for d in pruned:
-                pr = d.prune
-                _rewrite_reflog(common, reader, branch_ref(pr.worktree, pr.run, pr.branch),
-                                d.renamed if d.keep_reflog else {}, set(d.renamed.values()), d.tip)
-                if d.log_renamed and d.log_tip is not None:
-                    _rewrite_reflog(common, reader, node_log_ref(pr.worktree, pr.run, pr.branch), {},
-                                    set(d.log_renamed.values()), d.log_tip)
-        folders = set()
-        for r in removed:
-            top = _path_of(common, "logs", run_prefix(r.worktree, r.run).rstrip("/"))
-            for folder, _dirs, _files in os.walk(top):
-                folders.add(folder)
-        _remove_empty(folders, logs)
-    return True
+    logs = _path_of(common, "logs", NAMESPACE.rstrip("/"))
+    reader = store.reader
+    with reader.listing_loose():
+        for d in pruned:
+            pr = d.prune
+            _rewrite_reflog(common, reader, branch_ref(pr.worktree, pr.run, pr.branch),
+                            d.renamed if d.keep_reflog else {}, set(d.renamed.values()), d.tip)
+            if d.log_renamed and d.log_tip is not None:
+                _rewrite_reflog(common, reader, node_log_ref(pr.worktree, pr.run, pr.branch), {},
+                                set(d.log_renamed.values()), d.log_tip)
+    folders = set()
+    for r in removed:
+        top = _path_of(common, "logs", run_prefix(r.worktree, r.run).rstrip("/"))
+        for folder, _dirs, _files in os.walk(top):
+            folders.add(folder)
+    _remove_empty(folders, logs)
 
 
 def _remove_empty(folders: set[str], stop: str) -> None:
@@ -978,44 +972,29 @@ def _remove_empty(folders: set[str], stop: str) -> None:
 
 def _rewrite_reflog(common_dir: str, reader: ObjectReader, ref: str, renamed: dict[str, str], written: set[str],
                     ours: str) -> None:
-    """Rewrite the reflog of a pruned ref (:func:`_filtered_reflog`) under the ref's lock, keeping
-    its modification time (which tells lines that moved within one second apart): entries of the
-    kept checkpoints name their new ids (``renamed``; empty: they go too), entries of lines that
-    are gone go, entries written since gc moved the ref (to ``ours``; ``written``: the ids gc
-    wrote) stay. An empty reflog is removed, with the folders it leaves empty. Left as it is when
-    the ref no longer descends from what gc wrote (moved back since) or its lock is held: it then
-    keeps its objects, and nothing else is lost."""
+    """Rewrite the reflog of a pruned ref (:func:`_filtered_reflog`) under the ref's lock (writers
+    append to a reflog under it), keeping its modification time (which tells lines that moved
+    within one second apart): entries of the kept checkpoints name their new ids (``renamed``;
+    empty: they go too), entries of lines that are gone go, entries written since gc moved the ref
+    (to ``ours``; ``written``: the ids gc wrote) stay. An empty reflog is removed, with the folders
+    it leaves empty. Left as it is when the ref no longer descends from what gc wrote (moved back
+    since) or its lock is held: it then keeps its objects, and nothing else is lost."""
     path = _path_of(common_dir, "logs", ref)
     if not os.path.isfile(path):
         return
-    survivors = set(written)
-    value = peek(common_dir, ref)
-    if value != ours:
-        if not isinstance(value, str):
-            return
-        newer: set[str] = set()
-        met = False
-        try:
-            for commit in reader.first_parents(value):
-                if commit.id in survivors:
-                    met = True
-                    break
-                newer.add(commit.id)
-                if len(newer) > WALK_LIMIT:
-                    break
-        except GitStateError:
-            return
-        if not met:
-            return
-        survivors |= newer
     ref_path = _path_of(common_dir, ref)
     made = not os.path.isdir(os.path.dirname(ref_path))
     try:
         os.makedirs(os.path.dirname(ref_path), exist_ok=True)
         fd = lockfile.create_held(ref_path + ".lock")
-    except OSError:
+    except OSError:  # held, or its folder removed meanwhile by a writer's cleanup: left as it is
+        if made:
+            _remove_empty({os.path.dirname(ref_path)}, _path_of(common_dir, "refs"))
         return
     try:
+        survivors = _survivors(common_dir, reader, ref, written, ours)
+        if survivors is None:
+            return
         st = os.stat(path)
         lines = _filtered_reflog(_reflog_lines(path), renamed, survivors)
         if not lines:
@@ -1033,6 +1012,27 @@ def _rewrite_reflog(common_dir: str, reader: ObjectReader, ref: str, renamed: di
         lockfile.release_held(ref_path + ".lock", fd)
         if made:
             _remove_empty({os.path.dirname(ref_path)}, _path_of(common_dir, "refs"))
+
+
+def _survivors(common_dir: str, reader: ObjectReader, ref: str, written: set[str], ours: str) -> set[str] | None:
+    """The ids a pruned ref's reflog may keep (read under the ref's lock): what gc wrote, and the
+    checkpoints written on top of it since; ``None`` when the ref no longer descends from it."""
+    value = peek(common_dir, ref)
+    if value == ours:
+        return set(written)
+    if not isinstance(value, str):
+        return None
+    newer: set[str] = set()
+    try:
+        for commit in reader.first_parents(value):
+            if commit.id in written:
+                return written | newer
+            newer.add(commit.id)
+            if len(newer) > WALK_LIMIT:
+                return None
+    except GitStateError:
+        return None
+    return None
 
 
 def gc(store: Store, policy: Policy, *, grace_days: float = DEFAULT_GRACE_DAYS, now: bool = False,
