@@ -292,6 +292,8 @@ def unpin(store: Store, run_id: str) -> bool:
 BATCH = 250  # runs or branches changed per transaction (one pack, one packed-refs rewrite)
 ZERO = "0" * 40
 WALK_LIMIT = 100_000  # commits walked from a ref's tip when its reflog is rewritten
+TIDY_CHUNK = 200  # pruned branches whose reflogs are rewritten in one hold of the gc gate
+TIDY_WAIT = 2.0  # seconds gc waits for the gate before it rewrites reflogs under their refs' locks
 
 
 def trash_refs(store: Store) -> list[tuple[str, str, float]]:
@@ -432,12 +434,90 @@ def _count_all(store: Store, reader: ObjectReader, heads: list[tuple[str, str]],
         return s.checkpoints
 
 
-def _kept_records(reader: ObjectReader, log_tip: str, kept: set[str]) -> list[tuple[CommitData, NodeRecord]]:
+LogIndex = dict[str, tuple[str | None, str]]  # commit -> (its first parent, its message)
+
+
+def _log_index(common_dir: str, tips: list[str]) -> LogIndex:
+    """The first parent and message of every commit ``tips`` reach, from one ``git log`` (empty
+    when git fails: the commits are then read one by one)."""
+    if not tips:
+        return {}
+    done = run_git(common_dir, ["-c", "log.showSignature=false", "log", "--stdin", "--no-color", "--encoding=UTF-8",
+                                "--format=%H %P%n%B%x00"], stdin="".join(t + "\n" for t in tips).encode("ascii"),
+                   text=False)
+    out: LogIndex = {}
+    if done.returncode != 0:
+        return out
+    raw: bytes = done.stdout  # type: ignore[assignment]  # (text=False: bytes)
+    for chunk in raw.split(b"\x00"):
+        head, _nl, body = chunk.lstrip(b"\n").partition(b"\n")
+        ids = head.decode("ascii", "replace").split()
+        if ids:
+            out[ids[0]] = (ids[1] if len(ids) > 1 else None, body.decode("utf-8", "replace"))
+    return out
+
+
+def _kept_records(reader: ObjectReader, log_tip: str, kept: set[str],
+                  index: LogIndex | None = None) -> list[tuple[CommitData, NodeRecord]]:
     """The records of a node log that a pruned branch keeps, oldest first: of each boundary the
-    branch still shows once only ``kept`` remains (:func:`gitstate.store.nodes.listed`), its
-    latest record, and the record that opened it when the boundaries were opened in another order
-    than their latest records were written, so the boundaries, their order and the log's newest
-    record read as before."""
+    branch still shows once only ``kept`` remains (as :func:`gitstate.store.nodes.listed` shows
+    them), its latest record, and the record that opened it when the boundaries were opened in
+    another order than their latest records were written, so the boundaries, their order and the
+    log's newest record read as before.
+
+    A record's id, status and exit are read from its commit's trailers (``Node-Id``,
+    ``Node-Status``, ``Node-Exit``, written from the same record), its ``node.cbor`` only when the
+    trailers do not say enough (an open boundary's anchor is its base) and for the records kept,
+    which must agree with their trailers (else every record is read, as ``listed`` reads them)."""
+    chain: list[tuple[str, str, str, str | None]] = []  # newest first: (commit id, id, status, anchor)
+    seen: set[str] = set()
+    oid: str | None = log_tip
+    while oid is not None and oid not in seen:
+        seen.add(oid)
+        hit = (index or {}).get(oid)
+        if hit is None:
+            commit = reader.commit(oid)
+            hit = (commit.parent_ids[0] if commit.parent_ids else None, commit.message)
+        found = _record_trailers(hit[1])
+        if found is None or found[1] == "running":
+            record = read_record(reader, reader.commit(oid))
+            found = (record.id, record.status, record.exit if record.status != "running" else record.base)
+        chain.append((oid, *found))
+        oid = hit[0]
+    latest: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for pos, (_commit, rid, _status, _anchor) in enumerate(chain):
+        latest.setdefault(rid, pos)
+        first[rid] = pos
+    shown = [rid for rid, pos in latest.items() if chain[pos][3] is None or chain[pos][3] in kept]
+    positions = {latest[rid] for rid in shown}
+    if sorted(shown, key=lambda i: -first[i]) != sorted(shown, key=lambda i: -latest[i]):
+        positions.update(first[rid] for rid in shown)
+    out = []
+    for pos in sorted(positions, reverse=True):
+        oid, rid, status, anchor = chain[pos]
+        commit = reader.commit(oid)
+        record = read_record(reader, commit)
+        if (record.id, record.status, record.exit if record.status != "running" else record.base) != (rid, status, anchor):
+            return _kept_records_read(reader, log_tip, kept)
+        out.append((commit, record))
+    return out
+
+
+def _record_trailers(message: str) -> tuple[str, str, str | None] | None:
+    """(id, status, exit) from a node-log commit's trailers, ``None`` when one is missing."""
+    found: dict[str, str] = {}
+    for line in message.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key in ("Node-Id", "Node-Status", "Node-Exit"):
+            found[key] = value.strip()
+    if "Node-Id" not in found or "Node-Status" not in found:
+        return None
+    return found["Node-Id"], found["Node-Status"], found.get("Node-Exit")
+
+
+def _kept_records_read(reader: ObjectReader, log_tip: str, kept: set[str]) -> list[tuple[CommitData, NodeRecord]]:
+    """:func:`_kept_records` with every record read from its ``node.cbor``."""
     chain = [(commit, read_record(reader, commit)) for commit in reader.first_parents(log_tip)]  # newest first
     shown = {record.id for record, _b in listed((r for _c, r in chain), kept)}
     latest: dict[str, int] = {}
@@ -604,6 +684,9 @@ def _estimate(store: Store, reader: ObjectReader, p: Plan, now: bool) -> tuple[i
     stay_tips: list[str] = []
     again: list[str] = []  # old objects of which the prunes write a new copy
     by_run = _refs_by_run(store, True)
+    values = {name: oid for refs in by_run.values() for name, oid in refs}
+    index = _log_index(common, [oid for pr in p.prunes
+                                if (oid := values.get(node_log_ref(pr.worktree, pr.run, pr.branch)))])
     packed_growth = 0
     for pr in p.prunes:
         ref = branch_ref(pr.worktree, pr.run, pr.branch)
@@ -618,7 +701,7 @@ def _estimate(store: Store, reader: ObjectReader, p: Plan, now: bool) -> tuple[i
                 (again.append(str(e.id)) if e.name == cpfmt.META else stay_tips.append(str(e.id)))
         log_tip = store.read_ref(log_ref)
         if log_tip is not None:
-            records = _kept_records(reader, log_tip, line)
+            records = _kept_records(reader, log_tip, line, index)
             for commit, _record in records:
                 again += [commit.id, commit.tree_id]
             pruned[log_ref] = []
@@ -833,9 +916,12 @@ def apply(store: Store, p: Plan, *, now: bool = False, reclaim: bool = True) -> 
         trashed += [_trash_name(stamp, name) for r in removed for name, _o in r.refs]
     written: dict[int, _Pruned] = {}
     reader = store.reader
+    values = {name: oid for refs in current.values() for name, oid in refs}
+    index = _log_index(common, [oid for pr in p.prunes
+                                if (oid := values.get(node_log_ref(pr.worktree, pr.run, pr.branch)))])
 
     def prune(tx: Transaction, pr: BranchPrune) -> None:
-        written[id(pr)] = _stage_prune(store, reader, tx, pr, stamp, now)
+        written[id(pr)] = _stage_prune(store, reader, tx, pr, stamp, now, index)
 
     with reader.listing_loose():
         pruned = _write_batches(
@@ -863,7 +949,7 @@ def apply(store: Store, p: Plan, *, now: bool = False, reclaim: bool = True) -> 
 
 
 def _stage_prune(store: Store, reader: ObjectReader, tx: Transaction, pr: BranchPrune, stamp: int,
-                 now: bool) -> _Pruned:
+                 now: bool, index: LogIndex) -> _Pruned:
     """Stage the prune of one branch: its kept checkpoints rewritten onto a new root (same trees
     but ``meta.cbor``'s base, same messages and times, as :meth:`gitstate.Run.prune` writes them),
     its node log rewritten to the records of the boundaries they keep (:func:`_kept_records`,
@@ -897,7 +983,7 @@ def _stage_prune(store: Store, reader: ObjectReader, tx: Transaction, pr: Branch
     log_renamed: dict[str, str] = {}
     new_log: str | None = None
     if log_tip is not None:
-        for commit, record in _kept_records(reader, log_tip, set(pr.line)):
+        for commit, record in _kept_records(reader, log_tip, set(pr.line), index):
             record = dataclasses.replace(record, entry=renamed.get(record.entry or "", record.entry),
                                          exit=renamed.get(record.exit or "", record.exit),
                                          base=renamed.get(record.base or "", record.base))
@@ -937,20 +1023,25 @@ def _replace_trailer(message: str, key: str, value: str) -> str:
 
 
 def _tidy(store: Store, removed: list[RunRemoval], pruned: list[_Pruned]) -> None:
-    """Rewrite the reflogs of the pruned branches and node logs (:func:`_rewrite_reflog`, each
-    under its ref's lock, as writers append to a reflog) and remove the reflog folders the
-    removed runs left empty."""
+    """Rewrite the reflogs of the pruned branches and node logs (:func:`_rewrite_reflog`) and
+    remove the reflog folders the removed runs left empty. Writers append to a reflog while they
+    hold the gc gate shared and the ref's lock: the reflogs are rewritten :data:`TIDY_CHUNK` at a
+    time with the gate held exclusive (writers wait a moment between chunks), or, when writers
+    keep the gate busy past :data:`TIDY_WAIT`, each under its ref's lock."""
     common = store.location.common_dir
     logs = _path_of(common, "logs", NAMESPACE.rstrip("/"))
+    gate = os.path.join(common, "agentos", "gc.lock")
     reader = store.reader
     with reader.listing_loose():
-        for d in pruned:
-            pr = d.prune
-            _rewrite_reflog(common, reader, branch_ref(pr.worktree, pr.run, pr.branch),
-                            d.renamed if d.keep_reflog else {}, set(d.renamed.values()), d.tip)
-            if d.log_renamed and d.log_tip is not None:
-                _rewrite_reflog(common, reader, node_log_ref(pr.worktree, pr.run, pr.branch), {},
-                                set(d.log_renamed.values()), d.log_tip)
+        for start in range(0, len(pruned), TIDY_CHUNK):
+            with lockfile.Gate.exclusive(gate, TIDY_WAIT) as free:
+                for d in pruned[start:start + TIDY_CHUNK]:
+                    pr = d.prune
+                    _rewrite_reflog(common, reader, branch_ref(pr.worktree, pr.run, pr.branch),
+                                    d.renamed if d.keep_reflog else {}, set(d.renamed.values()), d.tip, lock=not free)
+                    if d.log_renamed and d.log_tip is not None:
+                        _rewrite_reflog(common, reader, node_log_ref(pr.worktree, pr.run, pr.branch), {},
+                                        set(d.log_renamed.values()), d.log_tip, lock=not free)
     folders = set()
     for r in removed:
         top = _path_of(common, "logs", run_prefix(r.worktree, r.run).rstrip("/"))
@@ -971,22 +1062,25 @@ def _remove_empty(folders: set[str], stop: str) -> None:
 
 
 def _rewrite_reflog(common_dir: str, reader: ObjectReader, ref: str, renamed: dict[str, str], written: set[str],
-                    ours: str) -> None:
+                    ours: str, *, lock: bool = True) -> None:
     """Rewrite the reflog of a pruned ref (:func:`_filtered_reflog`) under the ref's lock (writers
     append to a reflog under it), keeping its modification time (which tells lines that moved
     within one second apart): entries of the kept checkpoints name their new ids (``renamed``;
     empty: they go too), entries of lines that are gone go, entries written since gc moved the ref
     (to ``ours``; ``written``: the ids gc wrote) stay. An empty reflog is removed, with the folders
     it leaves empty. Left as it is when the ref no longer descends from what gc wrote (moved back
-    since) or its lock is held: it then keeps its objects, and nothing else is lost."""
+    since) or its lock is held: it then keeps its objects, and nothing else is lost. ``lock``:
+    take the ref's lock (not needed while the gc gate is held exclusive)."""
     path = _path_of(common_dir, "logs", ref)
     if not os.path.isfile(path):
         return
     ref_path = _path_of(common_dir, ref)
-    made = not os.path.isdir(os.path.dirname(ref_path))
+    made = lock and not os.path.isdir(os.path.dirname(ref_path))
+    fd = -1
     try:
-        os.makedirs(os.path.dirname(ref_path), exist_ok=True)
-        fd = lockfile.create_held(ref_path + ".lock")
+        if lock:
+            os.makedirs(os.path.dirname(ref_path), exist_ok=True)
+            fd = lockfile.create_held(ref_path + ".lock")
     except OSError:  # held, or its folder removed meanwhile by a writer's cleanup: left as it is
         if made:
             _remove_empty({os.path.dirname(ref_path)}, _path_of(common_dir, "refs"))
@@ -1009,7 +1103,8 @@ def _rewrite_reflog(common_dir: str, reader: ObjectReader, ref: str, renamed: di
     except OSError:
         pass
     finally:
-        lockfile.release_held(ref_path + ".lock", fd)
+        if fd >= 0:
+            lockfile.release_held(ref_path + ".lock", fd)
         if made:
             _remove_empty({os.path.dirname(ref_path)}, _path_of(common_dir, "refs"))
 
