@@ -113,10 +113,10 @@ def test_gc_keeps_every_kept_checkpoint_whole(tmp_path_factory: pytest.TempPathF
     before = snapshot(store)
     lg_before = lg_view(saver, config) if saver else None
     policy = R.Policy(
-        keep_last=data.draw(st.one_of(st.none(), st.integers(1, 4)), label="keep_last"),
-        older_than=R.parse_cutoff("0s") if data.draw(st.booleans(), label="older_than") else None,
-        statuses=frozenset(data.draw(st.lists(st.sampled_from(sorted(R.STATUSES)), min_size=1, unique=True),
-                                     label="statuses")))
+        keep_last=data.draw(st.integers(1, 4), label="keep_last"),
+        older_than=R.parse_cutoff("0s") if data.draw(st.integers(0, 3), label="older_than") == 0 else None,
+        statuses=R.FINISHED | frozenset(data.draw(st.lists(st.sampled_from(sorted(R.STATUSES)), unique=True),
+                                                  label="statuses")))
     now = data.draw(st.booleans(), label="now")
     plan = R.plan(store, policy, now=now)
     result = R.apply(store, plan, now=now)
