@@ -106,8 +106,9 @@ def fill_bulk(store: gitstate.Store, runs: int, checkpoints: int, per_tx: int = 
                 fh.writelines(appended)
     # gitstate's packs merged into one with deltas, as the housekeeping of one write per checkpoint
     # leaves them: its merges see each run's versions in different packs, which git deltifies
-    # (git does not look for deltas between objects of one pack it reuses: --no-reuse-delta; the
-    # window makes the pack as large as that of a store written checkpoint by checkpoint, +-1 %)
+    # (git does not look for deltas between objects of one pack it reuses: --no-reuse-delta; with
+    # this window the git directory is that of a store written checkpoint by checkpoint within 1 %
+    # at 40 runs, and 26 % larger at 2,000 x 50: 212 against 169 MiB, given back alike)
     pack_dir = os.path.join(common, "objects", "pack")
     listed = os.path.join(housekeeping.agentos_dir(common), housekeeping.TX_PACKS)
     names = list(dict.fromkeys(n for path in (listed, listed + ".kept") for n in housekeeping.read_names(path)))
