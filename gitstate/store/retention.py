@@ -16,10 +16,11 @@ rewrites no history and deleting the pin ref unpins."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,18 +29,26 @@ import pygit2
 
 from gitstate.errors import ConflictError, GitStateError, RunNotFound, UsageError
 from gitstate.format import checkpoint as cpfmt
+from gitstate.format import nodes as nodefmt
 from gitstate.format.names import (
+    NAMESPACE,
     branch_ref,
     check_name,
     decode_component,
     encode_component,
     node_log_ref,
+    parse_ref,
     run_prefix,
+    worktree_prefix,
 )
-from gitstate.git import packs
+from gitstate.format.nodes import NodeRecord
+from gitstate.git import lockfile, packs
 from gitstate.git.command import run_git
-from gitstate.git.refs import list_refs, read_ref, scan_refs
+from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, TreeEntry
+from gitstate.git.reader import CommitData, ObjectReader
+from gitstate.git.refs import list_refs, pack_refs, peek, read_ref, scan_refs
 from gitstate.store import reclaim as reclaiming
+from gitstate.store.nodes import listed, read_record
 from gitstate.store.store import RunSummary, Store
 from gitstate.store.transaction import Transaction
 
@@ -96,7 +105,8 @@ class RunRemoval:
 
 @dataclass
 class BranchPrune:
-    """A branch cut to its newest ``keep`` checkpoints (``removed`` older ones go)."""
+    """A branch cut to its newest ``keep`` checkpoints (``removed`` older ones go); ``line``: the
+    ids of the kept ones, newest first (rewritten onto a new root when the plan is applied)."""
 
     run: str
     worktree: str
@@ -104,8 +114,7 @@ class BranchPrune:
     tip: str
     keep: int
     removed: int
-    kept_entries: list[str]
-    rewritten: list[str]
+    line: list[str]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly form."""
@@ -280,6 +289,13 @@ def unpin(store: Store, run_id: str) -> bool:
 
 # -- planning --------------------------------------------------------------------------------------
 
+BATCH = 250  # runs or branches changed per transaction (one pack, one packed-refs rewrite)
+ZERO = "0" * 40
+WALK_LIMIT = 100_000  # commits walked from a ref's tip when its reflog is rewritten
+TIDY_CHUNK = 200  # pruned branches whose reflogs are rewritten in one hold of the gc gate
+TIDY_WAIT = 2.0  # seconds gc waits for the gate before it rewrites reflogs under their refs' locks
+
+
 def trash_refs(store: Store) -> list[tuple[str, str, float]]:
     """The refs gc moved aside: (name, id, when they were moved, unix time)."""
     out = []
@@ -292,11 +308,33 @@ def trash_refs(store: Store) -> list[tuple[str, str, float]]:
     return out
 
 
+def _refs_by_run(store: Store, all_worktrees: bool) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """Every gitstate ref of this worktree's runs (or of all), by (worktree, run id): one listing."""
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for name, oid in list_refs(store.repo, NAMESPACE if all_worktrees else worktree_prefix(store.worktree)):
+        parsed = parse_ref(name)
+        if parsed is not None:
+            out.setdefault((parsed.worktree, parsed.run_id), []).append((name, oid))
+    return out
+
+
+def _heads(refs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(branch, tip) of a run's ``heads/`` refs, by branch name."""
+    out = []
+    for name, oid in refs:
+        parsed = parse_ref(name)
+        if parsed is not None and parsed.kind == "heads" and parsed.name is not None:
+            out.append((parsed.name, oid))
+    return sorted(out)
+
+
 def plan(store: Store, policy: Policy, *, grace_days: float = DEFAULT_GRACE_DAYS, now: bool = False,
          estimate: bool = False, at: float | None = None) -> Plan:
     """What a gc with ``policy`` would remove; writes nothing. ``now``: trash goes whatever its
     age; ``estimate``: measure the bytes given back (objects reachable only from what goes that
-    sit in gitstate's own packs, at their packed size)."""
+    sit in gitstate's own packs, at their packed size, and the reflogs, ref files and folders
+    that go). The refs are listed once; a branch's length is read from its tip (step and base),
+    and only the kept part of a line is walked."""
     at = time.time() if at is None else at
     result = Plan()
     for name, oid, when in trash_refs(store):
@@ -328,56 +366,170 @@ def plan(store: Store, policy: Policy, *, grace_days: float = DEFAULT_GRACE_DAYS
             going[(s.worktree, s.id)] = f"not updated since {policy.older_than.isoformat(timespec='seconds')}"
     if policy.max_size is not None:
         _over_size(store, policy.max_size, candidates, going)
+    by_run = _refs_by_run(store, policy.all_worktrees)
     by_key = {(s.worktree, s.id): s for s in candidates}
-    for key, reason in going.items():
-        s = by_key[key]
-        prefix = run_prefix(s.worktree, s.id)
-        found = list_refs(store.repo, prefix)
-        heads = prefix + "heads/"
-        branches = sorted(decode_component(n[len(heads):]) for n, _o in found if n.startswith(heads))
-        result.runs.append(RunRemoval(s.id, s.worktree, s.status, s.updated_at, branches, _count_all(store, s),
-                                      found, reason))
-    result.runs.sort(key=lambda r: (r.updated_at, r.run))
-    if policy.keep_last is not None:
-        for s in candidates:
-            if (s.worktree, s.id) in going:
-                continue
-            run = store.get_run(s.id, s.worktree)
-            for info in run.branch_list():
-                if info.checkpoints > policy.keep_last:
-                    kept = list(run.history(info.name, limit=policy.keep_last))
-                    result.prunes.append(BranchPrune(s.id, s.worktree, info.name, info.tip.id, policy.keep_last,
-                                                     info.checkpoints - policy.keep_last,
-                                                     *_kept_entries(store, [cp.id for cp in kept])))
-    if estimate:
-        result.estimate_bytes, result.estimate_objects = _estimate(store, result, now)
+    reader = store.reader
+    with reader.listing_loose():
+        for key, reason in going.items():
+            s = by_key[key]
+            found = by_run.get(key, [])
+            heads = _heads(found)
+            result.runs.append(RunRemoval(s.id, s.worktree, s.status, s.updated_at, [b for b, _t in heads],
+                                          _count_all(store, reader, heads, s), found, reason))
+        result.runs.sort(key=lambda r: (r.updated_at, r.run))
+        if policy.keep_last is not None:
+            for s in candidates:
+                key = (s.worktree, s.id)
+                if key in going:
+                    continue
+                for branch, tip in _heads(by_run.get(key, [])):
+                    try:
+                        pr = _branch_prune(store, reader, s, branch, tip, policy.keep_last)
+                    except GitStateError as exc:
+                        result.skipped.append((f"{s.id}@{branch}", f"unreadable: {exc}"))
+                        continue
+                    if pr is not None:
+                        result.prunes.append(pr)
+        if estimate:
+            result.estimate_bytes, result.estimate_objects = _estimate(store, reader, result, now)
     return result
 
 
-def _kept_entries(store: Store, checkpoints: list[str]) -> tuple[list[str], list[str]]:
-    """The ids a pruned branch's kept checkpoints keep (their trees' entries but the metadata),
-    and those the prune writes anew (commits, root trees, metadata blobs)."""
-    reader = store.reader
-    kept: set[str] = set()
-    rewritten: list[str] = []
-    for oid in checkpoints:
-        tree_id = reader.commit(oid).tree_id
-        rewritten += [oid, str(tree_id)]
-        for e in reader.tree(tree_id):
-            (rewritten.append(str(e.id)) if e.name == cpfmt.META else kept.add(str(e.id)))
-    return sorted(kept), rewritten
+def _line_length(store: Store, tip: str) -> int:
+    """How many checkpoints a branch's line holds, from its tip's step and base."""
+    cp = store.read_checkpoint(tip)
+    return cp.step - cp.base + 1
 
 
-def _count_all(store: Store, s: RunSummary) -> int:
-    """Checkpoints of every branch of a run (distinct commits), ``s.checkpoints`` when unreadable."""
+def _branch_prune(store: Store, reader: ObjectReader, s: RunSummary, branch: str, tip: str,
+                  keep: int) -> BranchPrune | None:
+    """The prune of one branch to its ``keep`` newest checkpoints, ``None`` when it has no more."""
+    count = _line_length(store, tip)
+    if count <= keep:
+        return None
+    line: list[str] = []
+    for commit in reader.first_parents(tip):
+        line.append(commit.id)
+        if len(line) > keep:
+            break
+    if len(line) <= keep:  # (a line shorter than its tip says: nothing older to remove)
+        return None
+    return BranchPrune(s.id, s.worktree, branch, tip, keep, count - keep, line[:keep])
+
+
+def _count_all(store: Store, reader: ObjectReader, heads: list[tuple[str, str]], s: RunSummary) -> int:
+    """Checkpoints of every branch of a run (distinct commits; one branch: read from its tip),
+    ``s.checkpoints`` when unreadable."""
     try:
-        run = store.get_run(s.id, s.worktree)
+        if len(heads) == 1:
+            return _line_length(store, heads[0][1])
         seen: set[str] = set()
-        for info in run.branch_list():
-            seen.update(cp.id for cp in run.history(info.name))
+        for _branch, tip in heads:
+            for commit in reader.first_parents(tip):
+                if commit.id in seen:
+                    break
+                seen.add(commit.id)
         return len(seen)
     except GitStateError:
         return s.checkpoints
+
+
+LogIndex = dict[str, tuple[str | None, str]]  # commit -> (its first parent, its message)
+
+
+def _log_index(common_dir: str, tips: list[str]) -> LogIndex:
+    """The first parent and message of every commit ``tips`` reach, from one ``git log`` (empty
+    when git fails: the commits are then read one by one)."""
+    if not tips:
+        return {}
+    done = run_git(common_dir, ["-c", "log.showSignature=false", "log", "--stdin", "--no-color", "--encoding=UTF-8",
+                                "--format=%H %P%n%B%x00"], stdin="".join(t + "\n" for t in tips).encode("ascii"),
+                   text=False)
+    out: LogIndex = {}
+    if done.returncode != 0:
+        return out
+    raw: bytes = done.stdout  # type: ignore[assignment]  # (text=False: bytes)
+    for chunk in raw.split(b"\x00"):
+        head, _nl, body = chunk.lstrip(b"\n").partition(b"\n")
+        ids = head.decode("ascii", "replace").split()
+        if ids:
+            out[ids[0]] = (ids[1] if len(ids) > 1 else None, body.decode("utf-8", "replace"))
+    return out
+
+
+def _kept_records(reader: ObjectReader, log_tip: str, kept: set[str],
+                  index: LogIndex | None = None) -> list[tuple[CommitData, NodeRecord]]:
+    """The records of a node log that a pruned branch keeps, oldest first: of each boundary the
+    branch still shows once only ``kept`` remains (as :func:`gitstate.store.nodes.listed` shows
+    them), its latest record, and the record that opened it when the boundaries were opened in
+    another order than their latest records were written, so the boundaries, their order and the
+    log's newest record read as before.
+
+    A record's id, status and exit are read from its commit's trailers (``Node-Id``,
+    ``Node-Status``, ``Node-Exit``, written from the same record), its ``node.cbor`` only when the
+    trailers do not say enough (an open boundary's anchor is its base) and for the records kept,
+    which must agree with their trailers (else every record is read, as ``listed`` reads them)."""
+    chain: list[tuple[str, str, str, str | None]] = []  # newest first: (commit id, id, status, anchor)
+    seen: set[str] = set()
+    oid: str | None = log_tip
+    while oid is not None and oid not in seen:
+        seen.add(oid)
+        hit = (index or {}).get(oid)
+        if hit is None:
+            commit = reader.commit(oid)
+            hit = (commit.parent_ids[0] if commit.parent_ids else None, commit.message)
+        found = _record_trailers(hit[1])
+        if found is None or found[1] == "running":
+            record = read_record(reader, reader.commit(oid))
+            found = (record.id, record.status, record.exit if record.status != "running" else record.base)
+        chain.append((oid, *found))
+        oid = hit[0]
+    latest: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for pos, (_commit, rid, _status, _anchor) in enumerate(chain):
+        latest.setdefault(rid, pos)
+        first[rid] = pos
+    shown = [rid for rid, pos in latest.items() if chain[pos][3] is None or chain[pos][3] in kept]
+    positions = {latest[rid] for rid in shown}
+    if sorted(shown, key=lambda i: -first[i]) != sorted(shown, key=lambda i: -latest[i]):
+        positions.update(first[rid] for rid in shown)
+    out = []
+    for pos in sorted(positions, reverse=True):
+        oid, rid, status, anchor = chain[pos]
+        commit = reader.commit(oid)
+        record = read_record(reader, commit)
+        if (record.id, record.status, record.exit if record.status != "running" else record.base) != (rid, status, anchor):
+            return _kept_records_read(reader, log_tip, kept)
+        out.append((commit, record))
+    return out
+
+
+def _record_trailers(message: str) -> tuple[str, str, str | None] | None:
+    """(id, status, exit) from a node-log commit's trailers, ``None`` when one is missing."""
+    found: dict[str, str] = {}
+    for line in message.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key in ("Node-Id", "Node-Status", "Node-Exit"):
+            found[key] = value.strip()
+    if "Node-Id" not in found or "Node-Status" not in found:
+        return None
+    return found["Node-Id"], found["Node-Status"], found.get("Node-Exit")
+
+
+def _kept_records_read(reader: ObjectReader, log_tip: str, kept: set[str]) -> list[tuple[CommitData, NodeRecord]]:
+    """:func:`_kept_records` with every record read from its ``node.cbor``."""
+    chain = [(commit, read_record(reader, commit)) for commit in reader.first_parents(log_tip)]  # newest first
+    shown = {record.id for record, _b in listed((r for _c, r in chain), kept)}
+    latest: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for pos, (_commit, record) in enumerate(chain):
+        if record.id in shown:
+            latest.setdefault(record.id, pos)
+            first[record.id] = pos
+    positions = set(latest.values())
+    if sorted(shown, key=lambda i: -first[i]) != sorted(shown, key=lambda i: -latest[i]):
+        positions.update(first.values())
+    return [chain[pos] for pos in sorted(positions, reverse=True)]
 
 
 def _over_size(store: Store, max_size: int, candidates: list[RunSummary], going: dict[tuple[str, str], str]) -> None:
@@ -385,14 +537,15 @@ def _over_size(store: Store, max_size: int, candidates: list[RunSummary], going:
     ``refs/agentos/`` reaches) fit in ``max_size`` bytes; each run counts the objects no other ref
     reaches (shared objects count once the last run sharing them goes: an overestimate of size)."""
     common = store.location.common_dir
+    by_run = _refs_by_run(store, True)
     mine: dict[tuple[str, str], set[str]] = {}
     owners: dict[str, int] = {}
     for s in candidates:
-        objs = _reach(common, [o for _n, o in list_refs(store.repo, run_prefix(s.worktree, s.id))]) or set()
+        objs = _reach(common, [o for _n, o in by_run.get((s.worktree, s.id), [])]) or set()
         mine[(s.worktree, s.id)] = objs
         for o in objs:
             owners[o] = owners.get(o, 0) + 1
-    agentos = _reach(common, [o for _n, o in list_refs(store.repo, "refs/agentos/")]) or set()
+    agentos = _reach(common, [o for _n, o in list_refs(store.repo, NAMESPACE)]) or set()
     user = _reach(common, ["--exclude=refs/agentos/*", "--exclude=refs/agentos-trash/*",
                            "--exclude=refs/agentos-pins/*", "--all"], stdin=False) or set()
     sizes = _disk_sizes(common, agentos - user)
@@ -431,22 +584,26 @@ def _disk_sizes(common_dir: str, oids: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def _reflog_ids(path: str) -> list[str]:
-    ids = []
+def _reflog_lines(path: str) -> list[str]:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                parts = line.split(" ", 2)
-                if len(parts) >= 2:
-                    ids += [p for p in parts[:2] if len(p) == 40 and p.strip("0")]
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
+            return fh.read().splitlines(keepends=True)
     except OSError:
-        pass
+        return []
+
+
+def _reflog_ids(lines: list[str]) -> list[str]:
+    ids = []
+    for line in lines:
+        parts = line.split(" ", 2)
+        if len(parts) >= 2:
+            ids += [p for p in parts[:2] if len(p) == 40 and p.strip("0")]
     return ids
 
 
-def _all_reflogs(common_dir: str) -> dict[str, list[str]]:
-    """Every reflog of the repository (its worktrees' HEAD logs too): log name -> ids it names."""
-    out: dict[str, list[str]] = {}
+def _all_reflogs(common_dir: str) -> dict[str, str]:
+    """Every reflog of the repository (its worktrees' HEAD logs too): ``root:ref`` -> its path."""
+    out: dict[str, str] = {}
     roots = [os.path.join(common_dir, "logs")]
     wt_dir = os.path.join(common_dir, "worktrees")
     if os.path.isdir(wt_dir):
@@ -455,49 +612,144 @@ def _all_reflogs(common_dir: str) -> dict[str, list[str]]:
         for folder, _dirs, files in os.walk(root):
             for name in files:
                 path = os.path.join(folder, name)
-                rel = os.path.relpath(path, root).replace(os.sep, "/")
-                out[f"{root}:{rel}"] = _reflog_ids(path)
+                out[f"{root}:{os.path.relpath(path, root).replace(os.sep, '/')}"] = path
     return out
 
 
-def _estimate(store: Store, p: Plan, now: bool) -> tuple[int, int]:
+def _filtered_reflog(lines: list[str], renamed: dict[str, str], survivors: set[str]) -> list[str]:
+    """A rewritten reflog's lines: an entry both of whose ids stay (``survivors``, or ``renamed``:
+    a checkpoint rewritten, named by its new id; ``old`` may be zeros, a creation) is kept, the
+    others go (an entry whose ``old`` is gone would make ``undo`` delete the branch)."""
+    out = []
+    for line in lines:
+        head, tab, message = line.partition("\t")
+        parts = head.split(" ", 2)
+        if len(parts) < 3 or not tab:
+            continue
+        old, new, who = parts
+        new = renamed.get(new, new)
+        old = renamed.get(old, old)
+        if new in survivors and (old == ZERO or old in survivors):
+            out.append(f"{old} {new} {who}\t{message}")
+    return out
+
+
+def _path_of(common_dir: str, *parts: str) -> str:
+    return os.path.join(common_dir, *[p for part in parts for p in part.split("/")])
+
+
+def _emptied(paths: set[str], stop: str) -> set[str]:
+    """The folders (below ``stop``) that removing ``paths`` leaves empty, and those above them
+    that become empty in turn."""
+    gone = set(paths)
+    out: set[str] = set()
+    todo = sorted({os.path.dirname(p) for p in paths}, key=len, reverse=True)
+    while todo:
+        folder = todo.pop(0)
+        if folder in out or not folder.startswith(stop + os.sep):
+            continue
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        if all(os.path.join(folder, e) in gone for e in entries):
+            out.add(folder)
+            gone.add(folder)
+            parent = os.path.dirname(folder)
+            todo.append(parent)
+            todo.sort(key=len, reverse=True)
+    return out
+
+
+def _sizes(paths: Iterable[str]) -> int:
+    total = 0
+    for path in paths:
+        try:
+            total += os.lstat(path).st_size
+        except OSError:
+            continue
+    return total
+
+
+def _estimate(store: Store, reader: ObjectReader, p: Plan, now: bool) -> tuple[int, int]:
     """Bytes and objects the plan gives back, measured: the objects of gitstate's own packs that
-    nothing staying reaches (no ref, reflog or index once the plan's refs and pruned lines are
-    gone) go; the others are packed as gc would pack them (``git pack-objects --stdout``, counted,
-    not written), and the estimate is the old packs' size minus that pack's and its index's."""
+    nothing staying reaches (no ref, reflog or index once the plan's refs are gone and the pruned
+    lines' reflogs rewritten) go; the others are packed as gc would pack them (``git pack-objects
+    --stdout``, counted, not written), and the estimate is the old packs' size minus that pack's
+    and its index's, plus the reflogs, ref files and folders that go, minus what the prunes write
+    anew (the kept checkpoints' commits, root trees and metadata, and their node records)."""
     common = store.location.common_dir
-    affected = {name for r in p.runs for name, _o in r.refs} | {name for name, _o in p.expired_trash}
-    for pr in p.prunes:
-        affected.add(branch_ref(pr.worktree, pr.run, pr.branch))
-        affected.add(node_log_ref(pr.worktree, pr.run, pr.branch))
-    log_root = os.path.join(common, "logs") + ":"
+    removed = {name for r in p.runs for name, _o in r.refs}
+    pruned: dict[str, list[str]] = {}  # ref -> the lines its rewritten reflog keeps
     stay_tips: list[str] = []
-    ref_bytes = 0  # the reflogs and loose ref files that go
-    for key, logged in _all_reflogs(common).items():
-        if not (key.startswith(log_root) and key[len(log_root):] in affected):
-            stay_tips.extend(logged)
-    pruned = {branch_ref(pr.worktree, pr.run, pr.branch) for pr in p.prunes} | {
-        node_log_ref(pr.worktree, pr.run, pr.branch) for pr in p.prunes}
-    for name in affected:
-        paths = [os.path.join(common, "logs", *name.split("/"))]
-        if name not in pruned and now:  # (a pruned branch keeps its ref; the trash holds the others)
-            paths.append(os.path.join(common, *name.split("/")))
-        for path in paths:
-            try:
-                ref_bytes += os.stat(path).st_size
-            except OSError:
-                continue
-    # a prune writes its kept checkpoints again (commits, root trees, metadata): one pack each
-    again = _disk_sizes(common, [o for pr in p.prunes for o in pr.rewritten])
-    ref_bytes -= sum(again.values()) + IDX_BYTES_PER_OBJECT * len(again) + PACK_OVERHEAD * len(p.prunes)
-    for name, oid in list_refs(store.repo, "refs/"):
-        if name not in affected and name.startswith(("refs/agentos/", TRASH, PINS)):
-            stay_tips.append(oid)
+    again: list[str] = []  # old objects of which the prunes write a new copy
+    by_run = _refs_by_run(store, True)
+    values = {name: oid for refs in by_run.values() for name, oid in refs}
+    index = _log_index(common, [oid for pr in p.prunes
+                                if (oid := values.get(node_log_ref(pr.worktree, pr.run, pr.branch)))])
+    packed_growth = 0
     for pr in p.prunes:
-        stay_tips += pr.kept_entries
-    if not now:  # what goes is kept in the trash for the grace period
-        stay_tips += [o for r in p.runs for _n, o in r.refs] + [pr.tip for pr in p.prunes]
-        stay_tips += [o for pr in p.prunes if (o := store.read_ref(node_log_ref(pr.worktree, pr.run, pr.branch)))]
+        ref = branch_ref(pr.worktree, pr.run, pr.branch)
+        log_ref = node_log_ref(pr.worktree, pr.run, pr.branch)
+        line = set(pr.line)
+        keeps_reflog = len(_heads(by_run.get((pr.worktree, pr.run), []))) > 1
+        pruned[ref] = _filtered_reflog(_reflog_lines(_path_of(common, "logs", ref)), {}, line) if keeps_reflog else []
+        for oid in pr.line:
+            commit = reader.commit(oid)
+            again += [oid, commit.tree_id]
+            for e in reader.tree(commit.tree_id):
+                (again.append(str(e.id)) if e.name == cpfmt.META else stay_tips.append(str(e.id)))
+        log_tip = store.read_ref(log_ref)
+        if log_tip is not None:
+            records = _kept_records(reader, log_tip, line, index)
+            for commit, _record in records:
+                again += [commit.id, commit.tree_id]
+            pruned[log_ref] = []
+            if not now:
+                stay_tips.append(log_tip)
+                packed_growth += len(f"{log_tip} {_trash_name(0, log_ref)}\n") + 9
+        if not now:
+            stay_tips.append(pr.tip)
+            packed_growth += len(f"{pr.tip} {_trash_name(0, ref)}\n") + 9
+    for name, oid in [ro for r in p.runs for ro in r.refs] + p.expired_trash:
+        packed_growth -= len(f"{oid} {name}\n")
+    if not now:
+        stay_tips += [o for r in p.runs for _n, o in r.refs]
+        packed_growth += sum(len(f"{o} {_trash_name(0, n)}\n") + 9 for r in p.runs for n, o in r.refs)
+    affected = removed | set(pruned)
+    log_root = os.path.join(common, "logs") + ":"
+    ref_bytes = 0
+    gone_paths: set[str] = set()
+    for key, path in _all_reflogs(common).items():
+        ref = key[len(log_root):] if key.startswith(log_root) else ""
+        if ref in removed:
+            gone_paths.add(path)
+        elif ref in pruned and not pruned[ref]:
+            gone_paths.add(path)
+        elif ref in pruned:
+            ref_bytes += _sizes([path]) - sum(len(line.encode("utf-8", "surrogateescape")) for line in pruned[ref])
+        else:
+            stay_tips.extend(_reflog_ids(_reflog_lines(path)))
+    # every loose ref of gitstate's is packed (or deleted)
+    loose = set()
+    for folder, _dirs, files in os.walk(_path_of(common, NAMESPACE.rstrip("/"))):
+        for name in files:
+            path = os.path.join(folder, name)
+            loose.add(path)
+            ref = os.path.relpath(path, common).replace(os.sep, "/")
+            if ref not in removed:
+                packed_growth += _sizes([path]) + len(ref) + 1
+    gone_paths |= loose
+    folders = _emptied({p for p in gone_paths if "logs" in p}, os.path.join(common, "logs", "refs", "agentos"))
+    folders |= _emptied(loose, os.path.join(common, "refs", "agentos"))
+    ref_bytes += _sizes(gone_paths) + _sizes(folders) - packed_growth
+    sized = _disk_sizes(common, set(again))
+    ref_bytes -= sum(sized.values()) + IDX_BYTES_PER_OBJECT * len(sized) + \
+        PACK_OVERHEAD * -(-len(p.prunes) // BATCH)
+    expired = {name for name, _o in p.expired_trash}
+    for name, oid in list_refs(store.repo, "refs/"):
+        if name not in affected and name not in expired and name.startswith((NAMESPACE, TRASH, PINS)):
+            stay_tips.append(oid)
     stay = _reach(common, stay_tips) or set()
     user = _reach(common, ["--exclude=refs/agentos/*", "--exclude=refs/agentos-trash/*",
                            "--exclude=refs/agentos-pins/*", "--all", "--indexed-objects"], stdin=False)
@@ -528,14 +780,21 @@ def _estimate(store: Store, p: Plan, now: bool) -> tuple[int, int]:
 # -- applying --------------------------------------------------------------------------------------
 
 def git_dir_size(common_dir: str) -> int:
-    """Bytes the repository's git directory takes (apparent sizes of its files)."""
+    """Bytes the repository's git directory takes, as ``du -sb`` counts them (the apparent sizes
+    of its files and folders, a file of several links once)."""
     total = 0
+    seen: set[tuple[int, int]] = set()
     for folder, _dirs, files in os.walk(common_dir):
-        for name in files:
+        for path in [folder, *(os.path.join(folder, name) for name in files)]:
             try:
-                total += os.lstat(os.path.join(folder, name)).st_size
+                st = os.lstat(path)
             except OSError:
                 continue
+            if st.st_nlink > 1 and not os.path.isdir(path):
+                if (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
     return total
 
 
@@ -569,76 +828,310 @@ def _private_index_objects(common_dir: str) -> set[str]:
     return found
 
 
+@dataclass
+class _Pruned:
+    """What the prune of one branch wrote: old -> new ids of its checkpoints and node records."""
+
+    prune: BranchPrune
+    renamed: dict[str, str]
+    tip: str
+    log_renamed: dict[str, str]
+    log_tip: str | None
+    keep_reflog: bool = True
+
+
+def _write_batches(store: Store, items: list[Any], refs_of: Callable[[Any], set[str]],
+                   stage: Callable[[Transaction, Any], None], label: Callable[[Any], str],
+                   failed: list[tuple[str, str]]) -> list[Any]:
+    """Stage ``items`` in transactions of :data:`BATCH` each (strict compare-and-swaps): an item
+    whose ref moved since it was planned, or that cannot be staged, is left out and reported in
+    ``failed``, and its transaction is built again without it. Returns the items written."""
+    done: list[Any] = []
+    for start in range(0, len(items), BATCH):
+        pending = list(items[start:start + BATCH])
+        while pending:
+            bad: list[tuple[Any, str]] = []
+
+            def build(tx: Transaction, pending: list[Any] = pending, bad: list[tuple[Any, str]] = bad) -> None:
+                bad.clear()
+                for item in pending:
+                    mark = len(tx.updates)
+                    try:
+                        stage(tx, item)
+                    except GitStateError as exc:  # (its objects stay unnamed: the repack drops them)
+                        del tx.updates[mark:]
+                        bad.append((item, str(exc)))
+            try:
+                store.write(build)
+            except ConflictError as exc:
+                owner = next((i for i in pending if exc.ref in refs_of(i)), None)
+                if owner is None:
+                    failed.extend((label(i), str(exc)) for i in pending)
+                    break
+                failed.append((label(owner), "changed since planned"))
+                pending = [i for i in pending if i is not owner]
+                continue
+            except GitStateError as exc:  # a lock held past the timeout, a file-system error
+                failed.extend((label(i), str(exc)) for i in pending)
+                break
+            failed.extend((label(i), why) for i, why in bad)
+            done += [i for i in pending if not any(i is b for b, _w in bad)]
+            break
+    return done
+
+
 def apply(store: Store, p: Plan, *, now: bool = False, reclaim: bool = True) -> Result:
     """Carry out a plan: drop expired trash, remove the runs (moved to the trash unless ``now``),
-    prune the branches (their old lines to the trash unless ``now``; the reflog entries of the
-    pruned lines expire), then rewrite gitstate's packs without what nothing reaches any more
-    (``reclaim``). A run or branch that changed since the plan was made is left as it is and
-    reported in ``failed``."""
+    prune the branches (their old lines and node logs to the trash unless ``now``), each in
+    transactions of many runs or branches; rewrite the pruned lines' reflogs (entries of kept
+    checkpoints name their new ids, the others go), remove the folders left empty and pack
+    gitstate's loose refs; then
+    rewrite gitstate's packs without what nothing reaches any more (``reclaim``). A run or branch
+    that changed since the plan was made is left as it is and reported in ``failed``."""
     common = store.location.common_dir
     before = git_dir_size(common)
     failed: list[tuple[str, str]] = []
     trashed: list[str] = []
     stamp = int(time.time())
     if p.expired_trash:
-        def drop(tx: Transaction) -> None:
-            for name, oid in p.expired_trash:
-                tx.delete_ref(name, oid, "gitstate: gc drops old trash")
-        try:
-            store.write(drop)
-        except ConflictError as exc:
-            failed.append(("trash", str(exc)))
+        _write_batches(store, p.expired_trash, lambda t: {t[0]},
+                       lambda tx, t: tx.delete_ref(t[0], t[1], "gitstate: gc drops old trash", strict=True),
+                       lambda _t: "trash", failed)
+    current = _refs_by_run(store, True)
+    runs = []
     for r in p.runs:
-        def remove(tx: Transaction, r: RunRemoval = r) -> None:
-            for name, oid in r.refs:
-                tx.delete_ref(name, oid, f"gitstate: gc removes run {r.run}", strict=True)
-                if not now:
-                    tx.set_ref(_trash_name(stamp, name), None, oid, "gitstate: gc", strict=True, log=False)
-        extra = set(list_refs(store.repo, run_prefix(r.worktree, r.run))) - set(r.refs)
-        if extra:
+        if set(current.get((r.worktree, r.run), [])) - set(r.refs):
             failed.append((r.run, "changed since planned"))
-            continue
-        try:
-            store.write(remove)
-        except ConflictError:
-            failed.append((r.run, "changed since planned"))
-            continue
-        if not now:
-            trashed += [_trash_name(stamp, name) for name, _o in r.refs]
-    for pr in p.prunes:
-        run = store.get_run(pr.run, pr.worktree)
-        if run.tip(pr.branch) != pr.tip:
-            failed.append((f"{pr.run}@{pr.branch}", "changed since planned"))
-            continue
-        log_ref = run.node_log(pr.branch).ref
-        old_log = store.read_ref(log_ref)
-        try:
-            run.prune(keep_latest=pr.keep, branch=pr.branch)
-        except ConflictError:
-            failed.append((f"{pr.run}@{pr.branch}", "changed since planned"))
-            continue
-        if not now:
-            olds = [(run.ref(pr.branch), pr.tip)] + ([(log_ref, old_log)] if old_log else [])
+        else:
+            runs.append(r)
 
-            def keep_old(tx: Transaction, olds: list[tuple[str, str]] = olds) -> None:
-                for name, oid in olds:
-                    tx.set_ref(_trash_name(stamp, name), None, oid, "gitstate: gc", strict=True, log=False)
-            try:
-                store.write(keep_old)
-                trashed += [_trash_name(stamp, name) for name, _o in olds]
-            except ConflictError as exc:
-                failed.append((f"{pr.run}@{pr.branch}", f"not kept in the trash: {exc}"))
-        for name in (run.ref(pr.branch), log_ref):
-            expire_unreachable_reflog(common, name)
+    def remove(tx: Transaction, r: RunRemoval) -> None:
+        for name, oid in r.refs:
+            tx.delete_ref(name, oid, f"gitstate: gc removes run {r.run}", strict=True)
+            if not now:
+                tx.set_ref(_trash_name(stamp, name), None, oid, "gitstate: gc", strict=True, log=False)
+
+    removed = _write_batches(store, runs, lambda r: {n for n, _o in r.refs}, remove, lambda r: r.run, failed)
+    if not now:
+        trashed += [_trash_name(stamp, name) for r in removed for name, _o in r.refs]
+    written: dict[int, _Pruned] = {}
+    reader = store.reader
+    values = {name: oid for refs in current.values() for name, oid in refs}
+    index = _log_index(common, [oid for pr in p.prunes
+                                if (oid := values.get(node_log_ref(pr.worktree, pr.run, pr.branch)))])
+
+    def prune(tx: Transaction, pr: BranchPrune) -> None:
+        written[id(pr)] = _stage_prune(store, reader, tx, pr, stamp, now, index)
+
+    with reader.listing_loose():
+        pruned = _write_batches(
+            store, p.prunes,
+            lambda pr: {branch_ref(pr.worktree, pr.run, pr.branch), node_log_ref(pr.worktree, pr.run, pr.branch)},
+            prune, lambda pr: f"{pr.run}@{pr.branch}", failed)
+    done = [written[id(pr)] for pr in pruned]
+    for d in done:  # a run of one branch: its reflog only repeats what the checkpoints say
+        d.keep_reflog = len(_heads(current.get((d.prune.worktree, d.prune.run), []))) > 1
+    if not now:
+        for d in done:
+            trashed.append(_trash_name(stamp, branch_ref(d.prune.worktree, d.prune.run, d.prune.branch)))
+            if d.log_tip is not None:
+                trashed.append(_trash_name(stamp, node_log_ref(d.prune.worktree, d.prune.run, d.prune.branch)))
     store.forget_objects()
+    _tidy(store, removed, done)
+    try:
+        pack_refs(common)  # (a ref's own folder costs more than its packed line)
+    except OSError:
+        pass
     reclaimed = None
     if reclaim:
         reclaimed = reclaiming.reclaim(common, lambda: reachable_objects(store))
     return Result(p, failed, before, git_dir_size(common), reclaimed, trashed)
 
 
+def _stage_prune(store: Store, reader: ObjectReader, tx: Transaction, pr: BranchPrune, stamp: int,
+                 now: bool, index: LogIndex) -> _Pruned:
+    """Stage the prune of one branch: its kept checkpoints rewritten onto a new root (same trees
+    but ``meta.cbor``'s base, same messages and times, as :meth:`gitstate.Run.prune` writes them),
+    its node log rewritten to the records of the boundaries they keep (:func:`_kept_records`,
+    naming the new ids), both refs moved by strict compare-and-swap without a reflog line (gc
+    rewrites the reflogs afterwards), and, unless ``now``, the old tips kept in the trash."""
+    ref = branch_ref(pr.worktree, pr.run, pr.branch)
+    log_ref = node_log_ref(pr.worktree, pr.run, pr.branch)
+    kept = list(reversed(pr.line))
+    renamed: dict[str, str] = {}
+    parent: str | None = None
+    base = None
+    for oid in kept:
+        commit = reader.commit(oid)
+        meta = cpfmt.read_meta(reader, commit)
+        base = meta["step"] if base is None else base
+        meta["base"] = base or None
+        if meta.get("node_entry") in renamed:
+            meta["node_entry"] = renamed[meta["node_entry"]]
+        entries: list[TreeEntry] = [(e.name, e.id, e.filemode) for e in reader.tree(commit.tree_id)
+                                    if e.name != cpfmt.META]
+        entries.append((cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB))
+        message = commit.message
+        if meta.get("node_entry") and meta["node_entry"] != _trailer(message, "Node-Entry"):
+            message = _replace_trailer(message, "Node-Entry", meta["node_entry"])
+        parent = tx.commit(tx.tree(entries), [parent] if parent else [], message,
+                           author=commit.author, committer=commit.committer)
+        renamed[oid] = parent
+    assert parent is not None
+    tx.set_ref(ref, pr.tip, parent, f"gitstate: gc prune to the {pr.keep} newest checkpoints", strict=True, log=False)
+    log_tip = store.read_ref(log_ref)
+    log_renamed: dict[str, str] = {}
+    new_log: str | None = None
+    if log_tip is not None:
+        for commit, record in _kept_records(reader, log_tip, set(pr.line), index):
+            record = dataclasses.replace(record, entry=renamed.get(record.entry or "", record.entry),
+                                         exit=renamed.get(record.exit or "", record.exit),
+                                         base=renamed.get(record.base or "", record.base))
+            log_entries: list[TreeEntry] = [(nodefmt.RECORD, tx.blob(nodefmt.encode(record, pr.run)), MODE_BLOB)]
+            if record.entry:
+                log_entries.append((nodefmt.ENTRY_LINK, record.entry, MODE_COMMIT))
+            if record.exit:
+                log_entries.append((nodefmt.EXIT_LINK, record.exit, MODE_COMMIT))
+            new_log = tx.commit(tx.tree(log_entries), [new_log] if new_log else [], nodefmt.message(record, pr.run),
+                                author=commit.author, committer=commit.committer)
+            log_renamed[commit.id] = new_log
+        if new_log is not None:
+            tx.set_ref(log_ref, log_tip, new_log, "gitstate: gc prune", strict=True, log=False)
+        else:
+            tx.delete_ref(log_ref, log_tip, "gitstate: gc prune", strict=True)
+    if not now:
+        tx.set_ref(_trash_name(stamp, ref), None, pr.tip, "gitstate: gc", strict=True, log=False)
+        if log_tip is not None:
+            tx.set_ref(_trash_name(stamp, log_ref), None, log_tip, "gitstate: gc", strict=True, log=False)
+    return _Pruned(pr, renamed, parent, log_renamed, log_tip if new_log is None else new_log)
+
+
+def _trailer(message: str, key: str) -> str | None:
+    for line in reversed(message.splitlines()):
+        if line.startswith(f"{key}: "):
+            return line[len(key) + 2:].strip()
+    return None
+
+
+def _replace_trailer(message: str, key: str, value: str) -> str:
+    lines = message.split("\n")
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(f"{key}: "):
+            lines[i] = f"{key}: {value}"
+            break
+    return "\n".join(lines)
+
+
+def _tidy(store: Store, removed: list[RunRemoval], pruned: list[_Pruned]) -> None:
+    """Rewrite the reflogs of the pruned branches and node logs (:func:`_rewrite_reflog`) and
+    remove the reflog folders the removed runs left empty. Writers append to a reflog while they
+    hold the gc gate shared and the ref's lock: the reflogs are rewritten :data:`TIDY_CHUNK` at a
+    time with the gate held exclusive (writers wait a moment between chunks), or, when writers
+    keep the gate busy past :data:`TIDY_WAIT`, each under its ref's lock."""
+    common = store.location.common_dir
+    logs = _path_of(common, "logs", NAMESPACE.rstrip("/"))
+    gate = os.path.join(common, "agentos", "gc.lock")
+    reader = store.reader
+    with reader.listing_loose():
+        for start in range(0, len(pruned), TIDY_CHUNK):
+            with lockfile.Gate.exclusive(gate, TIDY_WAIT) as free:
+                for d in pruned[start:start + TIDY_CHUNK]:
+                    pr = d.prune
+                    _rewrite_reflog(common, reader, branch_ref(pr.worktree, pr.run, pr.branch),
+                                    d.renamed if d.keep_reflog else {}, set(d.renamed.values()), d.tip, lock=not free)
+                    if d.log_renamed and d.log_tip is not None:
+                        _rewrite_reflog(common, reader, node_log_ref(pr.worktree, pr.run, pr.branch), {},
+                                        set(d.log_renamed.values()), d.log_tip, lock=not free)
+    folders = set()
+    for r in removed:
+        top = _path_of(common, "logs", run_prefix(r.worktree, r.run).rstrip("/"))
+        for folder, _dirs, _files in os.walk(top):
+            folders.add(folder)
+    _remove_empty(folders, logs)
+
+
+def _remove_empty(folders: set[str], stop: str) -> None:
+    """Remove the empty ones of ``folders`` and then their parents below ``stop``, deepest first."""
+    for path in sorted(folders, key=len, reverse=True):
+        while path.startswith(stop + os.sep):
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
+            path = os.path.dirname(path)
+
+
+def _rewrite_reflog(common_dir: str, reader: ObjectReader, ref: str, renamed: dict[str, str], written: set[str],
+                    ours: str, *, lock: bool = True) -> None:
+    """Rewrite the reflog of a pruned ref (:func:`_filtered_reflog`) under the ref's lock (writers
+    append to a reflog under it), keeping its modification time (which tells lines that moved
+    within one second apart): entries of the kept checkpoints name their new ids (``renamed``;
+    empty: they go too), entries of lines that are gone go, entries written since gc moved the ref
+    (to ``ours``; ``written``: the ids gc wrote) stay. An empty reflog is removed, with the folders
+    it leaves empty. Left as it is when the ref no longer descends from what gc wrote (moved back
+    since) or its lock is held: it then keeps its objects, and nothing else is lost. ``lock``:
+    take the ref's lock (not needed while the gc gate is held exclusive)."""
+    path = _path_of(common_dir, "logs", ref)
+    if not os.path.isfile(path):
+        return
+    ref_path = _path_of(common_dir, ref)
+    made = lock and not os.path.isdir(os.path.dirname(ref_path))
+    fd = -1
+    try:
+        if lock:
+            os.makedirs(os.path.dirname(ref_path), exist_ok=True)
+            fd = lockfile.create_held(ref_path + ".lock")
+    except OSError:  # held, or its folder removed meanwhile by a writer's cleanup: left as it is
+        if made:
+            _remove_empty({os.path.dirname(ref_path)}, _path_of(common_dir, "refs"))
+        return
+    try:
+        survivors = _survivors(common_dir, reader, ref, written, ours)
+        if survivors is None:
+            return
+        st = os.stat(path)
+        lines = _filtered_reflog(_reflog_lines(path), renamed, survivors)
+        if not lines:
+            os.unlink(path)
+            _remove_empty({os.path.dirname(path)}, _path_of(common_dir, "logs", NAMESPACE.rstrip("/")))
+        else:
+            tmp = f"{path}.{os.getpid()}.gc.tmp"
+            with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="") as fh:
+                fh.writelines(lines)
+            os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+            os.replace(tmp, path)
+    except OSError:
+        pass
+    finally:
+        if fd >= 0:
+            lockfile.release_held(ref_path + ".lock", fd)
+        if made:
+            _remove_empty({os.path.dirname(ref_path)}, _path_of(common_dir, "refs"))
+
+
+def _survivors(common_dir: str, reader: ObjectReader, ref: str, written: set[str], ours: str) -> set[str] | None:
+    """The ids a pruned ref's reflog may keep (read under the ref's lock): what gc wrote, and the
+    checkpoints written on top of it since; ``None`` when the ref no longer descends from it."""
+    value = peek(common_dir, ref)
+    if value == ours:
+        return set(written)
+    if not isinstance(value, str):
+        return None
+    newer: set[str] = set()
+    try:
+        for commit in reader.first_parents(value):
+            if commit.id in written:
+                return written | newer
+            newer.add(commit.id)
+            if len(newer) > WALK_LIMIT:
+                return None
+    except GitStateError:
+        return None
+    return None
+
+
 def expire_unreachable_reflog(common_dir: str, ref: str) -> None:
-    """Drop the entries of ``ref``'s reflog that its tip does not reach (a pruned line), keeping
+    """Drop the entries of ``ref``'s reflog that its tip does not reach (a rewritten line), keeping
     the others; only this ref's log is touched (``git reflog expire`` on that ref alone)."""
     run_git(common_dir, ["reflog", "expire", "--expire=never", "--expire-unreachable=now", "--rewrite", ref])
 
