@@ -320,7 +320,7 @@ class GitCheckpointStorage:
         listing of the worktree's refs)."""
         runs: set[str] = set()
         heads: dict[str, dict[str, str]] = {}
-        for name, oid in self.store.list_refs(worktree_prefix(self.store.worktree)):
+        for name, oid in self.store.core.list_refs(worktree_prefix(self.store.worktree)):
             parsed = parse_ref(name)
             if parsed is None:
                 continue
@@ -484,7 +484,7 @@ class GitCheckpointStorage:
                         "saved": saved}
             state = {"format": KIND, "v": frameworks.VERSION, "saved": saved, **fields}
             found: list[Any] = []  # the store's secrets policy (warn: recorded in meta.cbor)
-            state = self.store.secrets.value(state, "state", found)
+            state = self.store.core.secrets.value(state, "state", found)
             cp = run.stage_checkpoint(
                 tx, tip, cpfmt.state_entry(tx.writer, state), branch=branch, node="superstep",
                 trigger=f"iteration {checkpoint.iteration_count}", metadata=metadata, secrets=found,
@@ -499,11 +499,11 @@ class GitCheckpointStorage:
             rewrote.append(self._stage_drops(tx, view, [(run_id, e) for run_id, e in copies if run_id != run.id]))
 
         with self._lock:
-            store.write(build)
+            store.core.write(build)
         if result:
-            store.remember(result[0])
+            store.core.remember(result[0])
         if any(rewrote):
-            store.forget_objects()
+            store.core.forget_objects()
         return cid
 
     def _stage_rewrite(self, tx: Transaction, tips: dict[str, str],
@@ -515,7 +515,7 @@ class GitCheckpointStorage:
         if not drop:
             return dict(tips), _Identity()
         store = self.store
-        reader = store.reader
+        reader = store.core.reader
         memo: dict[str, str | None] = {}
 
         def new_id(oid: str) -> str | None:
@@ -535,13 +535,13 @@ class GitCheckpointStorage:
                     memo[old] = old
                     continue
                 meta = read_meta(reader, commit)
-                meta["step"] = 0 if parent is None else store.position(parent)[0] + 1
+                meta["step"] = 0 if parent is None else store.core.position(parent)[0] + 1
                 meta.pop("base", None)
                 entries = [(e.name, e.id, e.filemode) for e in reader.tree(commit.tree_id) if e.name != cpfmt.META]
                 entries.append((cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), 0o100644))
                 memo[old] = tx.commit(tx.tree(entries), [parent] if parent else [], cpfmt.message(meta),
                                       author=commit.author, committer=commit.committer)
-                store.remember_position(memo[old] or "", meta["step"], 0)
+                store.core.remember_position(memo[old] or "", meta["step"], 0)
             return memo[oid]
 
         new_tips: dict[str, str] = {}
@@ -596,8 +596,8 @@ class GitCheckpointStorage:
                 raise next(iter(view.broken.values()))
             return False
         with self._lock:
-            self.store.write(build)
-        self.store.forget_objects()
+            self.store.core.write(build)
+        self.store.core.forget_objects()
         return bool(found)
 
     # -- the protocol -------------------------------------------------------------------------

@@ -73,7 +73,7 @@ class RunHandle:
         """The run, created if it does not exist (also after it was deleted)."""
         with self._lock:
             run = self._run
-            if run is not None and self.store.read_ref(run_info_ref(run.worktree, run.id)) is not None:
+            if run is not None and self.store.core.read_ref(run_info_ref(run.worktree, run.id)) is not None:
                 return run
             self._run = None
             try:

@@ -223,7 +223,7 @@ class GitSession:
         return line.copy()
 
     def _read_line(self, cp: Checkpoint) -> _Line:
-        reader = StateReader(self.store.reader)
+        reader = StateReader(self.store.core.reader)
         root = reader.tree(cp.tree_id)
         entry = root.get(cpfmt.STATE_TREE)
         if entry is None or entry.type_str != "tree":
@@ -285,7 +285,7 @@ class GitSession:
             if session_limit is not None and session_limit == 0:
                 return []
             wanted = session_limit if session_limit is not None and session_limit > 0 else None
-            return line.items(StateReader(self.store.reader), wanted)
+            return line.items(StateReader(self.store.core.reader), wanted)
 
         return await self._thread(read)
 
@@ -326,7 +326,7 @@ class GitSession:
             return
         data = [json_data(item, f"items[{i}]") for i, item in enumerate(items)]
         # the store's secrets policy, before anything is written (warn: the push check finds them)
-        data = self.store.secrets.value(data, "items", [])
+        data = self.store.core.secrets.value(data, "items", [])
         branch = self._branch
 
         def add() -> None:
@@ -351,7 +351,7 @@ class GitSession:
                 popped.clear()
                 if line.count == 0:
                     return False
-                popped.append(line.pop(StateReader(self.store.reader)))
+                popped.append(line.pop(StateReader(self.store.core.reader)))
                 return True
 
             if self._run() is None:
@@ -439,7 +439,7 @@ class GitSession:
                 if isinstance(count, int) and count <= cut:
                     fork = cp.id
                     break
-            reader = StateReader(self.store.reader)
+            reader = StateReader(self.store.core.reader)
             created = sql_time()
             result: list[Checkpoint] = []
 
@@ -453,11 +453,11 @@ class GitSession:
                     fork_from=fork, metadata={"items": new.count, "from_branch": source, "from_turn": turn_number})]
 
             try:
-                self.store.write(build)
+                self.store.core.write(build)
             except ConflictError:
                 raise SessionBranchError(
                     f"Branch ID '{name}' has already been used. Choose a new branch ID.") from None
-            self.store.remember(result[0])
+            self.store.core.remember(result[0])
             self._branch = name
             return name
 
@@ -523,7 +523,7 @@ class GitSession:
         line = self._tip_line(branch)
         if not line.turns:
             return []
-        items = line.items(StateReader(self.store.reader), None)
+        items = line.items(StateReader(self.store.core.reader), None)
         rows = []
         for number, (index, when) in enumerate(line.turns, start=1):
             item = items[index]

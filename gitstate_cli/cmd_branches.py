@@ -83,7 +83,7 @@ def branch(store: gitstate.Store, refs: tuple[str, ...], delete: bool, force_del
 
     for loc in located:  # all refusals before the first deletion
         run = runs[loc.run]
-        check_deletable(store, run.worktree, run.id, loc.branch, force)
+        check_deletable(store.core, run.worktree, run.id, loc.branch, force)
     deleted = []
     for loc in located:
         tip = runs[loc.run].delete_branch(loc.branch, force=force)

@@ -101,7 +101,7 @@ def checkpoint(store: gitstate.Store, run_id: str, paths: tuple[str, ...], workf
     if with_files:
         # PATHs are relative to the current directory, as in git; checked before anything is written
         files = [os.path.abspath(p) for p in paths]
-        store.workspace.resolve_paths(files)
+        store.core.workspace.resolve_paths(files)
         kwargs["files"] = files or True
     if workflow in frameworks.INTEGRATION_WORKFLOWS:
         raise click.UsageError(f"workflow {workflow!r} is the {workflow} integration's: only it writes "

@@ -93,7 +93,7 @@ def bench_first(root: Path, rounds: int) -> None:
                         p.unlink()
                 store = gitstate.open_store(root)
                 t0 = time.perf_counter()
-                store.workspace.snapshot()
+                store.core.workspace.snapshot()
                 ours.append(time.perf_counter() - t0)
                 store.close()
             else:
@@ -145,7 +145,7 @@ def bench_speed(args: argparse.Namespace) -> None:
               f"ratios {per_round:.2f}; bar <= 1.0)")
 
         before = loose_count(root)
-        store.workspace.snapshot()
+        store.core.workspace.snapshot()
         print(f"loose objects written by a snapshot of an unchanged tree: {loose_count(root) - before}")
         run.checkpoint({"round": "same"}, files=True)
         before = loose_count(root)

@@ -56,7 +56,7 @@ def fill_bulk(store: gitstate.Store, runs: int, checkpoints: int, per_tx: int = 
     and the node-log record of each step, as ``checkpoint(..., node="step")`` writes them), each
     branch and node log moved once; then the reflog lines one write per checkpoint appends."""
     common = store.location.common_dir
-    who, email = store.identity
+    who, email = store.core.identity
     for start in range(0, runs, per_tx):
         batch = [store.new_run(workflow="bench", run_id=f"r{i:05d}") for i in range(start, min(start + per_tx, runs))]
         lines: dict[str, list[str]] = {}
@@ -74,7 +74,7 @@ def fill_bulk(store: gitstate.Store, runs: int, checkpoints: int, per_tx: int = 
                     status = "completed" if j == checkpoints - 1 else None
                     cp = run.stage_checkpoint(tx, tip, cpfmt.state_entry(tx.writer, state(i, j)), node="step",
                                               status=status)
-                    store.remember_position(cp.id, cp.step, cp.base)
+                    store.core.remember_position(cp.id, cp.step, cp.base)
                     when = int(cp.created_at.timestamp())
                     heads.append(f"{tip or ZERO} {cp.id} {who} <{email}> {when} +0000\t"
                                  f"gitstate: checkpoint {cpfmt.subject('step', j, None, status)}\n")
@@ -98,7 +98,7 @@ def fill_bulk(store: gitstate.Store, runs: int, checkpoints: int, per_tx: int = 
                 tx.updates += [RefUpdate(ref, None, tip, "", True, log=False),
                                RefUpdate(log_ref, None, log_tip, "", True, log=False)]
 
-        store.write(build)
+        store.core.write(build)
         for ref, appended in lines.items():
             path = os.path.join(common, "logs", *ref.split("/"))
             os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -111,8 +111,8 @@ def main() -> int:
             print(f"  #{rep + 1}: pull {pulls[-1]:6.2f} s   git fetch {fetches[-1]:6.2f} s", flush=True)
         store = gitstate.open_store(pull_dir)
         loose = count_loose_refs(store.location.common_dir)
-        staging = len(store.list_refs("refs/agentos-incoming/"))
-        moved = len(store.list_refs("refs/agentos/"))
+        staging = len(store.core.list_refs("refs/agentos-incoming/"))
+        moved = len(store.core.list_refs("refs/agentos/"))
         store.close()
         pull_s, fetch_s = statistics.median(pulls), statistics.median(fetches)
         print(f"median of {args.repeat}: pull {pull_s:.2f} s, git fetch {fetch_s:.2f} s, "

@@ -78,7 +78,7 @@ def _parse_session(store: Store, session_id: str) -> tuple[str, str]:
 
 def _is_tree(store: Store, oid: str) -> bool:
     try:
-        return store.reader.header(store.expand(oid))[0] == ObjectType.TREE
+        return store.core.reader.header(store.expand(oid))[0] == ObjectType.TREE
     except GitStateError:
         return False
 

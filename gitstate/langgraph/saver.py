@@ -185,7 +185,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                  allowed_types: Iterable[type | tuple[str, ...]] = ()) -> None:
         super().__init__(serde=_serializer(serde, allowed_types))
         self.store = store if isinstance(store, Store) else open_store(store)
-        self.store.pack_in_background = True
+        self.store.core.pack_in_background = True
         dumps, loads, check = _codec_serde(self.serde)
         self.value_codec = ValueCodec(dumps, loads, check=check)
         self._refs = RefReader(self.store.location.common_dir, self.store.worktree)
@@ -235,7 +235,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         idx = self._indexes.get(thread_id)
         if idx is None or idx.tips != tips:
             idx = ThreadIndex()
-            idx.rebuild(self.store.reader, tips)
+            idx.rebuild(self.store.core.reader, tips)
             self._indexes[thread_id] = idx
             while len(self._indexes) > MAX_INDEXES:
                 self._indexes.popitem(last=False)
@@ -309,7 +309,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         hit = self._objects.get(oid)
         if isinstance(hit, CommitData):
             return hit
-        commit = self.store.reader.commit(oid)
+        commit = self.store.core.reader.commit(oid)
         self._objects.put(oid, commit)
         return commit
 
@@ -321,7 +321,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         hit = self._objects.get(oid)
         if isinstance(hit, TreeData):
             return hit
-        tree = self.store.reader.tree(oid)
+        tree = self.store.core.reader.tree(oid)
         self._objects.put(oid, tree)
         return tree
 
@@ -373,7 +373,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     def _blob(self, oid: str) -> bytes:
         hit = self._blobs.get(oid)
         if hit is None:
-            data = self.store.reader.blob(oid)
+            data = self.store.core.reader.blob(oid)
             self._blobs.put(oid, (0, data))
             return data
         return hit[1]
@@ -387,7 +387,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         sub = self._root(commit).get(LG_TREE)
         if sub is None:
             raise CorruptObjectError(commit.id, f"not a LangGraph checkpoint (no {LG_TREE}/)")
-        return self.value_codec.entries(self.store.reader, sub.id)
+        return self.value_codec.entries(self.store.core.reader, sub.id)
 
     def _values_entries(self, oid: str) -> dict[str, TreeEntry]:
         return {decode_component(e[0][:-2]): e for e in self._values_tree(self._commit(oid))}
@@ -410,7 +410,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         md: dict[str, Any] = dict(get_checkpoint_metadata(config, metadata))
         # the store's secrets policy, on the python values here and on the serde's bytes of the
         # channel values as they are written (a refusal raises before anything is written)
-        policy = self.store.secrets
+        policy = self.store.core.secrets
         found: list[Finding] = []
         if policy.active:
             c = policy.value(c, "langgraph.checkpoint", found)
@@ -461,7 +461,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
             while True:
                 try:
-                    oid = self.store.write(build)
+                    oid = self.store.core.write(build)
                     break
                 except _ThreadGone:
                     self._ensure_run(thread_id)
@@ -475,7 +475,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         """The values tree: changed channels written (what is new in them through the store's
         secrets policy; ``warn`` findings appended to ``secrets``), unchanged ones reused from the
         parent."""
-        policy = self.store.secrets
+        policy = self.store.core.secrets
         versions: dict[str, Any] = dict(c.get("channel_versions", {}))
         parent_entries = self._values_entries(parent.oid) if parent is not None else {}
         parent_versions = self._channel_versions(parent.oid) if parent is not None else {}
@@ -619,7 +619,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             branch, expected = fork_name(ns, cid), None
         step, base = (0, 0)
         if parent is not None:
-            step, base = store.position(parent.oid)
+            step, base = store.core.position(parent.oid)
             step += 1
         now = time.time()
         ran = self._nodes_ran(parent, md, seen)
@@ -638,7 +638,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                       tuple(parents))
 
         def learned() -> None:
-            store.remember_position(oid, step, base)
+            store.core.remember_position(oid, step, base)
             if fold is not None:
                 self._learn_rewritten(idx, fold.entry, fold.commit.id)
                 idx.drop_writes((fold.entry.ns, fold.entry.checkpoint_id), {name for name, _ in fold.refs})
@@ -676,7 +676,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         if at >= 0:
             text = message[at + len("\nLangGraph-Step: "):].split("\n", 1)[0]
             return int(text) if text.lstrip("-").isdigit() else None
-        meta = read_meta(self.store.reader, self._commit(oid))
+        meta = read_meta(self.store.core.reader, self._commit(oid))
         return cpfmt.langgraph_step(meta.get("workflow"), meta.get("metadata"))
 
     def _ran(self, parent: str) -> str | None:
@@ -698,7 +698,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         """A values-tree entry as :func:`lgtree.show_entry` shows it (cached by object id)."""
         shown = self._payloads.get("shown:" + entry[1])
         if shown is None:
-            shown = (lgtree.show_entry(self.store.reader, *entry),)
+            shown = (lgtree.show_entry(self.store.core.reader, *entry),)
             self._payloads.put("shown:" + entry[1], shown)
         return shown[0]
 
@@ -716,7 +716,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         message) or is dropped (``None``, its children move to its parent); descendants are
         re-parented. Every branch moves by compare-and-swap from the tip ``idx`` read (a lost race
         re-runs the caller's transaction on fresh refs). Returns old → new commit ids."""
-        reader = self.store.reader
+        reader = self.store.core.reader
         renamed: dict[str, str | None] = {}
 
         def rebuilt(oid: str | None) -> str | None:
@@ -753,7 +753,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                        found: Sequence[Finding] = ()) -> str:
         """A checkpoint id put a second time: its commit is rewritten in place (same line)."""
         old = self._commit(existing.oid)
-        meta = read_meta(self.store.reader, old)
+        meta = read_meta(self.store.core.reader, old)
         meta[LG_META] = payload
         meta.pop(SECRETS_META, None)
         if found:
@@ -787,7 +787,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
         cid = str(conf["checkpoint_id"])
         key = (ns, cid)
         encoded = [(channel, self.serde.dumps_typed(value)) for channel, value in writes]
-        policy = self.store.secrets
+        policy = self.store.core.secrets
         if policy.active:  # (warn: the push check finds them in the writes; nothing recorded here)
             encoded = [(channel, (kind, policy.typed(kind, bytes(data), f"langgraph.writes[{i}]", [])))
                        for i, (channel, (kind, data)) in enumerate(encoded)]
@@ -835,7 +835,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
                 tx.after(learned)
 
-            self.store.write(build, loose=not special)
+            self.store.core.write(build, loose=not special)
 
     def _stage_writes_ref(self, tx: Transaction, thread_id: str, idx: ThreadIndex, key: tuple[str, str],
                           added: dict[tuple[str, int], list[Any]], task_id: str) -> None:
@@ -848,7 +848,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
 
     def _learn_rewritten(self, idx: ThreadIndex, entry: Entry, new: str) -> None:
         """The index and caches learn that ``entry``'s checkpoint now has the commit ``new``."""
-        self.store.remember_position(new, *self.store.position(entry.oid))
+        self.store.core.remember_position(new, *self.store.core.position(entry.oid))
         versions = self._versions.get(entry.oid)
         if versions is not None:
             self._remember_versions(new, versions)
@@ -857,7 +857,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     def _with_status(self, commit: CommitData, writes: dict[tuple[str, int], list[Any]]) -> tuple[dict[str, Any], str]:
         """The checkpoint's ``meta.cbor`` and message with the status its pending writes imply
         (an error write: ``failed``; an interrupt: ``interrupted``); unchanged otherwise."""
-        meta = read_meta(self.store.reader, commit)
+        meta = read_meta(self.store.core.reader, commit)
         status = _status_of_writes(writes)
         if status is None or meta.get("status") == status:
             return meta, commit.message
@@ -895,7 +895,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
     def _tuple(self, thread_id: str, entry: Entry, refs: tuple[tuple[str, str], ...],
                decoded: dict[str, list[Any]] | None = None) -> CheckpointTuple:
         """The checkpoint tuple of ``entry``; ``refs``: its writes refs (as the index listed them)."""
-        reader = self.store.reader
+        reader = self.store.core.reader
         commit = self._commit(entry.oid)
         cp, metadata = self._payload(commit, metadata=True)
         channel_values: dict[str, Any] = {}
@@ -997,8 +997,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                         for e in dropped:
                             self._stage_drop_writes(tx, thread_id, idx.pending.get((e.ns, e.checkpoint_id), ()))
 
-                self.store.write(build)
-                self.store.forget_objects()
+                self.store.core.write(build)
+                self.store.core.forget_objects()
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another thread (same ids, same lines)."""
@@ -1009,7 +1009,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
             if not idx.tips:
                 return
             self._ensure_run(dst)
-            reader = self.store.reader
+            reader = self.store.core.reader
 
             def build(tx: Transaction) -> None:
                 copied: dict[str, str] = {}
@@ -1045,7 +1045,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                     tx.set_ref(self._ref(dst, name), None, copy(tip), f"gitstate: langgraph copy of thread {src}",
                                strict=True)
 
-            self.store.write(build)
+            self.store.core.write(build)
             self._indexes.pop(dst, None)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -1062,7 +1062,7 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                 if not idx.tips:
                     continue
                 def build(tx: Transaction, thread_id: str = thread_id) -> None:
-                    reader = self.store.reader
+                    reader = self.store.core.reader
                     idx = self._index(thread_id)
                     keep: dict[str, str] = {}
                     for ns in idx.namespaces():
@@ -1092,8 +1092,8 @@ class GitCheckpointSaver(BaseCheckpointSaver[str]):
                                           strict=True)
                     self._stage_drop_writes(tx, thread_id, sorted(idx.writes.items()))
 
-                self.store.write(build)
-                self.store.forget_objects()
+                self.store.core.write(build)
+                self.store.core.forget_objects()
                 self._indexes.pop(thread_id, None)
 
     def _first_of_line(self, tx: Transaction, tree: str, message: str, meta: dict[str, Any]) -> tuple[str, str]:

@@ -193,7 +193,7 @@ class GitStore(BaseStore):
         a pull made, forks)."""
         prefix = run_prefix(self.store.worktree, self.name) + "heads/"
         out = {}
-        for name, oid in self.store.list_refs(prefix):
+        for name, oid in self.store.core.list_refs(prefix):
             try:
                 out[decode_component(name[len(prefix):])] = oid
             except ValueError:
@@ -214,14 +214,14 @@ class GitStore(BaseStore):
         only that exists."""
         new = _branch(root)
         legacy = _legacy_branch(root)
-        if legacy != new and self.store.read_ref(self._branch_ref(new)) is None \
-                and self.store.read_ref(self._branch_ref(legacy)) is not None:
+        if legacy != new and self.store.core.read_ref(self._branch_ref(new)) is None \
+                and self.store.core.read_ref(self._branch_ref(legacy)) is not None:
             return legacy
         return new
 
     def _root(self, branch: str) -> _Root:
         """The branch's tip as it is now (parsed once per tip)."""
-        return self._root_at(branch, self.store.read_ref(self._branch_ref(branch)))
+        return self._root_at(branch, self.store.core.read_ref(self._branch_ref(branch)))
 
     def _root_at(self, branch: str, tip: str | None) -> _Root:
         """The branch at ``tip``, which the caller just read."""
@@ -235,7 +235,7 @@ class GitStore(BaseStore):
         return parsed
 
     def _parse(self, tip: str) -> _Root:
-        reader = StateReader(self.store.reader)
+        reader = StateReader(self.store.core.reader)
         entry = reader.tree(reader.reader.commit(tip).tree_id).get(cpfmt.STATE_TREE)
         if entry is None or entry.type_str != "tree":
             raise CorruptObjectError(tip, "not a langgraph-store checkpoint (no state tree)")
@@ -288,7 +288,7 @@ class GitStore(BaseStore):
             hit = self._items.get(oid)
         if hit is not None:
             return hit
-        item = StateReader(self.store.reader).blob_value(oid)
+        item = StateReader(self.store.core.reader).blob_value(oid)
         problem = frameworks.check_item(item)
         if problem:
             raise CorruptObjectError(oid, f"langgraph-store item: {problem}")
@@ -551,7 +551,7 @@ class GitStore(BaseStore):
                 ns = namespaces[ns_key] = _Ns(namespace, seq if seq is not None else SEQUENCE.next())
             old = self._item(ns.items[key]) if key in ns.items else None
             # the store's secrets policy (warn: the push check finds them in the state)
-            value = self.store.secrets.value(dict(op.value), f"memory[{ns_key!r}][{key!r}].value", [])
+            value = self.store.core.secrets.value(dict(op.value), f"memory[{ns_key!r}][{key!r}].value", [])
             item: dict[str, Any] = {
                 "value": value, "created_at": old["created_at"] if old else now, "updated_at": now,
                 "seq": old["seq"] if old else SEQUENCE.next(),
@@ -588,10 +588,10 @@ class GitStore(BaseStore):
         legacy = _legacy_branch(root)
 
         def build(tx: Transaction) -> Any:
-            tip = store.read_ref(ref)
+            tip = store.core.read_ref(ref)
             base = tip
             if tip is None and legacy != branch:
-                base = store.read_ref(self._branch_ref(legacy))
+                base = store.core.read_ref(self._branch_ref(legacy))
             parsed = _Root(base) if base is None else self._parse(base)
             namespaces = {k: ns.copy() for k, ns in parsed.namespaces.items()}
             if base != tip:  # the legacy branch (the root's namespaces only: it may be a kept copy of another)
@@ -616,9 +616,9 @@ class GitStore(BaseStore):
             return run.stage_checkpoint(tx, tip, (cpfmt.STATE_TREE, state, MODE_TREE), branch=branch, node="memory",
                                         trigger=trigger, metadata=metadata, fork_from=base if base != tip else None)
 
-        cp = store.write(build)
+        cp = store.core.write(build)
         if cp is not None:
-            store.remember(cp)
+            store.core.remember(cp)
 
     def _refresh(self, refreshes: dict[tuple[tuple[str, ...], str], str]) -> None:
         by_root: dict[str, list[tuple[tuple[str, ...], str]]] = {}

@@ -175,7 +175,7 @@ def _branch_exists(store: Store, run: str, branch: str) -> bool:
     from gitstate.format.names import branch_ref
 
     try:
-        return store.read_ref(branch_ref(store.worktree, run, branch)) is not None
+        return store.core.read_ref(branch_ref(store.worktree, run, branch)) is not None
     except (InvalidNameError, ValueError):
         return False
 
@@ -252,11 +252,11 @@ def _langgraph_checkpoint(store: Store, text: str) -> str | None:
     exact: dict[str, str] = {}  # commit -> what it is
     prefixed: dict[str, str] = {}
     seen: set[tuple[str, str, str]] = set()  # (run, namespace, id): the newest commit of each wins
-    for name, tip in store.list_refs(worktree_prefix(store.worktree)):
+    for name, tip in store.core.list_refs(worktree_prefix(store.worktree)):
         parsed = parse_ref(name)
         if parsed is None or parsed.kind != "heads":
             continue
-        for commit in store.reader.first_parents(tip):
+        for commit in store.core.reader.first_parents(tip):
             key = lgtree.checkpoint_key(commit.message)
             if key is None:
                 break  # not a LangGraph line
@@ -301,7 +301,7 @@ def _resolve_parsed(store: Store, p: Parsed, text: str) -> Checkpoint:
             cp = store.checkpoint(found)
         if cp.workflow == lgtree.WORKFLOW and store.has_run(cp.run_id):
             cp = store.get_run(cp.run_id).current_copy(cp)
-        return _back_from(store, cp, p.back, text, f"the line of {cp.short_id}") if p.back else cp
+        return _back_from(store.core, cp, p.back, text, f"the line of {cp.short_id}") if p.back else cp
     run = store.get_run(p.run)
     if p.node is not None:
         return run.load("node:" + p.node, branch=p.branch)

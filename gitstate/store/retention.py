@@ -272,7 +272,7 @@ def pin(store: Store, run_id: str) -> bool:
     if read_ref(store.repo, ref) is not None:
         return False
     target = dict(tips).get(run_prefix(store.worktree, run_id) + "run", tips[0][1])
-    store.move_ref(ref, None, target, f"gitstate: pin run {run_id}")
+    store.core.move_ref(ref, None, target, f"gitstate: pin run {run_id}")
     return True
 
 
@@ -283,7 +283,7 @@ def unpin(store: Store, run_id: str) -> bool:
     old = read_ref(store.repo, ref)
     if old is None:
         return False
-    store.move_ref(ref, old, None, f"gitstate: unpin run {run_id}")
+    store.core.move_ref(ref, old, None, f"gitstate: unpin run {run_id}")
     return True
 
 
@@ -368,7 +368,7 @@ def plan(store: Store, policy: Policy, *, grace_days: float = DEFAULT_GRACE_DAYS
         _over_size(store, policy.max_size, candidates, going)
     by_run = _refs_by_run(store, policy.all_worktrees)
     by_key = {(s.worktree, s.id): s for s in candidates}
-    reader = store.reader
+    reader = store.core.reader
     with reader.listing_loose():
         for key, reason in going.items():
             s = by_key[key]
@@ -699,7 +699,7 @@ def _estimate(store: Store, reader: ObjectReader, p: Plan, now: bool) -> tuple[i
             again += [oid, commit.tree_id]
             for e in reader.tree(commit.tree_id):
                 (again.append(str(e.id)) if e.name == cpfmt.META else stay_tips.append(str(e.id)))
-        log_tip = store.read_ref(log_ref)
+        log_tip = store.core.read_ref(log_ref)
         if log_tip is not None:
             records = _kept_records(reader, log_tip, line, index)
             for commit, _record in records:
@@ -862,7 +862,7 @@ def _write_batches(store: Store, items: list[Any], refs_of: Callable[[Any], set[
                         del tx.updates[mark:]
                         bad.append((item, str(exc)))
             try:
-                store.write(build)
+                store.core.write(build)
             except ConflictError as exc:
                 owner = next((i for i in pending if exc.ref in refs_of(i)), None)
                 if owner is None:
@@ -915,7 +915,7 @@ def apply(store: Store, p: Plan, *, now: bool = False, reclaim: bool = True) -> 
     if not now:
         trashed += [_trash_name(stamp, name) for r in removed for name, _o in r.refs]
     written: dict[int, _Pruned] = {}
-    reader = store.reader
+    reader = store.core.reader
     values = {name: oid for refs in current.values() for name, oid in refs}
     index = _log_index(common, [oid for pr in p.prunes
                                 if (oid := values.get(node_log_ref(pr.worktree, pr.run, pr.branch)))])
@@ -936,7 +936,7 @@ def apply(store: Store, p: Plan, *, now: bool = False, reclaim: bool = True) -> 
             trashed.append(_trash_name(stamp, branch_ref(d.prune.worktree, d.prune.run, d.prune.branch)))
             if d.log_tip is not None:
                 trashed.append(_trash_name(stamp, node_log_ref(d.prune.worktree, d.prune.run, d.prune.branch)))
-    store.forget_objects()
+    store.core.forget_objects()
     _tidy(store, removed, done)
     try:
         pack_refs(common)  # (a ref's own folder costs more than its packed line)
@@ -979,7 +979,7 @@ def _stage_prune(store: Store, reader: ObjectReader, tx: Transaction, pr: Branch
         renamed[oid] = parent
     assert parent is not None
     tx.set_ref(ref, pr.tip, parent, f"gitstate: gc prune to the {pr.keep} newest checkpoints", strict=True, log=False)
-    log_tip = store.read_ref(log_ref)
+    log_tip = store.core.read_ref(log_ref)
     log_renamed: dict[str, str] = {}
     new_log: str | None = None
     if log_tip is not None:
@@ -1031,7 +1031,7 @@ def _tidy(store: Store, removed: list[RunRemoval], pruned: list[_Pruned]) -> Non
     common = store.location.common_dir
     logs = _path_of(common, "logs", NAMESPACE.rstrip("/"))
     gate = os.path.join(common, "agentos", "gc.lock")
-    reader = store.reader
+    reader = store.core.reader
     with reader.listing_loose():
         for start in range(0, len(pruned), TIDY_CHUNK):
             with lockfile.Gate.exclusive(gate, TIDY_WAIT) as free:

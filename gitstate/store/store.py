@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import pygit2
 
@@ -42,11 +42,14 @@ from gitstate.format.names import (
 )
 from gitstate.format.nodes import NodeRecord
 from gitstate.git import safeopen
-from gitstate.git.location import open_repository
-from gitstate.git.refs import list_refs, read_ref, remove_broken, scan_refs
-from gitstate.store.base import StoreCore
+from gitstate.git.location import Location, open_repository
+from gitstate.git.refs import DEFAULT_STALE_LOCK_AGE, list_refs, read_ref, remove_broken, scan_refs
+from gitstate.store.base import DEFAULT_LOCK_TIMEOUT, StoreCore
 from gitstate.store.run import Run
 from gitstate.store.transaction import Transaction
+
+if TYPE_CHECKING:
+    from gitstate.workspace.diff import Diff
 
 T = TypeVar("T")
 
@@ -142,8 +145,82 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-class Store(StoreCore):
-    """The checkpoint store of one repository and worktree. Use :func:`open_store`."""
+class Store:
+    """The checkpoint store of one repository and worktree: its runs, and checkpoints by id. Use
+    :func:`open_store`. The plumbing it is built on (the one write path, the guarded reader, refs)
+    is :attr:`core`, which gitstate's own layers and integrations use; it is not public API."""
+
+    def __init__(self, repo: pygit2.Repository, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 stale_lock_age: float = DEFAULT_STALE_LOCK_AGE, pack_in_background: bool = True,
+                 fsync: bool | None = None) -> None:
+        self.core = StoreCore(repo, lock_timeout=lock_timeout, stale_lock_age=stale_lock_age,
+                              pack_in_background=pack_in_background, fsync=fsync)
+
+    # -- the repository -----------------------------------------------------------------------
+
+    @property
+    def location(self) -> Location:
+        """Where the repository's git dir, common dir and work tree are."""
+        return self.core.location
+
+    @property
+    def repo(self) -> pygit2.Repository:
+        """This thread's ``pygit2.Repository`` for the store."""
+        return self.core.repo
+
+    @property
+    def path(self) -> str:
+        """The work tree of the store's repository (the git dir for a bare repository)."""
+        return self.core.path
+
+    @property
+    def worktree(self) -> str:
+        """The worktree key used in this store's ref names (``main`` or ``wt-<id>``)."""
+        return self.core.worktree
+
+    # -- checkpoints by id --------------------------------------------------------------------
+
+    def checkpoint(self, ref: str) -> Checkpoint:
+        """Any checkpoint of the store by full id or unique prefix (:class:`CheckpointNotFound` when
+        the id names nothing, or an object that is not a gitstate checkpoint)."""
+        return self.core.checkpoint(ref)
+
+    def read_checkpoint(self, oid: str) -> Checkpoint:
+        """The checkpoint whose commit is ``oid`` (a full id)."""
+        return self.core.read_checkpoint(oid)
+
+    def expand(self, ref: str) -> str:
+        """A full commit id from a full id or a unique prefix of 4+ hex digits
+        (:class:`AmbiguousReferenceError` lists the candidates of a shared one)."""
+        return self.core.expand(ref)
+
+    def diff(self, a: str | Checkpoint, b: str | Checkpoint) -> Diff:
+        """Changed state keys and workspace files from checkpoint ``a`` to ``b`` (ids or prefixes,
+        possibly of different runs)."""
+        return self.core.diff(a, b)
+
+    # -- housekeeping and lifetime ------------------------------------------------------------
+
+    def pack(self) -> int:
+        """Pack gitstate's loose objects now; returns how many were packed."""
+        return self.core.pack()
+
+    def wait_for_housekeeping(self, timeout: float | None = None) -> None:
+        """Wait until background packing and merging threads, if any, have finished."""
+        self.core.wait_for_housekeeping(timeout)
+
+    def close(self) -> None:
+        """Release the repository handles (the store must not be used afterwards)."""
+        self.core.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return repr(self.core)
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -153,7 +230,7 @@ class Store(StoreCore):
         :class:`RunExistsError` if a run of that id exists in this worktree."""
         run = self.new_run(workflow, run_id, metadata)
         try:
-            self.write(run.stage_record)
+            self.core.write(run.stage_record)
         except ConflictError:
             raise RunExistsError(run.id) from None
         run.saved = True
@@ -168,11 +245,11 @@ class Store(StoreCore):
         run_id = new_run_id() if run_id is None else run_id
         check_name("run id", run_id)
         created = datetime.fromtimestamp(time.time(), UTC)
-        return Run(self, run_id, self.worktree, workflow, created, metadata or {}, saved=False)
+        return Run(self.core, run_id, self.worktree, workflow, created, metadata or {}, saved=False)
 
     def read_run_record(self, oid: str) -> dict[str, Any]:
         """The decoded run record (``run.cbor``) of a run-record commit."""
-        reader = self.reader
+        reader = self.core.reader
         return cpfmt.read_payload(reader, reader.commit(oid), cpfmt.RUN_RECORD, cpfmt.RUN_KIND, "run record")
 
     def get_run(self, run_id: str, worktree: str | None = None) -> Run:
@@ -184,7 +261,7 @@ class Store(StoreCore):
             raise RunNotFound(run_id, worktree)
         record = self.read_run_record(oid)
         metadata = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
-        return Run(self, run_id, worktree, record.get("workflow"), parse_time(record.get("created_at")), metadata)
+        return Run(self.core, run_id, worktree, record.get("workflow"), parse_time(record.get("created_at")), metadata)
 
     def has_run(self, run_id: str) -> bool:
         """Whether this worktree has a run of that id (``False`` for a name no run can have; a run
@@ -217,7 +294,7 @@ class Store(StoreCore):
             prefix = run_prefix(self.worktree, run_id)
         except InvalidNameError:
             return False
-        return bool(list_refs(self.repo, prefix) or self.broken_refs(prefix))
+        return bool(list_refs(self.repo, prefix) or self.core.broken_refs(prefix))
 
     def delete_run(self, run_id: str) -> list[str]:
         """Delete every ref of a run in one transaction (each by compare-and-swap: all of them or,
@@ -226,7 +303,7 @@ class Store(StoreCore):
         check_name("run id", run_id)
         prefix = run_prefix(self.worktree, run_id)
         found = list_refs(self.repo, prefix)
-        broken = self.broken_refs(prefix)  # symbolic or unparsable: removed too, or a new run inherits them
+        broken = self.core.broken_refs(prefix)  # symbolic or unparsable: removed too, or a new run inherits them
         if not found and not broken:
             raise RunNotFound(run_id, self.worktree)
         message = f"gitstate: delete run {run_id}"
@@ -238,8 +315,8 @@ class Store(StoreCore):
                 tx.delete_ref(name, oid, message, strict=True)
 
         if found:
-            self.write(build)
-        self.forget_objects()
+            self.core.write(build)
+        self.core.forget_objects()
         heads = prefix + "heads/"
         return sorted(decode_component(name[len(heads):]) for name, _oid in found if name.startswith(heads))
 
@@ -412,7 +489,7 @@ class Store(StoreCore):
         """The newest record of a node log (one commit read)."""
         if log_tip is None:
             return None
-        reader = self.reader
+        reader = self.core.reader
         found = reader.tree(reader.commit(log_tip).tree_id).get(nodefmt.RECORD)
         if found is None:
             raise CorruptObjectError(log_tip, f"node log entry has no {nodefmt.RECORD}")
@@ -421,7 +498,7 @@ class Store(StoreCore):
     def _check_payload_objects(self, cp: Checkpoint) -> None:
         """Read (without decoding) every object of a checkpoint's tree but its workspace snapshot,
         so a missing or damaged state blob is found; libgit2 verifies each object's hash."""
-        reader = self.reader
+        reader = self.core.reader
         todo = [e for e in reader.tree(cp.tree_id) if e.name != cpfmt.FILES]
         while todo:
             entry = todo.pop()

@@ -75,11 +75,11 @@ def replay_onto(store: Store, ref: str, ours: str | None, theirs: str, branch_ti
     :class:`CorruptObjectError` when a record cannot be read."""
 
     def build(tx: Transaction) -> str:
-        tip = stage_replay(store.reader, tx, ours, theirs, branch_tip)
+        tip = stage_replay(store.core.reader, tx, ours, theirs, branch_tip)
         tx.set_ref(ref, ours, tip, message, strict=True)
         return tip
 
-    new = store.write(build)
+    new = store.core.write(build)
     if ours is not None:
-        store.forget_objects()  # what only the old log reached may now be pruned by git gc
+        store.core.forget_objects()  # what only the old log reached may now be pruned by git gc
     return new

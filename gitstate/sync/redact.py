@@ -56,7 +56,7 @@ class _Rewrite:
 
     def __init__(self, store: Store, tx: Transaction, policy: Policy) -> None:
         self.store = store
-        self.reader = store.reader
+        self.reader = store.core.reader
         self.tx = tx
         self.policy = policy
         self.blobs: dict[tuple[str, str], str] = {}
@@ -175,7 +175,7 @@ class _Rewrite:
 
 
 def _is_checkpoint(store: Store, commit_id: str) -> bool:
-    reader = store.reader
+    reader = store.core.reader
     entry = reader.tree(str(reader.commit(commit_id).tree_id)).get(cpfmt.META)
     if entry is None:
         return False
@@ -218,8 +218,8 @@ def redact_runs(store: Store, run_ids: Sequence[str], rules: Rules) -> RedactRes
                 moved.append(name)
         return RedactResult(dict(rw.renamed), moved, rw.objects)
 
-    result = store.write(build)
-    store.forget_objects()
+    result = store.core.write(build)
+    store.core.forget_objects()
     for name in result.refs:
         expire_unreachable_reflog(store.location.common_dir, name)
     return result

@@ -421,7 +421,7 @@ def _behind(store: Store, remote: str, label: str,
                        action="fetch from", remote=remote, check=False)
         if done.returncode != 0:
             return {}, {}
-        reader = store.reader
+        reader = store.core.reader
         others: dict[str, str] = {}
         for name, ours in refused.items():
             theirs = _read(store, session + name[len(NAMESPACE):])
@@ -482,7 +482,7 @@ def _kept_copies(store: Store, remote: str, kept: dict[str, str]) -> dict[str, R
     branch just pushed with the copy's checkpoints counts)."""
     runs = {run_prefix(p.worktree, p.run_id) for p in map(parse_ref, kept) if p is not None}
     remote_refs = _ls_remote(store, remote, sorted(runs))
-    reader = store.reader
+    reader = store.core.reader
     out: dict[str, RefResult] = {}
     for name, oid in kept.items():
         parsed = parse_ref(name)
@@ -531,7 +531,7 @@ def _align_node_logs(store: Store, prefixes: Sequence[str], label: str) -> None:
     (:func:`gitstate.sync.nodelogs.replay_onto`), so its node log is a fast-forward of the
     remote's again. A log that cannot be read or moves meanwhile is left as it is (the push then
     reports it)."""
-    reader = store.reader
+    reader = store.core.reader
     pattern = _copy_suffix(label)
     for name, copy_head in sorted(n for p in prefixes for n in list_refs(store.repo, p)):
         parsed = parse_ref(name)
@@ -1069,7 +1069,7 @@ def _merge_batch(store: Store, groups: list[list[tuple[str, str]]], label: str, 
         return results
 
     try:
-        results = store.write(build, loose=True)  # loose: the few node-log records a replay copies
+        results = store.core.write(build, loose=True)  # loose: the few node-log records a replay copies
     except ConflictError:
         return _unmoved(groups, attempts, "changed locally during the pull; pull again")
     except GitStateError as exc:
@@ -1077,7 +1077,7 @@ def _merge_batch(store: Store, groups: list[list[tuple[str, str]]], label: str, 
             return [r for group in groups for r in _merge_batch(store, [group], label, remote_refs, known)]
         return _unmoved(groups, attempts, str(exc))
     if attempts[-1][1]:
-        store.forget_objects()  # what only the old values reached may now be pruned by git gc
+        store.core.forget_objects()  # what only the old values reached may now be pruned by git gc
     return results
 
 
@@ -1119,7 +1119,7 @@ def _relation(reader: ObjectReader, ours: str, theirs: str) -> str:
 def _merge_one(store: Store, plan: _Plan, local: str, theirs: str, label: str, remote_refs: dict[str, str],
                done: dict[str, RefResult]) -> RefResult:
     """Plan what the pull does with one remote ref (on ``plan``) and say what it did."""
-    reader = store.reader
+    reader = store.core.reader
     parsed = parse_ref(local)
     if parsed is None:
         return RefResult(local, "skipped", None, theirs, "not a gitstate ref name")
@@ -1188,9 +1188,9 @@ def _merge_node_log(store: Store, plan: _Plan, local: str, worktree: str, run_id
     head = branch_ref(worktree, run_id, branch)
     try:
         their_head, our_head = remote_refs.get(head), plan.read(head)
-        if (their_head is not None and our_head is not None and store.reader.exists(their_head)
-                and store.reader.is_ancestor(their_head, our_head)):
-            new = stage_replay(store.reader, plan.tx, ours, theirs, our_head)
+        if (their_head is not None and our_head is not None and store.core.reader.exists(their_head)
+                and store.core.reader.is_ancestor(their_head, our_head)):
+            new = stage_replay(store.core.reader, plan.tx, ours, theirs, our_head)
             plan.move(local, ours, new, f"gitstate: pull from {label} (node log follows {branch})")
             return RefResult(local, "fast-forward", ours, new,
                              f"{branch} holds {label}'s line: its node log is {label}'s, followed by this "
@@ -1227,7 +1227,7 @@ def _keep_copy_node_log(store: Store, plan: _Plan, local: str, ref: str, copy: s
     if held is None:
         plan.move(ref, None, theirs, f"gitstate: pull from {label} (diverged node log)")
         return RefResult(local, "diverged", ours, theirs, msg, kept_as=copy)
-    relation = _relation(store.reader, held, theirs)
+    relation = _relation(store.core.reader, held, theirs)
     if relation in ("same", "ahead"):
         return RefResult(local, "kept", ours, theirs,
                          f"already kept: {label}'s node log is the node log of branch {copy!r}; nothing new",
@@ -1285,7 +1285,7 @@ def _merge_writes_ref(store: Store, plan: _Plan, local: str, name: str | None, t
     created here when absent. It is named by the blob it holds and never moves, so one that holds
     anything else (or a blob of another name) is refused, and one already here is up to date."""
     try:
-        kind, _size = store.reader.header(theirs)
+        kind, _size = store.core.reader.header(theirs)
     except CorruptObjectError as exc:
         return RefResult(local, "skipped", None, theirs, exc.reason)
     if kind != ObjectType.BLOB or name != theirs:
@@ -1303,7 +1303,7 @@ def _merge_writes_ref(store: Store, plan: _Plan, local: str, name: str | None, t
 
 def _read(store: Store, name: str) -> str | None:
     try:
-        return store.read_ref(name)
+        return store.core.read_ref(name)
     except CorruptObjectError:
         return None
 
@@ -1328,7 +1328,7 @@ def _keep_diverged(store: Store, plan: _Plan, local: str, ours: str, theirs: str
         if kept is None:
             plan.move(ref, None, theirs, f"gitstate: pull from {label} (diverged {subject})")
             return RefResult(local, "diverged", ours, theirs, msg, kept_as=name)
-        relation = _relation(store.reader, kept, theirs)
+        relation = _relation(store.core.reader, kept, theirs)
         if relation in ("same", "ahead"):  # an earlier pull kept it: nothing new
             return RefResult(local, "kept", ours, theirs,
                              f"already kept: {label}'s line has been kept as {what} {name!r} since an "

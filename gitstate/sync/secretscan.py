@@ -68,7 +68,7 @@ def checkpoints_between(store: Store, tips: Iterable[str], have: Iterable[str] =
     for oid in dict.fromkeys(have):
         if _is_commit(repo, oid):
             walker.hide(pygit2.Oid(hex=oid))
-    reader = store.reader
+    reader = store.core.reader
     found = []
     state = StateReader(reader)
     for commit in walker:
@@ -117,7 +117,7 @@ class CheckpointScanner:
         tree = cp.files_tree_id
         if tree is None:
             return []
-        reader = self.store.reader
+        reader = self.store.core.reader
         found: list[Finding] = []
         for path, item in reader.walk_tree(tree, MAX_TREE_DEPTH):
             if item.filemode == MODE_TREE or item.filemode == 0o160000:
@@ -134,19 +134,19 @@ class CheckpointScanner:
         return found
 
     def _scan(self, cp: Checkpoint) -> list[Finding]:
-        values = lgtree.values_tree(self.store.reader.tree(cp.tree_id)) if cp.workflow == lgtree.WORKFLOW else None
+        values = lgtree.values_tree(self.store.core.reader.tree(cp.tree_id)) if cp.workflow == lgtree.WORKFLOW else None
         if values is None:
             return self.scanner.scan_checkpoint(cp)
         found: list[Finding] = []
         for path, value in checkpoint_parts(cp, state=False):
             found.extend(self.scanner.scan_value(value, path))
-        for n, (channel, entry) in enumerate(sorted(lgtree.channel_entries(self.store.reader, values).items())):
+        for n, (channel, entry) in enumerate(sorted(lgtree.channel_entries(self.store.core.reader, values).items())):
             base = "state" + self.scanner.key_segment(channel, n)
             found.extend(replace_path(f, join_path(base, f.path)) for f in self._channel(*entry))
         return [f.at(cp.run_id, cp.id) for f in found]
 
     def _channel(self, name: str, oid: str, mode: int) -> list[Finding]:
-        reader = self.store.reader
+        reader = self.store.core.reader
         if not (name.endswith(lgtree.LIST) and mode == MODE_TREE):
             return self._blob(oid, lambda: (1, lgtree.show_entry(reader, name, oid, mode)))[1]
         chunks = sorted((path, item.id) for path, item in reader.walk_tree(oid, lgtree.MAX_CHUNK_DEPTH)

@@ -102,7 +102,7 @@ class _Checker:
         self.store = store
         self.repair = repair
         self.repo = store.repo
-        self.reader = store.reader
+        self.reader = store.core.reader
         self.report = report
         self.progress = progress or (lambda n: None)
         self.seen_commits: set[str] = set()
@@ -266,7 +266,7 @@ class _Checker:
         at = ref.rindex("/nodes/")
         head = ref[:at] + "/heads/" + ref[at + len("/nodes/"):]
         line: set[str] = set()
-        oid = self.store.read_ref(head)
+        oid = self.store.core.read_ref(head)
         try:
             if oid is not None and cpfmt.read_meta(self.reader, self.reader.commit(oid)).get("base"):
                 return  # pruned
@@ -312,11 +312,11 @@ class _Checker:
             return new
 
         try:
-            self.store.write(build)
+            self.store.core.write(build)
         except GitStateError as exc:
             self.problem(ref, f"cannot repair the node log: {exc}", tip)
             return False
-        self.store.forget_objects()  # what only the old log reached may now be pruned by git gc
+        self.store.core.forget_objects()  # what only the old log reached may now be pruned by git gc
         dropped = sum(1 for e in entries if e.damage is not None)
         self.report.repaired.append(ref)
         self.report.repair_notes[ref] = (f"node log rewritten without its {dropped} unreadable record(s), "
@@ -327,7 +327,7 @@ class _Checker:
         """Delete a node log nothing of which reads (compare-and-swap from ``tip``): its branch
         then has no boundaries, as before any node was recorded. Whether it was removed."""
         try:
-            self.store.move_ref(ref, tip, None, _NODE_LOG_REPAIR)
+            self.store.core.move_ref(ref, tip, None, _NODE_LOG_REPAIR)
         except GitStateError as exc:
             self.problem(ref, f"cannot remove the node log: {exc}", tip)
             return False
@@ -564,8 +564,8 @@ def verify(store: Store, all_worktrees: bool = True,
     report = VerifyReport()
     common = store.location.common_dir
     if repair:
-        report.repaired = [os.path.relpath(p, common) for p in refs.remove_stale_locks(common, store.stale_lock_age)]
-    for path in refs.stale_locks(common, store.stale_lock_age):
+        report.repaired = [os.path.relpath(p, common) for p in refs.remove_stale_locks(common, store.core.stale_lock_age)]
+    for path in refs.stale_locks(common, store.core.stale_lock_age):
         report.problems.append(Problem(os.path.relpath(path, common), "stale lock left by a killed writer "
                                        "(it blocks git gc; `git agentos verify --repair` removes it)"))
     if repair:
@@ -596,7 +596,7 @@ def verify(store: Store, all_worktrees: bool = True,
         if name in orphans:
             if repair:
                 try:
-                    store.move_ref(name, oid, None, "gitstate: verify --repair (run without a run record)")
+                    store.core.move_ref(name, oid, None, "gitstate: verify --repair (run without a run record)")
                 except GitStateError as exc:
                     checker.problem(name, f"cannot remove it: {exc}", oid)
                     continue

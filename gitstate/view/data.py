@@ -211,7 +211,7 @@ class ViewData:
         """A commit, read once (through the guarded reader, unless ``git log`` brought it) and kept."""
         hit = self._commits.get(oid)
         if hit is None:
-            data = self.store.reader.commit(oid)
+            data = self.store.core.reader.commit(oid)
             hit = CommitInfo(data.parent_ids, data.committer.time, data.message)
             self._keep(oid, hit)
         return hit
@@ -289,7 +289,7 @@ class ViewData:
                 when = int(parts[2]) if parts[1] == "commit" and parts[2].isdigit() else None
                 refs.append((parts[3], parts[0], when))
         if out is None:
-            refs = [(name, oid, None) for name, oid in self.store.list_refs(prefix)]
+            refs = [(name, oid, None) for name, oid in self.store.core.list_refs(prefix)]
         with self._lock:
             self._listings[prefix] = Listing(hint, now, refs)
             if len(self._listings) > 256:
@@ -513,7 +513,7 @@ class ViewData:
             return cached[1]
         # one `git log` for what is new (after a refresh: only the commits the old tips lack)
         known = [t for t in (cached[1].tips if cached is not None else ()) if t in self._commits]
-        reader = self.store.reader
+        reader = self.store.core.reader
         fresh = [oid for oid in dict.fromkeys([*heads.values(), *lines])
                  if oid not in self._commits and reader.exists(oid)]  # reflog lines may be gone (gc)
         if fresh:
@@ -689,7 +689,7 @@ class ViewData:
         elif root_name == "$metadata":
             value = cp.metadata
         else:
-            value = _state_part(StateReader(self.store.reader), cp, path)
+            value = _state_part(StateReader(self.store.core.reader), cp, path)
         for step in path[(1 if root_name else 0):]:
             if isinstance(value, dict) and step in value:
                 value = value[step]
@@ -717,7 +717,7 @@ class ViewData:
         tree = cp.files_tree_id
         if tree is None:
             raise UsageError(f"checkpoint {cp.short_id} has no workspace snapshot")
-        reader = self.store.reader
+        reader = self.store.core.reader
         parts = [p for p in path.split("/") if p]
         item = None
         for i, part in enumerate(parts):
@@ -738,7 +738,7 @@ class ViewData:
         blob of at most ``limit`` bytes is read through the guarded reader; a larger one (a file
         of hundreds of MiB) is streamed from ``git cat-file blob`` and cut, git stopping at the
         closed pipe. :class:`CorruptObjectError` when it is not a readable blob."""
-        reader = self.store.reader
+        reader = self.store.core.reader
         kind, size = reader.header(oid)  # checks a loose copy first, streaming it through zlib
         if kind != ObjectType.BLOB:
             raise CorruptObjectError(oid, "expected a blob")
@@ -796,7 +796,7 @@ class ViewData:
                          "command": f"git diff {first.id[:12]} {second.id[:12]}"}]}
 
     def _file_diff(self, old: str | None, new: str | None, old_path: str = "", new_path: str = "") -> dict[str, Any]:
-        reader = self.store.reader
+        reader = self.store.core.reader
         sizes = [reader.header(o)[1] if o else 0 for o in (old, new)]
         out: dict[str, Any] = {"old_size": sizes[0] if old else None, "new_size": sizes[1] if new else None,
                                "binary": False, "diff": None, "too_large": False}
@@ -828,7 +828,7 @@ class ViewData:
         """One session file's versions, newest first, each with its diff against the one before."""
         run = self.get_run(run_id, worktree)
         history = run.files.history(path)
-        reader = self.store.reader
+        reader = self.store.core.reader
         contents: dict[int, tuple[bytes, int]] = {}  # each version's first MAX_FILE_SHOWN bytes, its size
         start = max(0, len(history) - limit - 1)
         for fv in history[start:]:

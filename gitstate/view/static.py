@@ -66,7 +66,7 @@ class Bundle:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.data = ViewData(store, STATIC)
-        self.reader: ObjectReader = store.reader
+        self.reader: ObjectReader = store.core.reader
         self.state_reader = StateReader(self.reader)
         self.values: list[Any] = []
         self._interned: dict[str, int] = {}

@@ -71,7 +71,7 @@ def test_branch_names_with_tilde_and_at(at_repo: Path) -> None:
     assert as_json("diff", f"r@{fork}", "r")["a"] == tip["id"]
     # a kept copy's name ('@' inside a branch name), as a pull makes one (fork refuses such a name)
     kept = gitstate.open_store(at_repo)
-    kept.move_ref(kept.get_run("r").ref("main@origin"), None, as_json("show", "r@main~2")["id"],
+    kept.core.move_ref(kept.get_run("r").ref("main@origin"), None, as_json("show", "r@main~2")["id"],
                   "gitstate: pull from origin (diverged main)")
     kept.close()
     assert as_json("show", "r@main@origin")["state"] == {"n": 0}

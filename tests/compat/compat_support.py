@@ -233,7 +233,7 @@ def write_varied_store(store: gitstate.Store, clock: Clock) -> VariedStore:
         raise ValueError("boom")
     assert failing.exit is not None
     ids["node_failed.exit"] = failing.exit.id
-    ids["node.log"] = str(store.read_ref(run.node_log().ref))  # the node log's newest record
+    ids["node.log"] = str(store.core.read_ref(run.node_log().ref))  # the node log's newest record
     clock.at(10)
     files = run.checkpoint({"answer": 43}, files=True, status="done")
     ids["files"], ids["files.tree"], ids["files.snapshot"] = files.id, files.tree_id, str(files.files_tree_id)

@@ -52,7 +52,7 @@ def repo(tmp_path: Path) -> Path:
 
 
 def _version(store: gitstate.Store, oid: str) -> int:
-    return int(read_meta(store.reader, store.reader.commit(oid))["v"])
+    return int(read_meta(store.core.reader, store.core.reader.commit(oid))["v"])
 
 
 def test_fixture_is_as_written(repo: Path) -> None:

@@ -102,7 +102,7 @@ GOOD = {"format": cpfmt.CHECKPOINT_KIND, "v": 1, "run": "r", "branch": "main", "
 
 def test_read_meta_of_a_real_checkpoint(store: gitstate.Store) -> None:
     cp = store.create_run(run_id="r").checkpoint({"a": 1}, node="n")
-    reader = store.reader
+    reader = store.core.reader
     meta = cpfmt.read_meta(reader, reader.commit(cp.id))
     assert meta["run"] == "r" and meta["step"] == 0 and meta["node"] == "n" and meta["v"] == cpfmt.FORMAT_VERSION
 

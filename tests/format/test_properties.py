@@ -473,7 +473,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         w.line("s:1", "main", [x.exit.id, first.id])
         w.nodes[("s:1", "main")] = {"x": x.exit.id}
         store.wait_for_housekeeping()
-        w.refs = store.list_refs(NAMESPACE)
+        w.refs = store.core.list_refs(NAMESPACE)
         yield w
         store.wait_for_housekeeping()
         store.close()
@@ -499,7 +499,7 @@ def reference_texts(w: World) -> st.SearchStrategy[str]:
 
 
 def unchanged(w: World) -> None:
-    assert w.store.list_refs(NAMESPACE) == w.refs
+    assert w.store.core.list_refs(NAMESPACE) == w.refs
 
 
 @props(200)

@@ -98,7 +98,7 @@ def test_a_separate_git_dir_works_on_the_work_tree_its_git_file_is_in(
         monkeypatch.setenv("GIT_DIR", str(gd / "repo.git"))
         monkeypatch.chdir(wt)
     store = gitstate.open_store(start)
-    assert os.path.realpath(store.workspace.workdir) == os.path.realpath(wt)
+    assert os.path.realpath(store.core.workspace.workdir) == os.path.realpath(wt)
     assert git(wt, "rev-parse", "--show-toplevel").strip() == os.path.realpath(wt)
     monkeypatch.delenv("GIT_DIR", raising=False)
     run = store.create_run(run_id="r")

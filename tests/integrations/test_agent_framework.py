@@ -278,7 +278,7 @@ async def test_saving_again_an_id_whose_branch_goes_on(repo: Path) -> None:
                                   ("save", cp("c5", "c1")), ("save", cp("c1", "c0", 2)), ("load", "c1"),
                                   ("ids", "w"), ("save", cp("c1", None, 3)), ("load", "c1"), ("ids", "w")]
     storage = GitCheckpointStorage(repo)
-    storage.store.lock_timeout = 5
+    storage.store.core.lock_timeout = 5
     assert await _apply(storage, ops) == await _apply(InMemoryCheckpointStorage(), ops)
     assert _stored_ids(repo) == ["c0", "c1", "c5", "cx"]
     assert verify(storage.store).ok

@@ -46,18 +46,18 @@ def test_appended_list_trees_equal_trees_written_from_scratch(repo: Path, monkey
                   parent: tuple[str, str, int] | None = entry) -> tuple[str, str, int]:
             return codec.write(tx.writer, key, items, parent)
 
-        entry = store.write(write)
+        entry = store.core.write(write)
         if i + 1 in checks:
             fresh = ValueCodec(serde.dumps_typed, serde.loads_typed)  # no memo: the whole list written anew
-            assert store.write(functools.partial(write, codec=fresh, items=items, parent=None)) == entry, i
+            assert store.core.write(functools.partial(write, codec=fresh, items=items, parent=None)) == entry, i
             reader = ValueCodec(serde.dumps_typed, serde.loads_typed)
-            assert reader.read(store.reader, entry[0], entry[1], entry[2]) == ("messages", items)
+            assert reader.read(store.core.reader, entry[0], entry[1], entry[2]) == ("messages", items)
     store.wait_for_housekeeping()  # a background merge replacing packs under fsck makes it fail to open one
     git(repo, "fsck", "--strict", "--no-dangling")
 
 
 def _chunk_ids(store: gitstate.Store, tree: str) -> list[str]:
-    return [entry.id for entry in store.reader.tree(tree)]
+    return [entry.id for entry in store.core.reader.tree(tree)]
 
 
 def _checking_codec(repo: Path) -> tuple[gitstate.Store, StrictSerializer, ValueCodec, tuple[str, str, str]]:
@@ -75,28 +75,28 @@ def test_items_changed_in_place_are_stored(repo: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(values, "CHUNK", 4)
     store, serde, codec, key = _checking_codec(repo)
     items: list[dict[str, object]] = [{"n": i} for i in range(10)]
-    first = store.write(lambda tx: codec.write(tx.writer, key, items, None))
+    first = store.core.write(lambda tx: codec.write(tx.writer, key, items, None))
     items[1]["seen"] = True  # chunk 0, in place
     items = [*items, {"n": 10}]  # and an append (chunk 2)
-    second = store.write(lambda tx: codec.write(tx.writer, key, items, first))
+    second = store.core.write(lambda tx: codec.write(tx.writer, key, items, first))
     reader = ValueCodec(serde.dumps_typed, serde.loads_typed)
-    assert reader.read(store.reader, second[0], second[1], second[2]) == ("items", items)
+    assert reader.read(store.core.reader, second[0], second[1], second[2]) == ("items", items)
     before, after = _chunk_ids(store, first[1]), _chunk_ids(store, second[1])
     assert after[0] != before[0] and after[1] == before[1] and after[2] != before[2]
     fresh = ValueCodec(serde.dumps_typed, serde.loads_typed)
-    assert store.write(lambda tx: fresh.write(tx.writer, key, items, None)) == second
+    assert store.core.write(lambda tx: fresh.write(tx.writer, key, items, None)) == second
 
 
 def test_an_item_changed_in_place_to_a_refused_type_is_refused(repo: Path) -> None:
     """The write-time type check covers chunks stored anew, however the item changed."""
     store, _serde, codec, key = _checking_codec(repo)
     items: list[dict[str, object]] = [{"n": i} for i in range(3)]
-    first = store.write(lambda tx: codec.write(tx.writer, key, items, None))
+    first = store.core.write(lambda tx: codec.write(tx.writer, key, items, None))
     items[0]["when"] = Path("/x")  # allowed (LangGraph's safe list)
-    store.write(lambda tx: codec.write(tx.writer, key, [*items, {"n": 3}], first))
+    store.core.write(lambda tx: codec.write(tx.writer, key, [*items, {"n": 3}], first))
     items[0]["plan"] = _Plan(1)
     with pytest.raises(TypeNotAllowedError, match="_Plan"):
-        store.write(lambda tx: codec.write(tx.writer, key, [*items, {"n": 4}], first))
+        store.core.write(lambda tx: codec.write(tx.writer, key, [*items, {"n": 4}], first))
 
 
 class _State(TypedDict):

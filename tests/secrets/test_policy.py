@@ -214,7 +214,7 @@ def test_warn_records_and_no_push_sends_it(tmp_path: Path) -> None:
     git(path, "config", "agentos.secrets", "warn")
     store = gitstate.open_store(path)
     cp = store.create_run("w", "leaky").checkpoint({"messages": [{"content": CORPUS[0][1]}]})
-    meta = read_meta(store.reader, store.reader.commit(cp.id))
+    meta = read_meta(store.core.reader, store.core.reader.commit(cp.id))
     assert meta["secrets"] == [{"path": "state.messages[0].content", "kind": "aws-access-key",
                                 "fingerprint": meta["secrets"][0]["fingerprint"]}]
     assert gitstate.install_hooks(store).action == "installed"

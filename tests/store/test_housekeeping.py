@@ -122,18 +122,18 @@ def test_pack_count_stays_bounded_over_ten_thousand_transactions(memory_repo: Pa
 
     monkeypatch.setattr(housekeeping, "_merge_with_deltas", quick_merge)
     store = gitstate.open_store(repo, fsync=False)
-    store.pack_in_background = True
+    store.core.pack_in_background = True
     seen = []
     ids = []
     for i in range(10_000):
-        ids.append(store.write(lambda tx, i=i: tx.blob(b"checkpoint %d\n" % i)))
+        ids.append(store.core.write(lambda tx, i=i: tx.blob(b"checkpoint %d\n" % i)))
         if i % 100 == 99:
             seen.append(_pack_count(repo))
     store.wait_for_housekeeping()
     seen.append(_pack_count(repo))
     assert max(seen) <= 50, seen
     assert seen[-1] <= 50, seen
-    reader = store.reader
+    reader = store.core.reader
     for i in (0, 1234, 5000, 9999):
         assert reader.blob(ids[i]) == b"checkpoint %d\n" % i
     agentos = Path(store.location.common_dir) / "agentos"
@@ -159,7 +159,7 @@ def test_merges_store_list_chunk_versions_as_deltas(repo: Path) -> None:
     version of a growing list's last chunk is stored as a small delta of another, so the merged
     packs are a fraction of the whole objects' size; everything reads back and fsck is clean."""
     store = gitstate.open_store(repo, fsync=False)
-    store.pack_in_background = False
+    store.core.pack_in_background = False
     run = store.create_run(run_id="d")
     rng = random.Random(3)
     messages: list[dict[str, object]] = []
@@ -182,7 +182,7 @@ def test_merges_lose_nothing_and_keep_deltas_over_many_merges(repo: Path) -> Non
     pack written is still in a pack git reads, the list chunks end up as deltas, and each merge
     leaves one pack for the packs it took."""
     store = gitstate.open_store(repo, fsync=False)
-    store.pack_in_background = False
+    store.core.pack_in_background = False
     run = store.create_run(run_id="big")
     rng = random.Random(5)
     messages: list[dict[str, object]] = []
@@ -251,7 +251,7 @@ _DELETER = r"""
 import sys, gitstate
 store = gitstate.open_store(sys.argv[1], lock_timeout=30)
 for name in sys.argv[3:]:
-    store.move_ref(name, store.read_ref(name), None, "delete")
+    store.core.move_ref(name, store.core.read_ref(name), None, "delete")
 """
 
 _UPDATER = r"""
@@ -261,11 +261,11 @@ a, b = sys.argv[3], sys.argv[4]
 for round_ in range(int(sys.argv[5])):
     for i in range(40):
         name = f"refs/agentos/main/runs/u{i}/heads/main"
-        cur = store.read_ref(name)
+        cur = store.core.read_ref(name)
         new = None if (round_ + i) % 4 == 0 and cur is not None else (b if cur == a else a)
         if cur is None and new is None:
             new = a
-        store.move_ref(name, cur, new, "stress")
+        store.core.move_ref(name, cur, new, "stress")
 print("ok")
 """
 
@@ -282,7 +282,7 @@ def test_concurrent_deletes_of_packed_refs_lose_nothing(store: gitstate.Store, r
     common = store.location.common_dir
     names = [f"refs/agentos/main/runs/d{i}/heads/main" for i in range(200)]
     for name in names:
-        store.move_ref(name, None, head, "create")
+        store.core.move_ref(name, None, head, "create")
     git(repo, "tag", "v1")
     git(repo, "pack-refs", "--all")  # as the user's git gc would
     procs = [_py(_DELETER, str(repo), common, *names[k::2]) for k in range(2)]
@@ -402,7 +402,7 @@ def test_odd_state_keys_do_not_stop_merges(repo: Path) -> None:
     """State keys holding a newline, a tab or spaces (paths in the checkpoint's trees) merge like any
     other: git is given object ids only, never a path on its line-based input."""
     store = gitstate.open_store(repo, fsync=False)
-    store.pack_in_background = False
+    store.core.pack_in_background = False
     run = store.create_run(run_id="odd")
     for i in range(housekeeping.TX_MERGE_AT):
         run.checkpoint({"new\nline": i, "tab\tand space": [i] * 3, "i": i})
@@ -416,7 +416,7 @@ def test_a_broken_pack_beside_ours_does_not_stop_merges(repo: Path) -> None:
     """An index whose pack is gone (another program's broken pack) is none of the merge's
     business: ours are merged all the same, and the broken one is left as it is."""
     store = gitstate.open_store(repo, fsync=False)
-    store.pack_in_background = False
+    store.core.pack_in_background = False
     run = store.create_run(run_id="beside")
     pack_dir = repo / ".git" / "objects" / "pack"
     run.checkpoint({"i": -1})
@@ -463,7 +463,7 @@ def test_a_pack_size_limit_does_not_stop_merges(repo: Path) -> None:
     merge runs without it, so it still leaves one pack and the count stays bounded."""
     git(repo, "config", "pack.packSizeLimit", "1m")
     store = gitstate.open_store(repo, fsync=False)
-    store.pack_in_background = False
+    store.core.pack_in_background = False
     run = store.create_run(run_id="big")
     rng = random.Random(11)
     for i in range(housekeeping.TX_MERGE_AT):
@@ -520,7 +520,7 @@ def test_fifos_in_place_of_the_pack_lists_never_block_writes_or_merges(repo: Pat
     (``tx-packs.kept``), and a ``.keep`` the merge's sweep reads, as FIFOs: writes and merges go on,
     the appended lists are made anew."""
     store = gitstate.open_store(repo, fsync=False)
-    store.pack_in_background = False
+    store.core.pack_in_background = False
     agentos = Path(store.location.common_dir) / "agentos"
     run = store.create_run(run_id="fifo")
     for name in (housekeeping.TX_PACKS, housekeeping.TX_PACKS + ".kept", "loose.journal"):
@@ -549,7 +549,7 @@ def test_a_multi_pack_index_naming_merged_packs_is_removed_as_git_repack_does(re
     packs that a merge deletes is removed first, as ``git repack -d`` removes it: git would find it
     naming packs that are gone (``git fsck`` fails on that); everything reads back."""
     store = gitstate.open_store(repo, fsync=False)
-    store.pack_in_background = False
+    store.core.pack_in_background = False
     run = store.create_run(run_id="midx")
     pack_dir = repo / ".git" / "objects" / "pack"
     run.checkpoint({"i": -1})
@@ -576,7 +576,7 @@ def test_a_multi_pack_index_of_other_packs_is_left_alone(repo: Path, tmp_path: P
     assert packs.midx_pack_names(str(pack_dir)) is None
     (pack_dir / packs.MIDX).unlink()
     store = gitstate.open_store(repo, fsync=False)
-    store.pack_in_background = False
+    store.core.pack_in_background = False
     run = store.create_run(run_id="other")
     run.checkpoint({"i": -1})
     git(repo, "multi-pack-index", "write")
@@ -598,7 +598,7 @@ def test_pack_index_version_1_configured_does_not_stop_merges(repo: Path) -> Non
     (their size unknown, they would drop off its lists): merges write version 2."""
     git(repo, "config", "pack.indexVersion", "1")
     store = gitstate.open_store(repo, fsync=False)
-    store.pack_in_background = False
+    store.core.pack_in_background = False
     run = store.create_run(run_id="v1")
     for i in range(3 * housekeeping.TX_MERGE_AT):
         run.checkpoint({"i": i})
@@ -650,7 +650,7 @@ def test_a_housekeeping_lock_held_long_pauses_merges_instead_of_every_write(
 
     monkeypatch.setattr(base, "MERGE_WAIT", 0.05)
     store = gitstate.open_store(repo, fsync=False)
-    store.pack_in_background = False
+    store.core.pack_in_background = False
     run = store.create_run(run_id="held")
     lock = Path(store.location.common_dir) / "agentos" / "housekeeping.lock"
     holder = _py("import sys, time\nfrom gitstate.git import lockfile\n"

@@ -176,7 +176,7 @@ def test_block_of_a_dead_process_is_stopped(store: gitstate.Store, repo: Path,
     assert run.load("node:work").state == {"step": 1}  # no closed boundary: the newest checkpoint of it
     # a record without an owner (written before owners were recorded) cannot be judged: running
     log = run.node_log()
-    log.append(new_record(run.id, "old", "main", run.tip(), store.read_ref(log.ref), None))
+    log.append(new_record(run.id, "old", "main", run.tip(), store.core.read_ref(log.ref), None))
     # one open by this (live) process stays running
     scope = run.node("live")
     scope.__enter__()

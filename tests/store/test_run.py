@@ -138,8 +138,8 @@ def test_same_state_same_ids(store: gitstate.Store) -> None:
     # the same keys in another order: another state (its key order), every value shared
     c = run.checkpoint({"a": 1, "msgs": list(range(100)), "b": 2})
     assert run.load(c.id).state_id != a.state_id and list(c.state) == ["a", "msgs", "b"]
-    entries = {e.name: e.id for e in store.reader.tree(a.state_id or "")}
-    others = {e.name: e.id for e in store.reader.tree(c.state_id or "")}
+    entries = {e.name: e.id for e in store.core.reader.tree(a.state_id or "")}
+    others = {e.name: e.id for e in store.core.reader.tree(c.state_id or "")}
     assert entries.pop(".order.cbor") != others.pop(".order.cbor") and entries == others
 
 

@@ -72,7 +72,7 @@ def quick(repo: Path) -> Iterator[gitstate.Store]:
 
 
 def seed(store: gitstate.Store, ref: str = REF) -> str:
-    return store.write(lambda tx: _create(tx, ref))
+    return store.core.write(lambda tx: _create(tx, ref))
 
 
 def _create(tx: Transaction, ref: str) -> str:
@@ -88,7 +88,7 @@ def test_a_lost_race_reruns_build_and_succeeds(quick: gitstate.Store, repo: Path
     calls: list[str | None] = []
 
     def build(tx: Transaction) -> str:
-        tip = quick.read_ref(REF)
+        tip = quick.core.read_ref(REF)
         calls.append(tip)
         oid = stage(tx, tip, f"attempt {len(calls)}")
         if len(calls) == 1:  # another writer moves the ref after we read it
@@ -96,7 +96,7 @@ def test_a_lost_race_reruns_build_and_succeeds(quick: gitstate.Store, repo: Path
         tx.set_ref(REF, tip, oid, "gitstate: checkpoint")
         return oid
 
-    oid = quick.write(build)
+    oid = quick.core.write(build)
     assert calls == [first, racer]
     assert rev_parse(repo, REF) == oid
     assert git(repo, "rev-parse", f"{oid}^").strip() == racer  # built on what was there, nothing lost
@@ -116,7 +116,7 @@ def test_a_strict_update_fails_at_once(quick: gitstate.Store, repo: Path) -> Non
         tx.set_ref(REF, first, oid, "gitstate: rollback", strict=True)
 
     with pytest.raises(ConflictError) as info:
-        quick.write(build)
+        quick.core.write(build)
     assert calls == 1
     assert (info.value.ref, info.value.expected, info.value.actual) == (REF, first, racer)
     assert rev_parse(repo, REF) == racer
@@ -130,7 +130,7 @@ def test_a_ref_that_keeps_moving_ends_in_conflict_after_the_timeout(quick: gitst
     def build(tx: Transaction) -> None:
         nonlocal calls
         calls += 1
-        tip = quick.read_ref(REF)
+        tip = quick.core.read_ref(REF)
         oid = stage(tx, tip, "never lands")
         moved = git(repo, "commit-tree", tree, "-m", f"racer {calls}").strip()
         git(repo, "update-ref", REF, moved)
@@ -138,7 +138,7 @@ def test_a_ref_that_keeps_moving_ends_in_conflict_after_the_timeout(quick: gitst
 
     start = time.monotonic()
     with pytest.raises(ConflictError):
-        bounded(lambda: quick.write(build), TIMEOUT + 20)
+        bounded(lambda: quick.core.write(build), TIMEOUT + 20)
     assert calls > 1
     assert time.monotonic() - start < TIMEOUT + 10
 
@@ -156,7 +156,7 @@ def test_a_held_lock_ends_in_lock_timeout(quick: gitstate.Store, repo: Path) -> 
     with held_lock(lock):
         start = time.monotonic()
         with pytest.raises(LockTimeoutError) as info:
-            bounded(lambda: quick.write(build), TIMEOUT + 20)
+            bounded(lambda: quick.core.write(build), TIMEOUT + 20)
         elapsed = time.monotonic() - start
         assert lock.exists()  # a live writer's lock is never broken
     assert info.value.ref == REF and info.value.seconds == TIMEOUT
@@ -189,7 +189,7 @@ def test_a_stale_lock_is_broken_and_the_write_succeeds(quick: gitstate.Store, re
         tx.set_ref(REF, first, oid, "gitstate: checkpoint")
         return oid
 
-    oid = bounded(lambda: quick.write(build), TIMEOUT + 20)
+    oid = bounded(lambda: quick.core.write(build), TIMEOUT + 20)
     assert rev_parse(repo, REF) == oid
     assert not lock.exists()
     assert reflog(repo, REF)[0] == f"{oid} gitstate: checkpoint"
@@ -206,7 +206,7 @@ def test_after_callbacks_run_only_once_the_refs_moved(quick: gitstate.Store, rep
         nonlocal calls
         calls += 1
         attempt = calls
-        tip = quick.read_ref(REF)
+        tip = quick.core.read_ref(REF)
         oid = stage(tx, tip, f"attempt {attempt}")
         if attempt == 1:
             git(repo, "update-ref", REF, racer, first)
@@ -214,7 +214,7 @@ def test_after_callbacks_run_only_once_the_refs_moved(quick: gitstate.Store, rep
         tx.after(lambda: seen.append((attempt, rev_parse(repo, REF), oid)))
         return oid
 
-    oid = quick.write(build)
+    oid = quick.core.write(build)
     assert seen == [(2, oid, oid)]  # the lost attempt's callback never ran
 
     def strict_build(tx: Transaction) -> None:
@@ -222,7 +222,7 @@ def test_after_callbacks_run_only_once_the_refs_moved(quick: gitstate.Store, rep
         tx.after(lambda: seen.append((-1, None, "")))
 
     with pytest.raises(ConflictError):
-        quick.write(strict_build)
+        quick.core.write(strict_build)
     lock = Path(quick.location.common_dir, REF + ".lock")
 
     def blocked_build(tx: Transaction) -> None:
@@ -230,7 +230,7 @@ def test_after_callbacks_run_only_once_the_refs_moved(quick: gitstate.Store, rep
         tx.after(lambda: seen.append((-2, None, "")))
 
     with held_lock(lock), pytest.raises(LockTimeoutError):
-        bounded(lambda: quick.write(blocked_build), TIMEOUT + 20)
+        bounded(lambda: quick.core.write(blocked_build), TIMEOUT + 20)
     assert seen == [(2, oid, oid)]
 
 
@@ -249,13 +249,13 @@ def test_a_multi_ref_transaction_moves_and_logs_every_ref(quick: gitstate.Store,
         tx.delete_ref("refs/agentos/main/runs/tx/heads/doomed", doomed, "gitstate: delete doomed")
         return a, b, c
 
-    a, b, c = quick.write(build)
+    a, b, c = quick.core.write(build)
     assert (rev_parse(repo, REF), rev_parse(repo, OTHER), rev_parse(repo, third)) == (a, b, c)
     assert rev_parse(repo, "refs/agentos/main/runs/tx/heads/doomed") is None
     assert reflog(repo, REF) == [f"{a} gitstate: move main", f"{first} gitstate: seed"]
     assert reflog(repo, OTHER) == [f"{b} gitstate: create other"]
     assert reflog(repo, third) == [f"{c} gitstate: create run tx2"]
-    assert [e.message for e in quick.reflog(OTHER)] == ["gitstate: create other"]
+    assert [e.message for e in quick.core.reflog(OTHER)] == ["gitstate: create other"]
     git(repo, "fsck", "--strict", "--no-dangling")
 
 
@@ -296,7 +296,7 @@ def test_saver_under_a_held_branch_lock_ends_in_lock_timeout(repo: Path) -> None
     cfg = saver.put({"configurable": {"thread_id": "held", "checkpoint_ns": ""}}, checkpoint(1),
                     {"source": "loop", "step": 0}, {"n": "1"})
     ref = store.get_run("held").ref("main")
-    tip = store.read_ref(ref)
+    tip = store.core.read_ref(ref)
     assert tip is not None
     with held_lock(Path(store.location.common_dir, ref + ".lock")):
         saver.put_writes(cfg, [("n", 2)], "task-1")  # a new writes ref: no branch lock needed
@@ -308,11 +308,11 @@ def test_saver_under_a_held_branch_lock_ends_in_lock_timeout(repo: Path) -> None
                     TIMEOUT + 30)
         elapsed = time.monotonic() - start
     assert elapsed < 2 * TIMEOUT + 5, elapsed
-    assert store.read_ref(ref) == tip
+    assert store.core.read_ref(ref) == tip
     got = saver.get_tuple(cfg)
     assert got is not None and got.pending_writes == [("task-1", "n", 2)]
     nxt = saver.put(cfg, checkpoint(2), {"source": "loop", "step": 1}, {"n": "2"})  # lands now
-    assert store.read_ref(ref) != tip and store.list_refs(store.get_run("held").ref("main")[:-len("heads/main")]
+    assert store.core.read_ref(ref) != tip and store.core.list_refs(store.get_run("held").ref("main")[:-len("heads/main")]
                                                            + "writes/") == []
     got = saver.get_tuple(cfg)
     assert got is not None and got.pending_writes == [("task-1", "n", 2)]

@@ -53,7 +53,7 @@ def test_written_values_and_fork_from(store: gitstate.Store) -> None:
 
     second = run.update(change)
     assert second is not None and second.state_id == first.state_id  # same layout, same ids
-    reader = StateReader(store.reader)
+    reader = StateReader(store.core.reader)
     kind, tree = reader.entries(second.state_id or "")["items"]
     assert kind == "list" and len(reader.list_chunks(tree)) == 4 and reader.chunk(reader.list_chunks(tree)[3]) == items[96:]
 
@@ -63,6 +63,6 @@ def test_written_values_and_fork_from(store: gitstate.Store) -> None:
         return run.stage_checkpoint(tx, None, cpfmt.state_entry(tx.writer, {"items": [1]}), branch="side",
                                     fork_from=first.id, strict=True)
 
-    side = store.write(fork)
+    side = store.core.write(fork)
     assert side.parent_id == first.id and side.step == first.step + 1
     assert run.head("side") is not None and run.head("side").state == {"items": [1]}  # type: ignore[union-attr]

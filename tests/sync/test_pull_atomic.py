@@ -140,6 +140,6 @@ def test_killed_pull_leaves_each_run_whole(tmp_path: Path, max_tx: int | None) -
         store = gitstate.open_store(work)
         assert all(r.ok for r in gitstate.pull(store))  # and a pull again completes
         assert _runs(work) == remote
-        assert not store.list_refs("refs/agentos-incoming/")
+        assert not store.core.list_refs("refs/agentos-incoming/")
         store.close()
     git(work, "fsck", "--strict")

@@ -82,7 +82,7 @@ def _hostile_checkpoint(store: gitstate.Store, run: gitstate.Run) -> str:
     top.insert(cpfmt.STATE_TREE, state.write(), pygit2.GIT_FILEMODE_TREE)
     top.insert(cpfmt.META, repo.create_blob(cbor2.dumps(meta, canonical=True)), pygit2.GIT_FILEMODE_BLOB)
     new = repo.create_commit(None, commit.author, commit.committer, commit.message, top.write(), [str(tip.id)])
-    store.move_ref(run.ref("main"), tip.id, str(new), "crafted")
+    store.core.move_ref(run.ref("main"), tip.id, str(new), "crafted")
     return str(new)
 
 

@@ -59,7 +59,7 @@ def test_a_user_repack_between_two_attempts_of_a_write_loses_nothing(repo: Path,
         tx.set_ref(REF, None, oid, "gitstate: test")
         return oid
 
-    oid = store.write(build)
+    oid = store.core.write(build)
     assert calls == 2 and kept_during  # the unpublished pack was kept from git repack -a -d
     assert git(repo, "rev-parse", REF).strip() == oid
     assert git(repo, "cat-file", "-p", f"{oid}:payload") == "only in this transaction\n"
@@ -106,9 +106,9 @@ def test_a_failed_write_drops_its_keep_and_trusts_nothing_it_wrote(repo: Path) -
 
     git(repo, "update-ref", REF, git(repo, "rev-parse", "HEAD").strip())
     with pytest.raises(gitstate.ConflictError):
-        store.write(build)
+        store.core.write(build)
     assert _keeps(repo) == []
-    writer = store.object_writer()
+    writer = store.core.object_writer()
     blob = hashlib.sha1(b"blob 16\0never published\n").hexdigest()
     assert not writer.knows(blob)  # a later write stages it again instead of trusting a lost pack
 

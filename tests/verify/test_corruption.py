@@ -57,7 +57,7 @@ def _store_with_damage(repo: Path, what: str) -> tuple[str, str]:
     bad = store.create_run(run_id="bad", workflow="w")
     bad.checkpoint({"messages": ["a"] * 40, "k": "v"}, node="plan")
     tip = bad.checkpoint({"messages": ["a"] * 41, "k": "v2"}, node="act")
-    reader = store.reader
+    reader = store.core.reader
     root = reader.tree(tip.tree_id)
     victim = {"tree": tip.tree_id, "state": root["state"].id, "blob": root["meta.cbor"].id,
               "commit": tip.id, "empty": root["state"].id, "pack": tip.id, "huge": tip.id,
@@ -163,8 +163,8 @@ def test_saver_reads_end_with_a_clear_error(repo: Path, what: str) -> None:
     done = _child(repo, SAVER_SETUP)
     assert done.returncode == 0, done.stderr
     store = gitstate.open_store(repo)
-    tip = store.read_checkpoint(store.read_ref("refs/agentos/main/runs/t/heads/main") or "")
-    victim = tip.id if what == "commit" else store.reader.tree(tip.tree_id)["langgraph"].id
+    tip = store.read_checkpoint(store.core.read_ref("refs/agentos/main/runs/t/heads/main") or "")
+    victim = tip.id if what == "commit" else store.core.reader.tree(tip.tree_id)["langgraph"].id
     store.close()
     loosen(repo)
     _truncate(_loose(repo, victim))
@@ -295,8 +295,8 @@ def test_export_of_a_damaged_object_fails_and_writes_no_bundle(repo: Path, tmp_p
     run = store.create_run(run_id="r")
     run.checkpoint({"a": 1})
     tip = run.checkpoint({"a": 2, "b": "x" * 100})
-    victim = store.reader.tree(tip.tree_id)["meta.cbor"].id
-    other = store.reader.tree(run.load(tip.parent_id or "").tree_id)["meta.cbor"].id
+    victim = store.core.reader.tree(tip.tree_id)["meta.cbor"].id
+    other = store.core.reader.tree(run.load(tip.parent_id or "").tree_id)["meta.cbor"].id
     store.close()
     loosen(repo)
     os.chmod(_loose(repo, victim), 0o644)

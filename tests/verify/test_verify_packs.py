@@ -48,7 +48,7 @@ def test_a_damaged_byte_inside_a_packed_blob_is_reported(repo: Path, where: str)
     spec = "files/data.bin" if where == "files" else "state/blob.cbor"
     oid = git(repo, "rev-parse", f"{run.ref('main')}:{spec}").strip()
     damage_packed(repo, oid)
-    assert store.reader.header(oid)  # the header still reads: only a full read finds the damage
+    assert store.core.reader.header(oid)  # the header still reads: only a full read finds the damage
     done = agentos(repo, "verify")
     assert done.returncode == 1 and oid[:12] in done.stdout, (done.stdout, done.stderr)
     assert done.stdout.count("problem: ") == 1 and "incorrect data check" in done.stdout, done.stdout

@@ -37,7 +37,7 @@ def agentos(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def deep_tree(store: gitstate.Store, levels: int, name: str = "d", leaf: tuple[str, bytes] = ("f", b"x\n")) -> str:
-    w = store.object_writer()
+    w = store.core.object_writer()
     tree = w.tree([(leaf[0], w.blob(leaf[1]), MODE_BLOB)])
     for _ in range(levels):
         tree = w.tree([(name, tree, MODE_TREE)])
@@ -69,7 +69,7 @@ def test_a_3000_level_snapshot_is_refused_by_restore_library_and_cli(repo: Path)
 def test_a_file_entry_that_points_at_a_tree_is_refused_and_flagged(repo: Path) -> None:
     store = gitstate.open_store(repo)
     run = store.create_run(run_id="odd")
-    w = store.object_writer()
+    w = store.core.object_writer()
     inner = w.tree([("secret", w.blob(b"raw tree bytes must never land on disk\n"), MODE_BLOB)])
     cp = files_checkpoint(run, w.tree([("ok.txt", w.blob(b"ok\n"), MODE_BLOB), ("f", inner, MODE_BLOB)]))
     for kwargs in ({}, {"force": True}, {"dry_run": True}):
@@ -86,7 +86,7 @@ def test_verify_reports_snapshots_restore_refuses_and_goes_on(repo: Path) -> Non
     good = store.create_run(run_id="good")
     (repo / "a.txt").write_text("a\n")
     good.checkpoint({"n": 1}, files=True)
-    w = store.object_writer()
+    w = store.core.object_writer()
     payload = w.blob(b"#!/bin/sh\necho pwned\n")
     bad = {
         "dotgit": w.tree([(".git", w.tree([("config", payload, MODE_BLOB)]), MODE_TREE)]),
@@ -112,7 +112,7 @@ def test_verify_reports_snapshots_restore_refuses_and_goes_on(repo: Path) -> Non
 def _replace_state(store: gitstate.Store, run: gitstate.Run, extra: dict[str, tuple[str, int]]) -> str:
     """Swap entries into the state tree of the run's tip with plumbing (same meta, same parents)
     and move the branch there: what a crafted push could deliver."""
-    reader, w = store.reader, store.object_writer()
+    reader, w = store.core.reader, store.core.object_writer()
     tip = run.head()
     assert tip is not None
     commit = reader.commit(tip.id)
@@ -126,7 +126,7 @@ def _replace_state(store: gitstate.Store, run: gitstate.Run, extra: dict[str, tu
     from pygit2.enums import ObjectType
 
     new = w.write(ObjectType.COMMIT, raw)
-    store.move_ref(run.ref("main"), tip.id, new, "crafted")
+    store.core.move_ref(run.ref("main"), tip.id, new, "crafted")
     return new
 
 
@@ -137,7 +137,7 @@ def test_a_store_with_mixed_keys_a_huge_integer_and_2000_deep_values(repo: Path)
     store.delete_run("refused")
     run = store.create_run(run_id="odd", workflow="w")
     run.checkpoint({"mixed": {1: "int key", "b": "text key"}, "big": 2**8192 - 1, "deep": 0, "msgs": list(range(40))})
-    w = store.object_writer()
+    w = store.core.object_writer()
     deep_map = w.blob(b"\xa1\x61k" * 2000 + b"\x00")  # {"k": {"k": ... 0}} in CBOR, 2,000 deep
     deep_list = w.blob(b"\x81" * 2000 + b"\x00")  # [[[...0]]]
     crafted = _replace_state(store, run, {"deep.cbor": (deep_map, MODE_BLOB), "deeper.cbor": (deep_list, MODE_BLOB),

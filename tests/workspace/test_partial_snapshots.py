@@ -255,11 +255,11 @@ def test_private_index_snapshot_leaves_the_environment_alone(three: Path, monkey
     before = (three / ".git" / "index").read_bytes()
     store = gitstate.open_store(three)
     (three / "new.txt").write_text("untracked\n")
-    snap = store.workspace.snapshot()
+    snap = store.core.workspace.snapshot()
     tree = store.repo[snap.tree]
     assert {e.name for e in tree} == {"README", "a.txt", "b.txt", "src", "new.txt"}  # type: ignore[attr-defined]
     assert (three / ".git" / "index").read_bytes() == before
-    assert os.path.exists(store.workspace.index_path)
+    assert os.path.exists(store.core.workspace.index_path)
     assert env.written == []
 
 
@@ -268,7 +268,7 @@ def test_private_index_in_a_linked_worktree(three: Path, tmp_path: Path) -> None
     git(three, "worktree", "add", "-q", "-b", "other", str(wt))
     (wt / "only-here.txt").write_text("x\n")
     store = gitstate.open_store(wt)
-    names = {e.name for e in store.repo[store.workspace.snapshot().tree]}  # type: ignore[attr-defined]
+    names = {e.name for e in store.repo[store.core.workspace.snapshot().tree]}  # type: ignore[attr-defined]
     assert "only-here.txt" in names and "a.txt" in names
-    assert store.workspace.index_path.endswith(f"index-{store.worktree}")
+    assert store.core.workspace.index_path.endswith(f"index-{store.worktree}")
     assert store.worktree != "main"

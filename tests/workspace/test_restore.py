@@ -214,11 +214,11 @@ def test_big_blob_is_streamed(work: Path, monkeypatch: pytest.MonkeyPatch) -> No
 # -- untrusted snapshots ---------------------------------------------------------------------------
 
 def _blob(store: gitstate.Store, data: bytes) -> str:
-    return store.object_writer().blob(data)
+    return store.core.object_writer().blob(data)
 
 
 def _tree(store: gitstate.Store, entries: list[tuple[str, str, int]]) -> str:
-    return store.object_writer().tree(entries)
+    return store.core.object_writer().tree(entries)
 
 
 def _checkpoint_with_files(run: gitstate.Run, files_tree: str) -> gitstate.Checkpoint:
@@ -558,10 +558,10 @@ def test_dry_run_after_everyday_git_events_writes_nothing(work: Path, event: str
     planned = run.restore(c1, dry_run=True)
     assert _git_dir_state(work) == before, "a dry run wrote under .git"
     # what the survey found is exactly the tree a snapshot then stores
-    survey = store.workspace.survey()
+    survey = store.core.workspace.survey()
     assert survey is not None
     root, _trees = build_trees({os.fsencode(p): (mode, bytes.fromhex(oid)) for p, (oid, mode) in survey.entries.items()})
-    assert root.hex() == store.workspace.snapshot(fast=True).tree
+    assert root.hex() == store.core.workspace.snapshot(fast=True).tree
     done = run.restore(c1, force=True)
     assert (done.changed, done.added, done.removed, done.unchanged) == (
         planned.changed, planned.added, planned.removed, planned.unchanged)
@@ -652,7 +652,7 @@ def test_validation_fast_path_agrees_with_check_name(work: Path) -> None:
             continue
         refused = check_name(name, mode) is not None
         try:
-            validate_tree(store.reader, tree)
+            validate_tree(store.core.reader, tree)
         except gitstate.UnsafeTreeError:
             assert refused, (name, oct(mode))
         else:
@@ -860,7 +860,7 @@ def test_a_restore_waits_for_another_then_says_it_is_busy(work: Path, monkeypatc
     (work / "src" / "a.py").write_text("unsaved\n")
     other = gitstate.open_store(work)
     monkeypatch.setattr(snapshots, "RESTORE_WAIT", 0.3)
-    with other.workspace.restoring():  # another restore is running
+    with other.core.workspace.restoring():  # another restore is running
         with pytest.raises(gitstate.WorktreeBusyError, match=f"another restore of the worktree .* is running "
                            f"\\(pid {os.getpid()}\\).*nothing was changed"):
             bounded(lambda: run.restore(cp, force=True))
@@ -874,7 +874,7 @@ def test_a_restore_lock_is_a_flock_released_at_the_end(work: Path) -> None:
     """The restore lock is held for the block only, and another taker is refused meanwhile."""
     from gitstate.git import lockfile
 
-    workspace = gitstate.open_store(work).workspace
+    workspace = gitstate.open_store(work).core.workspace
     lock = Path(workspace.index_path + ".restore.lock")
     with workspace.restoring():
         assert lockfile.acquire(str(lock)) is None
@@ -1102,13 +1102,13 @@ def test_unsaved_takes_a_saved_tree_that_is_the_worktree_whole(work: Path, monke
 
     monkeypatch.setattr(restoring, "find_entry", counting)
     saved = [first.files_tree_id, second.files_tree_id]
-    assert restoring.unsaved(store.reader, plan, saved, second.files_tree_id) == []
+    assert restoring.unsaved(store.core.reader, plan, saved, second.files_tree_id) == []
     assert lookups == [first.files_tree_id] * 2  # the second tree is the worktree's: no lookup
     lookups.clear()
-    assert restoring.unsaved(store.reader, plan, saved) == []
+    assert restoring.unsaved(store.core.reader, plan, saved) == []
     assert len(lookups) == 4
     # a worktree tree that no saved tree is: its changed files are unsaved
-    assert restoring.unsaved(store.reader, plan, [first.files_tree_id], second.files_tree_id) == ["src/a.py", "src/b.py"]
+    assert restoring.unsaved(store.core.reader, plan, [first.files_tree_id], second.files_tree_id) == ["src/a.py", "src/b.py"]
 
 
 _RESTORE_AND_MEASURE = """

@@ -32,7 +32,7 @@ def reference_tree(repo: Path) -> gitstate.Snapshot:
             os.unlink(common / name)
     try:
         store = gitstate.open_store(repo)
-        snap = store.workspace.snapshot()
+        snap = store.core.workspace.snapshot()
         store.close()
     finally:
         shutil.rmtree(common)
@@ -42,7 +42,7 @@ def reference_tree(repo: Path) -> gitstate.Snapshot:
 
 
 def fast(store: gitstate.Store) -> gitstate.Snapshot:
-    snap = store.workspace.snapshot(fast=True)
+    snap = store.core.workspace.snapshot(fast=True)
     assert snap.scanned, "the fast capture fell back to add_all"
     return snap
 
@@ -88,7 +88,7 @@ def edit_everything(repo: Path) -> None:
 
 def test_fast_capture_matches_add_all(work: Path) -> None:
     store = gitstate.open_store(work)
-    first = store.workspace.snapshot()  # the first capture is libgit2's: it hashes everything
+    first = store.core.workspace.snapshot()  # the first capture is libgit2's: it hashes everything
     assert not first.scanned
     assert fast(store).tree == first.tree == reference_tree(work).tree
     edit_everything(work)
@@ -107,30 +107,30 @@ def test_snapshot_after_gc_keeps_tracked_but_ignored_files(work: Path) -> None:
     (work / "keep.log").write_text("tracked although ignored\n")
     git(work, "add", "-f", "keep.log")
     store = gitstate.open_store(work)
-    first = store.workspace.snapshot()
+    first = store.core.workspace.snapshot()
     assert "keep.log" in git(work, "ls-tree", "--name-only", first.tree).split()
     git(work, "gc", "--quiet", "--prune=now")  # the first snapshot is in no checkpoint: pruned
-    assert store.workspace.snapshot().tree == first.tree
+    assert store.core.workspace.snapshot().tree == first.tree
     assert git(work, "fsck", "--strict", "--no-dangling") == ""
 
 
 def test_stat_cache_written_by_the_fast_capture_satisfies_libgit2(work: Path) -> None:
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     edit_everything(work)
     snap = fast(store)
     hashed: list[int] = []
-    again = store.workspace.snapshot(progress=hashed.append)  # libgit2's add_all over the same index
+    again = store.core.workspace.snapshot(progress=hashed.append)  # libgit2's add_all over the same index
     assert again.tree == snap.tree
     assert hashed == []  # nothing looked changed to libgit2: every recorded stat matches
     ticks: list[int] = []
-    assert store.workspace.snapshot(fast=True, progress=ticks.append).tree == snap.tree
+    assert store.core.workspace.snapshot(fast=True, progress=ticks.append).tree == snap.tree
     assert ticks == []
 
 
 def test_new_objects_go_into_one_pack(work: Path) -> None:
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     loose = loose_objects(work)
     packs = set(os.listdir(work / ".git" / "objects" / "pack"))
     for i in range(20):
@@ -149,7 +149,7 @@ def test_new_objects_go_into_one_pack(work: Path) -> None:
 
 def test_same_size_edit_with_the_old_mtime_is_seen(work: Path) -> None:
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     target = work / "src" / "b.py"
     st = target.stat()
     target.write_text("B\n")  # same size
@@ -161,7 +161,7 @@ def test_same_size_edit_with_the_old_mtime_is_seen(work: Path) -> None:
 
 def test_tracked_but_ignored_and_new_ignore_rules(work: Path) -> None:
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     (work / "keep.log").write_text("tracked although ignored\n")
     git(work, "add", "-f", "keep.log")
     (work / "notes.txt").write_text("soon ignored\n")
@@ -175,7 +175,7 @@ def test_tracked_but_ignored_and_new_ignore_rules(work: Path) -> None:
 
 
 def _take(store: gitstate.Store, fast_path: bool) -> set[str]:
-    snap = fast(store) if fast_path else store.workspace.snapshot()
+    snap = fast(store) if fast_path else store.core.workspace.snapshot()
     return set(git(store.location.workdir, "ls-tree", "-r", "--name-only", snap.tree).split())
 
 
@@ -185,7 +185,7 @@ def _tracking_an_ignored_file(work: Path, fast_path: bool) -> gitstate.Store:
     (work / "keep.log").write_text("tracked although ignored\n")
     git(work, "add", "-f", "keep.log")
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     assert "keep.log" in _take(store, fast_path)
     return store
 
@@ -202,7 +202,7 @@ def test_untracking_an_ignored_file_leaves_it_out(work: Path, fast_path: bool, f
         store = gitstate.open_store(work)
     names = _take(store, fast_path)
     assert "keep.log" not in names and "src/b.py" in names
-    assert store.workspace.snapshot().tree == reference_tree(work).tree
+    assert store.core.workspace.snapshot().tree == reference_tree(work).tree
 
 
 @pytest.mark.parametrize("fast_path", [True, False], ids=["scan", "add_all"])
@@ -219,7 +219,7 @@ def test_a_change_of_the_global_excludes_file_applies(work: Path, fast_path: boo
         git(work, "config", "core.excludesFile", str(excludes))
     (work / "scratch.tmp").write_text("scratch\n")
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     assert "scratch.tmp" in _take(store, fast_path)
     excludes.write_text("*.tmp\nglobal-ignore\n")
     if change == "configured":
@@ -229,7 +229,7 @@ def test_a_change_of_the_global_excludes_file_applies(work: Path, fast_path: boo
         store = gitstate.open_store(work)
     names = _take(store, fast_path)
     assert "scratch.tmp" not in names and "global-ignore" not in names and "src/b.py" in names
-    assert store.workspace.snapshot().tree == reference_tree(work).tree
+    assert store.core.workspace.snapshot().tree == reference_tree(work).tree
 
 
 def test_a_path_untracked_and_tracked_again_by_turns_of_two_processes(work: Path) -> None:
@@ -244,7 +244,7 @@ def test_a_path_untracked_and_tracked_again_by_turns_of_two_processes(work: Path
     git(work, "add", "-f", "keep.log")
     assert "keep.log" in _take(first, True)
     assert "keep.log" in _take(first, False)
-    assert first.workspace.snapshot().tree == reference_tree(work).tree
+    assert first.core.workspace.snapshot().tree == reference_tree(work).tree
 
 
 def test_big_files_are_left_to_git(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -252,10 +252,10 @@ def test_big_files_are_left_to_git(work: Path, monkeypatch: pytest.MonkeyPatch) 
     (core.bigFileThreshold), never a loose object read whole."""
     monkeypatch.setattr(snapshot_module, "BIG_BLOB", 1000)
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     data = os.urandom(50_000)
     (work / "big.bin").write_bytes(data)
-    snap = store.workspace.snapshot(fast=True)
+    snap = store.core.workspace.snapshot(fast=True)
     assert not snap.scanned
     blob = git(work, "rev-parse", f"{snap.tree}:big.bin").strip()
     assert blob not in loose_objects(work)
@@ -286,10 +286,10 @@ def _failing_reads(monkeypatch: pytest.MonkeyPatch, name: str, times: int) -> li
 
 def test_a_file_git_fails_to_read_is_read_again(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     (work / "src" / "b.py").write_text("b, rewritten\n")
     left = _failing_reads(monkeypatch, "src/b.py", 2)
-    snap = store.workspace.snapshot()  # two failures, then git reads it
+    snap = store.core.workspace.snapshot()  # two failures, then git reads it
     assert left == [0]
     assert git(work, "cat-file", "blob", f"{snap.tree}:src/b.py") == "b, rewritten\n"
 
@@ -299,10 +299,10 @@ def test_a_file_git_keeps_failing_to_read_is_added_from_gitstates_own_read(work:
     """A file git fails to read on every try (a log written without pause): gitstate reads it
     itself (a file that only grew is stored as read); the rest of the snapshot is there too."""
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     (work / "src" / "journal.txt").write_bytes(b"entry\n" * 50)
     _failing_reads(monkeypatch, "src/journal.txt", 100)
-    snap = store.workspace.snapshot()
+    snap = store.core.workspace.snapshot()
     assert git(work, "cat-file", "blob", f"{snap.tree}:src/journal.txt") == "entry\n" * 50
     assert git(work, "cat-file", "blob", f"{snap.tree}:src/b.py") != ""
 
@@ -310,17 +310,17 @@ def test_a_file_git_keeps_failing_to_read_is_added_from_gitstates_own_read(work:
 def test_a_big_file_git_cannot_read_is_a_store_write_error(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(snapshot_module, "BIG_BLOB", 1000)
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     (work / "big.bin").write_bytes(os.urandom(50_000))  # too big for gitstate's own read
     _failing_reads(monkeypatch, "big.bin", 100)
     with pytest.raises(gitstate.StoreWriteError, match="big.bin.*unable to index file"):
-        store.workspace.snapshot()
+        store.core.workspace.snapshot()
 
 
 @pytest.mark.parametrize("setup", ["gitattributes", "info-attributes", "autocrlf", "nested-gitattributes"])
 def test_cases_left_to_add_all(work: Path, setup: str) -> None:
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     if setup == "gitattributes":
         (work / ".gitattributes").write_text("*.py text eol=crlf\n")
     elif setup == "nested-gitattributes":
@@ -331,7 +331,7 @@ def test_cases_left_to_add_all(work: Path, setup: str) -> None:
     else:
         git(work, "config", "core.autocrlf", "true")
     (work / "src" / "b.py").write_text("b\nb\n")
-    snap = store.workspace.snapshot(fast=True)
+    snap = store.core.workspace.snapshot(fast=True)
     assert not snap.scanned
     assert snap.tree == reference_tree(work).tree
 
@@ -346,7 +346,7 @@ def test_read_stat_cache_refuses_what_it_cannot_read(tmp_path: Path) -> None:
 
 def test_build_trees_matches_git(work: Path) -> None:
     store = gitstate.open_store(work)
-    snap = store.workspace.snapshot()
+    snap = store.core.workspace.snapshot()
     entries: dict[bytes, tuple[int, bytes]] = {}
     for line in git(work, "ls-tree", "-r", "-z", snap.tree).split("\0"):
         if line:
@@ -362,10 +362,10 @@ def test_memory_stays_bounded_by_the_batch(work: Path, monkeypatch: pytest.Monke
     """New blobs are handed to the store whenever a batch fills up, not all held to the end."""
     monkeypatch.setattr(snapshot_module, "PACK_BATCH", 3000)
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     batches: list[int] = []
-    original = store.store_objects
-    monkeypatch.setattr(store.workspace, "_store_objects", lambda objects: (batches.append(
+    original = store.core.store_objects
+    monkeypatch.setattr(store.core.workspace, "_store_objects", lambda objects: (batches.append(
         sum(len(body) for _, body in objects)), original(objects)))
     for i in range(10):
         (work / "src" / f"chunk{i}.bin").write_bytes(os.urandom(1000))
@@ -402,7 +402,7 @@ def _rewriting_reads(monkeypatch: pytest.MonkeyPatch, target: Path, times: int, 
 
 def test_a_file_rewritten_while_read_is_read_again(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     target = work / "src" / "b.py"
     target.write_bytes(b"old content " * 100)
     left = _rewriting_reads(monkeypatch, target, 2)
@@ -434,7 +434,7 @@ def test_a_file_that_never_settles_stops_the_restore_before_it_writes(work: Path
     store = gitstate.open_store(work)
     run = store.create_run(run_id="r")
     cp = run.checkpoint({}, files=True)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     target = work / "src" / "b.py"
     target.write_bytes(b"unsaved " * 100)
     (work / "run.sh").write_text("also unsaved\n")
@@ -452,7 +452,7 @@ def test_a_read_torn_by_one_write_begun_before_it_is_read_again(work: Path, monk
     modified that recently is read a second time (after any write running then has ended) and
     kept only when both reads agree."""
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     target = work / "src" / "b.py"
     old, new = b"o" * 4096, b"n" * 4096
     target.write_bytes(old)
@@ -533,7 +533,7 @@ def test_a_file_written_in_place_by_another_process_is_never_stored_torn(
         for _ in range(4):
             try:
                 if fast_path:
-                    with store.keeping_objects():
+                    with store.core.keeping_objects():
                         tree: str | None = fast(store).tree
                 else:
                     tree = run.checkpoint({}, files=True).files_tree_id

@@ -89,7 +89,7 @@ def plain_git(repo: Path, tmp: Path) -> str:
 def test_trees_match_the_old_implementation(repo: Path, tmp_path: Path) -> None:
     build(repo)
     store = gitstate.open_store(repo)
-    ws = store.workspace
+    ws = store.core.workspace
     found = {}
     first = ws.snapshot()
     assert first.skipped == ("vendor/lib",)

@@ -49,7 +49,7 @@ def work(repo: Path) -> Path:
 def test_snapshot_captures_tracked_untracked_modes_and_links(work: Path) -> None:
     store = gitstate.open_store(work)
     before = user_snapshot(work)
-    snap = store.workspace.snapshot()
+    snap = store.core.workspace.snapshot()
     files = tree_listing(work, snap.tree)
     assert set(files) == {".gitignore", "README", "src/main.py", "run.sh", "link"}
     assert files["run.sh"][0] == "100755"
@@ -59,7 +59,7 @@ def test_snapshot_captures_tracked_untracked_modes_and_links(work: Path) -> None
     assert git(work, "cat-file", "blob", files["link"][1]) == "src/main.py"
     assert user_snapshot(work) == before
     assert not (work / ".git" / "index.lock").exists()
-    assert os.path.exists(store.workspace.index_path)
+    assert os.path.exists(store.core.workspace.index_path)
 
 
 def test_checkpoint_with_files_and_without(work: Path) -> None:
@@ -85,18 +85,18 @@ def test_files_list_limits_capture(work: Path) -> None:
 def test_tracked_but_ignored_file_is_captured(work: Path) -> None:
     (work / "keep.log").write_text("tracked although ignored\n")
     git(work, "add", "-f", "keep.log")
-    snap = gitstate.open_store(work).workspace.snapshot()
+    snap = gitstate.open_store(work).core.workspace.snapshot()
     files = tree_listing(work, snap.tree)
     assert "keep.log" in files and "debug.log" not in files
 
 
 def test_deleted_and_newly_ignored_files_leave_the_snapshot(work: Path) -> None:
     store = gitstate.open_store(work)
-    store.workspace.snapshot()
+    store.core.workspace.snapshot()
     (work / "src" / "main.py").unlink()
     (work / "notes.txt").write_text("x\n")
     (work / ".gitignore").write_text("*.log\nbuild/\nnotes.txt\n")
-    files = tree_listing(work, store.workspace.snapshot().tree)
+    files = tree_listing(work, store.core.workspace.snapshot().tree)
     assert "src/main.py" not in files and "notes.txt" not in files
 
 
@@ -108,7 +108,7 @@ def test_nested_repository_is_skipped_not_fatal(work: Path) -> None:
     git(nested, "add", "x")
     git(nested, "commit", "-q", "-m", "x")
     (work / "vendor" / "other.txt").write_text("o\n")
-    snap = gitstate.open_store(work).workspace.snapshot()
+    snap = gitstate.open_store(work).core.workspace.snapshot()
     assert snap.skipped == ("vendor/lib",)
     files = tree_listing(work, snap.tree)
     assert "vendor/other.txt" in files
@@ -117,13 +117,13 @@ def test_nested_repository_is_skipped_not_fatal(work: Path) -> None:
 
 def test_unchanged_snapshot_writes_no_objects(work: Path) -> None:
     store = gitstate.open_store(work)
-    first = store.workspace.snapshot()
+    first = store.core.workspace.snapshot()
     objects = loose_objects(work)
-    second = store.workspace.snapshot()
+    second = store.core.workspace.snapshot()
     assert second.tree == first.tree
     assert loose_objects(work) == objects
     (work / "src" / "main.py").write_text("changed\n")
-    third = store.workspace.snapshot()
+    third = store.core.workspace.snapshot()
     new = loose_objects(work) - objects
     assert third.tree in new and len(new) == 3  # the blob, src/ and the root tree
 
@@ -131,7 +131,7 @@ def test_unchanged_snapshot_writes_no_objects(work: Path) -> None:
 def test_new_objects_are_journaled_once_a_checkpoint_names_them(work: Path) -> None:
     store = gitstate.open_store(work)
     journal_path = work / ".git" / "agentos" / "loose.journal"
-    snap = store.workspace.snapshot()
+    snap = store.core.workspace.snapshot()
     # unreachable yet: left loose (a concurrent `git repack -a -d` keeps loose objects, not packed ones)
     assert not journal_path.exists() or snap.tree not in journal_path.read_text().split()
     cp = store.create_run().checkpoint({}, files=True)
@@ -144,10 +144,10 @@ def test_new_objects_are_journaled_once_a_checkpoint_names_them(work: Path) -> N
 
 def test_snapshot_from_another_process_picks_up_edits(work: Path) -> None:
     store = gitstate.open_store(work)
-    first = store.workspace.snapshot()
+    first = store.core.workspace.snapshot()
     # an edit made by some other program: nothing goes through gitstate
     subprocess.run(["sh", "-c", "echo more >> src/main.py"], cwd=work, check=True)
-    second = store.workspace.snapshot()
+    second = store.core.workspace.snapshot()
     assert second.tree != first.tree
     blob = tree_listing(work, second.tree)["src/main.py"][1]
     assert git(work, "cat-file", "blob", blob).endswith("more\n")
@@ -159,9 +159,9 @@ def test_linked_worktree_has_its_own_private_index(work: Path, tmp_path: Path) -
     (linked / "only-here").write_text("x\n")
     main_before = user_snapshot(work)
     store = gitstate.open_store(linked)
-    snap = store.workspace.snapshot()
+    snap = store.core.workspace.snapshot()
     assert "only-here" in tree_listing(work, snap.tree)
-    assert store.workspace.index_path.endswith("index-" + store.worktree)
+    assert store.core.workspace.index_path.endswith("index-" + store.worktree)
     assert store.worktree != "main"
     assert user_snapshot(work) == main_before
     assert git(linked, "status", "--porcelain") == "?? only-here\n"
@@ -272,7 +272,7 @@ def test_read_index_paths_of_a_split_index(work: Path) -> None:
     index = str(work / ".git" / "index")
     assert read_index_paths(index, str(work / ".git"), str(work)) == expected
     store = gitstate.open_store(work)
-    names = set(git(work, "ls-tree", "-r", "--name-only", store.workspace.snapshot().tree).split())
+    names = set(git(work, "ls-tree", "-r", "--name-only", store.core.workspace.snapshot().tree).split())
     assert expected <= names
 
 
@@ -290,7 +290,7 @@ def test_a_fifo_among_the_private_index_files_never_blocks(work: Path, monkeypat
     store = gitstate.open_store(work)
     run = store.create_run()
     first = run.checkpoint({}, files=True)
-    path = Path(store.workspace.index_path + suffix)
+    path = Path(store.core.workspace.index_path + suffix)
     for round_, writer in enumerate((gitstate.open_store(work), store)):  # a fresh handle, then a warm one
         path.unlink(missing_ok=True)
         os.mkfifo(path)
