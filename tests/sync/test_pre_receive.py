@@ -66,6 +66,8 @@ def test_a_branch_without_a_run_and_a_credential_are_refused_one_line_each(verif
     repo, path = verified
     store = gitstate.open_store(path)
     store.create_run(run_id="ok").checkpoint({"step": 1})
+    git(path, "config", "agentos.secrets", "warn")  # stored as written (the default redacts it)
+    store = gitstate.open_store(path)
     leaked = store.create_run(run_id="leaky").checkpoint({"key": "AKIA" + "Q" * 12 + "7ZXW"}).id
     orphan = "refs/agentos/main/runs/orphan/heads/main"
     git(path, "update-ref", orphan, leaked)
