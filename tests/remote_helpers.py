@@ -23,15 +23,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def git_daemon(base: Path) -> Iterator[str]:
-    """Serve every repository under ``base`` at ``git://127.0.0.1:<port>/`` (push enabled); the
-    daemon is killed on exit."""
-    port = free_port()
-    proc = subprocess.Popen(
-        ["git", "daemon", "--reuseaddr", "--export-all", "--enable=receive-pack", f"--base-path={base}",
-         "--listen=127.0.0.1", f"--port={port}", "--informative-errors", str(base)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        start_new_session=True)  # `git daemon` runs git-daemon as its child: both are killed as a group
+def serving(argv: list[str], port: int, what: str, url: str) -> Iterator[str]:
+    """Start the server ``argv`` (listening on 127.0.0.1:``port``) in a process group of its own,
+    wait until it accepts connections, yield ``url``; the group is killed on exit."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 30  # readiness wait, not a timing assertion
         while True:
@@ -41,15 +36,26 @@ def git_daemon(base: Path) -> Iterator[str]:
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     err = proc.stderr.read().decode() if proc.stderr else ""
-                    raise RuntimeError(f"git daemon did not start: {err}") from None
+                    raise RuntimeError(f"{what} did not start: {err}") from None
                 time.sleep(0.02)
-        yield f"git://127.0.0.1:{port}"
+        yield url
     finally:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)  # killing `git` alone left git-daemon running
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: killing `git` alone left git-daemon running
         except ProcessLookupError:
             pass
         proc.wait()
+
+
+@contextmanager
+def git_daemon(base: Path) -> Iterator[str]:
+    """Serve every repository under ``base`` at ``git://127.0.0.1:<port>/`` (push enabled); the
+    daemon is killed on exit."""
+    port = free_port()
+    with serving(["git", "daemon", "--reuseaddr", "--export-all", "--enable=receive-pack", f"--base-path={base}",
+                  "--listen=127.0.0.1", f"--port={port}", "--informative-errors", str(base)],
+                 port, "git daemon", f"git://127.0.0.1:{port}") as url:
+        yield url
 
 
 def bare(path: Path) -> Path:

@@ -92,6 +92,25 @@ def trailer_value(value: Any) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
+def trailer(message: str, key: str) -> str | None:
+    """The value of the last trailer ``key`` of a commit message (``None`` when it has none)."""
+    for line in reversed(message.splitlines()):
+        if line.startswith(f"{key}: "):
+            return line[len(key) + 2:].strip()
+    return None
+
+
+def replace_trailer(message: str, key: str, value: str) -> str:
+    """The message with the value of its last trailer ``key`` replaced (other lines, e.g.
+    integrations' own trailers, kept as they are)."""
+    lines = message.split("\n")
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(f"{key}: "):
+            lines[i] = f"{key}: {value}"
+            break
+    return "\n".join(lines)
+
+
 def subject(node: str | None, step: int, trigger: str | None, status: str | None) -> str:
     """The readable first line of a checkpoint commit: ``plan · step 3 · tool_end``."""
     parts = [node or "checkpoint", f"step {step}", trigger or "save"]

@@ -811,7 +811,7 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
                 pass
     # the directories made for the locks of refs that now live in packed-refs only, as git removes them
     root = os.path.join(common_dir, "refs")
-    _remove_empty_dirs(root, {os.path.dirname(os.path.join(common_dir, *m.ref.split("/"))) for m in moves})
+    remove_empty_dirs(root, {os.path.dirname(os.path.join(common_dir, *m.ref.split("/"))) for m in moves})
 
 
 def _lock_for_update(common_dir: str, name: str, path: str) -> int:
@@ -926,7 +926,7 @@ def pack_refs(common_dir: str, prefix: str = "refs/agentos/", batch: int = 200) 
     return packed
 
 
-def _remove_empty_dirs(root: str, dirs: set[str]) -> None:
+def remove_empty_dirs(root: str, dirs: set[str]) -> None:
     """Remove now-empty ref directories below ``root`` (as git's pack-refs does), deepest first.
     A writer that recreates one concurrently just retries its lock."""
     for path in sorted(dirs, key=len, reverse=True):

@@ -46,7 +46,7 @@ from gitstate.git import lockfile, packs
 from gitstate.git.command import run_git
 from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, TreeEntry
 from gitstate.git.reader import CommitData, ObjectReader
-from gitstate.git.refs import list_refs, pack_refs, peek, read_ref, scan_refs
+from gitstate.git.refs import list_refs, pack_refs, peek, read_ref, remove_empty_dirs, scan_refs
 from gitstate.store import reclaim as reclaiming
 from gitstate.store.nodes import listed, read_record
 from gitstate.store.store import RunSummary, Store
@@ -972,8 +972,8 @@ def _stage_prune(store: Store, reader: ObjectReader, tx: Transaction, pr: Branch
                                     if e.name != cpfmt.META]
         entries.append((cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB))
         message = commit.message
-        if meta.get("node_entry") and meta["node_entry"] != _trailer(message, "Node-Entry"):
-            message = _replace_trailer(message, "Node-Entry", meta["node_entry"])
+        if meta.get("node_entry") and meta["node_entry"] != cpfmt.trailer(message, "Node-Entry"):
+            message = cpfmt.replace_trailer(message, "Node-Entry", meta["node_entry"])
         parent = tx.commit(tx.tree(entries), [parent] if parent else [], message,
                            author=commit.author, committer=commit.committer)
         renamed[oid] = parent
@@ -1006,22 +1006,6 @@ def _stage_prune(store: Store, reader: ObjectReader, tx: Transaction, pr: Branch
     return _Pruned(pr, renamed, parent, log_renamed, log_tip if new_log is None else new_log)
 
 
-def _trailer(message: str, key: str) -> str | None:
-    for line in reversed(message.splitlines()):
-        if line.startswith(f"{key}: "):
-            return line[len(key) + 2:].strip()
-    return None
-
-
-def _replace_trailer(message: str, key: str, value: str) -> str:
-    lines = message.split("\n")
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith(f"{key}: "):
-            lines[i] = f"{key}: {value}"
-            break
-    return "\n".join(lines)
-
-
 def _tidy(store: Store, removed: list[RunRemoval], pruned: list[_Pruned]) -> None:
     """Rewrite the reflogs of the pruned branches and node logs (:func:`_rewrite_reflog`) and
     remove the reflog folders the removed runs left empty. Writers append to a reflog while they
@@ -1047,18 +1031,7 @@ def _tidy(store: Store, removed: list[RunRemoval], pruned: list[_Pruned]) -> Non
         top = _path_of(common, "logs", run_prefix(r.worktree, r.run).rstrip("/"))
         for folder, _dirs, _files in os.walk(top):
             folders.add(folder)
-    _remove_empty(folders, logs)
-
-
-def _remove_empty(folders: set[str], stop: str) -> None:
-    """Remove the empty ones of ``folders`` and then their parents below ``stop``, deepest first."""
-    for path in sorted(folders, key=len, reverse=True):
-        while path.startswith(stop + os.sep):
-            try:
-                os.rmdir(path)
-            except OSError:
-                break
-            path = os.path.dirname(path)
+    remove_empty_dirs(logs, folders)
 
 
 def _rewrite_reflog(common_dir: str, reader: ObjectReader, ref: str, renamed: dict[str, str], written: set[str],
@@ -1083,7 +1056,7 @@ def _rewrite_reflog(common_dir: str, reader: ObjectReader, ref: str, renamed: di
             fd = lockfile.create_held(ref_path + ".lock")
     except OSError:  # held, or its folder removed meanwhile by a writer's cleanup: left as it is
         if made:
-            _remove_empty({os.path.dirname(ref_path)}, _path_of(common_dir, "refs"))
+            remove_empty_dirs(_path_of(common_dir, "refs"), {os.path.dirname(ref_path)})
         return
     try:
         survivors = _survivors(common_dir, reader, ref, written, ours)
@@ -1093,7 +1066,7 @@ def _rewrite_reflog(common_dir: str, reader: ObjectReader, ref: str, renamed: di
         lines = _filtered_reflog(_reflog_lines(path), renamed, survivors)
         if not lines:
             os.unlink(path)
-            _remove_empty({os.path.dirname(path)}, _path_of(common_dir, "logs", NAMESPACE.rstrip("/")))
+            remove_empty_dirs(_path_of(common_dir, "logs", NAMESPACE.rstrip("/")), {os.path.dirname(path)})
         else:
             tmp = f"{path}.{os.getpid()}.gc.tmp"
             with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="") as fh:
@@ -1106,7 +1079,7 @@ def _rewrite_reflog(common_dir: str, reader: ObjectReader, ref: str, renamed: di
         if fd >= 0:
             lockfile.release_held(ref_path + ".lock", fd)
         if made:
-            _remove_empty({os.path.dirname(ref_path)}, _path_of(common_dir, "refs"))
+            remove_empty_dirs(_path_of(common_dir, "refs"), {os.path.dirname(ref_path)})
 
 
 def _survivors(common_dir: str, reader: ObjectReader, ref: str, written: set[str], ours: str) -> set[str] | None:

@@ -40,7 +40,6 @@ if mode == "write":
     run.checkpoint({"n": "never"})
 else:
     store = gitstate.open_store(path)
-    refs._remove_empty_dirs = stop
     refs._install_packed = stop
     refs.pack_refs(store.location.common_dir)
 """

@@ -17,11 +17,8 @@ with :func:`http_git_server`)."""
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -192,38 +189,17 @@ def serve(root: str, port: int) -> None:
     server.serve_forever()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def http_git_server(root: Path) -> Iterator[str]:
     """Serve every repository under ``root`` over smart HTTP (see the module's docstring) in a
     process of its own; yields the base URL ``http://127.0.0.1:<port>``; the server is killed on
     exit."""
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(root), str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30  # readiness wait, not a timing assertion
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    err = proc.stderr.read().decode() if proc.stderr else ""
-                    raise RuntimeError(f"the HTTP git server did not start: {err}") from None
-                time.sleep(0.02)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+    from remote_helpers import free_port, serving  # (only in the tests: this file also runs as the server)
+
+    port = free_port()
+    with serving([sys.executable, os.path.abspath(__file__), str(root), str(port)], port, "the HTTP git server",
+                 f"http://127.0.0.1:{port}") as url:
+        yield url
 
 
 if __name__ == "__main__":
