@@ -111,9 +111,11 @@ def check_value(value: Any, path: str = "", depth: int = 0) -> None:
         if is_dict:
             for key, item in items:
                 if not isinstance(key, str | int) or isinstance(key, bool):
-                    raise EncodingError(where, f"dict key {key!r} of type {type(key).__name__}; use str or int")
+                    # (a number is named; other keys, which may hold a credential, only by type)
+                    shown = f"{key!r} " if key is None or isinstance(key, bool | float | complex) else ""
+                    raise EncodingError(where, f"dict key {shown}of type {type(key).__name__}; use str or int")
                 if isinstance(key, str) and not _is_text(key):
-                    raise EncodingError(where, f"dict key {key!r} is not valid Unicode text (a lone surrogate)")
+                    raise EncodingError(where, "a dict key is not valid Unicode text (a lone surrogate)")
                 if isinstance(key, int) and key.bit_length() > MAX_INT_BITS:
                     _check_int(key, where)
                 if not isinstance(item, _SCALARS):

@@ -551,7 +551,9 @@ class GitStore(BaseStore):
                 ns = namespaces[ns_key] = _Ns(namespace, seq if seq is not None else SEQUENCE.next())
             old = self._item(ns.items[key]) if key in ns.items else None
             # the store's secrets policy (warn: the push check finds them in the state)
-            value = self.store.core.secrets.value(dict(op.value), f"memory[{ns_key!r}][{key!r}].value", [])
+            policy = self.store.core.secrets
+            where = f"memory{policy.scanner.key_segment(ns_key, 0)}{policy.scanner.key_segment(key, 1)}.value"
+            value = policy.value(dict(op.value), where, [])  # (a key path never prints a credential)
             item: dict[str, Any] = {
                 "value": value, "created_at": old["created_at"] if old else now, "updated_at": now,
                 "seq": old["seq"] if old else SEQUENCE.next(),

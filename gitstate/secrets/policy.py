@@ -149,7 +149,14 @@ class Policy:
         return self._value(value, path, found, 0)
 
     def _clean(self, value: Any) -> bool:
-        """Whether no string in ``value`` holds a credential (a quick walk: no key paths)."""
+        """Whether no string in ``value`` holds a credential (a quick walk: no key paths); False
+        (the careful walk decides) for values nested too deep to walk."""
+        try:
+            return self._clean_walk(value)
+        except RecursionError:
+            return False
+
+    def _clean_walk(self, value: Any) -> bool:
         hits = self.scanner.hits
         short = 0 if self.scanner.rules.patterns else MIN_LENGTH
         stack = [value]
@@ -172,7 +179,7 @@ class Policy:
                     chunk = item[start:start + _CHUNK]
                     key = _digest(chunk)
                     if key is None or key not in self._clean_chunks:
-                        if not self._clean(list(chunk)):
+                        if not self._clean_walk(list(chunk)):
                             return False
                         if key is not None:
                             if len(self._clean_chunks) > 100_000:
@@ -197,7 +204,11 @@ class Policy:
         if isinstance(value, bytes | bytearray):
             return self._bytes(value, path, found)
         if depth > _MAX_DEPTH:
-            return value  # the encoder refuses it
+            # deeper than the careful walk goes (the encoder refuses most such values, but counts
+            # its depth per top-level value): stored only when the quick walk finds nothing
+            if self._clean(value):
+                return value
+            raise SecretRefusedError(path, f"a value nested less than {_MAX_DEPTH} levels deep", unreadable=True)
         if isinstance(value, Mapping):
             changed = False
             out = {}

@@ -81,7 +81,12 @@ class NodeLog:
         if not records:
             return
         tip = old = self.store.read_ref(self.ref)
+        policy = self.store.secrets
         for record in records:
+            # an error's text and the metadata are free text: the write-time secrets policy applies
+            found: list[Any] = []
+            record = dataclasses.replace(record, error=policy.value(record.error, f"node {record.node}.error", found),
+                                         metadata=policy.value(record.metadata, f"node {record.node}.metadata", found))
             entries: list[TreeEntry] = [(nodefmt.RECORD, tx.blob(nodefmt.encode(record, self.run_id)), MODE_BLOB)]
             if record.entry:
                 entries.append((nodefmt.ENTRY_LINK, record.entry, MODE_COMMIT))

@@ -127,7 +127,7 @@ class Run:
         record = {
             "format": cpfmt.RUN_KIND, "v": cpfmt.FORMAT_VERSION, "id": self.id, "workflow": self.workflow,
             "worktree": self.worktree, "created_at": created.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            "metadata": self.metadata or None,
+            "metadata": self.store.secrets.value(self.metadata, "run metadata", []) or None,
         }
         tree = tx.tree([(cpfmt.RUN_RECORD, tx.blob(cpfmt.encode_meta(record)), MODE_BLOB)])
         workflow = self.workflow
@@ -892,7 +892,7 @@ class Run:
                 entries.append((cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB))
                 message = commit.message
                 if meta.get("node_entry") and meta["node_entry"] != commit_meta_entry(commit.message):
-                    message = _replace_trailer(message, "Node-Entry", meta["node_entry"])
+                    message = cpfmt.replace_trailer(message, "Node-Entry", meta["node_entry"])
                 parent = _recommit(tx, commit, tx.tree(entries), [parent] if parent else [], message)
                 renamed[cp.id] = parent
             assert parent is not None
@@ -983,17 +983,6 @@ def commit_meta_entry(message: str) -> str | None:
         if line.startswith("Node-Entry: "):
             return line[len("Node-Entry: "):].strip()
     return None
-
-
-def _replace_trailer(message: str, key: str, value: str) -> str:
-    """The message with the value of trailer ``key`` replaced (other lines, e.g. integrations'
-    own trailers, kept as they are)."""
-    lines = message.split("\n")
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith(f"{key}: "):
-            lines[i] = f"{key}: {value}"
-            break
-    return "\n".join(lines)
 
 
 def _check_label(kind: str, value: object) -> None:

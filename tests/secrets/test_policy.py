@@ -312,3 +312,42 @@ def test_a_long_list_is_checked_again_where_it_changed() -> None:
     out = policy.value({"m": items}, "state", [])
     assert out["m"][150]["content"].startswith("later \u00abredacted:aws-access-key:")
     assert out["m"][149] is items[149]
+
+
+AWS = "AKIA" + "Q" * 12 + "7ZXW"
+
+
+def test_run_metadata_and_a_failed_nodes_error_are_redacted(tmp_path: Path) -> None:
+    path = make_repo(tmp_path)
+    store = gitstate.open_store(path)
+    run = store.create_run(run_id="meta", metadata={"token": TOOL_SECRET})
+    with pytest.raises(RuntimeError), run.node("fetch"):
+        run.checkpoint({"step": 1})
+        raise RuntimeError(f"401 for key {AWS}")
+    assert leaked(path, [TOOL_SECRET, AWS]) == []
+    assert store.get_run("meta").metadata["token"].startswith("«redacted:")
+    assert [b.status for b in run.nodes() if b.node == "fetch"] == ["failed"]
+    log = all_objects(path)
+    assert b"401 for key \xc2\xabredacted:" in log  # the error's text is kept, its key replaced
+
+
+@pytest.mark.parametrize("depth", [198, 199, 200, 201, 260])
+def test_a_deeply_nested_credential_is_never_stored(tmp_path: Path, depth: int) -> None:
+    path = make_repo(tmp_path)
+    run = gitstate.open_store(path).create_run(run_id="deep")
+    value: Any = {"z": AWS}
+    for _ in range(depth):
+        value = [value]
+    try:
+        run.checkpoint({"a": value})
+    except gitstate.GitStateError as exc:  # refused as too deep, by the policy or the encoder
+        assert AWS not in str(exc)
+    assert leaked(path, [AWS]) == []
+
+
+def test_a_credential_in_a_key_is_not_printed_by_an_error(tmp_path: Path) -> None:
+    run = gitstate.open_store(make_repo(tmp_path)).create_run(run_id="keys")
+    with pytest.raises(gitstate.GitStateError) as caught:
+        run.checkpoint({"bad": {AWS.encode(): 1}})
+    assert AWS not in str(caught.value)
+    assert leaked(tmp_path, [AWS]) == []
