@@ -790,14 +790,17 @@ def _push_chunks(store: Store, remote: str, label: str, todo: dict[str, str], qu
                 results[name] = RefResult(name, "error", None, oid, stop.why)
     finally:
         shadow.close()
-    failed = [name for name, r in results.items() if r.status == "error"]
-    if failed and _single_target(store, remote):  # a connection lost after the server took them
+    failed = [name for name, r in results.items() if r.status in ("error", "rejected")]
+    if failed and _single_target(store, remote):
+        # a connection lost after the server took them, or refused because another push of the
+        # same refs (a concurrent one, or one this resumes) landed them first
         try:
             there = _ls_remote(store, remote, [NAMESPACE])
         except RemoteError:
             there = {}
         landed = [name for name in failed if there.get(name) == todo[name]]
-        results.update({name: RefResult(name, "pushed", None, todo[name]) for name in landed})
+        results.update({name: RefResult(name, "pushed" if results[name].status == "error" else "up-to-date",
+                                        None, todo[name]) for name in landed})
         queue.done(landed)
     return results
 

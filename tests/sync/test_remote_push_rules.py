@@ -7,7 +7,10 @@ import json
 from pathlib import Path
 
 from conftest import git
+from remote_helpers import bare, machine
 from test_cli_sharing import agentos, remote_went_on
+
+import gitstate
 
 
 def test_a_branch_only_the_remote_advanced_is_behind_not_rejected(tmp_path: Path) -> None:
@@ -32,3 +35,28 @@ def test_a_branch_only_the_remote_advanced_is_behind_not_rejected(tmp_path: Path
     agentos(b, "checkpoint", "run1", "--state", "-", input='{"b": 2}')
     refused = agentos(b, "push", "origin", code=1)
     assert "rejected run1 main:" in refused.stdout and "behind run1 main" not in refused.stdout
+
+
+def test_a_ref_another_push_landed_first_is_up_to_date_not_rejected(tmp_path: Path) -> None:
+    """Two pushes of the same line race: the server refuses the slower one's ref because the other
+    just wrote it. That ref holds what this push sent, so it is reported up to date, not refused."""
+    remote = bare(tmp_path / "remote.git")
+    path = machine(tmp_path / "A", str(remote))
+    store = gitstate.open_store(path)
+    run = store.create_run(run_id="r")
+    run.checkpoint({"n": 1})
+    assert all(r.ok for r in gitstate.push(store))
+    new = run.checkpoint({"n": 2}).id
+    ref = run.ref("main")
+    # the remote gets the new checkpoint's objects (not its ref) as the other push would bring them
+    git(remote, "fetch", "-q", str(path), f"{ref}:refs/other/tmp")
+    git(remote, "update-ref", "-d", "refs/other/tmp")
+    hook = remote / "hooks" / "pre-receive"  # the other push lands first: the ref moves, this one is refused
+    hook.write_text("#!/bin/sh\nwhile read old new ref; do\n"
+                    "  env -u GIT_QUARANTINE_PATH -u GIT_OBJECT_DIRECTORY -u GIT_ALTERNATE_OBJECT_DIRECTORIES "
+                    "git update-ref \"$ref\" \"$new\"\ndone\nexit 1\n")
+    hook.chmod(0o755)
+    results = {r.run_id: r for r in gitstate.push(store)}
+    assert git(remote, "rev-parse", ref).strip() == new
+    assert results["r"].ok, results["r"]
+    assert {ref_result.status for ref_result in results["r"].refs} <= {"up-to-date", "pushed"}
