@@ -25,7 +25,7 @@ from typing import Any
 
 import pygit2
 
-from gitstate.errors import GitStateError, SecretRefusedError
+from gitstate.errors import EncodingError, GitStateError, SecretRefusedError
 
 from .rules import ALLOW_KEY, PATTERN_KEY, RULES_FILE, Rules, SecretsRuleError
 from .scanner import MIN_LENGTH, Finding, Scanner
@@ -205,10 +205,11 @@ class Policy:
             return self._bytes(value, path, found)
         if depth > _MAX_DEPTH:
             # deeper than the careful walk goes (the encoder refuses most such values, but counts
-            # its depth per top-level value): stored only when the quick walk finds nothing
+            # its depth per top-level value): stored only when the quick walk finds nothing; else
+            # refused as the encoder refuses a value too deep (or a cycle, which never ends)
             if self._clean(value):
                 return value
-            raise SecretRefusedError(path, f"a value nested less than {_MAX_DEPTH} levels deep", unreadable=True)
+            raise EncodingError(path, f"nested deeper than {_MAX_DEPTH} levels (a cycle?)")
         if isinstance(value, Mapping):
             changed = False
             out = {}
