@@ -194,7 +194,9 @@ def http_git_server(root: Path) -> Iterator[str]:
     """Serve every repository under ``root`` over smart HTTP (see the module's docstring) in a
     process of its own; yields the base URL ``http://127.0.0.1:<port>``; the server is killed on
     exit."""
-    from remote_helpers import free_port, serving  # (only in the tests: this file also runs as the server)
+    # (imported here: this file also runs as the server, and scripts/bench_push.py imports it)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from remote_helpers import free_port, serving
 
     port = free_port()
     with serving([sys.executable, os.path.abspath(__file__), str(root), str(port)], port, "the HTTP git server",
