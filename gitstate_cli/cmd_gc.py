@@ -114,11 +114,7 @@ def pin(store: gitstate.Store, run_id: str, as_json: bool) -> None:
 
     JSON: {"run", "pinned": true, "changed"}.
     """
-    changed = retention.pin(store, run_id)
-    if as_json:
-        out.emit_json({"run": run_id, "pinned": True, "changed": changed})
-        return
-    click.echo(f"pinned run {out.safe(run_id)}" if changed else f"run {out.safe(run_id)} was pinned already")
+    _said_pin(run_id, True, retention.pin(store, run_id), as_json)
 
 
 @click.command()
@@ -134,8 +130,14 @@ def unpin(store: gitstate.Store, run_id: str, as_json: bool) -> None:
 
     JSON: {"run", "pinned": false, "changed"}.
     """
-    changed = retention.unpin(store, run_id)
+    _said_pin(run_id, False, retention.unpin(store, run_id), as_json)
+
+
+def _said_pin(run_id: str, pinned: bool, changed: bool, as_json: bool) -> None:
+    """Print what ``pin``/``unpin`` did (``changed``: False when the run was so already)."""
     if as_json:
-        out.emit_json({"run": run_id, "pinned": False, "changed": changed})
-        return
-    click.echo(f"unpinned run {out.safe(run_id)}" if changed else f"run {out.safe(run_id)} was not pinned")
+        out.emit_json({"run": run_id, "pinned": pinned, "changed": changed})
+    elif changed:
+        click.echo(f"{'pinned' if pinned else 'unpinned'} run {out.safe(run_id)}")
+    else:
+        click.echo(f"run {out.safe(run_id)} was {'pinned already' if pinned else 'not pinned'}")

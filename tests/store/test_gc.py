@@ -287,3 +287,15 @@ def test_every_status_a_run_shows_can_be_selected() -> None:
     assert R.parse_statuses("completed, failed") == R.FINISHED
     with pytest.raises(gitstate.UsageError):
         R.parse_statuses("finished")
+
+
+def test_cli_pin_and_unpin_say_what_they_did(repo: Path) -> None:
+    from conftest import agentos_process
+
+    finished_run(gitstate.open_store(repo), "a", 2)
+    said = [agentos_process(repo, *args) for args in (["pin", "a"], ["pin", "a"], ["unpin", "a"], ["unpin", "a"])]
+    assert [d.returncode for d in said] == [0, 0, 0, 0]
+    assert [d.stdout.strip() for d in said] == ["pinned run a", "run a was pinned already", "unpinned run a",
+                                                "run a was not pinned"]
+    as_json = [json.loads(agentos_process(repo, *args, "--json").stdout) for args in (["pin", "a"], ["unpin", "a"])]
+    assert as_json == [{"run": "a", "pinned": True, "changed": True}, {"run": "a", "pinned": False, "changed": True}]
