@@ -20,18 +20,13 @@ from pathlib import Path
 import gitstate
 from gitstate.git import refs
 from gitstate.store import base
-from gitstate.store.transaction import Transaction
+from gitstate.store.transaction import Transaction, apply_one
 
 
 def _sequential(common_dir: str, tx: Transaction, *, fsync: bool) -> None:
     """The moves one at a time (no atomicity): the old behaviour, for comparison."""
     for update in tx.updates[tx.moved:]:
-        if update.new is None:
-            assert update.old is not None
-            refs.remove_if_equals(common_dir, update.ref, update.old, update.message)
-        else:
-            refs.set_if_equals(common_dir, update.ref, update.old, update.new, update.message,
-                               committer=tx.identity, fsync=fsync, log=update.log)
+        apply_one(common_dir, tx, update, fsync)
         tx.moved += 1
 
 

@@ -134,7 +134,7 @@ def apply_updates(common_dir: str, tx: Transaction, *, fsync: bool) -> None:
     main = [u for u in tx.updates if not u.missing_ok]
     if tx.moved == 0:
         if len(main) == 1:
-            _apply_one(common_dir, tx, main[0], fsync)
+            apply_one(common_dir, tx, main[0], fsync)
         elif main:
             refs.update_atomically(common_dir, [refs.Move(u.ref, u.old, u.new, u.message, u.log) for u in main],
                                    committer=tx.identity, fsync=fsync)
@@ -146,7 +146,8 @@ def apply_updates(common_dir: str, tx: Transaction, *, fsync: bool) -> None:
         tx.moved += 1
 
 
-def _apply_one(common_dir: str, tx: Transaction, update: RefUpdate, fsync: bool) -> None:
+def apply_one(common_dir: str, tx: Transaction, update: RefUpdate, fsync: bool) -> None:
+    """Move one staged ref by itself (a compare-and-swap of its own, not atomic with the others)."""
     if update.new is None:
         assert update.old is not None
         refs.remove_if_equals(common_dir, update.ref, update.old, update.message)
