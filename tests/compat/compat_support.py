@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tarfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -68,6 +69,16 @@ def git(cwd: str | os.PathLike[str], *args: str, input: bytes | str | None = Non
 def git_bytes(cwd: str | os.PathLike[str], *args: str, input: bytes | None = None) -> bytes:
     """Run real git and return its stdout as bytes."""
     return git_raw(cwd, *args, input=input).stdout
+
+
+def unpack(fixture: Path, dest: Path) -> Path:
+    """Extract a fixture tarball (one of tests/compat/fixtures/) into ``dest``; its repository."""
+    with tarfile.open(fixture) as tar:
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4+
+            tar.extractall(dest, filter="data")
+        else:  # pragma: no cover - our own fixture, from this repository
+            tar.extractall(dest)  # noqa: S202
+    return dest / "repo"
 
 
 def init_repo(path: Path, *, files: Mapping[str, str] | None = None) -> Path:

@@ -39,6 +39,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -190,7 +191,7 @@ def write_store(repo: Path, clock: Clock) -> dict[str, Any]:
     return out
 
 
-def _tar(repo: Path, output: Path) -> None:
+def write_tarball(repo: Path, output: Path) -> None:
     """The repository as a tarball with sorted entries, owner 0 and fixed times."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -211,8 +212,12 @@ def _tar(repo: Path, output: Path) -> None:
         gz.write(buf.getvalue())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def make_fixture(description: str | None, files: Mapping[str, str] | None,
+                 write: Callable[[Path], dict[str, Any] | None]) -> None:
+    """The command line of a fixture maker: ``--output TARBALL`` (never overwritten); ``write``
+    fills a fresh repository (one commit of ``files``) in a scrubbed environment, and its refs and
+    what it returns are printed."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", type=Path, required=True, help="tarball to write (must not exist)")
     args = parser.parse_args()
     if args.output.exists():
@@ -225,15 +230,19 @@ def main() -> None:
         os.environ.update({"HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C",
                            "GIT_AUTHOR_NAME": COMMITTER_NAME, "GIT_AUTHOR_EMAIL": COMMITTER_EMAIL,
                            "GIT_COMMITTER_NAME": COMMITTER_NAME, "GIT_COMMITTER_EMAIL": COMMITTER_EMAIL})
-        repo = init_repo(Path(tmp) / "repo", files=USER_FILES)
-        written = write_store(repo, Clock())
+        repo = init_repo(Path(tmp) / "repo", files=files)
+        written = write(repo) or {}
         refs = git(repo, "for-each-ref", "--format=%(objectname) %(refname)", "refs/agentos/")
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        _tar(repo, args.output)
+        write_tarball(repo, args.output)
     print(refs)
     for key, value in written.items():
         print(f"{key}: {value!r}")
     print(f"wrote {args.output} ({args.output.stat().st_size} bytes)")
+
+
+def main() -> None:
+    make_fixture(__doc__, USER_FILES, lambda repo: write_store(repo, Clock()))
 
 
 if __name__ == "__main__":

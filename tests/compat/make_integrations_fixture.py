@@ -14,20 +14,16 @@ store. Times and the session's item order differ at every run; the values do not
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from compat_support import COMMITTER_EMAIL, COMMITTER_NAME, git, init_repo  # noqa: E402
-from make_fixture import SCRUB, _tar  # noqa: E402
+from make_fixture import make_fixture  # noqa: E402
 
 SESSION = "chat"
 NAMESPACE = ("users", "ada")
@@ -67,26 +63,7 @@ async def write(repo: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output", type=Path, required=True, help="tarball to write (must not exist)")
-    args = parser.parse_args()
-    if args.output.exists():
-        sys.exit(f"{args.output} exists: fixtures are never regenerated in place; choose a new name")
-    with tempfile.TemporaryDirectory(prefix="gitstate-fixture-") as tmp:
-        home = Path(tmp) / "home"
-        home.mkdir()
-        for name in SCRUB:
-            os.environ.pop(name, None)
-        os.environ.update({"HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C",
-                           "GIT_AUTHOR_NAME": COMMITTER_NAME, "GIT_AUTHOR_EMAIL": COMMITTER_EMAIL,
-                           "GIT_COMMITTER_NAME": COMMITTER_NAME, "GIT_COMMITTER_EMAIL": COMMITTER_EMAIL})
-        repo = init_repo(Path(tmp) / "repo")
-        asyncio.run(write(repo))
-        refs = git(repo, "for-each-ref", "--format=%(objectname) %(refname)", "refs/agentos/")
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        _tar(repo, args.output)
-    print(refs)
-    print(f"wrote {args.output} ({args.output.stat().st_size} bytes)")
+    make_fixture(__doc__, None, lambda repo: asyncio.run(write(repo)))
 
 
 if __name__ == "__main__":

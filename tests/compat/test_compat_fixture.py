@@ -6,14 +6,13 @@ no longer reads old stores). A new format gets a new fixture file and a new test
 
 from __future__ import annotations
 
-import tarfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from compat_support import git, git_raw
+from compat_support import git, git_raw, unpack
 from langgraph.types import Interrupt
 from make_fixture import build_graph
 
@@ -86,12 +85,7 @@ def at(seconds: int) -> datetime:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    with tarfile.open(FIXTURE) as tar:
-        if hasattr(tarfile, "data_filter"):  # Python 3.11.4+
-            tar.extractall(tmp_path, filter="data")
-        else:  # pragma: no cover - our own fixture, from this repository
-            tar.extractall(tmp_path)  # noqa: S202
-    return tmp_path / "repo"
+    return unpack(FIXTURE, tmp_path)
 
 
 @pytest.fixture

@@ -7,13 +7,12 @@ The expectations are hard-coded; a new format gets a new fixture file and a new 
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_framework import WorkflowCheckpoint
-from compat_support import git
+from compat_support import git, unpack
 from make_integrations_fixture import AF_STATE, CHECKPOINT_ID, ITEMS, MEMORY, NAMESPACE, SESSION, WORKFLOW
 
 import gitstate
@@ -43,12 +42,7 @@ def order(value: Any) -> Any:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    with tarfile.open(FIXTURE) as tar:
-        if hasattr(tarfile, "data_filter"):  # Python 3.11.4+
-            tar.extractall(tmp_path, filter="data")
-        else:  # pragma: no cover - our own fixture, from this repository
-            tar.extractall(tmp_path)  # noqa: S202
-    return tmp_path / "repo"
+    return unpack(FIXTURE, tmp_path)
 
 
 def _version(store: gitstate.Store, oid: str) -> int:
