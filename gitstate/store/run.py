@@ -891,7 +891,7 @@ class Run:
                     (e.name, e.id, e.filemode) for e in reader.tree(commit.tree_id) if e.name != cpfmt.META]
                 entries.append((cpfmt.META, tx.blob(cpfmt.encode_meta(meta)), MODE_BLOB))
                 message = commit.message
-                if meta.get("node_entry") and meta["node_entry"] != commit_meta_entry(commit.message):
+                if meta.get("node_entry") and meta["node_entry"] != cpfmt.trailer(commit.message, "Node-Entry"):
                     message = cpfmt.replace_trailer(message, "Node-Entry", meta["node_entry"])
                 parent = _recommit(tx, commit, tx.tree(entries), [parent] if parent else [], message)
                 renamed[cp.id] = parent
@@ -975,14 +975,6 @@ class NodeScope:
             ended_at=now_iso(), error=f"{exc_type.__name__ if exc_type else 'Error'}: {exc}" if failed else None)
         self.run.node_log(self.branch).append(closed)
         return False
-
-
-def commit_meta_entry(message: str) -> str | None:
-    """The ``Node-Entry:`` trailer of a checkpoint message, if any."""
-    for line in reversed(message.splitlines()):
-        if line.startswith("Node-Entry: "):
-            return line[len("Node-Entry: "):].strip()
-    return None
 
 
 def _check_label(kind: str, value: object) -> None:
