@@ -92,6 +92,13 @@ def make_repo(path: Path) -> Path:
     return path
 
 
+def packs_only(path: Path) -> Path:
+    """Make every gitstate write in ``path`` one pack (``agentos.looseObjects 0``: no small write
+    is written loose), for tests whose subject is transaction packs."""
+    git(path, "config", "agentos.looseObjects", "0")
+    return path
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """Path of a fresh repository (one commit on main)."""

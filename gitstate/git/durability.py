@@ -1,7 +1,14 @@
 """Which writes gitstate flushes to disk, read from the user's git configuration as git reads it:
 ``core.fsync`` (git 2.36+: a comma-separated list of components, ``-`` removing one) and the older
 ``core.fsyncObjectFiles``. Defaults follow git: packs and their indexes are flushed, loose objects
-and refs are not (a crash of the machine may then lose the newest ref moves, never corrupt them)."""
+and refs are not.
+
+How a write stores its objects follows from that, as it does for git: a small write (at most
+``agentos.looseObjects`` new objects, default :data:`LOOSE_OBJECTS`) is written as loose objects,
+as ``git commit`` writes, when loose objects are not flushed; a larger write, or any write when
+they are flushed, is one pack, flushed as packs are (two flushes for the whole write instead of
+one per object). Either way a killed process loses no write that returned; only a crash of the
+machine can lose what git's configuration does not flush."""
 
 from __future__ import annotations
 
@@ -12,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pygit2
+
+from gitstate.errors import UsageError
 
 _COMPONENTS = {
     "loose-object": {"loose-object"}, "pack": {"pack"}, "pack-metadata": {"pack-metadata"},
@@ -24,18 +33,29 @@ _COMPONENTS = {
 _DEFAULT = {"pack", "pack-metadata", "commit-graph"}  # git's FSYNC_COMPONENTS_DEFAULT
 
 
+LOOSE_OBJECTS = 16  # new objects a write may write loose (when loose objects are not flushed)
+LOOSE_KEY = "agentos.looseObjects"
+
+
 @dataclass(frozen=True)
 class Durability:
-    """What gitstate flushes: loose objects, packs (with their indexes), refs and reflogs."""
+    """What gitstate flushes: loose objects, packs (with their indexes), refs and reflogs; and the
+    most new objects a write writes loose rather than as a pack (``loose_max``)."""
 
     loose_objects: bool
     packs: bool
     refs: bool
+    loose_max: int = LOOSE_OBJECTS
 
     @classmethod
-    def everything(cls, on: bool) -> Durability:
+    def everything(cls, on: bool, loose_max: int = LOOSE_OBJECTS) -> Durability:
         """All flushed (``fsync=True``) or none (``fsync=False``)."""
-        return cls(on, on, on)
+        return cls(on, on, on, loose_max)
+
+    def loose(self, count: int) -> bool:
+        """Whether a write of ``count`` new objects writes them loose: loose objects are not
+        flushed (so they cost no flush, where a pack costs two) and they are few."""
+        return not self.loose_objects and 0 < count <= self.loose_max
 
 
 def parse_fsync(value: str | None, object_files: bool = False) -> set[str]:
@@ -70,7 +90,23 @@ def from_config(repo: pygit2.Repository) -> Durability:
     except (pygit2.GitError, KeyError, ValueError):
         pass
     found = parse_fsync(value, object_files)
-    return Durability(loose_objects="loose-object" in found, packs="pack" in found, refs="reference" in found)
+    return Durability(loose_objects="loose-object" in found, packs="pack" in found, refs="reference" in found,
+                      loose_max=loose_limit(repo))
+
+
+def loose_limit(repo: pygit2.Repository) -> int:
+    """``agentos.looseObjects``: at most how many new objects a write writes loose (0: every write
+    is a pack); :data:`LOOSE_OBJECTS` when unset. A value that is not a whole number is an error."""
+    try:
+        config = repo.config
+        if LOOSE_KEY not in config:
+            return LOOSE_OBJECTS
+        text = str(config[LOOSE_KEY]).strip()
+    except (pygit2.GitError, KeyError, ValueError):
+        return LOOSE_OBJECTS
+    if not text.isdigit():
+        raise UsageError(f"{LOOSE_KEY} must be a whole number of objects (0 or more), not {text!r}")
+    return int(text)
 
 
 def fsync_dir(path: str) -> None:

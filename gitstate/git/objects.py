@@ -66,6 +66,7 @@ class ObjectWriter:
         self._held_keeps: list[tuple[str, int]] = []
         self._held: set[str] = set()
         self._epoch = gc_epoch(self.objects)
+        self._left_loose: set[str] = set()  # what the last transaction left loose (see flush_loose)
 
     def _expire(self) -> None:
         if time.monotonic() - self._born > _TRUST_SECONDS:
@@ -166,6 +167,7 @@ class ObjectWriter:
             self.forget()
             self._epoch = epoch
         self._staged = {}
+        self._left_loose = set()
 
     def staged_count(self) -> int:
         """How many objects are staged."""
@@ -241,11 +243,15 @@ class ObjectWriter:
             except OSError:
                 pass  # housekeeping removes a .keep whose owner is gone
 
-    def flush_loose(self) -> int:
+    def flush_loose(self, journal: bool = False) -> int:
         """Write the staged objects as loose files (flushed when ``fsync`` is set), remember them,
-        stop staging; returns how many were written. For tiny transactions: no pack, so no
+        stop staging; returns how many were written. For small transactions: no pack, so no
         ``fdatasync`` under git's default ``core.fsync``. An existing loose file is only freshened.
-        Not journaled: the caller packs them with a later transaction (:meth:`drop_loose`)."""
+
+        ``journal``: each staged object is reported to ``on_write`` (housekeeping packs it later),
+        also one that was already loose, and :meth:`drop_loose` leaves them all in place until the
+        next transaction. Without it they are not reported: the caller packs them with a later
+        transaction (:meth:`drop_loose`), as the LangGraph saver does with its pending writes."""
         staged, self._staged = self._staged, None
         if not staged:
             return 0
@@ -253,12 +259,15 @@ class ObjectWriter:
         try:
             for oid, (kind, data, _z) in staged.items():
                 loose = os.path.join(self.objects, oid[:2], oid[2:])
-                if freshen(loose):
-                    continue
-                self._write_loose(loose, b"%s %d\x00" % (_TYPE_NAMES[ObjectType(kind)], len(data)) + data)
-                written += 1
+                if not freshen(loose):
+                    self._write_loose(loose, b"%s %d\x00" % (_TYPE_NAMES[ObjectType(kind)], len(data)) + data)
+                    written += 1
+                if journal and self.on_write is not None:
+                    self.on_write(oid)
         except OSError as exc:
             raise StoreWriteError(self.repo.path, str(exc)) from exc
+        if journal:
+            self._left_loose = set(staged)
         for oid in staged:
             self.remember(oid)
         self._unpublished.update(staged)
@@ -266,8 +275,12 @@ class ObjectWriter:
 
     def drop_loose(self, oids: Iterable[str]) -> None:
         """Remove the loose copies of ``oids``, which a pack this writer published holds (as
-        ``git prune-packed`` does: an object in a pack loses nothing when its loose copy goes)."""
+        ``git prune-packed`` does: an object in a pack loses nothing when its loose copy goes).
+        Objects the last transaction left loose (:meth:`flush_loose` with ``journal``) stay: no
+        pack holds them yet."""
         for oid in oids:
+            if oid in self._left_loose:
+                continue
             try:
                 os.unlink(os.path.join(self.objects, oid[:2], oid[2:]))
             except OSError:

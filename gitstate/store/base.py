@@ -75,7 +75,8 @@ class StoreCore:
         check_git_version(os.path.join(self.location.common_dir, "agentos", "git-version"))
         # Durable objects when asked, or when the repository asks git for them.
         # What is flushed to disk: the repository's core.fsync as git reads it, unless told.
-        self.durability = durability.from_config(repo) if fsync is None else Durability.everything(fsync)
+        self.durability = (durability.from_config(repo) if fsync is None
+                           else Durability.everything(fsync, durability.loose_limit(repo)))
         self.fsync = self.durability.loose_objects
         self.fsync_refs = self.durability.refs
         self._merger: threading.Thread | None = None
@@ -220,10 +221,11 @@ class StoreCore:
         :class:`ConflictError` (the ref kept moving). Transient races with a concurrent
         ``git pack-refs``/``gc`` are retried the same way (see :mod:`gitstate.store.transaction`).
 
-        The staged objects become one pack (flushed as ``core.fsync`` flushes packs); ``loose``:
-        loose files instead (flushed as it flushes loose objects, which git's default does not),
-        for a write of one or two small objects that a later write folds into a pack anyway
-        (the LangGraph saver's pending writes)."""
+        The staged objects become one pack (flushed as ``core.fsync`` flushes packs), or, when
+        they are few and ``core.fsync`` leaves loose objects unflushed (git's default), loose
+        files journaled for housekeeping (:meth:`Durability.loose <gitstate.git.durability.Durability.loose>`).
+        ``loose``: loose files and not journaled, for a write of one or two small objects that a
+        later write folds into a pack anyway (the LangGraph saver's pending writes)."""
         backoff = Backoff(self.lock_timeout)
         common = self.location.common_dir
         check_present(self.location.git_dir)  # a deleted repository is an error, not recreated
@@ -262,6 +264,8 @@ class StoreCore:
                     continue
                 if loose:
                     writer.flush_loose()
+                elif self.durability.loose(writer.staged_count()):
+                    writer.flush_loose(journal=True)  # as git writes a commit (see durability)
                 else:
                     self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
                 if self._move_refs(tx, backoff):

@@ -14,13 +14,20 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import git
+from conftest import git, make_repo, packs_only
 
 import gitstate
 from gitstate.git import packs
 from gitstate.store import housekeeping
 from gitstate.verify.checks import verify
 from gitstate_cli.main import cli
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A fresh repository whose every write is one pack: these tests are about packs."""
+    return packs_only(make_repo(tmp_path / "repo"))
+
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.base")
 
-from conftest import git  # noqa: E402
+from conftest import git, packs_only  # noqa: E402
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 
 import gitstate  # noqa: E402
@@ -55,7 +55,10 @@ def _start(repo: Path) -> tuple[GitCheckpointSaver, Any]:
     return saver, first
 
 
-def test_writes_ref_then_folded_by_the_next_put(repo: Path) -> None:
+@pytest.mark.parametrize("packed", [True, False], ids=["packs", "loose"])
+def test_writes_ref_then_folded_by_the_next_put(repo: Path, packed: bool) -> None:
+    if packed:
+        packs_only(repo)
     saver, first = _start(repo)
     tip = git(repo, "rev-parse", BRANCH).strip()
     reflog = git(repo, "reflog", BRANCH)
@@ -86,10 +89,17 @@ def test_writes_ref_then_folded_by_the_next_put(repo: Path) -> None:
     assert git(repo, "rev-parse", folded + "^{tree}") != git(repo, "rev-parse", tip + "^{tree}")
     assert git(repo, "log", "-1", "--format=%B", folded) == git(repo, "log", "-1", "--format=%B", tip)
     assert git(repo, "reflog", BRANCH).count("\n") == reflog.count("\n") + 1  # ... moved by one ref move
-    for name, _kind in refs:  # the blobs are packed, their loose copies gone
+    journal = repo / ".git" / "agentos" / "loose.journal"
+    for name, _kind in refs:
         oid = name.rsplit("/", 1)[1]
-        assert not _loose(repo, oid)
+        if packed:  # the put's pack holds the blobs: their loose copies are gone
+            assert not _loose(repo, oid)
+        else:  # the put was written loose: the blobs stay loose, journaled for housekeeping
+            assert _loose(repo, oid) and oid in journal.read_text().split()
         assert git(repo, "cat-file", "-t", oid) == "blob\n"
+    if not packed:
+        saver.store.pack()
+        assert not any(_loose(repo, name.rsplit("/", 1)[1]) for name, _kind in refs)
     for reader in (saver, other, GitCheckpointSaver(gitstate.open_store(repo))):
         got = reader.get_tuple(first)
         assert got is not None and got.pending_writes == expected

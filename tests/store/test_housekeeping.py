@@ -19,10 +19,16 @@ import pytest
 import gitstate
 from gitstate.git import lockfile, packs
 from gitstate.store import housekeeping
-from tests.conftest import bounded, git, make_repo, user_snapshot
+from tests.conftest import bounded, git, make_repo, packs_only, user_snapshot
 
 WORDS = ("agent tool call result plan step file patch test build error retry model prompt token "
          "context branch checkpoint state message reply user system review merge diff").split()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A fresh repository whose every write is one pack: these tests are about packs."""
+    return packs_only(make_repo(tmp_path / "repo"))
 
 
 def _item(rng: random.Random, i: int) -> dict[str, object]:
@@ -95,10 +101,10 @@ def memory_repo(tmp_path: Path) -> Iterator[Path]:
     that create thousands of files and whose subject is not the file system."""
     shm = Path("/dev/shm")
     if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        yield make_repo(tmp_path / "repo")
+        yield packs_only(make_repo(tmp_path / "repo"))
         return
     with tempfile.TemporaryDirectory(dir=shm, prefix="gitstate-test-") as where:
-        yield make_repo(Path(where) / "repo")
+        yield packs_only(make_repo(Path(where) / "repo"))
 
 
 def test_pack_count_stays_bounded_over_ten_thousand_transactions(memory_repo: Path,

@@ -15,13 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import git
+from conftest import git, make_repo, packs_only
 
 import gitstate
 from gitstate.format import checkpoint as cpfmt
 from gitstate.git.objects import KEEP_PREFIX, MODE_BLOB
 from gitstate.store import base, housekeeping
 from gitstate.store.transaction import Transaction
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A fresh repository whose every write is one pack: these tests are about packs."""
+    return packs_only(make_repo(tmp_path / "repo"))
+
 
 REF = "refs/agentos/main/runs/kept/heads/main"
 

@@ -15,7 +15,7 @@ import pytest
 import gitstate
 from gitstate.errors import CorruptObjectError
 from gitstate.verify.checks import verify
-from tests.conftest import git, loosen
+from tests.conftest import git, loosen, packs_only
 
 
 def _healthy(store: gitstate.Store) -> gitstate.Run:
@@ -335,10 +335,10 @@ def test_rolled_back_and_pruned_nodes_whose_checkpoints_git_gc_removed_are_no_pr
     store.close()
 
 
-def test_a_multi_pack_index_naming_packs_that_are_gone_is_reported_and_repaired(store: gitstate.Store,
-                                                                              repo: Path) -> None:
+def test_a_multi_pack_index_naming_packs_that_are_gone_is_reported_and_repaired(repo: Path) -> None:
     """A multi-pack-index left naming packs a merge removed (a `git multi-pack-index write` that ran
     meanwhile) makes `git fsck` fail: verify reports it, and `--repair` removes it."""
+    store = gitstate.open_store(packs_only(repo))
     run = store.create_run(run_id="m")
     for i in range(3):
         run.checkpoint({"i": i})
@@ -362,10 +362,10 @@ def test_a_multi_pack_index_naming_packs_that_are_gone_is_reported_and_repaired(
     git(repo, "fsck", "--strict")
 
 
-def test_a_damaged_multi_pack_index_is_reported_and_repaired_one_of_a_newer_version_is_not(
-        store: gitstate.Store, repo: Path) -> None:
+def test_a_damaged_multi_pack_index_is_reported_and_repaired_one_of_a_newer_version_is_not(repo: Path) -> None:
     """A multi-pack-index cut short (git fsck fails on it) is reported and `--repair` removes it;
     one that says it is of a version gitstate does not read (a newer git's) is left alone."""
+    store = gitstate.open_store(packs_only(repo))
     run = store.create_run(run_id="d")
     run.checkpoint({"i": 1})
     midx = repo / ".git" / "objects" / "pack" / "multi-pack-index"

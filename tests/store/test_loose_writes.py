@@ -1,0 +1,115 @@
+"""How a write stores its objects: a small write loose (as ``git commit`` writes), journaled for
+housekeeping, when ``core.fsync`` leaves loose objects unflushed; one pack otherwise
+(``agentos.looseObjects``, ``core.fsync``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import git
+
+import gitstate
+from gitstate.errors import UsageError
+from gitstate.git.objects import MODE_BLOB
+from gitstate.store.transaction import Transaction
+from gitstate_cli.main import cli
+
+REF = "refs/agentos/main/runs/w/heads/main"
+
+
+def _packs(repo: Path) -> set[str]:
+    return {p.name for p in (repo / ".git" / "objects" / "pack").glob("*.pack")}
+
+
+def _loose(repo: Path, oid: str) -> bool:
+    return (repo / ".git" / "objects" / oid[:2] / oid[2:]).is_file()
+
+
+def _journaled(repo: Path) -> set[str]:
+    journal = repo / ".git" / "agentos" / "loose.journal"
+    return set(journal.read_text().split()) if journal.exists() else set()
+
+
+def _write(store: gitstate.Store, blobs: int, tip: str | None = None) -> tuple[str, list[str]]:
+    """One write of ``blobs`` new blobs, a tree and a commit moving REF; returns (commit, all ids)."""
+    made: list[str] = []
+
+    def build(tx: Transaction) -> str:
+        made.clear()
+        made.extend(tx.blob(b"blob %d of a write after %s\n" % (i, (tip or "-").encode())) for i in range(blobs))
+        tree = tx.tree([(f"f{i}", oid, MODE_BLOB) for i, oid in enumerate(made)])
+        commit = tx.commit(tree, [tip] if tip else [], "a write")
+        tx.set_ref(REF, tip, commit, "gitstate: test write")
+        made.extend([tree, commit])
+        return commit
+
+    return store.core.write(build), list(made)
+
+
+def test_a_small_write_is_loose_and_journaled_and_plain_git_reads_it(repo: Path) -> None:
+    store = gitstate.open_store(repo, pack_in_background=False)
+    before = _packs(repo)
+    commit, ids = _write(store, 3)
+    assert _packs(repo) == before  # no pack, no .idx, no .keep
+    assert all(_loose(repo, oid) for oid in ids)
+    assert set(ids) <= _journaled(repo)  # housekeeping packs them later
+    assert git(repo, "rev-parse", REF).strip() == commit
+    assert git(repo, "cat-file", "-p", f"{commit}:f2") == "blob 2 of a write after -\n"
+    assert "gitstate: test write" in git(repo, "reflog", "show", REF)
+    git(repo, "fsck", "--strict", "--no-dangling")
+    assert store.pack() >= len(ids)  # housekeeping packs the journaled objects and removes them
+    assert not any(_loose(repo, oid) for oid in ids)
+    assert git(repo, "cat-file", "-t", commit) == "commit\n"
+    git(repo, "fsck", "--strict", "--no-dangling")
+
+
+@pytest.mark.parametrize("setting", [("core.fsync", "committed"), ("core.fsync", "loose-object"),
+                                     ("core.fsyncObjectFiles", "true"), ("agentos.looseObjects", "0")])
+def test_a_write_is_one_pack_when_loose_objects_are_flushed_or_turned_off(repo: Path,
+                                                                         setting: tuple[str, str]) -> None:
+    git(repo, "config", *setting)
+    store = gitstate.open_store(repo, pack_in_background=False)
+    before = _packs(repo)
+    commit, ids = _write(store, 3)
+    assert len(_packs(repo) - before) == 1
+    assert not any(_loose(repo, oid) for oid in ids) and not _journaled(repo)
+    assert git(repo, "cat-file", "-t", commit) == "commit\n"
+
+
+def test_a_write_of_more_objects_than_the_limit_is_one_pack(repo: Path) -> None:
+    git(repo, "config", "agentos.looseObjects", "4")
+    store = gitstate.open_store(repo, pack_in_background=False)
+    before = _packs(repo)
+    tip, small = _write(store, 2)  # 4 objects: loose
+    assert _packs(repo) == before and all(_loose(repo, oid) for oid in small)
+    _commit, large = _write(store, 3, tip)  # 5 objects: a pack
+    assert len(_packs(repo) - before) == 1 and not any(_loose(repo, oid) for oid in large)
+    # open_store(fsync=...) decides what is flushed, not how small writes are stored
+    store = gitstate.open_store(repo, fsync=False, pack_in_background=False)
+    assert store.core.durability.loose_max == 4
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "1.5"])
+def test_a_loose_limit_that_is_not_a_whole_number_is_a_clear_error(repo: Path, value: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    git(repo, "config", "agentos.looseObjects", value)
+    with pytest.raises(UsageError, match="agentos.looseObjects must be a whole number"):
+        gitstate.open_store(repo)
+    monkeypatch.chdir(repo)
+    result = CliRunner().invoke(cli, ["runs"], prog_name="git agentos")
+    assert result.exit_code != 0
+    assert "agentos.looseObjects must be a whole number" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_checkpoints_written_loose_read_back_in_a_fresh_process_and_after_git_gc(repo: Path) -> None:
+    store = gitstate.open_store(repo)
+    run = store.create_run(run_id="r")
+    ids = [run.checkpoint({"i": i, "text": f"step {i}"}).id for i in range(5)]
+    assert _packs(repo) == set() or all(p.startswith("pack-") for p in _packs(repo))
+    git(repo, "gc", "--quiet")  # git packs the loose objects and removes them
+    fresh = gitstate.open_store(repo)
+    assert [fresh.checkpoint(i).state["i"] for i in ids] == list(range(5))
+    git(repo, "fsck", "--strict", "--no-dangling")
