@@ -1041,6 +1041,27 @@ class Workspace:
 T = TypeVar("T")
 
 
+def forget_private_indexes(common_dir: str, oids: Iterable[str]) -> list[str]:
+    """Delete the private indexes (``agentos/index-<worktree>``) that name one of ``oids``, so
+    that they no longer keep those objects reachable (``scan --redact --now``); each one's next
+    snapshot starts again from the user's index. Returns the files deleted."""
+    wanted = {bytes.fromhex(o) for o in oids}
+    agentos = os.path.join(common_dir, "agentos")
+    try:
+        names = [n for n in os.listdir(agentos) if n.startswith("index-") and "." not in n]
+    except OSError:
+        return []
+    gone = []
+    for name in names:
+        path = os.path.join(agentos, name)
+        entries = scan.read_entries(path)
+        if entries is None or any(entry[40:60] in wanted for entry in entries.values()):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                gone.append(path)
+    return gone
+
+
 def _stale_entry(entry: bytes, oid: bytes) -> bytes:
     """An index entry (:func:`scan.read_entries`) naming ``oid`` with blank stat data (its mode
     kept): git and :func:`scan.capture` never take the file as unchanged, so they read it again."""
