@@ -317,6 +317,22 @@ class Policy:
         return b"".join(out)
 
 
+_DISPLAY: list[Policy] = []
+
+
+def masked(value: Any) -> Any:
+    """``value`` for display: each credential gitstate's built-in rules find replaced by its
+    marker, as the ``redact`` policy writes it (types and shapes kept; ``value`` itself when there
+    is none). What ``show``, the view and the HTML file print of a checkpoint stored with ``warn``
+    (or ``off``, or by an older gitstate): a marker, never the secret."""
+    if not _DISPLAY:
+        _DISPLAY.append(Policy("redact", Rules()))
+    try:
+        return _DISPLAY[0].value(value, "", [])
+    except GitStateError:  # nested too deep to walk: nothing of it is shown
+        return "\u00abredacted:unreadable\u00bb"
+
+
 def secrets_record(found: Iterable[Finding]) -> list[dict[str, str]]:
     """What ``meta.cbor`` records (key :data:`META_KEY`) of the findings a ``warn`` write let
     through: ``[{"path", "kind", "fingerprint"}]``, each once, never the secret."""

@@ -146,3 +146,26 @@ def test_warn_records_a_safety_snapshots_findings(tmp_path: Path) -> None:
     store = gitstate.open_store(path)
     meta = read_meta(store.core.reader, store.core.reader.commit(result.safety))
     assert [(f["path"], f["kind"]) for f in meta["secrets"]] == [("files['later.txt']", "aws-access-key")]
+
+
+def test_show_log_view_and_html_mask_what_warn_stored(tmp_path: Path) -> None:
+    import json
+    import os
+    import sys
+
+    path, run = setup(tmp_path, "warn")
+    run.checkpoint({"msg": f"key {AWS}", "raw": AWS.encode()}, tools=[{"out": GITHUB}], metadata={"n": AWS},
+                   files=True)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    html = tmp_path / "v.html"
+    printed = ""
+    for args in (["show", "r"], ["show", "r", "--json"], ["log", "r"], ["log", "r", "--json"],
+                 ["diff", "r~1", "r"], ["view", "r", "--html", str(html)]):
+        done = subprocess.run(["git", "agentos", *args], cwd=path, capture_output=True, text=True, env=env, check=False)
+        assert done.returncode == 0, (args, done.stderr)
+        printed += done.stdout + done.stderr
+    printed += html.read_text(encoding="utf-8")
+    assert AWS not in printed and GITHUB not in printed and AWS.encode().hex() not in printed
+    assert "\u00abredacted:aws-access-key:" in printed and "\u00abredacted:github-token:" in printed
+    assert json.loads(subprocess.run(["git", "agentos", "show", "r", "--json"], cwd=path, capture_output=True,
+                                     text=True, env=env, check=True).stdout)["metadata"]["n"].startswith("\u00ab")
