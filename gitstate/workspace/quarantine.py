@@ -12,7 +12,9 @@ removed. Nothing of it is ever an object of the repository: ``git cat-file --bat
 does not list it.
 
 The loose objects wait in a private directory of the system's temporary directory (``$TMPDIR``),
-outside ``.git``. Files above ``core.bigFileThreshold`` (:data:`gitstate.workspace.snapshot.BIG_BLOB`,
+outside ``.git``: one per thread of a process (:func:`thread_root`; emptied after each snapshot,
+removed when the process exits), since making and removing a directory there costs milliseconds
+where the temporary directory is crowded. Files above ``core.bigFileThreshold`` (:data:`gitstate.workspace.snapshot.BIG_BLOB`,
 far above what the policy reads) are streamed by git into a pack: the quarantine's ``pack`` folder
 is a link to a private folder beside the object directory (``objects/agentos-pack-*``, which
 housekeeping sweeps when a killed process leaves one), so those packs are renamed into place, never
@@ -20,10 +22,12 @@ copied through the temporary directory."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
 import tempfile
+import threading
 import zlib
 from collections.abc import Iterator
 
@@ -32,12 +36,34 @@ PACK_PREFIX = "agentos-pack-"
 _TYPES = {b"blob": 3, b"tree": 2, b"commit": 1, b"tag": 4}
 
 
+_ROOTS = threading.local()
+_MADE: list[str] = []
+
+
+def thread_root() -> str:
+    """This thread's quarantine directory (made on first use, removed when the process exits)."""
+    root: str | None = getattr(_ROOTS, "path", None)
+    if root is None or not os.path.isdir(root):
+        root = tempfile.mkdtemp(prefix="gitstate-snapshot-")
+        _ROOTS.path = root
+        if not _MADE:
+            atexit.register(_remove_roots)
+        _MADE.append(root)
+    return root
+
+
+def _remove_roots() -> None:
+    for root in _MADE:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 class Quarantine:
-    """One snapshot's quarantine (see the module doc); a context manager that removes it."""
+    """One snapshot's quarantine (see the module doc); a context manager that empties it."""
 
     def __init__(self, objects: str) -> None:
         self.objects = objects  # the repository's object directory
-        self.path = tempfile.mkdtemp(prefix="gitstate-snapshot-")
+        self.path = thread_root()
+        self.close()  # (what a snapshot interrupted in this thread left)
         self.packs: str | None = None
         try:
             self.packs = tempfile.mkdtemp(prefix=PACK_PREFIX, dir=objects)
@@ -54,10 +80,23 @@ class Quarantine:
         self.close()
 
     def close(self) -> None:
-        """Remove the quarantine and what is left in it."""
-        shutil.rmtree(self.path, ignore_errors=True)
-        if self.packs is not None:
-            shutil.rmtree(self.packs, ignore_errors=True)
+        """Remove what is left in the quarantine (its folders stay, empty, for the next snapshot)."""
+        try:
+            entries = list(os.scandir(self.path))
+        except OSError:
+            entries = []
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.is_symlink() or not entry.is_dir():
+                    os.unlink(entry.path)
+                elif len(entry.name) == 2:
+                    for name in os.listdir(entry.path):
+                        os.unlink(os.path.join(entry.path, name))
+                else:
+                    shutil.rmtree(entry.path, ignore_errors=True)
+        packs = getattr(self, "packs", None)
+        if packs is not None:
+            shutil.rmtree(packs, ignore_errors=True)
 
     def env(self) -> dict[str, str]:
         """The environment that makes git write into the quarantine and read the repository."""
