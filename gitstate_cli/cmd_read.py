@@ -10,6 +10,7 @@ import click
 
 import gitstate
 from gitstate.format import frameworks
+from gitstate.secrets import masked
 
 from . import output as out
 from .context import locate, locate_branch, pass_store, resolve
@@ -148,19 +149,21 @@ def log(store: gitstate.Store, ref: str, branch: str | None, limit: int | None, 
     run = store.get_run(loc.run)
     cps = list(run.history(loc.branch, limit=limit, start=loc.checkpoint))
     if as_json:
-        out.emit_json([cp.to_dict() for cp in cps])
+        out.emit_json([masked(cp.to_dict()) for cp in cps])
         return
     with paged(store.location.git_dir, store.location.workdir, no_pager):
         out.table(*_checkpoint_table(cps, run.tip(loc.branch)))
 
 
 def _show_value(state: Any) -> str:
-    return out.dumps(out.readable(state))
+    """A value as indented JSON; a credential in it shows as its marker (a checkpoint stored with
+    the warn policy holds it)."""
+    return out.dumps(out.readable(masked(state)))
 
 
 def _one_line(value: Any, limit: int = 200) -> str:
     """A value as one line of compact JSON, cut at ``limit`` characters, safe for a terminal."""
-    text = json.dumps(out.jsonable(out.readable(value)), ensure_ascii=False, sort_keys=True, default=str,
+    text = json.dumps(out.jsonable(out.readable(masked(value))), ensure_ascii=False, sort_keys=True, default=str,
                       separators=(", ", ": "))
     if len(text) > limit:
         text = text[:limit] + f"… ({len(text) - limit} more characters)"
@@ -237,7 +240,7 @@ def show(store: gitstate.Store, ref: str, as_json: bool) -> None:
         data = cp.to_dict(with_state=True, live=cp.id == tip)
         data.update(tools=cp.tools, audit=cp.audit, files=[f.to_dict() for f in files])
         data["line_status"] = cp.tip_status if cp.id == tip else None  # as the text form and runs show it
-        out.emit_json(data)
+        out.emit_json(masked(data))
         return
     lg = cp.langgraph_view(live=cp.id == tip)
     label = out.style

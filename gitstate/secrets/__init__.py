@@ -12,6 +12,7 @@ from .policy import (
     POLICY_KEY,
     Policy,
     SecretsPolicyError,
+    masked,
     parse_mode,
     read_mode,
     read_rules,
@@ -30,5 +31,5 @@ from .scanner import Finding, Scanner, checkpoint_parts, marker
 
 __all__ = ["ALLOW_KEY", "DEFAULT_MODE", "META_KEY", "MODES", "PATTERN_KEY", "POLICY_KEY", "RULES_FILE", "Finding",
            "Policy", "Rule", "Rules", "Scanner", "SecretsPolicyError", "SecretsRuleError", "checkpoint_parts",
-           "fingerprint", "marker", "parse_mode", "read_mode", "read_rules",
+           "fingerprint", "marker", "masked", "parse_mode", "read_mode", "read_rules",
            "secrets_record"]

@@ -128,8 +128,8 @@ class Policy:
 
     # -- decisions ----------------------------------------------------------------------------
 
-    def _text(self, text: str, path: str, found: list[Finding]) -> str:
-        hits = self.scanner.hits(text)
+    def _text(self, text: str, path: str, found: list[Finding], cache: bool = True) -> str:
+        hits = self.scanner.hits(text, cache=cache)
         if not hits:
             return text
         if self.mode == "refuse":
@@ -137,7 +137,7 @@ class Policy:
         if self.mode == "warn":
             found.extend(Finding(kind, path, fp) for kind, fp, _s in hits)
             return text
-        return self.scanner.redact(text)[0]
+        return self.scanner.redact(text, cache=cache)[0]
 
     # -- plain values ----------------------------------------------------------------------------
 
@@ -243,7 +243,7 @@ class Policy:
             return value if new_items == value else type(value)(new_items)
         return value
 
-    def _bytes(self, value: bytes | bytearray, path: str, found: list[Finding]) -> Any:
+    def _bytes(self, value: bytes | bytearray, path: str, found: list[Finding], cache: bool = True) -> Any:
         raw = bytes(value)
         if len(raw) < 8 or b"\0" in raw:
             return value
@@ -255,7 +255,7 @@ class Policy:
                 if new_raw is not raw:
                     return bytearray(new_raw) if isinstance(value, bytearray) else new_raw
             return value
-        new = self._text(text, path, found)
+        new = self._text(text, path, found, cache)
         if new is text:
             return value
         data = new.encode("utf-8")
@@ -263,11 +263,13 @@ class Policy:
 
     def file(self, data: bytes, path: str, found: list[Finding]) -> bytes:
         """A file's bytes as the policy stores them: a UTF-8 text file of at most
-        :data:`MAX_FILE` bytes is scanned, others are stored as they are."""
+        :data:`MAX_FILE` bytes is scanned, others are stored as they are (``data`` itself when
+        nothing changes). A file's text is not kept in the scanner's cache (it is seldom met again
+        and may be large)."""
         if not self.active or len(data) > MAX_FILE:
             return data
-        new = self._bytes(data, path, found)
-        return bytes(new)
+        new = self._bytes(data, path, found, cache=False)
+        return data if new is data else bytes(new)
 
     # -- LangGraph's serde bytes --------------------------------------------------------------
 
@@ -313,6 +315,22 @@ class Policy:
         if end != len(data):
             raise SecretRefusedError(path, "msgpack", unreadable=True)
         return b"".join(out)
+
+
+_DISPLAY: list[Policy] = []
+
+
+def masked(value: Any) -> Any:
+    """``value`` for display: each credential gitstate's built-in rules find replaced by its
+    marker, as the ``redact`` policy writes it (types and shapes kept; ``value`` itself when there
+    is none). What ``show``, the view and the HTML file print of a checkpoint stored with ``warn``
+    (or ``off``, or by an older gitstate): a marker, never the secret."""
+    if not _DISPLAY:
+        _DISPLAY.append(Policy("redact", Rules()))
+    try:
+        return _DISPLAY[0].value(value, "", [])
+    except GitStateError:  # nested too deep to walk: nothing of it is shown
+        return "\u00abredacted:unreadable\u00bb"
 
 
 def secrets_record(found: Iterable[Finding]) -> list[dict[str, str]]:

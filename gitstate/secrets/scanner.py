@@ -85,23 +85,25 @@ class Scanner:
         """``(kind, fingerprint)`` of each distinct credential in ``text``, allowlisted ones left out."""
         return tuple((kind, fp) for kind, fp, _secret in self.hits(text))
 
-    def hits(self, text: str) -> tuple[tuple[str, str, str], ...]:
+    def hits(self, text: str, *, cache: bool = True) -> tuple[tuple[str, str, str], ...]:
         """``(kind, fingerprint, secret)`` of each distinct credential in ``text`` (allowlisted ones
-        left out): what :meth:`redact` replaces. The secret never leaves this process."""
-        hit = self._cache.get(text)
+        left out): what :meth:`redact` replaces. The secret never leaves this process. ``cache``:
+        keep the result by ``text`` (strings met again and again); a file's text is not kept."""
+        hit = self._cache.get(text) if cache else None
         if hit is None:
             if not self.rules.patterns and _PLAIN.match(text):
                 return ()  # ids, hashes, version numbers: no shape the rules know is made of these
             hit = self._find(text)
-            if len(self._cache) >= _CACHE_LIMIT:
-                self._cache.clear()
-            self._cache[text] = hit
+            if cache:
+                if len(self._cache) >= _CACHE_LIMIT:
+                    self._cache.clear()
+                self._cache[text] = hit
         return hit
 
-    def redact(self, text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    def redact(self, text: str, *, cache: bool = True) -> tuple[str, tuple[tuple[str, str], ...]]:
         """``text`` with each credential replaced by its :func:`marker`, and the ``(kind,
         fingerprint)`` of each one replaced (``text`` itself when there is none)."""
-        hits = self.hits(text)
+        hits = self.hits(text, cache=cache)
         if not hits:
             return text, ()
         for kind, fp, secret in sorted(hits, key=lambda h: -len(h[2])):

@@ -45,7 +45,7 @@ from gitstate.format.names import (
 from gitstate.format.nodes import NodeRecord
 from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
 from gitstate.git.reader import CommitData
-from gitstate.secrets import META_KEY, Finding, secrets_record
+from gitstate.secrets import META_KEY, Finding, Policy, secrets_record
 from gitstate.store.base import StoreCore
 from gitstate.store.nodes import (
     NodeBoundary,
@@ -345,7 +345,8 @@ class Run:
         extra: list[TreeEntry] = []
         scope: tuple[str, ...] | None = None
         if files:
-            snap = self.store.workspace.snapshot(None if files is True else list(files), progress=progress)
+            snap = self.store.workspace.snapshot(None if files is True else list(files), progress=progress,
+                                                 scrub=_file_scrub(policy, found))
             extra.append((cpfmt.FILES, snap.tree, MODE_TREE))
             scope = snap.paths
         elif files_tree is not None:
@@ -688,6 +689,7 @@ class Run:
                                       prefixes=prefixes) if dry_run else None
             checked: tuple[dict[str, int], list[str]] | None = None
             snap = None
+            found: list[Finding] = []  # what the warn policy let through into the safety snapshot
             if not dry_run and not force:
                 # a restore refused for unsaved changes or files in the way writes nothing either:
                 # found by a scan first, where it can tell (the snapshot below checks again, unless
@@ -710,7 +712,8 @@ class Run:
             else:
                 # the whole worktree: the safety checkpoint covers any scope
                 try:
-                    snap = workspace.snapshot(progress=reading.tick, fast=True, announce=reading.announce)
+                    snap = workspace.snapshot(progress=reading.tick, fast=True, announce=reading.announce,
+                                              scrub=_file_scrub(store.secrets, found))
                 except StoreWriteError as exc:
                     if not dry_run or isinstance(exc, WorktreeWriteError):
                         raise
@@ -722,7 +725,8 @@ class Run:
             # taken before the writer threads start
             with restoring.reading_many(reader, len(plan.writes)):
                 sizes, lost = checked or self._refusals(plan, skipped, force, refuse_unsaved=not dry_run,
-                                                        current=None if snap is None else snap.tree)
+                                                        current=None if snap is None else snap.tree,
+                                                        redacted=() if snap is None else snap.redacted)
                 unchanged = restoring.count_files(store.repo, target, prefixes) - len(plan.writes)
                 result = RestoreResult(checkpoint=cp.id, changed=tuple(plan.changed), added=tuple(plan.added),
                                        removed=tuple(plan.deletes), dry_run=dry_run, skipped=skipped,
@@ -730,7 +734,7 @@ class Run:
                 if dry_run or not (plan.writes or plan.deletes):
                     return result
                 assert snap is not None  # only a dry run plans from a survey alone
-                safety = self._safety_checkpoint(snap.tree, cp)
+                safety = self._safety_checkpoint(snap.tree, cp, found)
                 filters = not snap.scanned or restoring.filters_possible(store.repo, store.location.common_dir, plan)
                 written = restoring.apply(store.repo, store.location.common_dir, workdir, plan, progress,
                                           filters=filters, sizes=sizes, reader=reader)
@@ -738,10 +742,12 @@ class Run:
                 return dataclasses.replace(result, safety=safety.id, safety_branch=SAFETY_BRANCH, unsaved=())
 
     def _refusals(self, plan: restoring.Plan, skipped: Sequence[str], force: bool, *,
-                  refuse_unsaved: bool = True, current: str | None = None) -> tuple[dict[str, int], list[str]]:
+                  refuse_unsaved: bool = True, current: str | None = None,
+                  redacted: Sequence[str] = ()) -> tuple[dict[str, int], list[str]]:
         """Check a restore's plan: :class:`RestoreConflictError` when files are in the way, or (not
         ``force``, ``refuse_unsaved``) hold changes saved in no checkpoint (``current``: the
-        worktree's tree, when known). Returns the blob sizes
+        worktree's tree, when known; ``redacted``: files of it whose snapshot holds only their
+        redacted text, so no checkpoint holds their bytes either). Returns the blob sizes
         (:func:`restoring.check_blobs`) and those unsaved files (none with ``force``)."""
         store = self.store
         reader = store.reader
@@ -753,6 +759,9 @@ class Run:
                 blocked, "ignored files, nested repositories, directories, symbolic links or special files "
                 "(FIFOs, sockets, devices) are in the way")
         lost = [] if force else restoring.unsaved(reader, plan, self._saved_trees(head_tree(store.repo)), current)
+        if redacted and not force:
+            touched = {*plan.writes, *plan.deletes}
+            lost = sorted({*lost, *(p for p in redacted if p in touched)})
         if lost and refuse_unsaved:
             raise RestoreConflictError(lost, "these files hold changes saved in no checkpoint", forceable=True,
                                        run_id=self.id)
@@ -776,7 +785,7 @@ class Run:
         if user_head_tree is not None and user_head_tree not in seen_trees:
             yield user_head_tree
 
-    def _safety_checkpoint(self, files_tree: str, target: Checkpoint) -> Checkpoint:
+    def _safety_checkpoint(self, files_tree: str, target: Checkpoint, found: Sequence[Finding] = ()) -> Checkpoint:
         tip = self.tip_entries(target.branch)
 
         def entries(tx: Transaction) -> tuple[TreeEntry, list[TreeEntry]]:
@@ -785,7 +794,7 @@ class Run:
 
         return self.commit_checkpoint(
             entries, branch=SAFETY_BRANCH, trigger=SAFETY_TRIGGER,
-            metadata={"restore_of": target.id, "branch": target.branch})
+            metadata={"restore_of": target.id, "branch": target.branch}, secrets=found)
 
     def diff(self, a: str | Checkpoint, b: str | Checkpoint | None = None, branch: str = "main") -> Diff:
         """Changed state keys and files from checkpoint ``a`` to ``b`` (default: the tip of
@@ -1009,3 +1018,12 @@ class _Counter:
         self.done += n
         if self.progress is not None:
             self.progress(self.phase, self.done, max(self.total, self.done) if self.total else 0)
+
+
+def _file_scrub(policy: Policy, found: list[Finding]) -> Callable[[bytes, str], bytes] | None:
+    """What a workspace snapshot stores for a new file (:data:`gitstate.workspace.snapshot.Scrub`):
+    its bytes as the store's secrets policy stores them, findings of ``warn`` appended to ``found``
+    at ``files['PATH']``; ``None`` with the policy off."""
+    if not policy.active:
+        return None
+    return lambda data, path: policy.file(data, f"files[{path!r}]", found)

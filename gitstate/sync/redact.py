@@ -9,7 +9,8 @@ Commits are copied with the same messages, authors and times onto their rewritte
 commit id another record names (a node log's entry and exit, a ``Node-Entry`` trailer) is renamed
 with it. All refs move in one transaction (compare-and-swap on each), so ids change as after a
 prune; the entries of their reflogs that only reached the old objects are dropped, so the next
-``git gc`` (``git agentos gc``) can remove them."""
+``git gc`` (``git agentos gc``) can remove them. With ``now`` they go at once
+(:func:`drop_replaced`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pygit2
 from pygit2.enums import ObjectType, SortMode
 
 from gitstate.errors import CorruptObjectError
@@ -29,9 +31,12 @@ from gitstate.format.names import run_prefix
 from gitstate.git.objects import MODE_TREE, TreeEntry
 from gitstate.git.refs import list_refs
 from gitstate.secrets import Finding, Policy, Rules
-from gitstate.store.retention import expire_unreachable_reflog
+from gitstate.store import housekeeping
+from gitstate.store import reclaim as reclaiming
+from gitstate.store.retention import expire_unreachable_reflog, reachable_objects
 from gitstate.store.store import Store
 from gitstate.store.transaction import Transaction
+from gitstate.workspace.snapshot import forget_private_indexes
 
 _HEX40 = re.compile(r"\b[0-9a-f]{40}\b")
 _GITLINK = 0o160000
@@ -45,10 +50,19 @@ class RedactResult:
     renamed: dict[str, str] = field(default_factory=dict)
     refs: list[str] = field(default_factory=list)
     objects: int = 0
+    #: The ids of the objects the rewrite replaced (blobs, trees and commits).
+    replaced: set[str] = field(default_factory=set)
+    #: With ``now``: how many replaced objects were dropped, and how many are still stored (in a
+    #: pack gitstate does not own, or loose without being gitstate's: ``git gc --prune=now``).
+    dropped: int | None = None
+    remaining: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` shape."""
-        return {"renamed": self.renamed, "refs": self.refs, "objects": self.objects}
+        doc: dict[str, Any] = {"renamed": self.renamed, "refs": self.refs, "objects": self.objects}
+        if self.dropped is not None:
+            doc["dropped"], doc["remaining"] = self.dropped, self.remaining
+        return doc
 
 
 class _Rewrite:
@@ -186,9 +200,10 @@ def _is_checkpoint(store: Store, commit_id: str) -> bool:
     return isinstance(meta, dict) and meta.get("format") == cpfmt.CHECKPOINT_KIND
 
 
-def redact_runs(store: Store, run_ids: Sequence[str], rules: Rules) -> RedactResult:
+def redact_runs(store: Store, run_ids: Sequence[str], rules: Rules, *, now: bool = False) -> RedactResult:
     """Rewrite the runs ``run_ids`` of this worktree without the credentials ``rules`` find (see
-    the module doc); one transaction. Returns what changed (nothing when nothing was found)."""
+    the module doc); one transaction. Returns what changed (nothing when nothing was found).
+    ``now``: then drop the replaced objects at once (:func:`drop_replaced`)."""
     prefixes = [run_prefix(store.worktree, r) for r in run_ids]
     refs = [(name, oid) for p in prefixes for name, oid in list_refs(store.repo, p)]
     repo = store.repo
@@ -216,13 +231,37 @@ def redact_runs(store: Store, run_ids: Sequence[str], rules: Rules) -> RedactRes
             if new != oid:
                 tx.set_ref(name, oid, new, "gitstate: scan --redact", strict=True)
                 moved.append(name)
-        return RedactResult(dict(rw.renamed), moved, rw.objects)
+        replaced = {k[0] for k, v in (*rw.blobs.items(), *rw.trees.items()) if v != k[0]} | set(rw.renamed)
+        return RedactResult(dict(rw.renamed), moved, rw.objects, replaced)
 
     result = store.core.write(build)
     store.core.forget_objects()
     for name in result.refs:
         expire_unreachable_reflog(store.location.common_dir, name)
+    if now and result.replaced:
+        result.dropped, result.remaining = drop_replaced(store, result.replaced)
     return result
+
+
+def drop_replaced(store: Store, replaced: set[str]) -> tuple[int, int]:
+    """Drop the objects a rewrite replaced, now, as ``git agentos gc --now`` drops what it
+    removed: the private indexes (the stat caches of workspace snapshots) that name one of them
+    are deleted (the next snapshot starts again from the user's index), gitstate's journaled loose
+    objects are packed, then gitstate's own packs are rewritten without every object that no ref,
+    reflog or index reaches (:func:`gitstate.store.reclaim.reclaim`). The user's packs and loose
+    objects are not touched: a replaced object found there (a ``git gc`` had packed it, or the
+    user's git wrote it) stays until ``git gc --prune=now``. Returns how many replaced objects are
+    gone and how many are still stored."""
+    common = store.location.common_dir
+    forget_private_indexes(common, replaced)
+    for _ in range(1000):  # a step packs at most housekeeping.PACK_STEP objects
+        if housekeeping.pack_loose(store.repo, common) == 0:
+            break
+    reclaiming.reclaim(common, lambda: reachable_objects(store))
+    store.core.forget_objects()
+    odb = pygit2.Repository(common).odb  # a fresh handle: no pack list from before
+    remaining = sum(1 for oid in replaced if oid in odb)
+    return len(replaced) - remaining, remaining
 
 
 def changed_runs(findings: Iterable[Finding]) -> list[str]:

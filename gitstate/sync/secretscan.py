@@ -12,9 +12,9 @@ from typing import Any
 import pygit2
 from pygit2.enums import ObjectType, SortMode
 
-from gitstate.errors import GitStateError
+from gitstate.errors import CorruptObjectError, GitStateError
 from gitstate.format import checkpoint as cpfmt
-from gitstate.format import lgtree
+from gitstate.format import encoding, lgtree
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.statetree import MAX_TREE_DEPTH, StateReader
 from gitstate.git.objects import MODE_TREE
@@ -26,7 +26,7 @@ from gitstate.secrets import (
     checkpoint_parts,
     read_rules,
 )
-from gitstate.secrets.policy import MAX_FILE
+from gitstate.secrets.policy import MAX_FILE, strings
 from gitstate.store.store import Store
 
 
@@ -56,6 +56,12 @@ def checkpoints_between(store: Store, tips: Iterable[str], have: Iterable[str] =
     """Ids of the checkpoint commits reachable from ``tips`` and not from ``have`` (what a remote
     already has; ids missing here are ignored), newest first. Other commits (run records, node
     logs, session files) and tips that are not commits are left out."""
+    return commits_between(store, tips, have)[0]
+
+
+def commits_between(store: Store, tips: Iterable[str], have: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+    """The commits reachable from ``tips`` and not from ``have``, newest first: the checkpoints,
+    and the others (run records, node logs, session files, integrations' records)."""
     repo = store.repo
     walker = repo.walk(None, SortMode.TOPOLOGICAL | SortMode.TIME)
     pushed = False
@@ -64,25 +70,28 @@ def checkpoints_between(store: Store, tips: Iterable[str], have: Iterable[str] =
             walker.push(pygit2.Oid(hex=oid))
             pushed = True
     if not pushed:
-        return []
+        return [], []
     for oid in dict.fromkeys(have):
         if _is_commit(repo, oid):
             walker.hide(pygit2.Oid(hex=oid))
     reader = store.core.reader
-    found = []
+    found: list[str] = []
+    others: list[str] = []
     state = StateReader(reader)
     for commit in walker:
         try:
             entry = reader.tree(str(commit.tree_id)).get(cpfmt.META)
             if entry is None:
+                others.append(str(commit.id))
                 continue
             payload = state.blob_value(entry.id)
             if isinstance(payload, dict) and payload.get("format") != cpfmt.CHECKPOINT_KIND:
+                others.append(str(commit.id))
                 continue  # another gitstate commit with a meta.cbor (not a checkpoint)
         except GitStateError:
             pass  # unreadable: scanning it reports the error
         found.append(str(commit.id))
-    return found
+    return found, others
 
 
 def _is_commit(repo: pygit2.Repository, oid: str) -> bool:
@@ -192,6 +201,76 @@ def replace_path(f: Finding, path: str) -> Finding:
     return Finding(f.kind, path, f.fingerprint, f.run, f.checkpoint)
 
 
+class RecordScanner:
+    """Scans the commits beside the checkpoints that a push sends too: run records (``run.cbor``),
+    node logs (``node.cbor``: a node's error text and metadata), session files (``content`` and
+    ``meta.cbor``) and what else gitstate or an integration stores under a run. Every blob of such
+    a commit's tree is read once (by id): CBOR decoded and walked as a value, other text (up to
+    :data:`gitstate.secrets.policy.MAX_FILE` bytes) as a file, msgpack string by string; gitlinks
+    (a node log's links to checkpoints) are not followed. A finding's key path starts with the
+    blob's name (``run.cbor.metadata.token``; ``session['notes.md']`` for a session file's text),
+    its ``checkpoint`` is the commit and its ``run`` the commit's ``Run:`` trailer."""
+
+    def __init__(self, store: Store, scanner: Scanner) -> None:
+        self.store = store
+        self.scanner = scanner
+        self._blobs: dict[str, list[Finding]] = {}
+
+    def scan(self, oid: str) -> list[Finding]:
+        """The findings of one commit (a corrupt object raises)."""
+        reader = self.store.core.reader
+        commit = reader.commit(oid)
+        run = cpfmt.trailer(commit.message, "Run") or ""
+        session = cpfmt.trailer(commit.message, "Path")
+        found: list[Finding] = []
+        for path, item in reader.walk_tree(str(commit.tree_id), MAX_TREE_DEPTH):
+            if item.filemode in (MODE_TREE, 0o160000):
+                continue
+            base = f"session[{session!r}]" if session is not None and path == "content" else path
+            found.extend(Finding(f.kind, join_path(base, f.path), f.fingerprint, run, oid)
+                         for f in self._blob(str(item.id), path))
+        return found
+
+    def _blob(self, oid: str, name: str) -> list[Finding]:
+        hit = self._blobs.get(oid)
+        if hit is None:
+            hit = self._read(oid, name)
+            if len(self._blobs) >= 100_000:
+                self._blobs.clear()
+            self._blobs[oid] = hit
+        return hit
+
+    def _read(self, oid: str, name: str) -> list[Finding]:
+        reader = self.store.core.reader
+        if reader.header(oid)[1] > MAX_FILE and not name.endswith(".cbor"):
+            return []
+        data = reader.blob(oid)
+        if name.endswith(".cbor") or not _is_text(data):
+            try:
+                return self.scanner.scan_value(encoding.loads(data, oid), "")
+            except CorruptObjectError:
+                texts = strings(data)
+                if texts is not None:
+                    return self.scanner.scan_value(texts, "")
+        return self.scanner.scan_value(data, "") if len(data) <= MAX_FILE else []
+
+
+def _is_text(data: bytes) -> bool:
+    if b"\0" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def scan_records(store: Store, oids: Iterable[str], scanner: Scanner) -> list[Finding]:
+    """The findings of the commits ``oids`` that are not checkpoints (see :class:`RecordScanner`)."""
+    scan = RecordScanner(store, scanner)
+    return [f for oid in oids for f in scan.scan(oid)]
+
+
 def scan_checkpoints(store: Store, oids: Iterable[str], scanner: Scanner) -> list[Finding]:
     """The findings of each checkpoint (see :meth:`gitstate.secrets.Scanner.scan_checkpoint`);
     a checkpoint that cannot be read raises (a corrupt one is never taken as clean)."""
@@ -202,11 +281,19 @@ def scan_checkpoints(store: Store, oids: Iterable[str], scanner: Scanner) -> lis
     return found
 
 
+def scan_between(store: Store, tips: Iterable[str], have: Iterable[str],
+                 scanner: Scanner) -> tuple[list[str], list[Finding]]:
+    """The checkpoints reachable from ``tips`` and not from ``have``, and the findings in them and
+    in the other commits between (run records, node logs, session files: :class:`RecordScanner`)."""
+    checkpoints, others = commits_between(store, tips, have)
+    return checkpoints, scan_checkpoints(store, checkpoints, scanner) + scan_records(store, others, scanner)
+
+
 def check_push(store: Store, remote: str, tips: Iterable[str], have: Iterable[str],
                allow: Iterable[str] = (), action: str = "push to") -> None:
-    """Raise :class:`SecretsFoundError` when a checkpoint reachable from ``tips`` and not from
-    ``have`` (what the remote has) holds a credential the rules do not let through."""
-    scanner = Scanner(load_rules(store, allow))
-    findings = scan_checkpoints(store, checkpoints_between(store, tips, have), scanner)
+    """Raise :class:`SecretsFoundError` when a commit reachable from ``tips`` and not from
+    ``have`` (what the remote has) holds a credential the rules do not let through: a checkpoint,
+    or a run record, node log record or session file (see :func:`scan_between`)."""
+    findings = scan_between(store, tips, have, Scanner(load_rules(store, allow)))[1]
     if findings:
         raise SecretsFoundError(remote, findings, action)

@@ -45,6 +45,7 @@ from gitstate.format.statetree import StateReader
 from gitstate.git import safeopen
 from gitstate.git.command import popen_git, run_git
 from gitstate.git.objects import MODE_TREE
+from gitstate.secrets import masked
 from gitstate.store import refspec, sessionfiles
 from gitstate.store.run import Run
 from gitstate.store.store import RunSummary, Store, derive_status
@@ -902,7 +903,7 @@ def blob_view(data: bytes, limit: int, size: int | None = None) -> dict[str, Any
     shown = data[:limit]
     if values.is_binary(shown):
         return {"size": size, "binary": True, "text": None, "hex": data[:256].hex(), "truncated": size > 256}
-    return {"size": size, "binary": False, "text": shown.decode("utf-8", "replace"), "hex": None,
+    return {"size": size, "binary": False, "text": masked(shown.decode("utf-8", "replace")), "hex": None,
             "truncated": size > limit}
 
 

@@ -30,6 +30,7 @@ from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.statetree import StateReader
 from gitstate.git.objects import MODE_TREE
 from gitstate.git.reader import ObjectReader
+from gitstate.secrets import masked
 from gitstate.store.store import Store
 from gitstate.view import values
 from gitstate.view.data import ViewData, checkpoint_commands, checkpoint_label, iso
@@ -190,7 +191,7 @@ class Bundle:
         if values.is_binary(data):
             self.blobs[key] = {"size": size, "binary": True, "hex": data[:256].hex()}
         else:
-            self.blobs[key] = {"size": size, "text": data.decode("utf-8", "replace")}
+            self.blobs[key] = {"size": size, "text": masked(data.decode("utf-8", "replace"))}
 
     # -- checkpoints --------------------------------------------------------------------------
 

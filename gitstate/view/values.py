@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gitstate.format.encoding import big_int_stub, is_big_int
+from gitstate.secrets import masked
 
 SAFE_INT = 2**53
 
@@ -64,11 +65,12 @@ def encode(value: Any, limits: Limits = SERVER, depth: int = 0) -> Any:
             return value
         return {"$float": repr(value)}
     if isinstance(value, str):
+        value = masked(value)  # a credential stored with the warn policy shows as its marker
         if len(value) > limits.chars:
             return {"$str": value[:limits.chars], "len": len(value)}
         return value
     if isinstance(value, bytes | bytearray | memoryview):
-        data = bytes(value)
+        data = masked(bytes(value))
         return {"$bytes": len(data), "hex": data[:limits.hex_bytes].hex()}
     if depth >= limits.depth:
         return {"$more": "depth", "type": "map" if isinstance(value, dict) else type(value).__name__}

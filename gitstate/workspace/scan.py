@@ -61,7 +61,8 @@ class Capture:
     ``removed``: index paths no longer in the worktree; ``objects``: new blobs as
     ``(type, body)``; ``big``: changed or new files above the size limit, for git to add;
     ``skipped``: untracked directories holding their own repository; ``ignore_changed``: a
-    ``.gitignore`` was added, changed or removed."""
+    ``.gitignore`` was added, changed or removed; ``redacted``: paths whose blob a scrub replaced
+    (it holds other bytes than the file)."""
 
     entries: dict[bytes, tuple[int, bytes]]
     stats: dict[bytes, os.stat_result] = field(default_factory=dict)
@@ -70,6 +71,7 @@ class Capture:
     big: list[bytes] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     ignore_changed: bool = False
+    redacted: set[bytes] = field(default_factory=set)
 
 
 class _GiveUp(Exception):
@@ -302,7 +304,8 @@ def capture(repo: pygit2.Repository, index_path: str, workdir: str, common_dir: 
             announce: Callable[[int], None] | None = None,
             progress: Callable[[int], None] | None = None,
             store: Callable[[list[tuple[int, bytes]]], None] | None = None,
-            batch: int = 64 << 20, scope: Callable[[bytes], bool] | None = None) -> Capture | None:
+            batch: int = 64 << 20, scope: Callable[[bytes], bool] | None = None,
+            scrub: Callable[[bytes, str], bytes] | None = None, scrub_max: int = 0) -> Capture | None:
     """Scan the worktree against the private index at ``index_path`` (as ``repo`` sees it: its
     workdir is the worktree, its index that file). ``announce`` is told how many files will be
     hashed, ``progress`` gets ``1`` per file hashed. ``None``: a case left to ``add_all`` (see the
@@ -310,7 +313,10 @@ def capture(repo: pygit2.Repository, index_path: str, workdir: str, common_dir: 
     ``batch`` bytes they are handed to ``store`` (and the rest are returned in
     :attr:`Capture.objects`), so memory stays bounded however much changed. ``scope``: hash only
     the changed files it accepts (a dry run limited to some paths); the others are left out of
-    :attr:`Capture.entries`, so such a capture describes only that part of the worktree."""
+    :attr:`Capture.entries`, so such a capture describes only that part of the worktree.
+    ``scrub`` (the secrets policy, see :data:`gitstate.workspace.snapshot.Scrub`) sees each file
+    of at most ``scrub_max`` bytes whose bytes are not in the object database yet; what it returns
+    is the blob kept instead."""
     if os.name != "posix" or not _config_allows(repo) or attribute_files(common_dir):
         return None
     cache = read_stat_cache(index_path)
@@ -320,6 +326,7 @@ def capture(repo: pygit2.Repository, index_path: str, workdir: str, common_dir: 
         index_mtime = os.stat(index_path).st_mtime_ns
         scanner = _Scanner(repo, os.fsencode(workdir), cache, index_mtime, big)
         scanner.store, scanner.batch = store, batch
+        scanner.scrub, scanner.scrub_max = scrub, scrub_max
         return scanner.run(announce, progress, scope)
     except (_GiveUp, OSError):
         return None
@@ -348,6 +355,8 @@ class _Scanner:
         self.store: Callable[[list[tuple[int, bytes]]], None] | None = None
         self.batch = 64 << 20
         self.held = 0  # bytes of new blobs not handed to ``store`` yet
+        self.scrub: Callable[[bytes, str], bytes] | None = None
+        self.scrub_max = 0
 
     def ignored(self, rel: bytes) -> bool:
         try:
@@ -457,6 +466,13 @@ class _Scanner:
         oid.update(data)
         raw = oid.digest()
         known = self.cache.get(path)
+        if (self.scrub is not None and (known is None or known[1] != raw) and len(data) <= self.scrub_max
+                and pygit2.Oid(raw=raw) not in self.repo.odb):
+            new = self.scrub(data, os.fsdecode(path))
+            if new is not data:
+                data = new
+                raw = hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).digest()
+                result.redacted.add(path)
         if known is None or known[1] != raw:
             result.objects.append((int(ObjectType.BLOB), data))
             self.held += len(data)

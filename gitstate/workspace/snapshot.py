@@ -73,7 +73,15 @@ from gitstate.git.location import Location
 from gitstate.git.objects import MODE_COMMIT, MODE_TREE, gc_epoch, objects_dir
 from gitstate.git.reader import ObjectReader
 from gitstate.workspace import scan
+from gitstate.workspace.quarantine import Quarantine
 
+#: What a snapshot stores for a new file instead of its bytes (the store's secrets policy): called
+#: with the bytes and the worktree path, it returns the bytes to store (the same object when they
+#: do not change) or raises to refuse the snapshot (nothing is written then).
+Scrub = Callable[[bytes, str], bytes]
+#: New blobs larger than this are not handed to a :data:`Scrub` (the secrets policy reads text
+#: files up to this size: :data:`gitstate.secrets.policy.MAX_FILE`).
+SCRUB_MAX = 1 << 20
 BIG_BLOB = 32 * 1024 * 1024  # bytes; larger files are streamed into a pack by git, not packed by gitstate
 PACK_BATCH = 64 * 1024 * 1024  # bytes of new objects a fast snapshot holds in memory per pack
 #: Seconds a restore waits for another restore of the same worktree to finish.
@@ -96,6 +104,8 @@ class Snapshot:
     skipped: tuple[str, ...] = ()
     paths: tuple[str, ...] | None = None
     scanned: bool = False  # captured by gitstate's own scan (the worktree then holds no .gitattributes)
+    #: Paths whose snapshot holds other bytes than the worktree (a scrub redacted them).
+    redacted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,8 +209,12 @@ class Workspace:
         literal, no split index, no fsmonitor, files above :data:`BIG_BLOB` streamed into a pack."""
         options = ["-c", "core.splitIndex=false", "-c", "core.fsmonitor=false", "-c", "advice.addEmbeddedRepo=false",
                    "-c", f"core.bigFileThreshold={max(BIG_BLOB, 1)}", "--literal-pathspecs"]
+        env = {"GIT_INDEX_FILE": index}
+        quarantine: Quarantine | None = getattr(self._local, "quarantine", None)
+        if quarantine is not None:
+            env.update(quarantine.env())
         proc = run_git(self.location.git_dir, [*options, *args], cwd=self.workdir, work_tree=self.workdir,
-                       text=False, stdin=stdin, env={"GIT_INDEX_FILE": index})
+                       text=False, stdin=stdin, env=env)
         return proc  # type: ignore[return-value]  # text=False: bytes
 
     def _git_paths(self, index: str, args: Sequence[str], names: Iterable[str]) -> subprocess.CompletedProcess[bytes]:
@@ -258,7 +272,7 @@ class Workspace:
 
     def snapshot(self, paths: Iterable[str | os.PathLike[str]] | None = None,
                  progress: Callable[[int], None] | None = None, *, fast: bool = False,
-                 announce: Callable[[int], None] | None = None) -> Snapshot:
+                 announce: Callable[[int], None] | None = None, scrub: Scrub | None = None) -> Snapshot:
         """Capture the worktree (or only ``paths``: files or directories, see
         :meth:`resolve_paths`) and return its tree. ``progress`` is called with ``1`` per file
         that had to be hashed (new or changed since the last snapshot), for a progress display.
@@ -270,11 +284,17 @@ class Workspace:
         inside :meth:`Store.keeping_objects`, as a restore does with its safety checkpoint, so a
         concurrent ``git repack -a -d`` cannot drop it.
 
+        ``scrub`` (the store's secrets policy) sees every file whose bytes would be a new blob (not
+        in the object database yet) of at most :data:`SCRUB_MAX` bytes, before anything of it is
+        stored: git's objects wait in a :class:`Quarantine` until then. What it returns is stored
+        instead, and such a file is listed in :attr:`Snapshot.redacted` (its stat cache entry is
+        left stale, so every snapshot reads it again); if it raises, nothing is stored.
+
         Nothing of the user's is written: not ``.git/index``, not HEAD, not a file of the worktree."""
         prefixes = self.resolve_paths(paths)
         repo = self._repo(check_rules=True)
         if fast and prefixes is None and self._store_objects is not None:
-            snap = self._fast_snapshot(repo, announce, progress)
+            snap = self._fast_snapshot(repo, announce, progress, scrub)
             if snap is not None:
                 return snap
         epoch = gc_epoch(objects_dir(repo))
@@ -284,7 +304,7 @@ class Workspace:
         while True:
             work, used = self._working_copy(seed)
             try:
-                tree, skipped = self._capture(work, prefixes, progress, used)
+                tree, skipped, redacted = self._capture(work, prefixes, progress, used, scrub)
             except _Pruned:
                 if seed == "empty":
                     raise StoreWriteError(self.location.git_dir, "cannot write the snapshot: an object of "
@@ -292,6 +312,10 @@ class Workspace:
                 seed = "empty" if seed == "user" else "user"
                 progress = None
                 continue
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(work)  # (a refused snapshot leaves no index naming what it read)
+                raise
             finally:
                 with contextlib.suppress(OSError):
                     os.unlink(work + ".lock")  # left only by a git that was killed
@@ -302,7 +326,8 @@ class Workspace:
             self._save_last_tree(tree)
         else:
             self._journal(repo, tree, head_tree(repo))
-        return Snapshot(tree, tuple(sorted(skipped)), None if prefixes is None else tuple(prefixes))
+        return Snapshot(tree, tuple(sorted(skipped)), None if prefixes is None else tuple(prefixes),
+                        redacted=tuple(redacted))
 
     def _working_copy(self, seed: str) -> tuple[str, str]:
         """A new index file for one snapshot, beside the private index, and what it was made from:
@@ -359,10 +384,27 @@ class Workspace:
         self._save_epoch(epoch)
 
     def _capture(self, work: str, prefixes: list[str] | None, progress: Callable[[int], None] | None,
-                 seed: str) -> tuple[str, list[str]]:
+                 seed: str, scrub: Scrub | None = None) -> tuple[str, list[str], list[str]]:
         """``git add -A`` into the index ``work``, then what git leaves to gitstate (nested
         repositories out, tracked-but-ignored files in, newly ignored ones out, recently modified
-        files read again), then the tree; ``(tree, nested repositories skipped)``."""
+        files read again), then the tree; ``(tree, nested repositories skipped, paths redacted)``.
+        With ``scrub`` git writes into a :class:`Quarantine` and :meth:`_admit` decides what of it
+        is stored."""
+        if scrub is None:
+            return (*self._add_everything(work, prefixes, progress, seed), [])
+        with Quarantine(objects_dir(self._repo())) as quarantine:
+            self._local.quarantine, self._local.scrub = quarantine, scrub
+            try:
+                skipped = self._add_everything(work, prefixes, progress, seed)[1]
+                redacted = self._admit(work, quarantine, scrub)
+            finally:
+                self._local.quarantine = self._local.scrub = None
+        return self._write_tree(work, prefixes), skipped, redacted
+
+    def _add_everything(self, work: str, prefixes: list[str] | None, progress: Callable[[int], None] | None,
+                        seed: str) -> tuple[str, list[str]]:
+        """:meth:`_capture` up to the tree (``""`` while a quarantine is open: the tree is written
+        once :meth:`_admit` is done)."""
         since = time.time_ns()
         added, removed, skipped = self._add_all(work, prefixes or [])
         if progress is not None:
@@ -377,7 +419,62 @@ class Workspace:
             if ignore_changed and not applied:
                 news = self._apply_rules(work)
         self._settle(work, [*added, *news], since)
+        if getattr(self._local, "quarantine", None) is not None:
+            return "", skipped
         return self._write_tree(work, prefixes), skipped
+
+    def _admit(self, work: str, quarantine: Quarantine, scrub: Scrub) -> list[str]:
+        """Move what git wrote into ``quarantine`` into the repository: each new blob of at most
+        :data:`SCRUB_MAX` bytes that the index ``work`` names goes through ``scrub`` first, and
+        where that changes it, the blob ``scrub`` returned is written instead and ``work`` names it
+        with blank stat data (the next snapshot reads the file again). Blobs the index does not
+        name (replaced by a second read) are dropped. Returns the paths redacted."""
+        quarantine.move_packs()  # big files, streamed by git: never read by the policy
+        ids = list(quarantine.loose())
+        if not ids:
+            return []
+        entries = scan.read_entries(work)
+        if entries is None:
+            raise StoreWriteError(work, "cannot write the snapshot: its index cannot be read")
+        wanted = {bytes.fromhex(oid) for oid in ids}
+        names: dict[bytes, list[bytes]] = {}
+        for name, entry in entries.items():
+            if entry[40:60] in wanted:
+                names.setdefault(entry[40:60], []).append(name)
+        odb = self._repo().odb
+        renamed: dict[bytes, bytes] = {}
+        try:
+            for oid in ids:
+                raw = bytes.fromhex(oid)
+                if raw not in names:
+                    continue
+                head = quarantine.header(oid)
+                if head is None:
+                    raise StoreWriteError(work, f"cannot write the snapshot: git's object {oid} cannot be read")
+                data = quarantine.read(oid) if head[0] == ObjectType.BLOB and head[1] <= SCRUB_MAX else None
+                if data is not None:
+                    new = data
+                    for name in sorted(names[raw]):  # each path: a refusal or a warning names it
+                        new = scrub(data, os.fsdecode(name))
+                    if new is not data:
+                        renamed[raw] = odb.write(ObjectType.BLOB, new).raw
+                        continue
+                quarantine.move(oid)
+        except (pygit2.GitError, OSError) as exc:
+            raise StoreWriteError(self.location.git_dir, f"cannot write the snapshot: {exc}") from exc
+        if not renamed:
+            return []
+        redacted = []
+        for name, entry in entries.items():
+            new_id = renamed.get(entry[40:60])
+            if new_id is not None:
+                entries[name] = _stale_entry(entry, new_id)
+                redacted.append(os.fsdecode(name))
+        try:
+            scan.write_index(work, entries, os.stat(work).st_mtime_ns)
+        except OSError as exc:
+            raise StoreWriteError(work, f"cannot write the snapshot's index: {exc}") from exc
+        return sorted(redacted)
 
     def _add_all(self, work: str, pathspecs: list[str]) -> tuple[list[str], list[str], list[str]]:
         """``git add -A --verbose --ignore-errors`` into ``work``: the paths git added and removed,
@@ -456,6 +553,9 @@ class Workspace:
                 if opened is None or opened[1].st_size > BIG_BLOB:
                     return False
                 data, st = scan.read_settled(opened[0], raw, opened[1])
+            scrub: Scrub | None = getattr(self._local, "scrub", None)
+            if scrub is not None and len(data) <= SCRUB_MAX and pygit2.hash(data) not in repo.odb:
+                data = scrub(data, name)  # (its stat data are then stale: the next snapshot reads it again)
             oid = repo.odb.write(ObjectType.BLOB, data)
         except (pygit2.GitError, OSError):
             return False
@@ -558,7 +658,11 @@ class Workspace:
         try:
             data = self._repo().odb.read(pygit2.Oid(raw=oid))[1]
         except (KeyError, ValueError, pygit2.GitError):
-            return False
+            quarantine: Quarantine | None = getattr(self._local, "quarantine", None)
+            found = quarantine.read(oid.hex()) if quarantine is not None else None
+            if found is None:
+                return False
+            data = found
         return scan.starts_with(full, data)
 
     def record(self, written: dict[str, tuple[str, int, os.stat_result]], removed: Iterable[str]) -> None:
@@ -791,7 +895,7 @@ class Workspace:
         return None
 
     def _fast_snapshot(self, repo: pygit2.Repository, announce: Callable[[int], None] | None,
-                       progress: Callable[[int], None] | None) -> Snapshot | None:
+                       progress: Callable[[int], None] | None, scrub: Scrub | None = None) -> Snapshot | None:
         """:func:`scan.capture`, with the new blobs and trees stored as one pack and the stat data
         of what it hashed written into the private index; ``None`` where the scan does not apply,
         or finds something it leaves to git (a big file): then :meth:`snapshot` goes on through git. Paths the user's index gained
@@ -801,7 +905,8 @@ class Workspace:
         if epoch != self._saved_epoch():
             return None  # a `git gc` may have pruned ids the stat cache trusts
         cap = scan.capture(repo, self.index_path, self.workdir, self.location.common_dir, BIG_BLOB,
-                           announce=announce, progress=progress, store=self._store_objects, batch=PACK_BATCH)
+                           announce=announce, progress=progress, store=self._store_objects, batch=PACK_BATCH,
+                           scrub=scrub, scrub_max=SCRUB_MAX)
         if cap is None or cap.big:
             return None
         rules_changed, todo, sig = self._tracked_news(True)
@@ -809,7 +914,7 @@ class Workspace:
         for path in sorted(todo):  # tracked by the user although ignored: the scan left them out
             raw = os.fsencode(path)
             if raw not in entries and _in_real_dirs(self.workdir, path) \
-                    and _file_or_link(os.path.join(self.workdir, path)) and not self._read_into(raw, cap):
+                    and _file_or_link(os.path.join(self.workdir, path)) and not self._read_into(raw, cap, scrub):
                 return None
         removed = list(cap.removed)
         if rules_changed or cap.ignore_changed:
@@ -829,6 +934,8 @@ class Workspace:
                 for raw, st in cap.stats.items():
                     mode, oid = entries[raw]
                     index[raw] = scan.entry_bytes(st, oid, mode)
+                    if raw in cap.redacted:  # the blob is not the file's bytes: read it again next time
+                        index[raw] = _stale_entry(index[raw], oid)
                 try:
                     self._write_private(index)
                 except OSError:
@@ -836,9 +943,10 @@ class Workspace:
         self._tracked_sig = sig
         self._save_signature()
         self._save_last_tree(tree)
-        return Snapshot(tree, tuple(cap.skipped), None, scanned=True)
+        return Snapshot(tree, tuple(cap.skipped), None, scanned=True,
+                        redacted=tuple(sorted(os.fsdecode(p) for p in cap.redacted if p in entries)))
 
-    def _read_into(self, raw: bytes, cap: scan.Capture) -> bool:
+    def _read_into(self, raw: bytes, cap: scan.Capture, scrub: Scrub | None = None) -> bool:
         """Read the worktree file or link ``raw`` into ``cap`` (entry, stat data, new blob);
         ``False`` for what the scan leaves to git (a big file, not a file any more)."""
         full = os.path.join(os.fsencode(self.workdir), raw)
@@ -854,6 +962,11 @@ class Workspace:
         except OSError:
             return False
         oid = pygit2.hash(data).raw
+        if scrub is not None and len(data) <= SCRUB_MAX and pygit2.Oid(raw=oid) not in self._repo().odb:
+            new = scrub(data, os.fsdecode(raw))
+            if new is not data:
+                data, oid = new, pygit2.hash(new).raw
+                cap.redacted.add(raw)
         cap.objects.append((int(ObjectType.BLOB), data))
         cap.entries[raw] = (scan.git_mode(st.st_mode), oid)
         cap.stats[raw] = st
@@ -926,6 +1039,33 @@ class Workspace:
 
 
 T = TypeVar("T")
+
+
+def forget_private_indexes(common_dir: str, oids: Iterable[str]) -> list[str]:
+    """Delete the private indexes (``agentos/index-<worktree>``) that name one of ``oids``, so
+    that they no longer keep those objects reachable (``scan --redact --now``); each one's next
+    snapshot starts again from the user's index. Returns the files deleted."""
+    wanted = {bytes.fromhex(o) for o in oids}
+    agentos = os.path.join(common_dir, "agentos")
+    try:
+        names = [n for n in os.listdir(agentos) if n.startswith("index-") and "." not in n]
+    except OSError:
+        return []
+    gone = []
+    for name in names:
+        path = os.path.join(agentos, name)
+        entries = scan.read_entries(path)
+        if entries is None or any(entry[40:60] in wanted for entry in entries.values()):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                gone.append(path)
+    return gone
+
+
+def _stale_entry(entry: bytes, oid: bytes) -> bytes:
+    """An index entry (:func:`scan.read_entries`) naming ``oid`` with blank stat data (its mode
+    kept): git and :func:`scan.capture` never take the file as unchanged, so they read it again."""
+    return bytes(24) + entry[24:28] + bytes(12) + oid
 
 
 def _take_lock(path: str) -> lockfile.FileLock | None:

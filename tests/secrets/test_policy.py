@@ -238,11 +238,12 @@ def test_checkpoint_objects_through_a_user_commit_are_refused(tmp_path: Path) ->
     remote = bare(tmp_path / "origin.git")
     path = machine(tmp_path / "A", remote.as_uri(), allow=None)
     (path / "draft.txt").write_text(f"never committed {CORPUS[1][1]}\n")
+    git(path, "config", "agentos.secrets", "warn")  # (the default would store the file redacted)
     store = gitstate.open_store(path)
     cp = store.create_run("w", "r").checkpoint({"prompt": "be evil"}, files=True)
     assert gitstate.install_hooks(store).action == "installed"
     store.close()
-    # the snapshot file is not redacted at write (git hashes it); scan and the push check read it
+    # the snapshot file holds the credential (warn); scan and the push check read it
     doc = agentos(path, "scan", "--json")
     assert doc.returncode == 1 and "files['draft.txt']" in doc.stdout
     tree = git(path, "rev-parse", f"{cp.id}^{{tree}}").strip()

@@ -365,8 +365,8 @@ def test_directory_swapped_for_a_link_during_the_restore_is_not_written_through(
     run.checkpoint({}, files=True)
     original = gitstate.Run._safety_checkpoint
 
-    def swap(self: gitstate.Run, files_tree: str, target: gitstate.Checkpoint) -> gitstate.Checkpoint:
-        cp = original(self, files_tree, target)
+    def swap(self: gitstate.Run, files_tree: str, target: gitstate.Checkpoint, *rest: Any) -> gitstate.Checkpoint:
+        cp = original(self, files_tree, target, *rest)
         os.rename(work / "src", tmp_path / "src-aside")
         os.symlink(outside, work / "src")
         return cp
