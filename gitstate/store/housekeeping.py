@@ -182,6 +182,20 @@ def pack_loose(repo: pygit2.Repository, common_dir: str) -> int:
         return _pack_locked(common_dir)
 
 
+def pack_journaled(repo: pygit2.Repository, common_dir: str, steps: int = 1000) -> int:
+    """Pack every journaled loose object now, step after step (each packs at most
+    :data:`PACK_STEP`), until none is left or another process holds the housekeeping lock;
+    returns how many were packed. Before gc rewrites gitstate's packs, so that what small writes
+    left loose is given back too."""
+    total = 0
+    for _ in range(steps):
+        done = pack_loose(repo, common_dir)
+        if done == 0:
+            break
+        total += done
+    return total
+
+
 PACK_STEP = 5000  # loose objects one pack step packs at most; a larger backlog takes more steps
 
 

@@ -47,6 +47,7 @@ from gitstate.git.command import run_git
 from gitstate.git.objects import MODE_BLOB, MODE_COMMIT, TreeEntry
 from gitstate.git.reader import CommitData, ObjectReader
 from gitstate.git.refs import list_refs, pack_refs, peek, read_ref, remove_empty_dirs, scan_refs
+from gitstate.store import housekeeping
 from gitstate.store import reclaim as reclaiming
 from gitstate.store.nodes import listed, read_record
 from gitstate.store.store import RunSummary, Store
@@ -944,6 +945,8 @@ def apply(store: Store, p: Plan, *, now: bool = False, reclaim: bool = True) -> 
         pass
     reclaimed = None
     if reclaim:
+        # what small writes left loose (journaled) goes into gitstate's packs first, to be reclaimed
+        housekeeping.pack_journaled(store.repo, common)
         reclaimed = reclaiming.reclaim(common, lambda: reachable_objects(store))
     return Result(p, failed, before, git_dir_size(common), reclaimed, trashed)
 

@@ -254,9 +254,7 @@ def drop_replaced(store: Store, replaced: set[str]) -> tuple[int, int]:
     gone and how many are still stored."""
     common = store.location.common_dir
     forget_private_indexes(common, replaced)
-    for _ in range(1000):  # a step packs at most housekeeping.PACK_STEP objects
-        if housekeeping.pack_loose(store.repo, common) == 0:
-            break
+    housekeeping.pack_journaled(store.repo, common)
     reclaiming.reclaim(common, lambda: reachable_objects(store))
     store.core.forget_objects()
     odb = pygit2.Repository(common).odb  # a fresh handle: no pack list from before
