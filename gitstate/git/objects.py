@@ -67,6 +67,11 @@ class ObjectWriter:
         self._held: set[str] = set()
         self._epoch = gc_epoch(self.objects)
         self._left_loose: set[str] = set()  # what the last transaction left loose (see flush_loose)
+        # objects flush_loose(journal=True) left loose: of the write under way, and of published
+        # writes, still in memory, until pack_published writes them as one pack (see there)
+        self._loose_unpublished: list[tuple[str, int, bytes]] = []
+        self._loose_published: list[tuple[str, int, bytes]] = []
+        self._loose_bytes = 0
 
     def _expire(self) -> None:
         if time.monotonic() - self._born > _TRUST_SECONDS:
@@ -192,7 +197,12 @@ class ObjectWriter:
 
     def published(self) -> None:
         """The write's refs moved: what its packs hold is reachable now; drop their ``.keep``
-        (unless held: :meth:`hold_keeps`)."""
+        (unless held: :meth:`hold_keeps`). What it left loose waits for :meth:`pack_published`."""
+        for item in self._loose_unpublished:
+            if self._loose_bytes + len(item[2]) <= _LOOSE_BUFFER_BYTES:
+                self._loose_published.append(item)
+                self._loose_bytes += len(item[2])
+        self._loose_unpublished = []
         if self._holding:
             self._held.update(self._unpublished)
             self._held_keeps.extend(self._keeps)
@@ -228,6 +238,7 @@ class ObjectWriter:
         ``git repack -a -d`` may drop them once their ``.keep`` is gone) and drop the ``.keep``."""
         gone, self._unpublished = self._unpublished, set()
         self._staged = None
+        self._loose_unpublished = []
         if gone:
             for oid in gone:
                 self._known.pop(oid, None)
@@ -268,19 +279,37 @@ class ObjectWriter:
             raise StoreWriteError(self.repo.path, str(exc)) from exc
         if journal:
             self._left_loose = set(staged)
+            self._loose_unpublished.extend((oid, kind, data) for oid, (kind, data, _z) in staged.items())
         for oid in staged:
             self.remember(oid)
         self._unpublished.update(staged)
         return written
+
+    def pack_published(self, at: int, *, fsync: bool, sync_dir: bool = False) -> str | None:
+        """Once ``at`` objects that published writes left loose are waiting (or their bodies
+        reach a few MiB), write them as one pack from memory (flushed as ``fsync`` says) and
+        remove their loose copies, as ``git prune-packed`` does; returns the pack's name, else
+        ``None``. What the journal-driven housekeeping would do with ``git pack-objects``, without
+        reading the objects back or starting a process: that housekeeping then finds them packed.
+        Their refs have moved, so the pack needs no ``.keep``."""
+        waiting = self._loose_published
+        if not waiting or (len(waiting) < at and self._loose_bytes < _LOOSE_BUFFER_BYTES):
+            return None
+        self._loose_published, self._loose_bytes = [], 0
+        written = write_pack(self.pack_dir, waiting, fsync=fsync, sync_dir=sync_dir)
+        self._unlink_loose(oid for oid, _kind, _data in waiting)
+        return written.name
 
     def drop_loose(self, oids: Iterable[str]) -> None:
         """Remove the loose copies of ``oids``, which a pack this writer published holds (as
         ``git prune-packed`` does: an object in a pack loses nothing when its loose copy goes).
         Objects the last transaction left loose (:meth:`flush_loose` with ``journal``) stay: no
         pack holds them yet."""
+        left = self._left_loose
+        self._unlink_loose(oid for oid in oids if oid not in left)
+
+    def _unlink_loose(self, oids: Iterable[str]) -> None:
         for oid in oids:
-            if oid in self._left_loose:
-                continue
             try:
                 os.unlink(os.path.join(self.objects, oid[:2], oid[2:]))
             except OSError:
@@ -342,6 +371,7 @@ def gc_epoch(objects: str) -> str:
     return "/".join(parts)
 
 
+_LOOSE_BUFFER_BYTES = 8 << 20  # bodies of published loose objects kept in memory for pack_published
 _DIR_ATTEMPTS = 50  # tries to create a loose object's temporary file while its directory keeps vanishing
 _EPOCH_PATHS: dict[str, tuple[str, str, str]] = {}  # objects dir -> the files gc_epoch looks at
 

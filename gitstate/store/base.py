@@ -57,6 +57,7 @@ STALE_LOCK_SWEEP_AGE = 60.0  # seconds: ref locks this old are removed when a st
 DEFAULT_LOCK_TIMEOUT = 10.0  # seconds a write retries held locks and moving refs before giving up
 MERGE_WAIT = 2.0  # seconds a pack merge waits for another process's housekeeping before giving up
 MERGE_RETRY = 10.0  # seconds without merges after one gave up waiting for the housekeeping lock
+SELF_PACK_AT = 256  # objects small writes of one thread left loose before it packs them itself
 _FALLBACK_NAME = "gitstate"
 _FALLBACK_EMAIL = "gitstate@localhost"
 
@@ -271,6 +272,7 @@ class StoreCore:
                 if self._move_refs(tx, backoff):
                     writer.published()
                     self.written()
+                    self._pack_published(writer)
                     tx.finished()
                     return result
                 backoff.pause()
@@ -316,6 +318,17 @@ class StoreCore:
                 if backoff.expired():
                     raise StoreWriteError(common, str(exc)) from exc
             backoff.pause()
+
+    def _pack_published(self, writer: ObjectWriter) -> None:
+        """Once small writes of this thread have left :data:`SELF_PACK_AT` objects loose, pack
+        them from memory (:meth:`ObjectWriter.pack_published`) and list the pack as a transaction's:
+        their loose copies go, and the journal's ``git pack-objects`` finds nothing left to do. A
+        failure leaves them loose, journaled, for that housekeeping."""
+        try:
+            pack = writer.pack_published(SELF_PACK_AT, fsync=self.durability.packs, sync_dir=self.durability.refs)
+        except (OSError, GitStateError):
+            return
+        self._published(pack)
 
     def _published(self, pack: str | None) -> None:
         """A transaction's pack is in place: list it, and merge packs when they became many."""
@@ -400,8 +413,8 @@ class StoreCore:
 
     def _pack_quietly(self) -> None:
         try:
-            self.pack()
-        except GitStateError:
+            housekeeping.pack_loose(self.repo, self.location.common_dir, housekeeping.AUTO_MIN_AGE)
+        except (GitStateError, OSError, pygit2.GitError):
             pass  # housekeeping is retried by the next write that crosses the threshold
 
     def wait_for_housekeeping(self, timeout: float | None = None) -> None:
@@ -567,7 +580,16 @@ class StoreCore:
         return diff_checkpoints(self.reader, first, second)
 
     def close(self) -> None:
-        """Release the repository handles (the store must not be used afterwards)."""
+        """Pack what this thread's small writes left loose (one pack), then release the repository
+        handles (the store must not be used afterwards)."""
+        writer = getattr(self._local, "writer", None)
+        if writer is not None:
+            try:
+                pack = writer.pack_published(1, fsync=self.durability.packs, sync_dir=self.durability.refs)
+                if pack is not None:  # listed for the next merge (none starts here: the store closes)
+                    housekeeping.record_tx_pack(self.location.common_dir, pack)
+            except (OSError, GitStateError):
+                pass  # they stay loose, journaled for housekeeping
         self._main_repo.free()
         self._local = threading.local()
 

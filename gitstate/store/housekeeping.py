@@ -30,6 +30,7 @@ from gitstate.git.objects import KEEP_PREFIX
 from gitstate.git.safeopen import NotRegularFileError
 
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
+AUTO_MIN_AGE = 30.0  # seconds: the automatic packing leaves younger loose objects to their writer
 MERGE_THRESHOLD = 12  # gitstate packs before they are merged (git's gc.autoPackLimit is 50)
 REF_PACK_THRESHOLD = 500  # loose refs under refs/agentos/ before they are moved to packed-refs
 LEFTOVER_AGE = 120.0  # seconds: a private pack directory this old was left by a killed packer
@@ -169,17 +170,20 @@ def lock_housekeeping(common_dir: str, wait: float) -> lockfile.FileLock | None:
     return lock
 
 
-def pack_loose(repo: pygit2.Repository, common_dir: str) -> int:
+def pack_loose(repo: pygit2.Repository, common_dir: str, min_age: float = 0.0) -> int:
     """Pack the journaled loose objects now (if no other process is doing it); return how many.
 
     Safe to call at any time and from any process: it packs only objects listed in the journal that
     are still loose, and deletes a loose file only after the pack holding it is complete. (``repo``
-    is not used: git reads the objects.)"""
+    is not used: git reads the objects.) ``min_age``: objects written less than that many seconds
+    ago are left loose and listed again, for the next step: the writer that wrote them packs them
+    itself soon (:meth:`gitstate.git.objects.ObjectWriter.pack_published`), and packing them here
+    too would write them twice (the automatic packing passes :data:`AUTO_MIN_AGE`)."""
     lock = lock_housekeeping(common_dir, 0.0)
     if lock is None:
         return 0
     with lock:
-        return _pack_locked(common_dir)
+        return _pack_locked(common_dir, min_age)
 
 
 def pack_journaled(repo: pygit2.Repository, common_dir: str, steps: int = 1000) -> int:
@@ -199,7 +203,7 @@ def pack_journaled(repo: pygit2.Repository, common_dir: str, steps: int = 1000) 
 PACK_STEP = 5000  # loose objects one pack step packs at most; a larger backlog takes more steps
 
 
-def _pack_locked(common_dir: str) -> int:
+def _pack_locked(common_dir: str, min_age: float = 0.0) -> int:
     journal = _journal(common_dir)
     taken = f"{journal}.{os.getpid()}.packing"
     try:
@@ -220,8 +224,18 @@ def _pack_locked(common_dir: str) -> int:
                 wanted.update(line.strip() for line in fh if len(line.strip()) == 40)
         except NotRegularFileError:
             continue  # a FIFO or such taken aside as the journal: it lists nothing (removed below)
-    loose = sorted(o for o in wanted if os.path.exists(_loose_path(common_dir, o)))
-    later = loose[PACK_STEP:]
+    young: list[str] = []
+    if min_age > 0:
+        born_after = time.time() - min_age
+        loose: list[str] = []
+        for oid in sorted(wanted):
+            try:
+                (young if os.stat(_loose_path(common_dir, oid)).st_mtime > born_after else loose).append(oid)
+            except OSError:
+                pass  # packed (by its writer, or by an earlier step) or pruned: nothing to do
+    else:
+        loose = sorted(o for o in wanted if os.path.exists(_loose_path(common_dir, o)))
+    later = loose[PACK_STEP:] + young
     loose = loose[:PACK_STEP]
     if later:  # the rest is written back for the next step before the batches go
         rest = f"{journal}.{os.getpid()}-rest.packing"
@@ -318,7 +332,7 @@ def git_gc_running(common_dir: str) -> bool:
 def maybe_pack(repo: pygit2.Repository, common_dir: str, journal_size: int) -> None:
     """Pack when the journal has reached the threshold (called after each checkpoint)."""
     if journal_size >= PACK_THRESHOLD:
-        pack_loose(repo, common_dir)
+        pack_loose(repo, common_dir, AUTO_MIN_AGE)
 
 
 # -- packs written by transactions ---------------------------------------------------------------

@@ -13,6 +13,7 @@ from conftest import git
 import gitstate
 from gitstate.errors import UsageError
 from gitstate.git.objects import MODE_BLOB
+from gitstate.store import base, housekeeping
 from gitstate.store.transaction import Transaction
 from gitstate_cli.main import cli
 
@@ -112,4 +113,44 @@ def test_checkpoints_written_loose_read_back_in_a_fresh_process_and_after_git_gc
     git(repo, "gc", "--quiet")  # git packs the loose objects and removes them
     fresh = gitstate.open_store(repo)
     assert [fresh.checkpoint(i).state["i"] for i in ids] == list(range(5))
+    git(repo, "fsck", "--strict", "--no-dangling")
+
+
+def test_a_writer_packs_what_its_small_writes_left_loose_itself(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base, "SELF_PACK_AT", 10)
+    store = gitstate.open_store(repo, pack_in_background=False)
+    tip, first = _write(store, 3)  # 5 objects: loose, waiting
+    assert _packs(repo) == set() and all(_loose(repo, oid) for oid in first)
+    _tip, second = _write(store, 3, tip)  # 10 objects waiting: packed by the writer, from memory
+    assert len(_packs(repo)) == 1
+    assert not any(_loose(repo, oid) for oid in first + second)
+    listed = (repo / ".git" / "agentos" / "tx-packs").read_text().split()
+    assert [p.removesuffix(".pack") for p in _packs(repo)] == listed  # merged with transaction packs
+    git(repo, "fsck", "--strict", "--no-dangling")
+    assert git(repo, "cat-file", "-p", f"{REF}:f0").startswith("blob 0")
+
+
+def test_the_automatic_packing_leaves_young_objects_to_their_writer(repo: Path) -> None:
+    store = gitstate.open_store(repo, pack_in_background=False)
+    _commit, ids = _write(store, 3)
+    common = store.location.common_dir
+    assert housekeeping.pack_loose(store.repo, common, min_age=housekeeping.AUTO_MIN_AGE) == 0
+    assert all(_loose(repo, oid) for oid in ids) and set(ids) <= _journaled_anywhere(repo)  # listed again
+    assert housekeeping.pack_loose(store.repo, common) == len(ids)  # an explicit pack takes them all
+    assert not any(_loose(repo, oid) for oid in ids)
+
+
+def _journaled_anywhere(repo: Path) -> set[str]:
+    found: set[str] = set()
+    for path in (repo / ".git" / "agentos").glob("loose.journal*"):
+        found.update(path.read_text().split())
+    return found
+
+
+def test_closing_a_store_packs_what_its_small_writes_left_loose(repo: Path) -> None:
+    store = gitstate.open_store(repo, pack_in_background=False)
+    _commit, ids = _write(store, 2)
+    assert all(_loose(repo, oid) for oid in ids)
+    store.close()
+    assert not any(_loose(repo, oid) for oid in ids) and len(_packs(repo)) == 1
     git(repo, "fsck", "--strict", "--no-dangling")
