@@ -271,6 +271,16 @@ class Policy:
         new = self._bytes(data, path, found, cache=False)
         return data if new is data else bytes(new)
 
+    def finds_in_file(self, data: bytes) -> bool:
+        """Whether :meth:`file` would change, record or refuse ``data`` (at any path)."""
+        if not self.active or len(data) > MAX_FILE:
+            return False
+        seen: list[Finding] = []
+        try:
+            return self.file(data, "", seen) is not data or bool(seen)
+        except SecretRefusedError:
+            return True
+
     # -- LangGraph's serde bytes --------------------------------------------------------------
 
     def typed(self, kind: str, data: bytes, path: str, found: list[Finding]) -> bytes:

@@ -1020,10 +1020,22 @@ class _Counter:
             self.progress(self.phase, self.done, max(self.total, self.done) if self.total else 0)
 
 
-def _file_scrub(policy: Policy, found: list[Finding]) -> Callable[[bytes, str], bytes] | None:
-    """What a workspace snapshot stores for a new file (:data:`gitstate.workspace.snapshot.Scrub`):
+class _FileScrub:
+    """What a workspace snapshot stores for a new file (:class:`gitstate.workspace.snapshot.Scrub`):
     its bytes as the store's secrets policy stores them, findings of ``warn`` appended to ``found``
-    at ``files['PATH']``; ``None`` with the policy off."""
-    if not policy.active:
-        return None
-    return lambda data, path: policy.file(data, f"files[{path!r}]", found)
+    at ``files['PATH']``."""
+
+    def __init__(self, policy: Policy, found: list[Finding]) -> None:
+        self.policy = policy
+        self.found = found
+
+    def __call__(self, data: bytes, path: str) -> bytes:
+        return self.policy.file(data, f"files[{path!r}]", self.found)
+
+    def finds(self, data: bytes) -> bool:
+        return self.policy.finds_in_file(data)
+
+
+def _file_scrub(policy: Policy, found: list[Finding]) -> _FileScrub | None:
+    """The snapshot's :class:`_FileScrub`; ``None`` with the policy off."""
+    return _FileScrub(policy, found) if policy.active else None

@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from stat import S_ISDIR, S_ISLNK, S_ISREG
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pygit2
 from pygit2.enums import ObjectType, RepositoryOpenFlag
@@ -75,10 +75,17 @@ from gitstate.git.reader import ObjectReader
 from gitstate.workspace import scan
 from gitstate.workspace.quarantine import Quarantine
 
-#: What a snapshot stores for a new file instead of its bytes (the store's secrets policy): called
-#: with the bytes and the worktree path, it returns the bytes to store (the same object when they
-#: do not change) or raises to refuse the snapshot (nothing is written then).
-Scrub = Callable[[bytes, str], bytes]
+
+class Scrub(Protocol):
+    """What a snapshot stores for a new file instead of its bytes (the store's secrets policy)."""
+
+    def __call__(self, data: bytes, path: str) -> bytes:
+        """The bytes to store for the file ``path`` (``data`` itself when they do not change), or
+        an error that refuses the snapshot (nothing is written then)."""
+
+    def finds(self, data: bytes) -> bool:
+        """Whether the call would change, record or refuse ``data`` (whatever the path): a
+        snapshot whose new files it finds nothing in stores them without naming them."""
 #: New blobs larger than this are not handed to a :data:`Scrub` (the secrets policy reads text
 #: files up to this size: :data:`gitstate.secrets.policy.MAX_FILE`).
 SCRUB_MAX = 1 << 20
@@ -433,6 +440,13 @@ class Workspace:
         ids = list(quarantine.loose())
         if not ids:
             return []
+        try:
+            if not any(scrub.finds(data) for oid in ids if (data := self._scrubbed_blob(quarantine, oid, work))):
+                for oid in ids:  # nothing to find: no index to read for the paths
+                    quarantine.move(oid)
+                return []
+        except (pygit2.GitError, OSError) as exc:
+            raise StoreWriteError(self.location.git_dir, f"cannot write the snapshot: {exc}") from exc
         entries = scan.read_entries(work)
         if entries is None:
             raise StoreWriteError(work, "cannot write the snapshot: its index cannot be read")
@@ -448,10 +462,7 @@ class Workspace:
                 raw = bytes.fromhex(oid)
                 if raw not in names:
                     continue
-                head = quarantine.header(oid)
-                if head is None:
-                    raise StoreWriteError(work, f"cannot write the snapshot: git's object {oid} cannot be read")
-                data = quarantine.read(oid) if head[0] == ObjectType.BLOB and head[1] <= SCRUB_MAX else None
+                data = self._scrubbed_blob(quarantine, oid, work)
                 if data is not None:
                     new = data
                     for name in sorted(names[raw]):  # each path: a refusal or a warning names it
@@ -475,6 +486,15 @@ class Workspace:
         except OSError as exc:
             raise StoreWriteError(work, f"cannot write the snapshot's index: {exc}") from exc
         return sorted(redacted)
+
+    @staticmethod
+    def _scrubbed_blob(quarantine: Quarantine, oid: str, work: str) -> bytes | None:
+        """The bytes of a quarantined object that a :class:`Scrub` reads: a blob of at most
+        :data:`SCRUB_MAX` bytes (``None`` for another object)."""
+        head = quarantine.header(oid)
+        if head is None:
+            raise StoreWriteError(work, f"cannot write the snapshot: git's object {oid} cannot be read")
+        return quarantine.read(oid) if head[0] == ObjectType.BLOB and head[1] <= SCRUB_MAX else None
 
     def _add_all(self, work: str, pathspecs: list[str]) -> tuple[list[str], list[str], list[str]]:
         """``git add -A --verbose --ignore-errors`` into ``work``: the paths git added and removed,
