@@ -39,9 +39,10 @@ child process, and the script prints per superstep:
 acknowledged checkpoint". A child process runs the graph on gitstate's saver, one thread per variant
 (plain and messages, sync and async durability, all in one repository), and appends each checkpoint
 the saver acknowledged (its ``put`` returned) to an ``O_APPEND`` file; this process SIGKILLs it (its
-process group: git subprocesses die with it) at a random moment (``--kill-delay``), then the next
-child resumes the next variant's thread from its latest checkpoint (``invoke(None, config)``), N kills
-in all, the variants in turn. After every kill a fresh saver must read every acknowledged checkpoint
+process group: git subprocesses die with it) at a random moment (0 to ``--kill-delay`` seconds into
+its run; in every other round of as many kills as variants, 0 to a fifth of that, then 0-2 ms after
+the next acknowledgement), then the next child resumes the next variant's thread from its latest checkpoint (``invoke(None,
+config)``), N kills in all, the variants in turn. After every kill a fresh saver must read every acknowledged checkpoint
 by id with the ``n`` (and message count) it had, and ``git fsck --strict`` must be clean (dangling
 objects allowed); at the end every thread is run to completion and must reach ``n = --steps``.
 
@@ -604,6 +605,16 @@ class KillChild:
             return fh.read()[-2000:]
 
 
+def wait_for_ack(child_: KillChild, acks_path: str, timeout: float = 30.0) -> None:
+    """Return as soon as the ack file grows (or the child has exited, or ``timeout``)."""
+    size = os.path.getsize(acks_path) if os.path.exists(acks_path) else 0
+    deadline = time.monotonic() + timeout
+    while child_.proc.poll() is None and time.monotonic() < deadline:
+        if os.path.exists(acks_path) and os.path.getsize(acks_path) > size:
+            return
+        time.sleep(0.0002)
+
+
 def kill_run(kills: int, steps: int, workloads: list[str], durabilities: list[str], max_delay: float,
              seed: int, work: str) -> dict[str, Any]:
     """Kill children running the graph ``kills`` times, checking after each kill; then complete every
@@ -612,7 +623,7 @@ def kill_run(kills: int, steps: int, workloads: list[str], durabilities: list[st
     repo, acks_path = make_repo(os.path.join(work, "repo")), os.path.join(work, "acks.log")
     variants = [(w, d) for w in workloads for d in durabilities]
     threads = {v: [f"kill-{v[0]}-{v[1]}-1"] for v in variants}
-    figures: dict[str, Any] = {"kills": 0, "attempts": 0, "finished_before_kill": 0, "lost": [], "fsck": [],
+    figures: dict[str, Any] = {"kills": 0, "kills_after_ack": 0, "attempts": 0, "finished_before_kill": 0, "lost": [], "fsck": [],
                                "died": [], "steps": steps, "variants": [f"{w}/{d}" for w, d in variants]}
     started = time.monotonic()
     spawned = [0]
@@ -636,10 +647,16 @@ def kill_run(kills: int, steps: int, workloads: list[str], durabilities: list[st
             t0 = time.monotonic()
             child_.start(job([(threads[variant][-1], *variant)]))
             slowest["start"] = max(slowest["start"], time.monotonic() - t0)
-            time.sleep(rng.uniform(0.0, max_delay))
+            # every other round of kills (as many as variants) lands 0-2 ms after an acknowledgement
+            after_ack = figures["kills"] // len(variants) % 2 == 1
+            time.sleep(rng.uniform(0.0, max_delay / 5 if after_ack else max_delay))
+            if after_ack:
+                wait_for_ack(child_, acks_path)
+                time.sleep(rng.uniform(0.0, 0.002))
             if child_.proc.poll() is None:
                 child_.kill()
                 figures["kills"] += 1
+                figures["kills_after_ack"] += after_ack
             else:
                 child_.proc.wait()
                 if child_.proc.returncode == 0:  # the thread ran to its end before the kill: a new one
@@ -705,8 +722,9 @@ def kill_run(kills: int, steps: int, workloads: list[str], durabilities: list[st
 
 def kill_report(f: dict[str, Any]) -> None:
     """The kill run's figures and the bar."""
-    print(f"kill -9: {f['kills']} kills in {f['attempts']} attempts ({f['finished_before_kill']} runs ended "
-          f"before their kill), {f['seconds']} s; variants {', '.join(f['variants'])}, {f['steps']} supersteps")
+    print(f"kill -9: {f['kills']} kills ({f['kills_after_ack']} just after an acknowledgement) in {f['attempts']} "
+          f"attempts ({f['finished_before_kill']} runs ended before their kill), {f['seconds']} s; "
+          f"variants {', '.join(f['variants'])}, {f['steps']} supersteps")
     print("  slowest: " + ", ".join(f"{k} {v:.2f} s" for k, v in f["slowest_seconds"].items()))
     print(f"  checkpoints acknowledged: {f['acknowledged']} "
           f"({', '.join(f'{k} {v}' for k, v in f['acknowledged_by_variant'].items())})")

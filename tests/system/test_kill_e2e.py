@@ -1,11 +1,12 @@
-"""``kill -9`` during the end-to-end run (scripts/bench_e2e.py ``--kill``, bounded: 8 kills of 30-step
+"""``kill -9`` during the end-to-end run (scripts/bench_e2e.py ``--kill``, bounded: 8 kills of 60-step
 runs): a child runs the compiled graph on gitstate's saver, plain and messages variants, sync and
 async durability, and appends each checkpoint whose ``put`` returned to an ``O_APPEND`` file; the
-script SIGKILLs it at random moments, resuming the same threads, and checks after every kill.
+script SIGKILLs it at random moments (half of them just after an acknowledgement), resuming the same
+threads, and checks after every kill.
 
 Checked here again, independently of the script's own report: every acknowledged checkpoint is
 read by id through a fresh saver with the ``n`` and message count it was acknowledged with, ``git
-fsck --strict`` is clean (dangling objects allowed), and every thread ends at ``n = 30``."""
+fsck --strict`` is clean (dangling objects allowed), and every thread ends at ``n = 60``."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ pytest.importorskip("langgraph.graph")
 from gitstate.langgraph import GitCheckpointSaver  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_e2e.py"
-STEPS = 30
+STEPS = 60
 KILLS = 8
 
 
@@ -40,6 +41,7 @@ def test_kill_9_loses_no_acknowledged_checkpoint(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     assert figures["kills"] == KILLS and figures["died"] == [], figures
+    assert figures["kills_after_ack"] >= 1, figures
     assert figures["lost"] == [] and figures["fsck"] == [] and figures["incomplete"] == []
     assert set(figures["variants"]) == {"plain/sync", "plain/async", "messages/sync", "messages/async"}
     assert all(n > 0 for n in figures["acknowledged_by_variant"].values()), figures
