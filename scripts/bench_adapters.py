@@ -10,14 +10,18 @@
 - CrewAI: ``GitFlowPersistence`` vs ``SQLiteFlowPersistence``: N ``save_state`` of a growing flow
   state; read = ``load_state``, list = ``load_pending_feedback``.
 
-The two backends of a pair are driven in alternation, operation by operation, so machine noise hits
-both alike. Prints medians, ratios (gitstate ÷ reference; < 1 means gitstate is faster or smaller)
-and bytes on disk at the end (gitstate: .git/objects, refs, logs, packed-refs after its own
-housekeeping; SQLite: the database with its -wal/-shm files while open; files: the directory).
-Frameworks that are not installed are skipped and named (CrewAI lives in .venv-crewai: run this
-script with that interpreter for it).
+The two backends of a pair are driven in alternation, operation by operation (which of the two goes
+first alternates from round to round), so machine noise hits both alike; ``--rounds`` repeats the
+whole benchmark on fresh stores. Prints, per metric, the median over rounds of each backend's
+per-round median, and the ratio gitstate ÷ reference (< 1 means gitstate is faster or smaller) as the
+median, mean and min–max spread of the per-round ratios; then bytes on disk at the end of the last
+round (gitstate: .git/objects, refs, logs, packed-refs after its own housekeeping; SQLite: the
+database with its -wal/-shm files while open; files: the directory). The write bars
+(``GitSession.add_items`` ≤ 2.0× ``SQLiteSession``, ``GitStore.put`` ≤ 2.0× ``SqliteStore``, on the
+median ratio) are printed as met or MISSED. Frameworks that are not installed are skipped and named
+(CrewAI lives in .venv-crewai: run this script with that interpreter for it).
 
-Usage: python scripts/bench_adapters.py [--ops 1000] [--only openai,agent-framework,store,crewai]
+Usage: python scripts/bench_adapters.py [--ops 1000] [--rounds 3] [--only openai,agent-framework,store,crewai]
                                         [--dir DIR] [--json FILE]"""
 
 from __future__ import annotations
@@ -34,7 +38,13 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
+
+# (integration, reference, metric): the bar on the median ratio gitstate ÷ reference
+BARS = {("OpenAI Agents session", "SQLiteSession", "write (add_items)"): 2.0,
+        ("LangGraph memory", "SqliteStore", "write (put)"): 2.0}
+REFERENCE_FIRST = [False]  # this round times the reference before gitstate in each operation
 
 WORDS = ("the agent called a tool to fetch the quarterly report and found that revenue grew while costs in the "
          "logistics segment rose sharply next it will summarise risks compare with last year draft an email to "
@@ -88,15 +98,29 @@ class Pair:
         a.append(ours)
         b.append(theirs)
 
-    def rows(self) -> list[tuple[str, str, str, float]]:
-        out = []
-        for metric, (a, b) in self.samples.items():
-            ga, gb = median_ms(a), median_ms(b)
-            out.append((metric, f"{ga:.3f} ms", f"{gb:.3f} ms", ga / gb if gb else float("inf")))
-        if self.disk is not None:
-            ga, gb = self.disk
-            out.append(("bytes on disk", f"{ga / 1e6:.2f} MB", f"{gb / 1e6:.2f} MB", ga / gb if gb else float("inf")))
-        return out
+
+@dataclass
+class Row:
+    """One metric of one pair over all rounds: per-round medians (ms or MB) and ratios."""
+
+    metric: str
+    unit: str
+    ours: list[float]
+    theirs: list[float]
+
+    @property
+    def ratios(self) -> list[float]:
+        return [a / b if b else float("inf") for a, b in zip(self.ours, self.theirs, strict=True)]
+
+
+def rows(rounds: list[Pair]) -> list[Row]:
+    """The rows of one pair over its rounds (the rounds of one pair have the same metrics)."""
+    out = [Row(metric, "ms", [median_ms(p.samples[metric][0]) for p in rounds],
+               [median_ms(p.samples[metric][1]) for p in rounds]) for metric in rounds[0].samples]
+    disks = [p.disk for p in rounds if p.disk is not None]
+    if disks:
+        out.append(Row("bytes on disk (last round)", "MB", [disks[-1][0] / 1e6], [disks[-1][1] / 1e6]))
+    return out
 
 
 def timed_sync(fn: Callable[[], Any]) -> float:
@@ -109,6 +133,33 @@ async def timed(fn: Callable[[], Awaitable[Any]]) -> float:
     t0 = time.perf_counter()
     await fn()
     return time.perf_counter() - t0
+
+
+def both_sync(ours: Callable[[], Any], theirs: Callable[[], Any]) -> tuple[float, float]:
+    """Times of ``ours()`` and ``theirs()``, run one after the other (the round says which first)."""
+    if REFERENCE_FIRST[0]:
+        b = timed_sync(theirs)
+        return timed_sync(ours), b
+    a = timed_sync(ours)
+    return a, timed_sync(theirs)
+
+
+def all_sync(ours: Callable[[], Any], theirs: list[Callable[[], Any]]) -> tuple[float, list[float]]:
+    """As :func:`both_sync`, with several references."""
+    if REFERENCE_FIRST[0]:
+        bs = [timed_sync(fn) for fn in theirs]
+        return timed_sync(ours), bs
+    a = timed_sync(ours)
+    return a, [timed_sync(fn) for fn in theirs]
+
+
+async def both(ours: Callable[[], Awaitable[Any]], theirs: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
+    """As :func:`both_sync`, for coroutines."""
+    if REFERENCE_FIRST[0]:
+        b = await timed(theirs)
+        return await timed(ours), b
+    a = await timed(ours)
+    return a, await timed(theirs)
 
 
 # -- OpenAI Agents SDK --------------------------------------------------------------------------
@@ -126,15 +177,13 @@ async def bench_openai(base: str, ops: int) -> Pair:
     rng = random.Random(1)
     for i in range(ops):
         item = {"role": ("user", "assistant")[i % 2], "content": text(rng, 300)}
-        a = await timed(lambda item=item: ours.add_items([item]))
-        b = await timed(lambda item=item: theirs.add_items([item]))
-        pair.add("write (add_items)", a, b)
+        pair.add("write (add_items)", *await both(lambda item=item: ours.add_items([item]),
+                                                  lambda item=item: theirs.add_items([item])))
     for _ in range(50):
-        pair.add("read (get_items limit=10)", await timed(lambda: ours.get_items(limit=10)),
-                 await timed(lambda: theirs.get_items(limit=10)))
+        pair.add("read (get_items limit=10)", *await both(lambda: ours.get_items(limit=10),
+                                                          lambda: theirs.get_items(limit=10)))
     for _ in range(10):
-        pair.add(f"list (get_items, {ops} items)", await timed(lambda: ours.get_items()),
-                 await timed(lambda: theirs.get_items()))
+        pair.add(f"list (get_items, {ops} items)", *await both(lambda: ours.get_items(), lambda: theirs.get_items()))
     assert await ours.get_items() == await theirs.get_items()
     ours.store.wait_for_housekeeping()
     open_size = du([db, db + "-wal", db + "-shm"])
@@ -168,13 +217,13 @@ async def bench_agent_framework(base: str, ops: int) -> Pair:
             state={"_executor_state": {"worker": {"results": results}}, "count": i})
         previous = cp.checkpoint_id
         ids.append(previous)
-        pair.add("write (save)", await timed(lambda cp=cp: ours.save(cp)), await timed(lambda cp=cp: theirs.save(cp)))
+        pair.add("write (save)", *await both(lambda cp=cp: ours.save(cp), lambda cp=cp: theirs.save(cp)))
     for _ in range(50):
         cid = rng.choice(ids)
-        pair.add("read (load)", await timed(lambda cid=cid: ours.load(cid)), await timed(lambda cid=cid: theirs.load(cid)))
+        pair.add("read (load)", *await both(lambda cid=cid: ours.load(cid), lambda cid=cid: theirs.load(cid)))
     for _ in range(5):
-        pair.add(f"list ({ops} checkpoint ids)", await timed(lambda: ours.list_checkpoint_ids(workflow_name="bench")),
-                 await timed(lambda: theirs.list_checkpoint_ids(workflow_name="bench")))
+        pair.add(f"list ({ops} checkpoint ids)", *await both(lambda: ours.list_checkpoint_ids(workflow_name="bench"),
+                                                             lambda: theirs.list_checkpoint_ids(workflow_name="bench")))
     assert await ours.load(ids[-1]) == await theirs.load(ids[-1])
     ours.store.wait_for_housekeeping()
     pair.disk = (git_disk(repo), du([folder]))
@@ -209,20 +258,22 @@ def bench_store(base: str, ops: int) -> list[Pair]:
         ns, key = ("users", f"u{i % 20}"), f"memory-{i}"
         keys.append((ns, key))
         value = {"text": text(rng, 200), "i": i, "kind": ("fact", "preference")[i % 2]}
-        a = timed_sync(lambda ns=ns, key=key, value=value: ours.put(ns, key, value))
-        for pair, ref in zip(pairs, references, strict=True):
-            pair.add("write (put)", a, timed_sync(lambda ref=ref, ns=ns, key=key, value=value: ref.put(ns, key, value)))
+        a, bs = all_sync(lambda ns=ns, key=key, value=value: ours.put(ns, key, value),
+                         [lambda ref=ref, ns=ns, key=key, value=value: ref.put(ns, key, value) for ref in references])
+        for pair, b in zip(pairs, bs, strict=True):
+            pair.add("write (put)", a, b)
     for _ in range(50):
         ns, key = rng.choice(keys)
-        a = timed_sync(lambda ns=ns, key=key: ours.get(ns, key))
-        for pair, ref in zip(pairs, references, strict=True):
-            pair.add("read (get)", a, timed_sync(lambda ref=ref, ns=ns, key=key: ref.get(ns, key)))
+        a, bs = all_sync(lambda ns=ns, key=key: ours.get(ns, key),
+                         [lambda ref=ref, ns=ns, key=key: ref.get(ns, key) for ref in references])
+        for pair, b in zip(pairs, bs, strict=True):
+            pair.add("read (get)", a, b)
     for _ in range(20):
         ns = ("users", f"u{rng.randrange(20)}")
-        a = timed_sync(lambda ns=ns: ours.search(ns, filter={"kind": "fact"}, limit=10))
-        for pair, ref in zip(pairs, references, strict=True):
-            pair.add("list (search, filter, limit 10)", a,
-                     timed_sync(lambda ref=ref, ns=ns: ref.search(ns, filter={"kind": "fact"}, limit=10)))
+        a, bs = all_sync(lambda ns=ns: ours.search(ns, filter={"kind": "fact"}, limit=10),
+                         [lambda ref=ref, ns=ns: ref.search(ns, filter={"kind": "fact"}, limit=10) for ref in references])
+        for pair, b in zip(pairs, bs, strict=True):
+            pair.add("list (search, filter, limit 10)", a, b)
     ours.store.wait_for_housekeeping()
     if conn is not None:
         pairs[1].disk = (git_disk(repo), du([db, db + "-wal", db + "-shm"]))
@@ -246,30 +297,20 @@ def bench_crewai(base: str, ops: int) -> Pair:
     state: dict[str, Any] = {"id": "flow-1", "notes": []}
     for i in range(ops):
         state = {"id": "flow-1", "notes": state["notes"][-50:] + [text(rng, 200)], "step": i}
-        pair.add("write (save_state)", timed_sync(lambda s=state, i=i: ours.save_state("flow-1", f"m{i}", s)),
-                 timed_sync(lambda s=state, i=i: theirs.save_state("flow-1", f"m{i}", s)))
+        pair.add("write (save_state)", *both_sync(lambda s=state, i=i: ours.save_state("flow-1", f"m{i}", s),
+                                                  lambda s=state, i=i: theirs.save_state("flow-1", f"m{i}", s)))
     for _ in range(50):
-        pair.add("read (load_state)", timed_sync(lambda: ours.load_state("flow-1")),
-                 timed_sync(lambda: theirs.load_state("flow-1")))
-        pair.add("list (load_pending_feedback)", timed_sync(lambda: ours.load_pending_feedback("flow-1")),
-                 timed_sync(lambda: theirs.load_pending_feedback("flow-1")))
+        pair.add("read (load_state)", *both_sync(lambda: ours.load_state("flow-1"), lambda: theirs.load_state("flow-1")))
+        pair.add("list (load_pending_feedback)", *both_sync(lambda: ours.load_pending_feedback("flow-1"),
+                                                            lambda: theirs.load_pending_feedback("flow-1")))
     assert ours.load_state("flow-1") == theirs.load_state("flow-1")
     ours.store.wait_for_housekeeping()
     pair.disk = (git_disk(repo), du([db, db + "-wal", db + "-shm"]))
     return pair
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ops", type=int, default=1000)
-    ap.add_argument("--only", default="openai,agent-framework,store,crewai")
-    ap.add_argument("--dir", default=None)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
-    base = args.dir or tempfile.mkdtemp(prefix="bench-adapters-")
-    wanted = set(args.only.split(","))
-    available = {"openai": "agents", "agent-framework": "agent_framework", "store": "langgraph.store.base",
-                 "crewai": "crewai"}
+def run_round(base: str, ops: int, wanted: set[str], available: dict[str, str]) -> tuple[list[Pair], list[str]]:
+    """One round: every wanted integration on fresh stores under ``base``; (pairs, skipped)."""
     pairs: list[Pair] = []
     skipped = []
     for name, module in available.items():
@@ -279,28 +320,71 @@ def main() -> None:
             skipped.append(name)
             continue
         if name == "openai":
-            pairs.append(asyncio.run(bench_openai(base, args.ops)))
+            pairs.append(asyncio.run(bench_openai(base, ops)))
         elif name == "agent-framework":
-            pairs.append(asyncio.run(bench_agent_framework(base, args.ops)))
+            pairs.append(asyncio.run(bench_agent_framework(base, ops)))
         elif name == "store":
-            pairs.extend(bench_store(base, args.ops))
+            pairs.extend(bench_store(base, ops))
         else:
-            pairs.append(bench_crewai(base, args.ops))
-    print(f"{args.ops} operations per integration; medians; ratio = gitstate ÷ reference\n")
-    print(f"{'integration':<30}{'reference':<24}{'metric':<34}{'gitstate':>12}{'reference':>12}{'ratio':>9}")
+            pairs.append(bench_crewai(base, ops))
+    return pairs, skipped
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds on fresh stores (3)")
+    ap.add_argument("--only", default="openai,agent-framework,store,crewai")
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    base = args.dir or tempfile.mkdtemp(prefix="bench-adapters-")
+    wanted = set(args.only.split(","))
+    available = {"openai": "agents", "agent-framework": "agent_framework", "store": "langgraph.store.base",
+                 "crewai": "crewai"}
+    by_pair: dict[tuple[str, str], list[Pair]] = {}
+    skipped: list[str] = []
+    for rnd in range(args.rounds):
+        REFERENCE_FIRST[0] = rnd % 2 == 1
+        pairs, skipped = run_round(os.path.join(base, f"round-{rnd + 1}"), args.ops, wanted, available)
+        for pair in pairs:
+            by_pair.setdefault((pair.name, pair.reference), []).append(pair)
+        print(f"round {rnd + 1} done", flush=True)
+    print(f"\n{args.ops} operations per integration, {args.rounds} rounds; per metric the median over rounds of "
+          "each backend's per-round median; ratio = gitstate ÷ reference per round: median, mean, min–max\n")
+    print(f"{'integration':<28}{'reference':<22}{'metric':<34}{'gitstate':>11}{'reference':>11}"
+          f"{'ratio':>8}{'mean':>8}{'spread':>16}")
     figures: dict[str, Any] = {}
-    for pair in pairs:
-        for metric, ours, theirs, ratio in pair.rows():
-            print(f"{pair.name:<30}{pair.reference:<24}{metric:<34}{ours:>12}{theirs:>12}{ratio:>8.2f}x")
-            figures.setdefault(f"{pair.name} vs {pair.reference}", {})[metric] = {
-                "gitstate": ours, "reference": theirs, "ratio": round(ratio, 3)}
-        if pair.note:
-            print(f"{'':<30}{pair.note}")
+    bars: dict[str, Any] = {}
+    for (name, reference), rounds in by_pair.items():
+        for row in rows(rounds):
+            ratios = row.ratios
+            med, mean = statistics.median(ratios), statistics.fmean(ratios)
+            ours, theirs = statistics.median(row.ours), statistics.median(row.theirs)
+            unit = " ms" if row.unit == "ms" else " MB"
+            digits = 3 if row.unit == "ms" else 2
+            print(f"{name:<28}{reference:<22}{row.metric:<34}{ours:>8.{digits}f}{unit}{theirs:>8.{digits}f}{unit}"
+                  f"{med:>7.2f}x{mean:>7.2f}x{f'{min(ratios):.2f}–{max(ratios):.2f}x':>16}")
+            figures.setdefault(f"{name} vs {reference}", {})[row.metric] = {
+                "gitstate": f"{ours:.{digits}f}{unit}", "reference": f"{theirs:.{digits}f}{unit}",
+                "ratio": round(med, 3), "ratio_mean": round(mean, 3),
+                "ratio_min": round(min(ratios), 3), "ratio_max": round(max(ratios), 3)}
+            bar = BARS.get((name, reference, row.metric))
+            if bar is not None:
+                bars[f"{name} {row.metric} vs {reference}"] = {"bar": bar, "ratio": round(med, 3), "met": med <= bar}
+        note = rounds[-1].note
+        if note:
+            print(f"{'':<28}{note}")
+    if bars:
+        print()
+    for what, bar in bars.items():
+        print(f"bar: {what} ≤ {bar['bar']}x: median {bar['ratio']:.2f}x {'met' if bar['met'] else 'MISSED'}")
     if skipped:
         print(f"\nnot installed here, skipped: {', '.join(skipped)}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"ops": args.ops, "results": figures, "skipped": skipped}, fh, indent=2)
+            json.dump({"ops": args.ops, "rounds": args.rounds, "results": figures, "bars": bars, "skipped": skipped},
+                      fh, indent=2)
 
 
 if __name__ == "__main__":

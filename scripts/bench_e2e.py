@@ -35,7 +35,19 @@ child process, and the script prints per superstep:
   PostgresSaver, whose client never syncs, the server's WAL syncs (``pg_stat_wal.wal_sync``) instead
   (data-file syncs happen at the server's checkpoints, every 5 minutes, and are not counted).
 
-Usage: python scripts/bench_e2e.py [--steps 300] [--rounds 3] [--no-postgres] [--no-count]"""
+``--kill N`` measures no time: it checks the bar "kill -9 during the end-to-end run loses no
+acknowledged checkpoint". A child process runs the graph on gitstate's saver, one thread per variant
+(plain and messages, sync and async durability, all in one repository), and appends each checkpoint
+the saver acknowledged (its ``put`` returned) to an ``O_APPEND`` file; this process SIGKILLs it (its
+process group: git subprocesses die with it) at a random moment (0 to ``--kill-delay`` seconds into
+its run; in every other round of as many kills as variants, 0 to a fifth of that, then 0-2 ms after
+the next acknowledgement), then the next child resumes the next variant's thread from its latest checkpoint (``invoke(None,
+config)``), N kills in all, the variants in turn. After every kill a fresh saver must read every acknowledged checkpoint
+by id with the ``n`` (and message count) it had, and ``git fsck --strict`` must be clean (dangling
+objects allowed); at the end every thread is run to completion and must reach ``n = --steps``.
+
+Usage: python scripts/bench_e2e.py [--steps 300] [--rounds 3] [--no-postgres] [--no-count]
+       python scripts/bench_e2e.py --kill 20 [--steps 300] [--kill-delay 2.0] [--seed 1] [--json FILE]"""
 
 from __future__ import annotations
 
@@ -48,6 +60,7 @@ import random
 import resource
 import select
 import shutil
+import signal
 import socket
 import sqlite3
 import statistics
@@ -62,13 +75,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypedDict
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 import gitstate
 from gitstate.langgraph import GitCheckpointSaver
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from soak_kill import git, leftovers, make_repo  # noqa: E402
 
 BACKENDS = ("gitstate", "gitstate-fsync-all", "sqlite", "postgres", "memory")
 GITSTATE = ("gitstate", "gitstate-fsync-all")
@@ -437,6 +454,296 @@ def count_run(spec: str, steps: int, work: str, pg: Postgres | None) -> dict[str
     return {k: v / steps for k, v in counts.items()}
 
 
+# -- kill -9 ---------------------------------------------------------------------------------------
+
+
+class AckingSaver(GitCheckpointSaver):
+    """gitstate's saver that, once ``put`` has returned, appends ``thread checkpoint_id step n
+    messages`` to ``ack_fd`` (one ``write`` on an ``O_APPEND`` file: a SIGKILL never cuts a line, and
+    the line survives the process)."""
+
+    ack_fd = -1
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        out = super().put(config, checkpoint, metadata, new_versions)
+        conf = out["configurable"]
+        values = checkpoint.get("channel_values") or {}
+        os.write(self.ack_fd, f"{conf['thread_id']} {conf['checkpoint_id']} {metadata.get('step')} "
+                              f"{values.get('n', -1)} {len(values.get('messages') or [])}\n".encode())
+        return out
+
+
+def kill_config(thread: str, steps: int, checkpoint_id: str | None = None) -> dict[str, Any]:
+    """The config of ``thread`` (of one checkpoint of it when ``checkpoint_id`` is given)."""
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf, "recursion_limit": steps + 10}
+
+
+def kill_child() -> None:
+    """``--kill-child``: says ``loaded``, reads a job (one JSON line on stdin: repo, ack file, steps,
+    runs of thread/workload/durability), says ``ready`` and runs (or resumes) each run's thread to
+    the end on an AckingSaver; prints the final ``n`` and message count of each as one JSON line."""
+    print("loaded", flush=True)
+    job = json.loads(sys.stdin.readline())
+    steps = int(job["steps"])
+    store = gitstate.open_store(job["repo"])
+    saver = AckingSaver(store)
+    saver.ack_fd = os.open(job["acks"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    print("ready", flush=True)
+    done = []
+    for run in job["runs"]:
+        graph = build_graph(steps, run["workload"] == "messages").compile(checkpointer=saver)
+        config = kill_config(run["thread"], steps)
+        resume = saver.get_tuple(config) is not None  # LangGraph resumes from the latest checkpoint
+        out = graph.invoke(None if resume else {"n": 0, "messages": []}, config,  # type: ignore[arg-type]
+                           durability=run["durability"])
+        done.append({"thread": run["thread"], "n": out["n"], "messages": len(out["messages"])})
+    store.wait_for_housekeeping()
+    store.close()
+    print(json.dumps(done), flush=True)
+
+
+@dataclass
+class Ack:
+    """One acknowledged checkpoint, as the child wrote it."""
+
+    thread: str
+    checkpoint_id: str
+    step: int
+    n: int
+    messages: int
+
+
+def read_kill_acks(path: str) -> list[Ack]:
+    """The acknowledged checkpoints in the ack file (a line cut short cannot happen; skipped if so)."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) == 5:
+                out.append(Ack(parts[0], parts[1], int(parts[2]), int(parts[3]), int(parts[4])))
+    return out
+
+
+def check_acks(repo: str, acks: list[Ack], steps: int) -> list[str]:
+    """Every acknowledged checkpoint, read by id through a fresh saver: what is missing or differs."""
+    lost = []
+    store = gitstate.open_store(repo, pack_in_background=False)
+    try:
+        saver = GitCheckpointSaver(store)
+        listed: dict[str, set[str]] = {}
+        for ack in acks:
+            if ack.thread not in listed:
+                listed[ack.thread] = {str(t.config["configurable"]["checkpoint_id"])
+                                      for t in saver.list(kill_config(ack.thread, steps))}  # type: ignore[arg-type]
+            tup = saver.get_tuple(kill_config(ack.thread, steps, ack.checkpoint_id))  # type: ignore[arg-type]
+            if tup is None:
+                lost.append(f"{ack.thread} {ack.checkpoint_id} (step {ack.step}): not found")
+                continue
+            values = tup.checkpoint.get("channel_values") or {}
+            got = (tup.config["configurable"].get("checkpoint_id"), values.get("n", -1), len(values.get("messages") or []))
+            if got != (ack.checkpoint_id, ack.n, ack.messages):
+                lost.append(f"{ack.thread} {ack.checkpoint_id} (step {ack.step}): read {got}, "
+                            f"acknowledged n={ack.n} messages={ack.messages}")
+            elif ack.checkpoint_id not in listed[ack.thread]:
+                lost.append(f"{ack.thread} {ack.checkpoint_id} (step {ack.step}): not in the thread's list")
+    finally:
+        store.close()
+    return lost
+
+
+def fsck_problems(repo: str) -> str:
+    """``git fsck --strict``'s complaints (dangling objects are fine); empty when clean."""
+    done = git(repo, "fsck", "--strict", "--no-dangling", check=False)
+    out = (done.stdout + done.stderr).strip()
+    return out or (f"exit {done.returncode}" if done.returncode else "")
+
+
+class KillChild:
+    """A ``--kill-child`` process in its own process group, its imports done ahead of its job."""
+
+    def __init__(self, work: str, number: int) -> None:
+        self.err = os.path.join(work, f"child-{number}.err")
+        env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "AGENTOS_REPO")}
+        with open(self.err, "w", encoding="utf-8") as err:
+            self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--kill-child"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                         env=env, start_new_session=True)
+
+    def expect(self, word: str, timeout: float = 120.0) -> None:
+        """Wait for the line ``word`` from the child."""
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline().strip() if ready else "(nothing)"
+        if line != word:
+            self.kill()
+            raise RuntimeError(f"kill child said {line!r}, not {word!r}: {self.stderr()}")
+
+    def start(self, job: dict[str, Any]) -> None:
+        """Give the child its job; return once it runs the graph."""
+        self.expect("loaded")
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        self.expect("ready")
+
+    def kill(self) -> None:
+        """SIGKILL the child's process group (the child and any git it runs); reap the child."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+    def stderr(self) -> str:
+        with open(self.err, encoding="utf-8", errors="replace") as fh:
+            return fh.read()[-2000:]
+
+
+def wait_for_ack(child_: KillChild, acks_path: str, timeout: float = 30.0) -> None:
+    """Return as soon as the ack file grows (or the child has exited, or ``timeout``)."""
+    size = os.path.getsize(acks_path) if os.path.exists(acks_path) else 0
+    deadline = time.monotonic() + timeout
+    while child_.proc.poll() is None and time.monotonic() < deadline:
+        if os.path.exists(acks_path) and os.path.getsize(acks_path) > size:
+            return
+        time.sleep(0.0002)
+
+
+def kill_run(kills: int, steps: int, workloads: list[str], durabilities: list[str], max_delay: float,
+             seed: int, work: str) -> dict[str, Any]:
+    """Kill children running the graph ``kills`` times, checking after each kill; then complete every
+    thread. Returns the figures (``ok`` says whether the bar is met)."""
+    rng = random.Random(seed)
+    repo, acks_path = make_repo(os.path.join(work, "repo")), os.path.join(work, "acks.log")
+    variants = [(w, d) for w in workloads for d in durabilities]
+    threads = {v: [f"kill-{v[0]}-{v[1]}-1"] for v in variants}
+    figures: dict[str, Any] = {"kills": 0, "kills_after_ack": 0, "attempts": 0, "finished_before_kill": 0, "lost": [], "fsck": [],
+                               "died": [], "steps": steps, "variants": [f"{w}/{d}" for w, d in variants]}
+    started = time.monotonic()
+    spawned = [0]
+    slowest = {"start": 0.0, "check": 0.0, "last run": 0.0}  # seconds: a child's start, a check, the last run
+    figures["slowest_seconds"] = slowest
+
+    def spawn() -> KillChild:
+        spawned[0] += 1
+        return KillChild(work, spawned[0])
+
+    def job(runs: list[tuple[str, str, str]]) -> dict[str, Any]:
+        return {"repo": repo, "acks": acks_path, "steps": steps,
+                "runs": [{"thread": t, "workload": w, "durability": d} for t, w, d in runs]}
+
+    spare = spawn()
+    try:
+        while figures["kills"] < kills and figures["attempts"] < 3 * kills + 8:
+            variant = variants[figures["attempts"] % len(variants)]
+            figures["attempts"] += 1
+            child_, spare = spare, spawn()  # the next child imports while this one runs
+            t0 = time.monotonic()
+            child_.start(job([(threads[variant][-1], *variant)]))
+            slowest["start"] = max(slowest["start"], time.monotonic() - t0)
+            # every other round of kills (as many as variants) lands 0-2 ms after an acknowledgement
+            after_ack = figures["kills"] // len(variants) % 2 == 1
+            time.sleep(rng.uniform(0.0, max_delay / 5 if after_ack else max_delay))
+            if after_ack:
+                wait_for_ack(child_, acks_path)
+                time.sleep(rng.uniform(0.0, 0.002))
+            if child_.proc.poll() is None:
+                child_.kill()
+                figures["kills"] += 1
+                figures["kills_after_ack"] += after_ack
+            else:
+                child_.proc.wait()
+                if child_.proc.returncode == 0:  # the thread ran to its end before the kill: a new one
+                    figures["finished_before_kill"] += 1
+                    threads[variant].append(f"kill-{variant[0]}-{variant[1]}-{len(threads[variant]) + 1}")
+                else:
+                    figures["died"].append(child_.stderr())
+            t0 = time.monotonic()
+            acks = read_kill_acks(acks_path)
+            lost = check_acks(repo, acks, steps)
+            figures["lost"] = sorted(set(figures["lost"]) | set(lost))
+            problems = fsck_problems(repo)
+            if problems:
+                figures["fsck"].append(f"after attempt {figures['attempts']}: {problems[-1000:]}")
+            slowest["check"] = max(slowest["check"], time.monotonic() - t0)
+        figures["left_after_kills"] = leftovers(repo)
+        # every thread (those that ended before a kill too) runs to the end in one last child
+        last, spare = spare, spawn()
+        t0 = time.monotonic()
+        last.start(job([(t, *v) for v, ts in threads.items() for t in ts]))
+        assert last.proc.stdout is not None
+        out = last.proc.stdout.readline()
+        last.proc.wait()
+        slowest["last run"] = time.monotonic() - t0
+        if last.proc.returncode:
+            figures["died"].append(last.stderr())
+            final: list[dict[str, Any]] = []
+        else:
+            final = json.loads(out)
+    finally:
+        spare.kill()
+    acks = read_kill_acks(acks_path)
+    figures["lost"] = sorted(set(figures["lost"]) | set(check_acks(repo, acks, steps)))
+    problems = fsck_problems(repo)
+    if problems:
+        figures["fsck"].append(f"at the end: {problems[-1000:]}")
+    figures["left_at_end"] = leftovers(repo)
+    # the threads' last checkpoints, read back by a fresh saver
+    ends: dict[str, tuple[int, int]] = {}
+    store = gitstate.open_store(repo, pack_in_background=False)
+    try:
+        saver = GitCheckpointSaver(store)
+        for ts in threads.values():
+            for t in ts:
+                tup = saver.get_tuple(kill_config(t, steps))  # type: ignore[arg-type]
+                values = (tup.checkpoint.get("channel_values") or {}) if tup else {}
+                ends[t] = (values.get("n", -1), len(values.get("messages") or []))
+    finally:
+        store.close()
+    expected = {t: (steps, steps if v[0] == "messages" else 0) for v, ts in threads.items() for t in ts}
+    returned = {r["thread"]: (r["n"], r["messages"]) for r in final}
+    figures["threads"] = {t: list(ends[t]) for t in expected}
+    figures["incomplete"] = sorted(t for t in expected if ends.get(t) != expected[t] or returned.get(t) != expected[t])
+    figures["acknowledged"] = len(acks)
+    figures["acknowledged_by_variant"] = {f"{w}/{d}": sum(1 for a in acks if a.thread.startswith(f"kill-{w}-{d}-"))
+                                          for w, d in variants}
+    figures["lost_count"] = len(figures["lost"])
+    figures["seconds"] = round(time.monotonic() - started, 1)
+    figures["ok"] = (figures["kills"] == kills and not figures["lost"] and not figures["fsck"]
+                     and not figures["died"] and not figures["incomplete"])
+    return figures
+
+
+def kill_report(f: dict[str, Any]) -> None:
+    """The kill run's figures and the bar."""
+    print(f"kill -9: {f['kills']} kills ({f['kills_after_ack']} just after an acknowledgement) in {f['attempts']} "
+          f"attempts ({f['finished_before_kill']} runs ended before their kill), {f['seconds']} s; "
+          f"variants {', '.join(f['variants'])}, {f['steps']} supersteps")
+    print("  slowest: " + ", ".join(f"{k} {v:.2f} s" for k, v in f["slowest_seconds"].items()))
+    print(f"  checkpoints acknowledged: {f['acknowledged']} "
+          f"({', '.join(f'{k} {v}' for k, v in f['acknowledged_by_variant'].items())})")
+    print(f"  acknowledged and lost (missing, or read back different): {f['lost_count']}")
+    for line in f["lost"][:10]:
+        print(f"    {line}")
+    print(f"  git fsck --strict after every kill and at the end: {'clean' if not f['fsck'] else 'NOT clean'}")
+    for line in f["fsck"][:5]:
+        print(f"    {line}")
+    print(f"  left behind after the kills: {f['left_after_kills']}; after the last run: {f['left_at_end']}")
+    done = sum(1 for t in f["threads"] if t not in f["incomplete"])
+    print(f"  threads run to the end afterwards: {done} of {len(f['threads'])} reached n={f['steps']}"
+          + (f"; incomplete: {', '.join(f['incomplete'])}" if f["incomplete"] else ""))
+    for err in f["died"][:3]:
+        print(f"  a child died on its own: {err.strip()[-600:]}")
+    print(f"  bar: kill -9 during the end-to-end run, zero acknowledged checkpoints lost, git fsck --strict "
+          f"clean: {'met' if f['ok'] else 'MISSED'}")
+
+
 # -- report ----------------------------------------------------------------------------------------
 
 
@@ -488,6 +795,14 @@ def main() -> None:
     ap.add_argument("--no-count", action="store_true", help="skip the counting pass (files created, fsyncs)")
     ap.add_argument("--count-workloads", default=None, help="workloads of the counting pass (default: --workloads)")
     ap.add_argument("--dir", default=None, help="work here (kept) instead of a temporary directory")
+    ap.add_argument("--kill", type=int, default=0, metavar="N",
+                    help="measure nothing: SIGKILL a child running the graph N times, check no acknowledged "
+                         "checkpoint is lost (see above)")
+    ap.add_argument("--kill-delay", type=float, default=2.0,
+                    help="--kill: each kill comes after a random 0..this many seconds of the run (2.0)")
+    ap.add_argument("--seed", type=int, default=1, help="--kill: seed of the random delays (1)")
+    ap.add_argument("--json", default=None, help="--kill: write the figures here as JSON")
+    ap.add_argument("--kill-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
     ap.add_argument("--pg-uri", default="", help=argparse.SUPPRESS)
@@ -495,6 +810,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         child(args.child, args.steps, args.dir, args.pg_uri, args.pg_data, args.child_out)
+        return
+    if args.kill_child:
+        kill_child()
         return
     backends = [b for b in args.backends.split(",") if b]
     unknown = set(backends) - set(BACKENDS)
@@ -506,6 +824,17 @@ def main() -> None:
         backends.remove("postgres")
     work = args.dir or tempfile.mkdtemp(prefix="bench-e2e-")
     os.makedirs(work, exist_ok=True)
+    if args.kill:
+        try:
+            figures = kill_run(args.kill, args.steps, workloads, durabilities, args.kill_delay, args.seed, work)
+        finally:
+            if not args.dir:
+                shutil.rmtree(work, ignore_errors=True)
+        kill_report(figures)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump(figures, fh, indent=2)
+        sys.exit(0 if figures["ok"] else 1)
     pg: Postgres | None = None
     try:
         if "postgres" in backends:

@@ -588,13 +588,17 @@ class GitStore(BaseStore):
         branch = _branch(root)
         ref = self._branch_ref(branch)
         legacy = _legacy_branch(root)
+        written: list[dict[str, _Ns]] = []  # the namespaces the last build wrote
 
         def build(tx: Transaction) -> Any:
+            written.clear()
             tip = store.core.read_ref(ref)
             base = tip
             if tip is None and legacy != branch:
                 base = store.core.read_ref(self._branch_ref(legacy))
-            parsed = _Root(base) if base is None else self._parse(base)
+            # a tip this instance wrote or read is parsed already (kept by tip id: a tip another
+            # writer moved the branch to is parsed here)
+            parsed = _Root(base) if base is None else self._root_at(branch, base) if base == tip else self._parse(base)
             namespaces = {k: ns.copy() for k, ns in parsed.namespaces.items()}
             if base != tip:  # the legacy branch (the root's namespaces only: it may be a kept copy of another)
                 namespaces = {k: ns for k, ns in namespaces.items() if ns.labels[0] == root}
@@ -611,16 +615,20 @@ class GitStore(BaseStore):
                     # keys in the order of the tree's entries: no .order.cbor, as format 1 wrote them
                     ns_tree = writer.mapping({"items": Written(MAP, items_tree), "namespace": list(ns.labels),
                                               "seq": ns.seq})
+                    ns.tree = ns_tree
                 ns_entries.append((encode_component(ns_key) + MAP, ns_tree, MODE_TREE))
             # (so a GitStore of format 1 reads this tree, finds the newer v and refuses it as such)
             state = writer.mapping({"format": KIND, "namespaces": Written(MAP, tx.tree(ns_entries)),
                                     "v": frameworks.VERSION})
+            written.append(namespaces)
             return run.stage_checkpoint(tx, tip, (cpfmt.STATE_TREE, state, MODE_TREE), branch=branch, node="memory",
                                         trigger=trigger, metadata=metadata, fork_from=base if base != tip else None)
 
         cp = store.core.write(build)
         if cp is not None:
             store.core.remember(cp)
+            with self._lock:  # the new tip as a parse of it gives it: the next put parses nothing
+                self._roots[branch] = _Root(cp.id, written[0])
 
     def _refresh(self, refreshes: dict[tuple[tuple[str, ...], str], str]) -> None:
         by_root: dict[str, list[tuple[tuple[str, ...], str]]] = {}

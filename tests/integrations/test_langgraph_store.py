@@ -296,6 +296,37 @@ def test_memory_an_earlier_version_stored_on_such_branches_reads(tmp_path: Path,
     assert run.tip("ada.home.ns") is not None
 
 
+def test_kept_tip_is_what_a_parse_of_it_gives(repo: Path) -> None:
+    """A write keeps the tip it made in memory (the next put parses nothing): for every root's
+    branch, that is equal to a parse of the tip from git."""
+    store = GitStore.from_path(repo)
+    apply(store, random_ops(random.Random(7), 150, False))
+    store.put(("users", "1"), "more", {"n": 1})
+    store.delete(("docs",), "a")
+    kept = dict(store._roots)
+    assert kept
+    written = 0
+    for branch, root in kept.items():
+        assert root.tip == store.store.core.read_ref(store._branch_ref(branch))
+        if root.tip is not None:  # (a root only read while it held nothing is kept as None)
+            assert root == store._parse(root.tip)
+            written += 1
+    assert written >= 3  # users, docs, x
+
+
+def test_two_instances_interleave_on_one_root(repo: Path) -> None:
+    """Each instance's kept tip is by tip id: a put after another writer moved the branch builds
+    on that writer's tip, and no item is lost."""
+    a, b = GitStore.from_path(repo), GitStore.from_path(repo)
+    for i in range(6):
+        (a if i % 2 else b).put(("shared", "x"), f"k{i}", {"i": i})
+        (b if i % 3 else a).put(("shared",), f"top{i}", {"i": i})
+    a.delete(("shared", "x"), "k0")
+    for store in (a, b, GitStore.from_path(repo)):
+        assert sorted(item.key for item in store.search(("shared",), limit=100)) == sorted(
+            [f"k{i}" for i in range(1, 6)] + [f"top{i}" for i in range(6)])
+
+
 def test_two_processes_write_one_root(repo: Path) -> None:
     script = textwrap.dedent("""
         import sys
