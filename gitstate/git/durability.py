@@ -4,7 +4,8 @@
 and refs are not.
 
 How a write stores its objects follows from that, as it does for git: a small write (at most
-``agentos.looseObjects`` new objects, default :data:`LOOSE_OBJECTS`) is written as loose objects,
+``agentos.looseObjects`` new objects, default :data:`LOOSE_OBJECTS`, of at most
+:data:`LOOSE_BYTES` in all) is written as loose objects,
 as ``git commit`` writes, when loose objects are not flushed; a larger write, or any write when
 they are flushed, is one pack, flushed as packs are (two flushes for the whole write instead of
 one per object). Either way a killed process loses no write that returned; only a crash of the
@@ -35,6 +36,7 @@ _DEFAULT = {"pack", "pack-metadata", "commit-graph"}  # git's FSYNC_COMPONENTS_D
 
 LOOSE_OBJECTS = 16  # new objects a write may write loose (when loose objects are not flushed)
 LOOSE_KEY = "agentos.looseObjects"
+LOOSE_BYTES = 64 * 1024  # bytes of new objects a write may write loose
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,12 @@ class Durability:
         """All flushed (``fsync=True``) or none (``fsync=False``)."""
         return cls(on, on, on, loose_max)
 
-    def loose(self, count: int) -> bool:
-        """Whether a write of ``count`` new objects writes them loose: loose objects are not
-        flushed (so they cost no flush, where a pack costs two) and they are few."""
-        return not self.loose_objects and 0 < count <= self.loose_max
+    def loose(self, count: int, size: int = 0) -> bool:
+        """Whether a write of ``count`` new objects of ``size`` bytes in all writes them loose:
+        loose objects are not flushed (so they cost no flush, where a pack costs two), they are
+        few, and small (a pack compresses a growing object's new part only; a loose object is
+        compressed whole, every time)."""
+        return not self.loose_objects and 0 < count <= self.loose_max and size <= LOOSE_BYTES
 
 
 def parse_fsync(value: str | None, object_files: bool = False) -> set[str]:

@@ -68,10 +68,9 @@ class ObjectWriter:
         self._epoch = gc_epoch(self.objects)
         self._left_loose: set[str] = set()  # what the last transaction left loose (see flush_loose)
         # objects flush_loose(journal=True) left loose: of the write under way, and of published
-        # writes, still in memory, until pack_published writes them as one pack (see there)
-        self._loose_unpublished: list[tuple[str, int, bytes]] = []
-        self._loose_published: list[tuple[str, int, bytes]] = []
-        self._loose_bytes = 0
+        # writes, until the store takes them (take_left_loose) to pack them (pack_loose_copies)
+        self._loose_unpublished: list[LooseObject] = []
+        self._loose_published: list[LooseObject] = []
 
     def _expire(self) -> None:
         if time.monotonic() - self._born > _TRUST_SECONDS:
@@ -178,6 +177,10 @@ class ObjectWriter:
         """How many objects are staged."""
         return len(self._staged or {})
 
+    def staged_size(self) -> int:
+        """How many bytes the staged objects' bodies hold."""
+        return sum(len(body) for _kind, body, _z in (self._staged or {}).values())
+
     def flush(self, fsync: bool, sync_dir: bool = False) -> str | None:
         """Write the staged objects as one pack (with its index; both flushed to disk when
         ``fsync``), remember them as existing, stop staging; returns the pack's name (``None`` when
@@ -197,11 +200,8 @@ class ObjectWriter:
 
     def published(self) -> None:
         """The write's refs moved: what its packs hold is reachable now; drop their ``.keep``
-        (unless held: :meth:`hold_keeps`). What it left loose waits for :meth:`pack_published`."""
-        for item in self._loose_unpublished:
-            if self._loose_bytes + len(item[2]) <= _LOOSE_BUFFER_BYTES:
-                self._loose_published.append(item)
-                self._loose_bytes += len(item[2])
+        (unless held: :meth:`hold_keeps`). What it left loose waits for :meth:`take_left_loose`."""
+        self._loose_published.extend(self._loose_unpublished)
         self._loose_unpublished = []
         if self._holding:
             self._held.update(self._unpublished)
@@ -279,26 +279,17 @@ class ObjectWriter:
             raise StoreWriteError(self.repo.path, str(exc)) from exc
         if journal:
             self._left_loose = set(staged)
-            self._loose_unpublished.extend((oid, kind, data) for oid, (kind, data, _z) in staged.items())
+            self._loose_unpublished.extend((oid, kind, data, z) for oid, (kind, data, z) in staged.items())
         for oid in staged:
             self.remember(oid)
         self._unpublished.update(staged)
         return written
 
-    def pack_published(self, at: int, *, fsync: bool, sync_dir: bool = False) -> str | None:
-        """Once ``at`` objects that published writes left loose are waiting (or their bodies
-        reach a few MiB), write them as one pack from memory (flushed as ``fsync`` says) and
-        remove their loose copies, as ``git prune-packed`` does; returns the pack's name, else
-        ``None``. What the journal-driven housekeeping would do with ``git pack-objects``, without
-        reading the objects back or starting a process: that housekeeping then finds them packed.
-        Their refs have moved, so the pack needs no ``.keep``."""
-        waiting = self._loose_published
-        if not waiting or (len(waiting) < at and self._loose_bytes < _LOOSE_BUFFER_BYTES):
-            return None
-        self._loose_published, self._loose_bytes = [], 0
-        written = write_pack(self.pack_dir, waiting, fsync=fsync, sync_dir=sync_dir)
-        self._unlink_loose(oid for oid, _kind, _data in waiting)
-        return written.name
+    def take_left_loose(self) -> list[LooseObject]:
+        """The objects that published writes left loose (:meth:`flush_loose` with ``journal``),
+        with their bodies, handed over once (to be packed by :func:`pack_loose_copies`)."""
+        taken, self._loose_published = self._loose_published, []
+        return taken
 
     def drop_loose(self, oids: Iterable[str]) -> None:
         """Remove the loose copies of ``oids``, which a pack this writer published holds (as
@@ -306,14 +297,7 @@ class ObjectWriter:
         Objects the last transaction left loose (:meth:`flush_loose` with ``journal``) stay: no
         pack holds them yet."""
         left = self._left_loose
-        self._unlink_loose(oid for oid in oids if oid not in left)
-
-    def _unlink_loose(self, oids: Iterable[str]) -> None:
-        for oid in oids:
-            try:
-                os.unlink(os.path.join(self.objects, oid[:2], oid[2:]))
-            except OSError:
-                pass
+        unlink_loose(self.objects, (oid for oid in oids if oid not in left))
 
     def discard(self) -> None:
         """Drop the staged objects (the transaction failed before publishing them): nothing that
@@ -371,7 +355,32 @@ def gc_epoch(objects: str) -> str:
     return "/".join(parts)
 
 
-_LOOSE_BUFFER_BYTES = 8 << 20  # bodies of published loose objects kept in memory for pack_published
+#: An object written loose, kept in memory: (hex id, type 1-4, body, its zlib stream's maker or None)
+LooseObject = tuple[str, int, bytes, Callable[[], bytes] | None]
+
+
+def pack_loose_copies(objects: str, items: list[LooseObject], *, fsync: bool, sync_dir: bool = False) -> str:
+    """Write objects that are stored loose as one pack, from their bodies in memory (compressed as
+    a transaction's pack is), flushed as ``fsync`` says, then remove their loose copies, as ``git
+    prune-packed`` does; returns the pack's name. For objects that refs reach (no ``.keep``): what
+    housekeeping would do with ``git pack-objects``, without reading them back or starting a
+    process."""
+    written = write_pack(os.path.join(objects, "pack"), [(oid, kind, body) for oid, kind, body, _z in items],
+                         fsync=fsync, sync_dir=sync_dir,
+                         compressed={oid: z() for oid, _kind, _body, z in items if z is not None})
+    unlink_loose(objects, (oid for oid, _kind, _body, _z in items))
+    return written.name
+
+
+def unlink_loose(objects: str, oids: Iterable[str]) -> None:
+    """Remove the loose copies of ``oids`` (a missing one is fine)."""
+    for oid in oids:
+        try:
+            os.unlink(os.path.join(objects, oid[:2], oid[2:]))
+        except OSError:
+            pass
+
+
 _DIR_ATTEMPTS = 50  # tries to create a loose object's temporary file while its directory keeps vanishing
 _EPOCH_PATHS: dict[str, tuple[str, str, str]] = {}  # objects dir -> the files gc_epoch looks at
 

@@ -33,7 +33,7 @@ from gitstate.git import durability, handles, lockfile, packs, refs, safeopen
 from gitstate.git.command import check_git_version
 from gitstate.git.durability import Durability
 from gitstate.git.location import Location, check_present, locate
-from gitstate.git.objects import ObjectWriter, objects_dir
+from gitstate.git.objects import LooseObject, ObjectWriter, objects_dir, pack_loose_copies
 from gitstate.git.reader import AMBIGUOUS_LISTED, ObjectReader, expand_id
 from gitstate.git.refs import (
     DEFAULT_STALE_LOCK_AGE,
@@ -57,7 +57,9 @@ STALE_LOCK_SWEEP_AGE = 60.0  # seconds: ref locks this old are removed when a st
 DEFAULT_LOCK_TIMEOUT = 10.0  # seconds a write retries held locks and moving refs before giving up
 MERGE_WAIT = 2.0  # seconds a pack merge waits for another process's housekeeping before giving up
 MERGE_RETRY = 10.0  # seconds without merges after one gave up waiting for the housekeeping lock
-SELF_PACK_AT = 256  # objects small writes of one thread left loose before it packs them itself
+SELF_PACK_AT = 64  # objects small writes left loose before the store packs them itself
+LOOSE_BUFFER_BYTES = 8 << 20  # bodies of those objects kept in memory to be packed
+SELF_PACK_MERGE_AT = 2  # packs written since the last merge when one of those starts a merge
 _FALLBACK_NAME = "gitstate"
 _FALLBACK_EMAIL = "gitstate@localhost"
 
@@ -109,6 +111,11 @@ class StoreCore:
         # write that crossed the threshold, so no single write pays for it (False: inline).
         self.pack_in_background = pack_in_background
         self._packer: threading.Thread | None = None
+        # what small writes of every thread left loose, waiting to be packed (_collect_loose)
+        self._loose_lock = threading.Lock()
+        self._loose_waiting: list[LooseObject] = []
+        self._loose_bytes = 0
+        self._loose_packer: threading.Thread | None = None
 
     # -- plumbing shared by runs --------------------------------------------------------------
 
@@ -265,14 +272,14 @@ class StoreCore:
                     continue
                 if loose:
                     writer.flush_loose()
-                elif self.durability.loose(writer.staged_count()):
+                elif self.durability.loose(writer.staged_count(), writer.staged_size()):
                     writer.flush_loose(journal=True)  # as git writes a commit (see durability)
                 else:
                     self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
                 if self._move_refs(tx, backoff):
                     writer.published()
                     self.written()
-                    self._pack_published(writer)
+                    self._collect_loose(writer)
                     tx.finished()
                     return result
                 backoff.pause()
@@ -319,26 +326,57 @@ class StoreCore:
                     raise StoreWriteError(common, str(exc)) from exc
             backoff.pause()
 
-    def _pack_published(self, writer: ObjectWriter) -> None:
-        """Once small writes of this thread have left :data:`SELF_PACK_AT` objects loose, pack
-        them from memory (:meth:`ObjectWriter.pack_published`) and list the pack as a transaction's:
-        their loose copies go, and the journal's ``git pack-objects`` finds nothing left to do. A
-        failure leaves them loose, journaled, for that housekeeping."""
-        try:
-            pack = writer.pack_published(SELF_PACK_AT, fsync=self.durability.packs, sync_dir=self.durability.refs)
-        except (OSError, GitStateError):
+    def _collect_loose(self, writer: ObjectWriter) -> None:
+        """Gather what small writes left loose, from every thread of this store; once
+        :data:`SELF_PACK_AT` objects wait, pack them from memory (:func:`gitstate.git.objects.pack_loose_copies`,
+        in a background thread unless ``pack_in_background`` is off) as a transaction's pack, so the
+        journal's ``git pack-objects`` finds nothing left to do. Bodies beyond
+        :data:`LOOSE_BUFFER_BYTES` are not kept: those objects wait loose, journaled, for it."""
+        items = writer.take_left_loose()
+        if not items:
             return
-        self._published(pack)
+        with self._loose_lock:
+            for item in items:
+                if self._loose_bytes + len(item[2]) <= LOOSE_BUFFER_BYTES:
+                    self._loose_waiting.append(item)
+                    self._loose_bytes += len(item[2])
+            if len(self._loose_waiting) < SELF_PACK_AT and self._loose_bytes < LOOSE_BUFFER_BYTES:
+                return
+            packer = self._loose_packer
+            if self.pack_in_background and packer is not None and packer.is_alive():
+                return  # the running one is still at it: these go with the next batch
+            batch, self._loose_waiting, self._loose_bytes = self._loose_waiting, [], 0
+            if self.pack_in_background:
+                self._loose_packer = threading.Thread(target=self._pack_left_loose, args=(batch,),
+                                                      name="gitstate-pack-loose")
+                self._loose_packer.start()
+                return
+        self._pack_left_loose(batch)
 
-    def _published(self, pack: str | None) -> None:
-        """A transaction's pack is in place: list it, and merge packs when they became many."""
+    def _pack_left_loose(self, batch: list[LooseObject], merge: bool = True) -> None:
+        """Pack ``batch`` (objects small writes left loose) and list the pack as a transaction's;
+        ``merge``: start a merge once two such packs wait (each holds some writes' objects whole). A
+        failure leaves them loose, journaled, for housekeeping."""
+        try:
+            pack = pack_loose_copies(objects_dir(self.repo), batch, fsync=self.durability.packs,
+                                             sync_dir=self.durability.refs)
+            if merge:
+                self._published(pack, merge_at=SELF_PACK_MERGE_AT)
+            else:
+                housekeeping.record_tx_pack(self.location.common_dir, pack)
+        except (OSError, GitStateError):
+            pass
+
+    def _published(self, pack: str | None, merge_at: int = housekeeping.TX_MERGE_AT) -> None:
+        """A transaction's pack is in place: list it, and merge packs when ``merge_at`` or more
+        were written since the last merge."""
         if pack is None:
             return
         try:
             count = housekeeping.record_tx_pack(self.location.common_dir, pack)
         except OSError:
             return  # an unlisted pack is only merged later by a user's git gc
-        if count >= housekeeping.TX_MERGE_AT and time.monotonic() >= self._merge_retry_at:
+        if count >= merge_at and time.monotonic() >= self._merge_retry_at:
             # The merge waits for the housekeeping lock while another process merges (up to
             # MERGE_WAIT seconds; when it was held all that time, merges pause for MERGE_RETRY
             # seconds, so that a lock held long by a long merge in another process does not slow
@@ -419,7 +457,7 @@ class StoreCore:
 
     def wait_for_housekeeping(self, timeout: float | None = None) -> None:
         """Wait until background packing and merging threads, if any, have finished."""
-        for worker in (self._packer, self._merger):
+        for worker in (self._loose_packer, self._packer, self._merger):
             if worker is not None:
                 worker.join(timeout)
 
@@ -580,16 +618,16 @@ class StoreCore:
         return diff_checkpoints(self.reader, first, second)
 
     def close(self) -> None:
-        """Pack what this thread's small writes left loose (one pack), then release the repository
-        handles (the store must not be used afterwards)."""
+        """Pack what small writes left loose (one pack), then release the repository handles (the
+        store must not be used afterwards)."""
         writer = getattr(self._local, "writer", None)
-        if writer is not None:
-            try:
-                pack = writer.pack_published(1, fsync=self.durability.packs, sync_dir=self.durability.refs)
-                if pack is not None:  # listed for the next merge (none starts here: the store closes)
-                    housekeeping.record_tx_pack(self.location.common_dir, pack)
-            except (OSError, GitStateError):
-                pass  # they stay loose, journaled for housekeeping
+        if self._loose_packer is not None:
+            self._loose_packer.join()
+        with self._loose_lock:
+            batch = self._loose_waiting + (writer.take_left_loose() if writer is not None else [])
+            self._loose_waiting, self._loose_bytes = [], 0
+        if batch:  # listed for the next merge (none starts here: the store closes)
+            self._pack_left_loose(batch, merge=False)
         self._main_repo.free()
         self._local = threading.local()
 

@@ -12,6 +12,7 @@ from conftest import git
 
 import gitstate
 from gitstate.errors import UsageError
+from gitstate.git import durability
 from gitstate.git.objects import MODE_BLOB
 from gitstate.store import base, housekeeping
 from gitstate.store.transaction import Transaction
@@ -90,6 +91,19 @@ def test_a_write_of_more_objects_than_the_limit_is_one_pack(repo: Path) -> None:
     # open_store(fsync=...) decides what is flushed, not how small writes are stored
     store = gitstate.open_store(repo, fsync=False, pack_in_background=False)
     assert store.core.durability.loose_max == 4
+
+
+def test_a_write_of_large_objects_is_one_pack(repo: Path) -> None:
+    store = gitstate.open_store(repo, pack_in_background=False)
+
+    def build(tx: Transaction) -> str:
+        big = tx.blob(b"x" * (durability.LOOSE_BYTES + 1))
+        commit = tx.commit(tx.tree([("big", big, MODE_BLOB)]), [], "a large write")
+        tx.set_ref(REF, None, commit, "gitstate: test write")
+        return commit
+
+    commit = store.core.write(build)
+    assert len(_packs(repo)) == 1 and not _loose(repo, commit)
 
 
 @pytest.mark.parametrize("value", ["lots", "-1", "1.5"])
