@@ -834,6 +834,38 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
     remove_empty_dirs(root, {os.path.dirname(os.path.join(common_dir, *m.ref.split("/"))) for m in moves})
 
 
+def set_packed_namespace(common_dir: str, prefix: str, values: Mapping[str, str], *, fsync: bool = False) -> None:
+    """Make ``packed-refs`` hold exactly ``values`` (names that start with ``prefix``) under
+    ``prefix``, in one rewrite under ``packed-refs.lock`` (:class:`LockBusy` while another writer
+    holds it). Only for a namespace that is this process's alone (a pull's staging refs, named by
+    its process): no ``<ref>.lock`` is taken, no reflog written, and loose refs under ``prefix``
+    are left alone."""
+    if any(not name.startswith(prefix) for name in values):
+        raise ValueError(f"a ref outside {prefix}")
+    packed_path = os.path.join(common_dir, "packed-refs")
+    packed_lock = packed_path + ".lock"
+    try:
+        fd = lockfile.create_held(packed_lock)
+    except FileExistsError as exc:
+        raise LockBusy("packed-refs") from exc
+    except OSError as exc:
+        raise StoreWriteError(packed_lock, str(exc)) from exc
+    try:
+        header, entries = _read_packed(packed_path)
+        kept = {name: line for name, line in entries.items() if not name.startswith(prefix)}
+        if len(kept) == len(entries) and not values:
+            return
+        kept.update((name, f"{oid} {name}\n") for name, oid in values.items())
+        _install_packed(packed_path, packed_lock, header, kept, fsync)
+    except OSError as exc:
+        raise StoreWriteError(common_dir, str(exc)) from exc
+    finally:
+        try:
+            lockfile.release_held(packed_lock, fd)
+        except OSError:
+            pass
+
+
 def _lock_for_update(common_dir: str, name: str, path: str) -> int:
     """Take ``<ref>.lock`` for a write, the errors classified as :func:`set_if_equals` does."""
     fd = _take_lock(common_dir, name, path, None)
