@@ -1444,8 +1444,11 @@ def _delete_refs(store: Store, names: list[str]) -> None:
 
 
 def _remove_stale_sessions(store: Store) -> None:
-    """Remove staging refs left by a pull that was killed (its process no longer exists)."""
+    """Remove staging refs left by a pull that was killed (its process no longer exists): those in
+    ``packed-refs`` with one rewrite of it per session, loose ones (and any left) by
+    :func:`_delete_refs`."""
     stale: list[str] = []
+    sessions: set[str] = set()
     for name, _ in list_refs(store.repo, STAGING):
         parts = name[len(STAGING):].split("/")
         if len(parts) < 2:
@@ -1453,7 +1456,12 @@ def _remove_stale_sessions(store: Store) -> None:
         pid_text = parts[1].split("-", 1)[0]
         if pid_text.isdigit() and int(pid_text) != os.getpid() and not _alive(int(pid_text)):
             stale.append(name)
-    _delete_refs(store, stale)
+            sessions.add(f"{STAGING}{parts[0]}/{parts[1]}/")
+    if not stale:
+        return
+    for session in sorted(sessions):
+        _set_staging(store, session, {})
+    _delete_refs(store, [name for name in stale if _local_oid(store, name) is not None])
 
 
 def _alive(pid: int) -> bool:

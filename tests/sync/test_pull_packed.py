@@ -6,6 +6,7 @@ lands what the remote holds."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -104,5 +105,33 @@ def test_a_ref_that_moved_on_the_remote_after_the_listing_takes_the_staged_way(t
     assert _values(b_path) == _values(a_path)
     assert git(b_path, "for-each-ref", STAGING) == ""
     assert refs.count_loose_refs(str(b_path / ".git")) == 0
+    git(b_path, "fsck", "--strict")
+    b.close()
+
+
+def test_staging_refs_a_killed_pull_left_in_packed_refs_go_with_the_next_pull(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """In one rewrite of ``packed-refs`` (no ``git update-ref``, which locks each ref it deletes)."""
+    a_path, b_path = _pushed(tmp_path, 2)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    head = git(a_path, "rev-parse", "HEAD").strip()
+    session = f"{STAGING}origin/{dead.pid}-0123abcd/"
+    common = str(b_path / ".git")
+    refs.set_packed_namespace(common, session, {f"{session}main/runs/r{i:02d}/run": head for i in range(50)})
+    assert len(git(b_path, "for-each-ref", STAGING).splitlines()) == 50
+    ran: list[str] = []
+    run_git = remote_mod.run_git
+
+    def noted(store: Any, args: list[str], **kwargs: Any) -> Any:
+        ran.append(args[0])
+        return run_git(store, args, **kwargs)
+
+    monkeypatch.setattr(remote_mod, "run_git", noted)
+    b = gitstate.open_store(b_path, pack_in_background=False)
+    assert all(r.ok for r in gitstate.pull(b))
+    assert "update-ref" not in ran
+    assert git(b_path, "for-each-ref", STAGING) == ""
+    assert _values(b_path) == _values(a_path)
     git(b_path, "fsck", "--strict")
     b.close()
