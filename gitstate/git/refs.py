@@ -13,6 +13,7 @@ own by age; git's ``packed-refs.lock`` never), and packing gitstate's loose refs
 from __future__ import annotations
 
 import bisect
+import errno
 import functools
 import math
 import os
@@ -596,15 +597,22 @@ def add_if_new(common_dir: str, name: str, new: str, message: str, *, committer:
     set_if_equals(common_dir, name, None, new, message, committer=committer, fsync=fsync)
 
 
-def _create_lock(common_dir: str, path: str, lock: str) -> int:
+def _create_lock(common_dir: str, path: str, lock: str, anchor: str | None = None) -> int | None:
     """Create and hold ``lock`` (:func:`lockfile.create_held`), its directory first when missing:
-    the common case, an existing directory, costs no ``makedirs`` walk."""
+    the common case, an existing directory, costs no ``makedirs`` walk. With ``anchor`` (a lock
+    this process holds by flock): ``lock`` is made a hard link to it instead (``None`` returned),
+    see :func:`update_atomically`."""
+    def take() -> int | None:
+        if anchor is None:
+            return lockfile.create_held(lock)
+        os.link(anchor, lock)
+        return None
     try:
-        return lockfile.create_held(lock)
+        return take()
     except FileNotFoundError:
         pass
     _make_ref_dirs(common_dir, os.path.dirname(path))
-    return lockfile.create_held(lock)
+    return take()
 
 
 def _parents(common_dir: str, name: str) -> list[str]:
@@ -742,18 +750,27 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
     6. deleted refs' reflogs removed, locks released.
 
     The locks carry gitstate's owner record under a flock, so locks left by a killed writer are
-    broken at once by the next one (:func:`break_stale_locks`). Costs a rewrite of ``packed-refs``
-    (proportional to the number of packed refs), so single-ref moves keep :func:`set_if_equals`."""
+    broken at once by the next one (:func:`break_stale_locks`). The first ref's lock is created
+    and held; every other one is a hard link to it (one inode: its record, and its flock, which a
+    contender sees through any of the names), so a transaction of thousands of refs holds one file
+    descriptor, not one per ref. Costs a rewrite of ``packed-refs`` (proportional to the number of
+    packed refs), so single-ref moves keep :func:`set_if_equals`."""
     names = [m.ref for m in moves]
     if len(set(names)) != len(names):
         raise ValueError("a ref appears twice in one transaction")
-    held: list[tuple[str, int]] = []
+    held: list[tuple[str, int | None]] = []  # (lock, its descriptor; None: a link to a held one)
+    anchor: str | None = None  # the held lock the others link to
     packed_path = os.path.join(common_dir, "packed-refs")
     packed_lock = packed_path + ".lock"
     try:
         for move in sorted(moves, key=lambda m: m.ref):
             path = os.path.join(common_dir, *move.ref.split("/"))
-            held.append((path + ".lock", _lock_for_update(common_dir, move.ref, path)))
+            if anchor is not None and _link_for_update(common_dir, move.ref, path, anchor):
+                held.append((path + ".lock", None))
+                continue
+            fd = _lock_for_update(common_dir, move.ref, path)  # the first, or the anchor took no more links
+            held.append((path + ".lock", fd))
+            anchor = path + ".lock" if lockfile.holds_flock(fd) else None
         try:
             held.append((packed_lock, lockfile.create_held(packed_lock)))
         except FileExistsError as exc:
@@ -804,9 +821,12 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
     except OSError as exc:  # not a directory, not writable, disk full: nothing moved
         raise StoreWriteError(common_dir, str(exc)) from exc
     finally:
-        for lock, fd in reversed(held):
+        for lock, holding in reversed(held):  # the links first, each anchor after the links made to it
             try:
-                lockfile.release_held(lock, fd)
+                if holding is None:
+                    os.unlink(lock)
+                else:
+                    lockfile.release_held(lock, holding)
             except OSError:
                 pass
     # the directories made for the locks of refs that now live in packed-refs only, as git removes them
@@ -814,11 +834,62 @@ def update_atomically(common_dir: str, moves: list[Move], *, committer: tuple[st
     remove_empty_dirs(root, {os.path.dirname(os.path.join(common_dir, *m.ref.split("/"))) for m in moves})
 
 
+def set_packed_namespace(common_dir: str, prefix: str, values: Mapping[str, str], *, fsync: bool = False) -> None:
+    """Make ``packed-refs`` hold exactly ``values`` (names that start with ``prefix``) under
+    ``prefix``, in one rewrite under ``packed-refs.lock`` (:class:`LockBusy` while another writer
+    holds it). Only for a namespace that is this process's alone (a pull's staging refs, named by
+    its process): no ``<ref>.lock`` is taken, no reflog written, and loose refs under ``prefix``
+    are left alone."""
+    if any(not name.startswith(prefix) for name in values):
+        raise ValueError(f"a ref outside {prefix}")
+    packed_path = os.path.join(common_dir, "packed-refs")
+    packed_lock = packed_path + ".lock"
+    try:
+        fd = lockfile.create_held(packed_lock)
+    except FileExistsError as exc:
+        raise LockBusy("packed-refs") from exc
+    except OSError as exc:
+        raise StoreWriteError(packed_lock, str(exc)) from exc
+    try:
+        header, entries = _read_packed(packed_path)
+        kept = {name: line for name, line in entries.items() if not name.startswith(prefix)}
+        if len(kept) == len(entries) and not values:
+            return
+        kept.update((name, f"{oid} {name}\n") for name, oid in values.items())
+        _install_packed(packed_path, packed_lock, header, kept, fsync)
+    except OSError as exc:
+        raise StoreWriteError(common_dir, str(exc)) from exc
+    finally:
+        try:
+            lockfile.release_held(packed_lock, fd)
+        except OSError:
+            pass
+
+
 def _lock_for_update(common_dir: str, name: str, path: str) -> int:
     """Take ``<ref>.lock`` for a write, the errors classified as :func:`set_if_equals` does."""
+    fd = _take_lock(common_dir, name, path, None)
+    assert fd is not None
+    return fd
+
+
+def _link_for_update(common_dir: str, name: str, path: str, anchor: str) -> bool:
+    """Take ``<ref>.lock`` as a hard link to ``anchor`` (a lock this process holds by flock), the
+    errors classified as :func:`set_if_equals` does; False when the file system refuses the link
+    (too many links to one file, or no hard links at all)."""
+    try:
+        _take_lock(common_dir, name, path, anchor)
+    except StoreWriteError as exc:
+        if isinstance(exc.__cause__, OSError) and exc.__cause__.errno in _NO_LINK:
+            return False
+        raise
+    return True
+
+
+def _take_lock(common_dir: str, name: str, path: str, anchor: str | None) -> int | None:
     lock = path + ".lock"
     try:
-        return _create_lock(common_dir, path, lock)
+        return _create_lock(common_dir, path, lock, anchor)
     except FileExistsError as exc:
         if os.path.isdir(lock):
             raise StoreWriteError(path, f"{name} cannot be written: refs exist below {name}.lock") from exc
@@ -831,6 +902,9 @@ def _lock_for_update(common_dir: str, name: str, path: str) -> int:
         raise TransientRefError(name, str(exc)) from exc
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
+
+
+_NO_LINK = {errno.EMLINK, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV}
 
 
 def _install_packed(packed_path: str, packed_lock: str, header: str, entries: dict[str, str],

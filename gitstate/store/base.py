@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Self, TypeVar
 
 import pygit2
@@ -89,10 +89,12 @@ class StoreCore:
         self._gc_gate = lockfile.Gate(os.path.join(self.location.common_dir, "agentos", "gc.lock"))
         self._merged_stamp = os.path.join(self.location.common_dir, "agentos", "merged")
         self._main_seen = _stamp(self._merged_stamp)
-        # A killed writer's ref lock blocks git's own gc on a ref nobody writes again: every store
-        # that opens recovers those older than a minute (a live writer holds one for milliseconds).
+        # A killed writer's ref lock blocks git's own gc on a ref nobody writes again: a store that
+        # opens recovers those older than a minute (a live writer holds one for milliseconds), unless
+        # another did within the last minute (the walk visits every folder of loose refs).
         try:
-            refs.remove_stale_locks(self.location.common_dir, STALE_LOCK_SWEEP_AGE)
+            if _sweep_due(os.path.join(self.location.common_dir, "agentos", "locks-swept")):
+                refs.remove_stale_locks(self.location.common_dir, STALE_LOCK_SWEEP_AGE)
             housekeeping.remove_dead_keeps(self.location.common_dir)
             packs.reindex_orphans(os.path.join(self.location.common_dir, "objects", "pack"))
         except OSError:
@@ -658,6 +660,24 @@ def _moved_already(common_dir: str, tx: Transaction) -> RefUpdate | None:
 
 def _hint(value: str | None | bool) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _sweep_due(stamp: str) -> bool:
+    """Whether the stale lock sweep is due: the file ``stamp`` (in gitstate's private folder, not
+    made just for it) is missing or older than :data:`STALE_LOCK_SWEEP_AGE`; when due, its time
+    is set to now first, so stores opening in the next minute skip the walk."""
+    now = time.time()
+    try:
+        if now - os.stat(stamp).st_mtime < STALE_LOCK_SWEEP_AGE:
+            return False
+        os.utime(stamp, (now, now))
+    except FileNotFoundError:
+        if os.path.isdir(os.path.dirname(stamp)):
+            with suppress(OSError), open(stamp, "a", encoding="ascii"):
+                pass
+    except OSError:
+        pass  # not writable here: sweep every time, as before
+    return True
 
 
 def _stamp(path: str) -> int | None:

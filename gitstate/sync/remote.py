@@ -6,11 +6,11 @@ URLs, ``insteadOf`` rewrites, credential helpers, ssh config and agents, proxies
 which a libgit2 (pygit2) remote does not see. gitstate only chooses explicit refspecs, so nothing
 but ``refs/agentos/…`` moves and the user's branches, tags and remote-tracking refs are untouched.
 
-Pull never lets git write ``refs/agentos/…``: it fetches into a private staging namespace,
-``refs/agentos-incoming/<remote>/<session>/…`` (removed afterwards, in one go), then moves the
-local refs itself, all of a pull's moves in one atomic transaction of compare-and-swaps (reflogged;
-a pull of more than :data:`MAX_TX_REFS` refs: one transaction per batch of whole runs, see
-:func:`merge_staged`): a new ref is created, a ref the remote advanced is
+Pull never lets git write ``refs/agentos/…``: it fetches the objects, keeps them reachable from a
+private staging namespace, ``refs/agentos-incoming/<remote>/<session>/…`` (written straight into
+``packed-refs`` and removed afterwards, in one go, see :func:`_fetch_packed`), then moves the local
+refs itself, all of a pull's moves in one atomic transaction of compare-and-swaps (reflogged, the
+new values written into ``packed-refs``, see :func:`merge_staged`): a new ref is created, a ref the remote advanced is
 fast-forwarded, and a branch that advanced on both sides keeps the remote's line as a separate
 branch ``<branch>@<remote>`` (a session file, as the session file ``<path>@<remote>``) — nothing
 is overwritten, nothing is lost. Refs from the remote that
@@ -55,11 +55,11 @@ from gitstate.format.names import (
 from gitstate.git import command
 from gitstate.git.objects import objects_dir
 from gitstate.git.reader import ObjectReader
-from gitstate.git.refs import list_refs
+from gitstate.git.refs import LockBusy, break_stale_locks, list_refs, set_packed_namespace
 from gitstate.store.nodes import read_record
 from gitstate.store.sessionfiles import copy_ref, is_copy_of
 from gitstate.store.store import Store
-from gitstate.store.transaction import Transaction
+from gitstate.store.transaction import Backoff, Transaction
 from gitstate.sync.hooks import check_push_allowed, git_cwd, remote_urls
 from gitstate.sync.nodelogs import replay_onto, stage_replay
 from gitstate.sync.pushqueue import (
@@ -898,6 +898,10 @@ def fetch_and_merge(store: Store, source: str, label: str, prefixes: Sequence[st
                sorted(unreadable.items())]
     if not specs:
         return _group(skipped, PullResult)
+    if not unreadable:
+        packed = _fetch_packed(store, source, label, prefixes, offered, action)
+        if packed is not None:
+            return _group(packed, PullResult)
     try:
         fetch_checked(store, ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
                               "--no-recurse-submodules", "--refmap=", source, *specs], action=action, remote=source)
@@ -932,6 +936,64 @@ def _fetch_direct(store: Store, source: str, label: str, prefixes: Sequence[str]
         return _group(merge_staged(store, staged, session, label), PullResult)
     finally:
         _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
+
+
+def _fetch_packed(store: Store, source: str, label: str, prefixes: Sequence[str], offered: dict[str, str],
+                  action: str) -> list[RefResult] | None:
+    """Fetch the objects of ``offered`` (the remote's refs in scope, as listed) and merge them,
+    without a loose ref: a fetch of one loose staging ref per remote ref (a file, its folders, and
+    their removal afterwards) costs most of a pull of thousands of runs. ``git fetch --dry-run``
+    stores the objects and writes no ref; the staging refs are then written straight into
+    ``packed-refs`` (one rewrite; they keep the objects reachable, as loose staging refs do, until
+    the pull's transaction has moved the refs) and removed the same way. Between the fetch and that
+    rewrite the new pack is reachable from nothing, as git's own fetch leaves its pack for a moment
+    (``git gc`` keeps unreachable objects for two weeks; only a ``git prune --expire=now`` or
+    ``git repack -a -d`` run right then would drop them, which git documents as unsafe beside any
+    concurrent writer).
+
+    ``None`` when the objects of a listed ref are not all here afterwards (the remote moved it
+    between the listing and the fetch) or ``packed-refs`` stayed locked: the caller then fetches
+    into loose staging refs, which record what the fetch brought."""
+    session = f"{STAGING}{encode_component(label)}/{os.getpid()}-{secrets.token_hex(4)}/"
+    specs = [f"+{p}*:{session}{p[len(NAMESPACE):]}*" for p in prefixes]
+    fetch_checked(store, ["fetch", "--dry-run", "--quiet", "--no-tags", "--no-write-fetch-head",
+                          "--no-auto-maintenance", "--no-recurse-submodules", "--refmap=", source, *specs],
+                  action=action, remote=source)
+    staged = {session + name[len(NAMESPACE):]: oid for name, oid in offered.items()}
+    if not _set_staging(store, session, staged):
+        return None
+    try:
+        # every listed value and all it reaches is here (what is reachable from the local refs,
+        # the staging refs aside, is not walked again)
+        check = run_git(store, ["rev-list", "--objects", "--quiet", "--stdin", "--not", f"--exclude={STAGING}*",
+                                "--all"], action=action, remote=source, stdin="".join(f"{oid}\n" for oid in
+                                                                                     sorted(set(offered.values()))),
+                        check=False)
+        if check.returncode != 0:
+            return None
+        return merge_staged(store, sorted(staged.items()), session, label)
+    finally:
+        if not _set_staging(store, session, {}):
+            _delete_refs(store, [n for n, _ in list_refs(store.repo, session)])
+
+
+def _set_staging(store: Store, session: str, values: dict[str, str]) -> bool:
+    """Make ``packed-refs`` hold exactly ``values`` under the staging namespace ``session`` (see
+    :func:`gitstate.git.refs.set_packed_namespace`), waiting for a held ``packed-refs.lock`` as a
+    store write does; False when it stayed held or the write failed."""
+    common = store.location.common_dir
+    backoff = Backoff(store.core.lock_timeout)
+    while True:
+        try:
+            set_packed_namespace(common, session, values, fsync=store.core.fsync_refs)
+            return True
+        except LockBusy:
+            if backoff.expired():
+                return False
+            break_stale_locks(common, "packed-refs", store.core.stale_lock_age)
+            backoff.pause()
+        except GitStateError:
+            return False
 
 
 #: git's object checks on every fetch: what a remote or bundle sends is refused, and nothing of it
@@ -982,9 +1044,11 @@ def _kind_order(name: str) -> int:
     return 0 if parsed is not None and parsed.kind == "run" else 1
 
 
-#: ref moves one pull transaction holds at most: each holds a ``<ref>.lock`` (a file descriptor)
-#: until the commit point, so a big pull lands in batches of whole runs below this size.
-MAX_TX_REFS = 1000
+#: ref moves one pull transaction holds at most (0: no limit, one transaction per pull); a smaller
+#: value lands a big pull in batches of whole runs below this size. The locks of one transaction
+#: share one file (see :func:`gitstate.git.refs.update_atomically`), so its size is not bounded by
+#: the process's file descriptors.
+MAX_TX_REFS = 0
 
 
 class _Plan:
@@ -1023,9 +1087,10 @@ def merge_staged(store: Store, staged: list[tuple[str, str]], session: str, labe
     """Apply staged remote refs to ``refs/agentos/…`` by the no-overwrite rules, as one store write
     whose transaction holds every ref move (created refs, fast-forwards, kept copies
     ``<branch>@<label>``, their node logs, replayed node logs): it lands whole or not at all, also
-    under ``kill -9``. A pull of more than :data:`MAX_TX_REFS` refs lands in several such writes,
-    each of whole runs, so every run lands whole or not at all. A ref that moved here while the plan
-    was made makes the write plan again from what is there now (the store's retry policy)."""
+    under ``kill -9``. (With :data:`MAX_TX_REFS` set, a pull of more refs lands in several such
+    writes, each of whole runs, so every run lands whole or not at all.) A ref that moved here
+    while the plan was made makes the write plan again from what is there now (the store's retry
+    policy)."""
     pairs = [(NAMESPACE + name[len(session):], oid) for name, oid in staged]
     runs: dict[str, list[tuple[str, str]]] = {}
     for local, oid in pairs:
@@ -1034,7 +1099,7 @@ def merge_staged(store: Store, staged: list[tuple[str, str]], session: str, labe
     size = 0
     for key in sorted(runs):
         group = sorted(runs[key], key=lambda p: (_kind_order(p[0]), p[0]))  # record, then heads/ before nodes/
-        if size and size + len(group) > MAX_TX_REFS:
+        if MAX_TX_REFS and size and size + len(group) > MAX_TX_REFS:
             batches.append([])
             size = 0
         batches[-1].append(group)
@@ -1052,8 +1117,9 @@ def merge_staged(store: Store, staged: list[tuple[str, str]], session: str, labe
 def _merge_batch(store: Store, groups: list[list[tuple[str, str]]], label: str, remote_refs: dict[str, str],
                  known: dict[str, str] | None) -> list[RefResult]:
     """Merge the refs of whole runs in one store write; when that write fails for another reason
-    than a ref that kept moving, each run is tried in a write of its own (one run a hostile remote
-    made unwritable fails alone)."""
+    than a ref that kept moving, each half of the runs is tried in a write of its own, and so on
+    down to single runs (one run a hostile remote made unwritable fails alone, after a number of
+    writes that grows with the logarithm of the number of runs, not with it)."""
     attempts: list[tuple[list[RefResult], bool]] = []
 
     def build(tx: Transaction) -> list[RefResult]:
@@ -1077,7 +1143,9 @@ def _merge_batch(store: Store, groups: list[list[tuple[str, str]]], label: str, 
         return _unmoved(groups, attempts, "changed locally during the pull; pull again")
     except GitStateError as exc:
         if len(groups) > 1:
-            return [r for group in groups for r in _merge_batch(store, [group], label, remote_refs, known)]
+            half = len(groups) // 2
+            return [r for part in (groups[:half], groups[half:]) for r in _merge_batch(store, part, label, remote_refs,
+                                                                                     known)]
         return _unmoved(groups, attempts, str(exc))
     if attempts[-1][1]:
         store.core.forget_objects()  # what only the old values reached may now be pruned by git gc
@@ -1376,8 +1444,11 @@ def _delete_refs(store: Store, names: list[str]) -> None:
 
 
 def _remove_stale_sessions(store: Store) -> None:
-    """Remove staging refs left by a pull that was killed (its process no longer exists)."""
+    """Remove staging refs left by a pull that was killed (its process no longer exists): those in
+    ``packed-refs`` with one rewrite of it per session, loose ones (and any left) by
+    :func:`_delete_refs`."""
     stale: list[str] = []
+    sessions: set[str] = set()
     for name, _ in list_refs(store.repo, STAGING):
         parts = name[len(STAGING):].split("/")
         if len(parts) < 2:
@@ -1385,7 +1456,12 @@ def _remove_stale_sessions(store: Store) -> None:
         pid_text = parts[1].split("-", 1)[0]
         if pid_text.isdigit() and int(pid_text) != os.getpid() and not _alive(int(pid_text)):
             stale.append(name)
-    _delete_refs(store, stale)
+            sessions.add(f"{STAGING}{parts[0]}/{parts[1]}/")
+    if not stale:
+        return
+    for session in sorted(sessions):
+        _set_staging(store, session, {})
+    _delete_refs(store, [name for name in stale if _local_oid(store, name) is not None])
 
 
 def _alive(pid: int) -> bool:

@@ -404,6 +404,58 @@ def test_update_atomically_changes_nothing_while_a_lock_is_held(repo: Path, held
     assert sorted(p.name for p in Path(common(repo)).rglob("*.lock")) == [lock.name]
 
 
+def test_update_atomically_of_many_refs_holds_one_descriptor(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transaction of 300 refs runs with 32 more descriptors allowed than are open: every ref lock but the first is a
+    hard link to the first, and each is judged alive (held) while the transaction holds them."""
+    import resource
+
+    (a,) = commits(repo, 1)
+    names = [f"refs/agentos/main/runs/r{i:03d}/heads/main" for i in range(300)]
+    seen: list[tuple[int, int, bool]] = []
+    append = refs._append_reflog
+
+    def looking(common_dir: str, name: str, *args: object, **kwargs: object) -> None:
+        if not seen:
+            for ref in names:
+                lock = os.path.join(common_dir, *ref.split("/")) + ".lock"
+                st = os.stat(lock)
+                seen.append((st.st_ino, st.st_nlink, refs.break_stale_locks(common_dir, ref, 0.0)))
+        append(common_dir, name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(refs, "_append_reflog", looking)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 32, hard))  # 32 more than now
+    try:
+        refs.update_atomically(common(repo), _moves(*((n, None, a) for n in names)), committer=WHO)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert {s[0] for s in seen} == {seen[0][0]} and seen[0][1] == 300  # one inode, 300 names
+    assert not any(s[2] for s in seen)  # none broken as stale while held
+    assert all(rev_parse(repo, n) == a for n in names)
+    assert refs.count_loose_refs(common(repo)) == 0
+    assert not list(Path(common(repo)).rglob("*.lock"))
+    assert len(refs.reflog(pygit2.Repository(str(repo)), names[-1])) == 1
+    git(repo, "fsck", "--strict")
+
+
+def test_update_atomically_holds_each_lock_where_links_are_refused(repo: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the file system refuses another hard link (EMLINK), the lock is taken on its own."""
+    import errno
+
+    a, b = commits(repo, 2)
+
+    def refuse(src: str, dst: str) -> None:
+        raise OSError(errno.EMLINK, "too many links", dst)
+
+    real_link = os.link
+    monkeypatch.setattr(os, "link", lambda src, dst, **kw: refuse(src, dst) if dst.endswith("/other.lock")
+                        else real_link(src, dst, **kw))
+    refs.update_atomically(common(repo), _moves((REF, None, a), (REF2, None, b), (REF3, None, a)), committer=WHO)
+    assert (rev_parse(repo, REF), rev_parse(repo, REF2), rev_parse(repo, REF3)) == (a, b, a)
+    assert not list(Path(common(repo)).rglob("*.lock"))
+
+
 def test_update_atomically_refuses_a_ref_with_packed_refs_below_it(repo: Path) -> None:
     a, b = commits(repo, 2)
     below = REF + "/deeper"

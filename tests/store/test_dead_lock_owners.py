@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import bounded, git
@@ -135,7 +136,10 @@ def test_a_killed_pack_refs_locks_are_broken_at_once(repo: Path) -> None:
     finally:
         _kill(holder)
     assert sorted(refs.stale_locks(common, HOUR)) == sorted(str(Path(common, p)) for p in _locks(repo))
-    gitstate.open_store(repo, stale_lock_age=HOUR)  # any store that opens sweeps them
+    gitstate.open_store(repo, stale_lock_age=HOUR)  # a store opened a minute after the last sweep sweeps them
+    assert _locks(repo) != []  # (the store above swept a moment ago)
+    _age_sweep_stamp(repo)
+    gitstate.open_store(repo, stale_lock_age=HOUR)
     assert _locks(repo) == []
     for run in runs:
         run.checkpoint({"n": 2})
@@ -144,6 +148,40 @@ def test_a_killed_pack_refs_locks_are_broken_at_once(repo: Path) -> None:
     git(repo, "pack-refs", "--all")
     assert sorted(r.id for r in store.list_runs()) == ["r1", "r2"]
     git(repo, "fsck", "--strict")
+
+
+def _age_sweep_stamp(repo: Path) -> None:
+    stamp = Path(repo, ".git", "agentos", "locks-swept")
+    assert stamp.exists()
+    old = time.time() - 61
+    os.utime(stamp, (old, old))
+
+
+def test_stores_opening_within_a_minute_of_a_sweep_skip_it(repo: Path) -> None:
+    """The sweep walks every folder of loose refs: one store a minute does it, the others skip it,
+    and a lock left by a dead writer goes at the first open after that minute."""
+    store = gitstate.open_store(repo, stale_lock_age=HOUR, lock_timeout=30)
+    store.create_run(run_id="r0").checkpoint({"n": 1})
+    gitstate.open_store(repo)  # sweeps (gitstate's folder exists now), and notes when
+    lock = Path(repo, ".git", "refs", "agentos", "left.lock")
+    lock.write_text("")  # no owner record: judged by age
+    old = time.time() - 2 * HOUR
+    os.utime(lock, (old, old))
+    calls: list[str] = []
+    sweep = refs.remove_stale_locks
+
+    def counted(*args: Any, **kwargs: Any) -> list[str]:
+        calls.append("sweep")
+        return sweep(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(refs, "remove_stale_locks", counted)
+        gitstate.open_store(repo)
+        assert calls == [] and lock.exists()
+        _age_sweep_stamp(repo)
+        gitstate.open_store(repo)
+        gitstate.open_store(repo)
+    assert calls == ["sweep"] and not lock.exists()
 
 
 _FORKER = r"""

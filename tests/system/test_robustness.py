@@ -367,7 +367,7 @@ def _cli(cwd: Path, *args: str, stdin: str | None = None, timeout: float = 60) -
                           text=True, env=env, timeout=timeout, check=False)
 
 
-@pytest.mark.parametrize("name", ["git-version", "tx-packs", "loose.journal", "index-main", "index-main.tree",
+@pytest.mark.parametrize("name", ["git-version", "locks-swept", "tx-packs", "loose.journal", "index-main", "index-main.tree",
                                   "index-main.user", "index-main.epoch", "index-main.restore.lock"])
 def test_a_fifo_in_place_of_a_private_file_never_hangs_a_command(repo: Path, name: str) -> None:
     """A FIFO (a plain open of it waits for ever for the other end) where a file of
