@@ -8,7 +8,9 @@ is one ``graph.invoke`` on a fresh store (a new repository, a new SQLite file, e
 a new InMemorySaver), with ``durability="sync"`` and ``"async"`` (LangGraph's default).
 
 Backends: ``gitstate`` (git's default ``core.fsync``), ``gitstate-fsync-all`` (``core.fsync=all`` in
-that repository's config: as durable as SQLite and Postgres), ``sqlite`` (SqliteSaver on a file, its
+that repository's config: as durable as SQLite and Postgres), ``gitstate-packs`` (not run unless
+named in ``--backends``: ``agentos.looseObjects 0``, every write one flushed pack, as gitstate wrote
+before small writes went loose), ``sqlite`` (SqliteSaver on a file, its
 defaults), ``postgres`` (PostgresSaver on a local PostgreSQL server that this script starts from
 Debian's ``postgresql`` package with its defaults, on 127.0.0.1; skipped with the reason printed when it
 cannot start), ``memory`` (InMemorySaver: the graph's own cost).
@@ -88,7 +90,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from soak_kill import git, leftovers, make_repo  # noqa: E402
 
 BACKENDS = ("gitstate", "gitstate-fsync-all", "sqlite", "postgres", "memory")
-GITSTATE = ("gitstate", "gitstate-fsync-all")
+GITSTATE = ("gitstate", "gitstate-fsync-all", "gitstate-packs")
 WORKLOADS = ("plain", "messages")
 DURABILITIES = ("sync", "async")
 BARS = {("gitstate", "sqlite"): 1.5, ("gitstate", "postgres"): 1.0, ("gitstate-fsync-all", "sqlite"): 2.0}
@@ -265,18 +267,20 @@ class Run:
     counts: dict[str, float] = field(default_factory=dict)
 
 
-def git_init(path: str, fsync_all: bool) -> None:
-    """A fresh repository (``core.fsync=all`` when asked)."""
+def git_init(path: str, backend: str) -> None:
+    """A fresh repository configured for one of the :data:`GITSTATE` backends."""
     subprocess.run(["git", "init", "-q", path], check=True)
-    if fsync_all:
+    if backend == "gitstate-fsync-all":
         subprocess.run(["git", "-C", path, "config", "core.fsync", "all"], check=True)
+    if backend == "gitstate-packs":
+        subprocess.run(["git", "-C", path, "config", "agentos.looseObjects", "0"], check=True)
 
 
 def make_saver(backend: str, base: str, pg: Postgres | None) -> tuple[BaseCheckpointSaver, Callable[[], None], str]:
     """A fresh saver of ``backend`` under ``base``: (saver, close, directory its files live in)."""
     if backend in GITSTATE:
         repo = os.path.join(base, "repo")
-        git_init(repo, backend == "gitstate-fsync-all")
+        git_init(repo, backend)
         saver = GitCheckpointSaver(gitstate.open_store(repo))
         return saver, saver.store.close, repo
     if backend == "sqlite":
@@ -788,7 +792,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=300, help="supersteps per run (300)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds; each runs every backend on every variant (3)")
-    ap.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of " + ",".join(BACKENDS))
+    ap.add_argument("--backends", default=",".join(BACKENDS),
+                    help="comma-separated, of " + ",".join((*BACKENDS, "gitstate-packs")))
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="plain,messages")
     ap.add_argument("--durability", default=",".join(DURABILITIES), help="sync,async")
     ap.add_argument("--no-postgres", action="store_true", help="leave PostgresSaver out")
@@ -815,7 +820,7 @@ def main() -> None:
         kill_child()
         return
     backends = [b for b in args.backends.split(",") if b]
-    unknown = set(backends) - set(BACKENDS)
+    unknown = set(backends) - {*BACKENDS, *GITSTATE}
     if unknown:
         ap.error(f"unknown backend(s): {', '.join(sorted(unknown))}")
     workloads = [w for w in args.workloads.split(",") if w in WORKLOADS]

@@ -247,7 +247,10 @@ def check(repo: str) -> dict[str, Any]:
     # without an owner record, stale after refs.PACKED_LOCK_STALE_AGE (120 s), and until then the
     # user's `git gc` fails on it
     then = time.time() - 180
-    for path in [*ref_locks(repo), os.path.join(repo, ".git", "packed-refs.lock")]:
+    # (the stamp of the last lock sweep too: three minutes pass for every file, and a store sweeps
+    # again only a minute after the last sweep)
+    for path in [*ref_locks(repo), os.path.join(repo, ".git", "packed-refs.lock"),
+                 os.path.join(repo, ".git", "agentos", "locks-swept")]:
         try:
             os.utime(path, (then, then))
         except FileNotFoundError:

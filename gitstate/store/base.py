@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 STALE_LOCK_SWEEP_AGE = 60.0  # seconds: ref locks this old are removed when a store opens
+SWEEP_NOTED_AFTER = 0.15  # seconds: a sweep this long is noted, and the next minute's opens skip it
 DEFAULT_LOCK_TIMEOUT = 10.0  # seconds a write retries held locks and moving refs before giving up
 MERGE_WAIT = 2.0  # seconds a pack merge waits for another process's housekeeping before giving up
 MERGE_RETRY = 10.0  # seconds without merges after one gave up waiting for the housekeeping lock
@@ -91,10 +92,15 @@ class StoreCore:
         self._main_seen = _stamp(self._merged_stamp)
         # A killed writer's ref lock blocks git's own gc on a ref nobody writes again: a store that
         # opens recovers those older than a minute (a live writer holds one for milliseconds), unless
-        # another did within the last minute (the walk visits every folder of loose refs).
+        # another did within the last minute and that walk of every folder of loose refs took long
+        # (only then is the time noted: opening a small store for reading writes nothing).
         try:
-            if _sweep_due(os.path.join(self.location.common_dir, "agentos", "locks-swept")):
+            stamp = os.path.join(self.location.common_dir, "agentos", "locks-swept")
+            if _sweep_due(stamp):
+                started = time.monotonic()
                 refs.remove_stale_locks(self.location.common_dir, STALE_LOCK_SWEEP_AGE)
+                if time.monotonic() - started >= SWEEP_NOTED_AFTER:
+                    _note_sweep(stamp)
             housekeeping.remove_dead_keeps(self.location.common_dir)
             packs.reindex_orphans(os.path.join(self.location.common_dir, "objects", "pack"))
         except OSError:
@@ -663,13 +669,19 @@ def _hint(value: str | None | bool) -> str | None:
 
 
 def _sweep_due(stamp: str) -> bool:
-    """Whether the stale lock sweep is due: the file ``stamp`` (in gitstate's private folder, not
-    made just for it) is missing or older than :data:`STALE_LOCK_SWEEP_AGE`; when due, its time
-    is set to now first, so stores opening in the next minute skip the walk."""
+    """Whether the stale lock sweep is due: the file ``stamp`` is missing or older than
+    :data:`STALE_LOCK_SWEEP_AGE` (see :func:`_note_sweep`)."""
+    try:
+        return time.time() - os.stat(stamp).st_mtime >= STALE_LOCK_SWEEP_AGE
+    except OSError:
+        return True
+
+
+def _note_sweep(stamp: str) -> None:
+    """Note that a long sweep just ran: ``stamp`` (in gitstate's private folder, not made just for
+    it) gets the time now, so stores opening in the next minute skip the walk."""
     now = time.time()
     try:
-        if now - os.stat(stamp).st_mtime < STALE_LOCK_SWEEP_AGE:
-            return False
         os.utime(stamp, (now, now))
     except FileNotFoundError:
         if os.path.isdir(os.path.dirname(stamp)):
@@ -677,7 +689,6 @@ def _sweep_due(stamp: str) -> bool:
                 pass
     except OSError:
         pass  # not writable here: sweep every time, as before
-    return True
 
 
 def _stamp(path: str) -> int | None:
