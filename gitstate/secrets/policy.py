@@ -343,6 +343,27 @@ def masked(value: Any) -> Any:
         return "\u00abredacted:unreadable\u00bb"
 
 
+def masked_text(text: str) -> str:
+    """A file's text for display, masked as :func:`masked` masks a value (the text is not kept
+    in the scanner's cache: a file is seldom met again and may be large)."""
+    if not _DISPLAY:
+        _DISPLAY.append(Policy("redact", Rules()))
+    return _DISPLAY[0].scanner.redact(text, cache=False)[0]
+
+
+def masked_file(data: bytes) -> bytes:
+    """A file's bytes for display: a UTF-8 text file with each credential replaced by its marker
+    (:func:`masked_text`); other bytes, and text without a credential, as they are."""
+    if b"\0" in data:
+        return data
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+    shown = masked_text(text)
+    return data if shown == text else shown.encode("utf-8")
+
+
 def secrets_record(found: Iterable[Finding]) -> list[dict[str, str]]:
     """What ``meta.cbor`` records (key :data:`META_KEY`) of the findings a ``warn`` write let
     through: ``[{"path", "kind", "fingerprint"}]``, each once, never the secret."""
