@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gitstate.format.checkpoint import Checkpoint
+from gitstate.format.lgwrites import WritesIndex
 
 from .rules import BUILTIN, PLUGIN_VALID, Rule, Rules, fingerprint, load_detect_secrets
 
@@ -257,27 +258,31 @@ class Scanner:
             return "[" + repr(key) + "]"
         return f"{{#{n}}}"
 
-    def scan_checkpoint(self, cp: Checkpoint) -> list[Finding]:
+    def scan_checkpoint(self, cp: Checkpoint, writes: WritesIndex | None = None) -> list[Finding]:
         """Findings in one checkpoint, located in it: its metadata (``metadata…``), decoded state
         (``state…``; a LangGraph checkpoint's channel values), tool invocations (``tools…``) and
         audit events (``audit…``); for a LangGraph checkpoint also LangGraph's metadata
         (``langgraph.metadata…``) and pending writes (``langgraph.writes[i]…``). Raises what
-        reading the checkpoint raises (a :class:`gitstate.GitStateError` when it is corrupt)."""
+        reading the checkpoint raises (a :class:`gitstate.GitStateError` when it is corrupt).
+        ``writes``: see :func:`checkpoint_parts`."""
         found: list[Finding] = []
-        for path, value in checkpoint_parts(cp):
+        for path, value in checkpoint_parts(cp, writes=writes):
             found.extend(f.at(cp.run_id, cp.id) for f in self.scan_value(value, path))
         return found
 
 
-def checkpoint_parts(cp: Checkpoint, *, state: bool = True) -> Iterable[tuple[str, Any]]:
+def checkpoint_parts(cp: Checkpoint, *, state: bool = True,
+                     writes: WritesIndex | None = None) -> Iterable[tuple[str, Any]]:
     """``(path, value)`` of each part of a checkpoint that is scanned; ``state=False`` leaves the
-    state out without decoding it (for a caller that scans it piece by piece)."""
+    state out without decoding it (for a caller that scans it piece by piece); ``writes``: read
+    LangGraph's pending writes through this index (a scan of many checkpoints of a run lists and
+    decodes the run's writes refs once)."""
     yield "metadata", cp.metadata
     if state:
         yield "state", cp.state
     yield "tools", cp.tools
     yield "audit", cp.audit
-    lg = cp.langgraph_view()
+    lg = cp.langgraph_view(writes=writes)
     if lg is not None:
         if lg.get("metadata") != cp.metadata:
             yield "langgraph.metadata", lg.get("metadata")

@@ -339,3 +339,45 @@ def test_rules_file_in_the_work_tree(repo: Path) -> None:
     (repo / ".agentos-secrets.toml").write_text("allow = [")
     out = agentos(repo, "scan")
     assert out.returncode == 1 and out.stderr.startswith("error: secret rules in") and "Traceback" not in out.stderr
+
+
+def test_scan_reads_each_writes_ref_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan lists a run's LangGraph writes refs and decodes each blob once, not once per
+    checkpoint (which made a scan of N checkpoints cost N times the writes refs)."""
+    pytest.importorskip("langgraph")
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from gitstate.format import lgwrites
+    from gitstate.git.refs import list_refs
+    from gitstate.langgraph import GitCheckpointSaver
+    from gitstate.sync.secretscan import checkpoints_between, scan_checkpoints
+
+    path = make_repo(tmp_path / "lg")
+    git(path, "config", "agentos.secrets", "warn")
+    store = gitstate.open_store(path)
+    saver = GitCheckpointSaver(store)
+    config: dict[str, Any] = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    configs = []
+    version: Any = None
+    for i in range(6):
+        version = saver.get_next_version(version, None)
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"messages": [f"step {i}"]}
+        cp["channel_versions"] = {"messages": version}
+        config = saver.put(config, cp, {"source": "loop", "step": i, "parents": {}}, {"messages": version})
+        configs.append(config)
+    tokens = ["ghp_" + rand(36) for _ in configs]
+    for n, (cfg, token) in enumerate(zip(configs, tokens, strict=True)):  # after every put: the refs stay
+        saver.put_writes(cfg, [("messages", [{"content": token}])], task_id=f"task-{n}")
+    decoded = []
+    real = lgwrites.decode_pending
+
+    def counting(data: bytes, oid: str) -> Any:
+        decoded.append(oid)
+        return real(data, oid)
+
+    monkeypatch.setattr(lgwrites, "decode_pending", counting)
+    oids = checkpoints_between(store, [oid for _name, oid in list_refs(store.repo, "refs/agentos/")])
+    found = scan_checkpoints(store, oids, Scanner())
+    assert len(oids) == 6 and len(decoded) == len(set(decoded)) == 6
+    assert {f.fingerprint for f in found if f.path.startswith("langgraph.writes")} == {fingerprint(t) for t in tokens}
