@@ -133,7 +133,7 @@ class Policy:
         if not hits:
             return text
         if self.mode == "refuse":
-            raise SecretRefusedError(path, hits[0][0])
+            raise SecretRefusedError(path, hits[0][0], hits[0][1])
         if self.mode == "warn":
             found.extend(Finding(kind, path, fp) for kind, fp, _s in hits)
             return text
@@ -316,7 +316,7 @@ class Policy:
             return data
         if self.mode == "refuse":
             hits = next(h for t in texts if (h := self.scanner.hits(t)))
-            raise SecretRefusedError(path, hits[0][0])
+            raise SecretRefusedError(path, hits[0][0], hits[0][1])
         out: list[bytes] = []
         try:
             end = _Rewriter(data, self.scanner, out).item(0)

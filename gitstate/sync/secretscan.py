@@ -42,7 +42,7 @@ class SecretsFoundError(GitStateError):
                           for f in self.findings[:3])
         more = f"; and {len(self.findings) - 3} more" if len(self.findings) > 3 else ""
         super().__init__(
-            f"{action} {remote} refused: {len(self.findings)} credential(s) in {len(checkpoints)} checkpoint(s) "
+            f"{action} {remote} refused: {len(self.findings)} credential(s) in {len(checkpoints)} commit(s) "
             f"it would send ({shown}{more}); nothing was sent. See them with 'git agentos scan'; let a known "
             f"false positive through with --allow-secret FINGERPRINT or git config {ALLOW_KEY}")
 
