@@ -37,15 +37,22 @@ CUSTOM_KIND = "custom"
 _KIND = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")
 _FINGERPRINT = re.compile(rf"[0-9a-f]{{{FINGERPRINT_HEX}}}\Z")
 
-# Not inside a longer token: no token character right before. What may come before is anything
-# else, and also the end of an escape (a JSON ``\n``, ``\t``, ``\r``, ``\"`` or ``\u00a0``; a URL's
-# ``%20``), which no token or base64 text holds. A prefix without ``-`` or ``_`` (``AIza``,
-# ``AKIA``) can sit in the middle of base64 data, so neither ``+`` nor ``/`` may come before it
-# (``_B``); a prefix with ``-`` or ``_`` cannot (standard base64 has neither), nor can a JWT (its
-# dots), so ``/`` and ``+`` may come before them (``_BL``: ``https://ghp_…@github.com``).
-_ESC = r"(?<=\\[ntr\"])|(?<=%[0-9A-Fa-f]{2})|(?<=\\u[0-9A-Fa-f]{4})"
-_B = rf"(?:(?<![A-Za-z0-9+/_\-])|{_ESC})"
-_BL = rf"(?:(?<![A-Za-z0-9_\-])|{_ESC})"
+# Not inside a longer token: no token character right before a key's prefix. What may come
+# before is anything else, and also the end of an escape (a JSON ``\n``, ``\t``, ``\r``, ``\"``
+# or ``\u00a0``; a URL's ``%20``), which no token or base64 text holds. A prefix without ``-`` or
+# ``_`` (``AIza``, ``AKIA``) can sit in the middle of base64 data, so neither ``+`` nor ``/`` may
+# come before it (``strict``); a prefix with ``-`` or ``_`` cannot (standard base64 has neither),
+# nor can a JWT (its dots), so ``/`` and ``+`` may (``https://ghp_…@github.com``).
+def _start(width: int, strict: bool = False) -> str:
+    """The check above, written after a prefix of ``width`` characters (``(?<!…)`` before a literal
+    keeps the regular expression engine from searching for the literal quickly); ``strict``: no
+    ``+`` or ``/`` before it either."""
+    token = r"A-Za-z0-9_\-" + ("+/" if strict else "")
+    w = f".{{{width}}}"
+    return (rf"(?:(?<![{token}]{w})|(?<=\\[ntr\"]{w})|(?<=%[0-9A-Fa-f]{{2}}{w})"
+            rf"|(?<=\\u[0-9A-Fa-f]{{4}}{w}))")
+
+
 # ... and none right after where the shape has a fixed end.
 _E = r"(?![A-Za-z0-9_\-])"
 _PEM = r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
@@ -164,20 +171,21 @@ NEAR = 300
 #: with the kind named here).
 BUILTIN: tuple[Rule, ...] = (
     Rule("private-key", re.compile(rf"{_PEM}(?:[\s\S]*?{_PEM_END}|{_PEM_BODY})"), needles=("PRIVATE KEY",)),
-    Rule("anthropic-api-key", re.compile(rf"{_BL}sk-ant-[A-Za-z0-9_\-]{{20,}}"), _keylike, ("sk-ant-",)),
-    Rule("openai-api-key", re.compile(rf"{_BL}sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{{20,}}"), _keylike,
+    Rule("anthropic-api-key", re.compile(rf"sk-ant-{_start(7)}[A-Za-z0-9_\-]{{20,}}"), _keylike, ("sk-ant-",)),
+    Rule("openai-api-key", re.compile(rf"sk-{_start(3)}(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{{20,}}"), _keylike,
          ("sk-",)),
-    Rule("github-token", re.compile(rf"{_BL}(?:gh[pousr]_[A-Za-z0-9]{{30,}}|github_pat_[A-Za-z0-9_]{{30,}})(?![A-Za-z0-9_])"),
+    Rule("github-token", re.compile(rf"(?:gh[pousr]_{_start(4)}[A-Za-z0-9]{{30,}}|github_pat_{_start(11)}[A-Za-z0-9_]{{30,}})"
+                                    r"(?![A-Za-z0-9_])"),
          needles=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
-    Rule("aws-access-key", re.compile(rf"{_B}(?:AKIA|ASIA)[A-Z0-9]{{16}}{_E}"), needles=("AKIA", "ASIA")),
+    Rule("aws-access-key", re.compile(rf"(?:AKIA|ASIA){_start(4, True)}[A-Z0-9]{{16}}{_E}"), needles=("AKIA", "ASIA")),
     # xoxb- (bot), xoxp- (user), xoxa-, xoxr-, xoxs-, xoxo-, xoxc-, xoxe- (refresh), xoxe.xoxp-
     # (rotating), xapp- (app-level): numeric parts, then a random part of 20 or more
-    Rule("slack-token", re.compile(rf"{_BL}(?:xox[a-z]|xapp)(?:\.xox[a-z])?-(?:\d+-)+(?:[A-Za-z0-9]+-)*"
+    Rule("slack-token", re.compile(rf"(?:xox[a-z]|xapp){_start(4)}(?:\.xox[a-z])?-(?:\d+-)+(?:[A-Za-z0-9]+-)*"
                                    rf"[A-Za-z0-9]{{20,}}"), _slack, ("xox", "xapp")),
-    Rule("stripe-key", re.compile(rf"{_BL}(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{{16,}}{_E}"), needles=("k_live_", "k_test_")),
-    Rule("google-api-key", re.compile(rf"{_B}AIza[0-9A-Za-z_\-]{{30,}}"), needles=("AIza",)),
-    Rule("supabase-secret-key", re.compile(rf"{_BL}sb_secret_[A-Za-z0-9_\-]{{16,}}"), needles=("sb_secret_",)),
-    Rule("jwt", re.compile(rf"{_BL}eyJ[A-Za-z0-9_\-]{{8,}}\.eyJ[A-Za-z0-9_\-]{{8,}}\.[A-Za-z0-9_\-]*"), needles=("eyJ",)),
+    Rule("stripe-key", re.compile(rf"(?:sk|rk)_{_start(3)}(?:live|test)_[0-9A-Za-z]{{16,}}{_E}"), needles=("k_live_", "k_test_")),
+    Rule("google-api-key", re.compile(rf"AIza{_start(4, True)}[0-9A-Za-z_\-]{{30,}}"), needles=("AIza",)),
+    Rule("supabase-secret-key", re.compile(rf"sb_secret_{_start(10)}[A-Za-z0-9_\-]{{16,}}"), needles=("sb_secret_",)),
+    Rule("jwt", re.compile(rf"eyJ{_start(3)}[A-Za-z0-9_\-]{{8,}}\.eyJ[A-Za-z0-9_\-]{{8,}}\.[A-Za-z0-9_\-]*"), needles=("eyJ",)),
     Rule("url-password", re.compile(rf"(?i)\b[a-z][a-z0-9+.\-]{{1,30}}://{_URL_USER}:({_URL_PASSWORD})@{_URL_HOST}"),
          _real_password, ("://",)),
     # ADO.NET / ODBC (``Server=…;Password=…;``, the password first or last, quoted or not),
