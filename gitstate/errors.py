@@ -417,18 +417,21 @@ class HookInstallError(GitStateError):
 
 class SecretRefusedError(GitStateError):
     """A write found a credential and the policy (git config ``agentos.secrets``) is ``refuse``:
-    nothing was written. ``path`` is the key path where it sits and ``kind`` what it is; the
-    secret itself is never part of the error. Also raised when a value to redact cannot be read
+    nothing was written. ``path`` is the key path where it sits, ``kind`` what it is and
+    ``fingerprint`` its fingerprint (8 hex digits, what an allowlist takes); the secret itself is
+    never part of the error. Also raised when a value to redact cannot be read
     (``unreadable``), so a credential is never stored because redacting it failed."""
 
-    def __init__(self, path: str, kind: str, *, unreadable: bool = False) -> None:
+    def __init__(self, path: str, kind: str, fingerprint: str | None = None, *, unreadable: bool = False) -> None:
         self.path = path
         self.kind = kind
+        self.fingerprint = fingerprint
         where = path or "the value"
         if unreadable:
             msg = f"cannot redact credentials in {where}: it is not readable as {kind}; nothing was written"
         else:
-            msg = (f"refusing to store a credential ({kind}) at {where}: git config agentos.secrets is "
+            named = f"{kind}, fingerprint {fingerprint}" if fingerprint else kind
+            msg = (f"refusing to store a credential ({named}) at {where}: git config agentos.secrets is "
                    f"'refuse'; nothing was written. Remove it, or let a known false positive through "
-                   f"with git config --add agentos.secrets.allow FINGERPRINT (see git agentos scan)")
+                   f"with git config --add agentos.secrets.allow {fingerprint or 'FINGERPRINT'}")
         super().__init__(msg)

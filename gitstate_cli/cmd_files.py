@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 import gitstate
+from gitstate.secrets import masked_file
 
 from . import output as out
 from .cmd_write import RESTORE_PHASES, print_restore, verbose_option
@@ -69,14 +70,18 @@ def _version_dict(v: gitstate.FileVersion) -> dict[str, Any]:
 @click.option("--history", is_flag=True, help="List every version of PATH.")
 @click.option("--version", "version", type=click.IntRange(min=1), default=None,
               help="Print this version of PATH instead of the latest.")
+@click.option("--raw", is_flag=True,
+              help="Print PATH as stored, credentials included (without it each one shows as its marker).")
 @out.json_option
 @pass_store
 def files(store: gitstate.Store, run_id: str, path: str | None, history: bool, version: int | None,
-          as_json: bool) -> None:
+          raw: bool, as_json: bool) -> None:
     """List, read or show the history of a run's session files.
 
     Without PATH: every path with its latest version. With PATH: its content (latest, or
-    --version N) on stdout, byte for byte into a pipe or a file. On a terminal a text file is
+    --version N) on stdout, byte for byte into a pipe or a file, but for the credentials a text
+    file holds (stored with git config agentos.secrets warn or off): each is printed as its
+    marker, as the redact policy would have stored it, unless --raw is given. On a terminal a text file is
     shown with its control characters escaped (newlines and tabs kept), so a file pulled from
     elsewhere cannot drive the terminal, and a binary file (NUL bytes, or not UTF-8) is refused:
     redirect stdout to a file, or use --json. With --history: every version of PATH. RUN may be
@@ -91,8 +96,8 @@ def files(store: gitstate.Store, run_id: str, path: str | None, history: bool, v
     (listing sorted by path; --history oldest first); with PATH alone, that object plus "content"
     (text, or {"$bytes": hex}).
     """
-    if (history or version is not None) and path is None:
-        raise click.UsageError("--history and --version need a PATH")
+    if (history or version is not None or raw) and path is None:
+        raise click.UsageError("--history, --version and --raw need a PATH")
     if history and version is not None:
         raise click.UsageError("--history and --version cannot be combined")
     run = get_run(store, run_id)
@@ -115,6 +120,8 @@ def files(store: gitstate.Store, run_id: str, path: str | None, history: bool, v
         return
     content = vfs.read(path, version=version) if version is not None else vfs.read(path)
     data: bytes = content if isinstance(content, bytes) else str(content).encode("utf-8")
+    if not raw:
+        data = masked_file(data)
     if as_json:
         if version is None:
             meta = vfs.latest(path)

@@ -108,8 +108,11 @@ def scan(store: gitstate.Store, runs: tuple[str, ...], all_worktrees: bool, reda
     else:
         click.echo(f"no credentials found in {len(oids)} checkpoint(s)")
     if findings:
-        where = len({f.checkpoint for f in findings})
-        click.echo(f"error: {len(findings)} credential(s) found in {where} of {len(oids)} checkpoint(s)", err=True)
+        scanned = set(oids)
+        where = {f.checkpoint for f in findings}
+        records = len(where - scanned)  # run records, node logs, session files
+        click.echo(f"error: {len(findings)} credential(s) found in {len(where & scanned)} of {len(oids)} "
+                   f"checkpoint(s)" + (f" and {records} other record(s)" if records else ""), err=True)
         click.get_current_context().exit(1)
 
 

@@ -304,17 +304,22 @@ class Checkpoint:
         return "stopped" if lgtree.tasks_pending(reader, self.tree_id, pending) else "running"
 
     def _pending_writes(self, reader: ObjectReader, meta: Mapping[str, Any] | None,
-                        writes: Iterable[str] | None = None) -> dict[tuple[str, int], list[Any]] | None:
+                        writes: Iterable[str] | None = None,
+                        index: lgwrites.WritesIndex | None = None) -> dict[tuple[str, int], list[Any]] | None:
         """The records the run's LangGraph writes refs hold for this checkpoint: from the blobs
-        ``writes`` when given, else from the refs listed (``meta``: its ``meta.cbor``, read when
-        ``None``, which names the worktree of the refs)."""
+        ``writes`` when given, else from ``index`` when given, else from the refs listed (``meta``:
+        its ``meta.cbor``, read when ``None``, which names the worktree of the refs)."""
         cid, ns = self.metadata.get("checkpoint_id"), str(self.metadata.get("checkpoint_ns") or "")
         if not isinstance(cid, str):
             return None
         if writes is not None:
             return lgwrites.blob_records(reader, writes, ns, cid)
         worktree = (meta if meta is not None else read_meta(reader, reader.commit(self.id))).get("worktree")
-        return lgwrites.ref_records(reader, worktree, self.run_id, ns, cid) if isinstance(worktree, str) else None
+        if not isinstance(worktree, str):
+            return None
+        if index is not None:
+            return index.records(worktree, self.run_id, ns, cid)
+        return lgwrites.ref_records(reader, worktree, self.run_id, ns, cid)
 
     @property
     def short_id(self) -> str:
@@ -390,14 +395,17 @@ class Checkpoint:
         plain data (see :func:`gitstate.format.lgtree.details`)."""
         return self.langgraph_view()
 
-    def langgraph_view(self, live: bool = False) -> dict[str, Any] | None:
+    def langgraph_view(self, live: bool = False,
+                       writes: lgwrites.WritesIndex | None = None) -> dict[str, Any] | None:
         """:attr:`langgraph`; ``live``: ``next`` as LangGraph's ``get_state`` of a thread names it
-        at its latest checkpoint (the tasks that wrote already left out): for a line's tip."""
+        at its latest checkpoint (the tasks that wrote already left out): for a line's tip.
+        ``writes``: the run's writes refs read through this index (a loop over many checkpoints),
+        not listed and decoded again for this one."""
         if self.workflow != lgtree.WORKFLOW:
             return None
         reader = self._reader().reader
         meta = read_meta(reader, reader.commit(self.id))
-        return lgtree.details(reader, self.tree_id, meta, self._pending_writes(reader, meta), live=live)
+        return lgtree.details(reader, self.tree_id, meta, self._pending_writes(reader, meta, index=writes), live=live)
 
     @property
     def files_tree_id(self) -> str | None:

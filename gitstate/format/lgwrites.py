@@ -17,12 +17,13 @@ special channels, whose writes replace earlier ones, are never stored in writes 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gitstate.errors import CorruptObjectError, UnsupportedFormatError
 from gitstate.format import encoding
-from gitstate.format.names import run_prefix
+from gitstate.format.names import NAMESPACE, run_prefix
 from gitstate.git.reader import ObjectReader
 from gitstate.git.refs import list_refs
 
@@ -110,3 +111,36 @@ def blob_records(reader: ObjectReader, blobs: Iterable[str], ns: str, checkpoint
         if (ref_ns, ref_cid) == (ns, checkpoint_id):
             found.append(records)
     return union(found)
+
+
+class WritesIndex:
+    """The records of the writes refs of every run, for a loop over many checkpoints (a scan):
+    the refs are listed once, and each run's blobs decoded once, when a checkpoint of the run first
+    asks (:func:`ref_records` lists the refs and decodes every blob of the run per checkpoint).
+    Holds what the refs were when first listed."""
+
+    def __init__(self, reader: ObjectReader) -> None:
+        self.reader = reader
+        self._refs: list[tuple[str, str]] | None = None
+        self._names: list[str] = []
+        self._runs: dict[tuple[str, str], dict[tuple[str, str], dict[Key, Record]]] = {}
+
+    def records(self, worktree: str, run_id: str, ns: str, checkpoint_id: str) -> dict[Key, Record]:
+        """What :func:`ref_records` returns for the checkpoint (an unreadable writes blob of the run
+        raises as it does)."""
+        by_checkpoint = self._runs.get((worktree, run_id))
+        if by_checkpoint is None:
+            if self._refs is None:
+                self._refs = sorted(list_refs(self.reader.repo, NAMESPACE))
+                self._names = [name for name, _oid in self._refs]
+            prefix = run_prefix(worktree, run_id) + REF_KIND + "/"
+            parts: dict[tuple[str, str], list[dict[Key, Record]]] = {}
+            at = bisect.bisect_left(self._names, prefix)
+            while at < len(self._refs) and self._names[at].startswith(prefix):
+                oid = self._refs[at][1]
+                ref_ns, ref_cid, records = decode_pending(self.reader.blob(oid), oid)
+                parts.setdefault((ref_ns, ref_cid), []).append(records)
+                at += 1
+            by_checkpoint = {key: union(found) for key, found in parts.items()}
+            self._runs[(worktree, run_id)] = by_checkpoint
+        return dict(by_checkpoint.get((ns, checkpoint_id), {}))

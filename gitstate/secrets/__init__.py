@@ -13,6 +13,8 @@ from .policy import (
     Policy,
     SecretsPolicyError,
     masked,
+    masked_file,
+    masked_text,
     parse_mode,
     read_mode,
     read_rules,
@@ -31,5 +33,5 @@ from .scanner import Finding, Scanner, checkpoint_parts, marker
 
 __all__ = ["ALLOW_KEY", "DEFAULT_MODE", "META_KEY", "MODES", "PATTERN_KEY", "POLICY_KEY", "RULES_FILE", "Finding",
            "Policy", "Rule", "Rules", "Scanner", "SecretsPolicyError", "SecretsRuleError", "checkpoint_parts",
-           "fingerprint", "marker", "masked", "parse_mode", "read_mode", "read_rules",
+           "fingerprint", "marker", "masked", "masked_file", "masked_text", "parse_mode", "read_mode", "read_rules",
            "secrets_record"]

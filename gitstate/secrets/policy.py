@@ -133,7 +133,7 @@ class Policy:
         if not hits:
             return text
         if self.mode == "refuse":
-            raise SecretRefusedError(path, hits[0][0])
+            raise SecretRefusedError(path, hits[0][0], hits[0][1])
         if self.mode == "warn":
             found.extend(Finding(kind, path, fp) for kind, fp, _s in hits)
             return text
@@ -316,7 +316,7 @@ class Policy:
             return data
         if self.mode == "refuse":
             hits = next(h for t in texts if (h := self.scanner.hits(t)))
-            raise SecretRefusedError(path, hits[0][0])
+            raise SecretRefusedError(path, hits[0][0], hits[0][1])
         out: list[bytes] = []
         try:
             end = _Rewriter(data, self.scanner, out).item(0)
@@ -341,6 +341,27 @@ def masked(value: Any) -> Any:
         return _DISPLAY[0].value(value, "", [])
     except GitStateError:  # nested too deep to walk: nothing of it is shown
         return "\u00abredacted:unreadable\u00bb"
+
+
+def masked_text(text: str) -> str:
+    """A file's text for display, masked as :func:`masked` masks a value (the text is not kept
+    in the scanner's cache: a file is seldom met again and may be large)."""
+    if not _DISPLAY:
+        _DISPLAY.append(Policy("redact", Rules()))
+    return _DISPLAY[0].scanner.redact(text, cache=False)[0]
+
+
+def masked_file(data: bytes) -> bytes:
+    """A file's bytes for display: a UTF-8 text file with each credential replaced by its marker
+    (:func:`masked_text`); other bytes, and text without a credential, as they are."""
+    if b"\0" in data:
+        return data
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+    shown = masked_text(text)
+    return data if shown == text else shown.encode("utf-8")
 
 
 def secrets_record(found: Iterable[Finding]) -> list[dict[str, str]]:

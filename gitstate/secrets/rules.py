@@ -8,7 +8,9 @@ of. So are its ``KeywordDetector`` (``password = …`` in code: too many hits on
 agent reads) and the detectors built like it on a keyword and an assignment (Cloudant, IBM Cloud
 IAM, IBM COS HMAC, SoftLayer: they took two thirds of the scanning time for niche services), ``IPPublicDetector`` (an address is not a credential), ``ArtifactoryDetector``
 (fires on capitalised words such as ``APEXLEGENDS``) and ``BasicAuthDetector`` (replaced by the
-``url-password`` rule below, which stops the user part at the first ``/``)."""
+``url-password`` rule below, which stops the user part at the first ``/``). Where a plugin's
+expression has a group, the whole match is the secret, unless what the match holds before the group
+is not part of a token (``aws_secret_access_key = "…"``: the group is the value)."""
 
 from __future__ import annotations
 
@@ -35,13 +37,41 @@ CUSTOM_KIND = "custom"
 _KIND = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\Z")
 _FINGERPRINT = re.compile(rf"[0-9a-f]{{{FINGERPRINT_HEX}}}\Z")
 
-# Not inside a longer token: no base64 or token character right before (a base64 image never
-# yields an ``AIza…`` from its middle), none right after where the shape has a fixed end.
-_B = r"(?<![A-Za-z0-9+/_\-])"
+# Not inside a longer token: no token character right before a key's prefix. What may come
+# before is anything else, and also the end of an escape (a JSON ``\n``, ``\t``, ``\r``, ``\"``
+# or ``\u00a0``; a URL's ``%20``), which no token or base64 text holds. A prefix without ``-`` or
+# ``_`` (``AIza``, ``AKIA``) can sit in the middle of base64 data, so neither ``+`` nor ``/`` may
+# come before it (``strict``); a prefix with ``-`` or ``_`` cannot (standard base64 has neither),
+# nor can a JWT (its dots), so ``/`` and ``+`` may (``https://ghp_…@github.com``).
+def _start(width: int, strict: bool = False) -> str:
+    """The check above, written after a prefix of ``width`` characters (``(?<!…)`` before a literal
+    keeps the regular expression engine from searching for the literal quickly); ``strict``: no
+    ``+`` or ``/`` before it either."""
+    token = r"A-Za-z0-9_\-" + ("+/" if strict else "")
+    w = f".{{{width}}}"
+    return (rf"(?:(?<![{token}]{w})|(?<=\\[ntr\"]{w})|(?<=%[0-9A-Fa-f]{{2}}{w})"
+            rf"|(?<=\\u[0-9A-Fa-f]{{4}}{w}))")
+
+
+# ... and none right after where the shape has a fixed end.
 _E = r"(?![A-Za-z0-9_\-])"
 _PEM = r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
 _PEM_END = r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-_URL_STOP = r"\s/@?#\"'<>"
+# A PEM body without its END line (cut tool output): its header lines (``Proc-Type: …``), then
+# every run of 16 or more base64 characters separated only by line breaks (real ones, or JSON's
+# ``\n``) and blanks, and a last short line.
+_PEM_SEP = r"(?:\r?\n|\\r\\n|\\n|[ \t])"
+_PEM_BODY = (rf"(?:(?:\r?\n|\\r\\n|\\n)[A-Za-z][A-Za-z0-9\-]*:[^\r\n\\]*)*"
+             rf"(?:{_PEM_SEP}+[A-Za-z0-9+/=]{{16,}})+(?:{_PEM_SEP}[A-Za-z0-9+/=]{{1,15}}(?={_PEM_SEP}|\Z|[\"'\\]))?")
+# A URL's user (no ':', '@', '/'), its password (anything up to the last '@' that a host follows:
+# a password may hold '/', '#', '@', '?') and its host.
+_URL_USER = r"[^\s/@:\"'<>`]*"
+_URL_PASSWORD = r"[^\s\"'`]+"
+_URL_HOST = r"(?:[A-Za-z0-9\-._~%]+|\[[0-9A-Fa-f:.]+\])(?=[/:?#\s\"'<>`,;)\]}\\]|\Z)"
+# Keys of a connection string (ADO.NET, ODBC, libpq, JDBC) that make a ``password=`` on the same
+# line a connection's password.
+_CONN_KEYS = (r"(?i)(?:(?<![a-z0-9_])(?:server|data source|host|hostaddr|address|addr|network address|user id|"
+              r"uid|user|username|database|dbname|initial catalog|port|sslmode|driver|provider)\s*=|jdbc:|[a-z]://)")
 
 
 class SecretsRuleError(GitStateError):
@@ -60,23 +90,43 @@ def fingerprint(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()[:FINGERPRINT_HEX]
 
 
-def _mixed(secret: str) -> bool:
-    """Random keys mix digits and letters; hyphenated words do not."""
-    return any(c.isdigit() for c in secret) and any(c.isalpha() for c in secret)
+def _keylike(secret: str) -> bool:
+    """A random key holds a digit, and a long run of letters and digits or both cases; words
+    joined by dashes (``sk-learn-models-2024-v1``, ``sk-your-api-key-here-123``) do not."""
+    body = secret.split("-", 1)[-1]
+    if not any(c.isdigit() for c in body):
+        return False
+    if re.search(r"[A-Za-z0-9]{16}", body):
+        return True
+    return any(c.isupper() for c in body) and any(c.islower() for c in body)
 
 
-_PLACEHOLDER = re.compile(r"(?:[$%{<\[].*|\*+|[xX]+|\.\.\.|…)\Z")
+def _slack(secret: str) -> bool:
+    """A Slack token ends in a random part (not a lowercase word: ``xoxo-2024-supercalifragilistic``)."""
+    last = secret.rsplit("-", 1)[-1]
+    return not (last.isalpha() and last.islower())
+
+
+#: What a template puts where a password goes, when it is the whole password: ``${VAR}``,
+#: ``$VAR_NAME``, ``$(command)``, ``%VAR%``, ``<password>``, ``{password}``, ``{{ password }}``,
+#: ``[password]``, ``%(password)s``, ``%s``, ``***``, ``xxx``, ``...``. A name in brackets is words
+#: (``db_password``, ``YOUR PASSWORD``, ``secrets.DbPass``), never a random mix of letters and digits.
+_NAME = r"\s*\.?(?:[A-Za-z]+[0-9]*[ _.\-:]+)*[A-Za-z]+[0-9]*\s*"
+_PLACEHOLDER = re.compile(
+    rf"(?:\$\{{[^{{}}]*\}}|\$[A-Z_][A-Z0-9_]*|\$\([^()]*\)|%[A-Za-z_][A-Za-z0-9_]*%|<{_NAME}>|\{{\{{{_NAME}\}}\}}|"
+    rf"\{{{_NAME}\}}|\{{[0-9]*\}}|\[{_NAME}\]|%\({_NAME}\)[sdr]|%[sdr]|\*+|[xX]+|\.\.\.|…)\Z")
 
 
 def _real_password(secret: str) -> bool:
-    """A URL password that is not a template placeholder (``${PASS}``, ``<password>``, ``***``)."""
-    return not _PLACEHOLDER.match(secret)
+    """A password that is not a template placeholder (``${PASS}``, ``<password>``, ``***``), nor a
+    port (``ldap://host:389@x``) or a port and path (``http://localhost:5173/@vite/client``)."""
+    return not _PLACEHOLDER.match(secret) and not re.match(r"\d{1,5}(?:/|\Z)", secret)
 
 
 @dataclass(frozen=True)
 class Rule:
-    """One pattern: findings of ``kind`` are its matches (its first group, when it has groups)
-    that ``valid`` accepts."""
+    """One pattern: findings of ``kind`` are its matches (the first of its groups that took part,
+    when it has groups) that ``valid`` accepts."""
 
     kind: str
     pattern: re.Pattern[str]
@@ -85,6 +135,9 @@ class Rule:
     #: is not run on it (a substring test is far faster than a regular expression's search).
     needles: tuple[str, ...] = ()
     fold: bool = False
+    #: A match counts only when this is found on the same line, at most :data:`NEAR` characters
+    #: away (``password=…`` is a connection's password next to ``host=``).
+    near: re.Pattern[str] | None = None
 
     def matches(self, text: str, lower: str | None = None) -> Iterable[tuple[str, int, int]]:
         """``(secret, start, end)`` of each match in ``text`` (``lower``: ``text.lower()``, if
@@ -93,32 +146,56 @@ class Rule:
             within = (lower if lower is not None else text.lower()) if self.fold else text
             if not any(n in within for n in self.needles):
                 return
-        group = 1 if self.pattern.groups else 0
+        groups = range(1, self.pattern.groups + 1) if self.pattern.groups else range(1)
         for m in self.pattern.finditer(text):
+            group = next((g for g in groups if m.start(g) >= 0), 0)
             secret = m.group(group)
-            if secret and (self.valid is None or self.valid(secret)):
-                yield secret, m.start(group), m.end(group)
+            if not secret or (self.valid is not None and not self.valid(secret)):
+                continue
+            if self.near is not None and not self._near(text, m.start(), m.end()):
+                continue
+            yield secret, m.start(group), m.end(group)
 
+    def _near(self, text: str, start: int, end: int) -> bool:
+        lo = max(text.rfind("\n", 0, start) + 1, start - NEAR)
+        hi = text.find("\n", end)
+        hi = min(len(text) if hi < 0 else hi, end + NEAR)
+        assert self.near is not None
+        return self.near.search(text, lo, hi) is not None
+
+
+#: How far from a match its :attr:`Rule.near` context may be.
+NEAR = 300
 
 #: gitstate's own rules, run before detect-secrets' plugins (a match of both is reported once,
 #: with the kind named here).
 BUILTIN: tuple[Rule, ...] = (
-    Rule("private-key", re.compile(rf"{_PEM}(?:[\s\S]*?{_PEM_END}|[\s\S]{{0,200}})"), needles=("PRIVATE KEY",)),
-    Rule("anthropic-api-key", re.compile(rf"{_B}sk-ant-[A-Za-z0-9_\-]{{20,}}"), _mixed, ("sk-ant-",)),
-    Rule("openai-api-key", re.compile(rf"{_B}sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{{20,}}"), _mixed, ("sk-",)),
-    Rule("github-token", re.compile(rf"{_B}(?:gh[pousr]_[A-Za-z0-9]{{30,}}|github_pat_[A-Za-z0-9_]{{30,}}){_E}"),
+    Rule("private-key", re.compile(rf"{_PEM}(?:[\s\S]*?{_PEM_END}|{_PEM_BODY})"), needles=("PRIVATE KEY",)),
+    Rule("anthropic-api-key", re.compile(rf"sk-ant-{_start(7)}[A-Za-z0-9_\-]{{20,}}"), _keylike, ("sk-ant-",)),
+    Rule("openai-api-key", re.compile(rf"sk-{_start(3)}(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{{20,}}"), _keylike,
+         ("sk-",)),
+    Rule("github-token", re.compile(rf"(?:gh[pousr]_{_start(4)}[A-Za-z0-9]{{30,}}|github_pat_{_start(11)}[A-Za-z0-9_]{{30,}})"
+                                    r"(?![A-Za-z0-9_])"),
          needles=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
-    Rule("aws-access-key", re.compile(rf"{_B}(?:AKIA|ASIA)[A-Z0-9]{{16}}{_E}"), needles=("AKIA", "ASIA")),
-    Rule("slack-token", re.compile(rf"{_B}xox[abposr]-[A-Za-z0-9\-]{{10,}}"), _mixed, ("xox",)),
-    Rule("stripe-key", re.compile(rf"{_B}(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{{16,}}{_E}"), needles=("k_live_", "k_test_")),
-    Rule("google-api-key", re.compile(rf"{_B}AIza[0-9A-Za-z_\-]{{30,}}"), needles=("AIza",)),
-    Rule("supabase-secret-key", re.compile(rf"{_B}sb_secret_[A-Za-z0-9_\-]{{16,}}"), needles=("sb_secret_",)),
-    Rule("jwt", re.compile(rf"{_B}eyJ[A-Za-z0-9_\-]{{8,}}\.eyJ[A-Za-z0-9_\-]{{8,}}\.[A-Za-z0-9_\-]*"), needles=("eyJ",)),
-    Rule("url-password", re.compile(rf"(?i)\b[a-z][a-z0-9+.\-]{{1,30}}://[^{_URL_STOP}:]*:([^{_URL_STOP}]+)@[^{_URL_STOP}:]+"),
+    Rule("aws-access-key", re.compile(rf"(?:AKIA|ASIA){_start(4, True)}[A-Z0-9]{{16}}{_E}"), needles=("AKIA", "ASIA")),
+    # xoxb- (bot), xoxp- (user), xoxa-, xoxr-, xoxs-, xoxo-, xoxc-, xoxe- (refresh), xoxe.xoxp-
+    # (rotating), xapp- (app-level): numeric parts, then a random part of 20 or more
+    Rule("slack-token", re.compile(rf"(?:xox[a-z]|xapp){_start(4)}(?:\.xox[a-z])?-(?:\d+-)+(?:[A-Za-z0-9]+-)*"
+                                   rf"[A-Za-z0-9]{{20,}}"), _slack, ("xox", "xapp")),
+    Rule("stripe-key", re.compile(rf"(?:sk|rk)_{_start(3)}(?:live|test)_[0-9A-Za-z]{{16,}}{_E}"), needles=("k_live_", "k_test_")),
+    Rule("google-api-key", re.compile(rf"AIza{_start(4, True)}[0-9A-Za-z_\-]{{30,}}"), needles=("AIza",)),
+    Rule("supabase-secret-key", re.compile(rf"sb_secret_{_start(10)}[A-Za-z0-9_\-]{{16,}}"), needles=("sb_secret_",)),
+    Rule("jwt", re.compile(rf"eyJ{_start(3)}[A-Za-z0-9_\-]{{8,}}\.eyJ[A-Za-z0-9_\-]{{8,}}\.[A-Za-z0-9_\-]*"), needles=("eyJ",)),
+    Rule("url-password", re.compile(rf"(?i)\b[a-z][a-z0-9+.\-]{{1,30}}://{_URL_USER}:({_URL_PASSWORD})@{_URL_HOST}"),
          _real_password, ("://",)),
+    # ADO.NET / ODBC (``Server=…;Password=…;``, the password first or last, quoted or not),
+    # libpq (``host=… password=…``), JDBC (``…?user=…&password=…``, ``…;password=…``); not a
+    # call's argument that names a variable (``connect(host=h, password=os.environ["PW"])``)
     Rule("connection-string-password", re.compile(
-        r"(?i)(?<![a-z0-9_])(?:server|data source|host|address|user id|uid|database|initial catalog)\s*=[^;]*;"
-        r"(?:[^;]*;){0,8}?\s*(?:password|pwd)\s*=\s*([^;\s'\"]+)"), _real_password, ("password", "pwd"), fold=True),
+        r"(?i)(?<![a-z0-9_.\-])(?!(?:(?<=[(,])|(?<=[(,] ))(?:password|pwd|passwd)\s*=\s*[a-z_][a-z0-9_.]*[,)(\[])"
+        r"(?:password|pwd|passwd)\s*=\s*(?!=)"
+        r"(?:\\\"((?:[^\"\\\n]|\\[^\"])+)\\\"|'([^'\n]+)'|\"([^\"\n]+)\"|\{([^{}\n]+)\}|([^;&\s'\"\\]+))"),
+        _real_password, ("password", "pwd", "passwd"), fold=True, near=re.compile(_CONN_KEYS)),
 )
 
 #: detect-secrets' plugins used (module, class), the kind each one's findings get, and substrings
@@ -142,6 +219,10 @@ DETECT_SECRETS_PLUGINS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("telegram_token", "TelegramBotTokenDetector", "telegram-bot-token", (":",)),
     ("twilio", "TwilioKeyDetector", "twilio-key", ()),
 )
+
+
+#: Checks of a plugin's finds by kind (detect-secrets' Slack expression takes ``xoxo-2024-see``).
+PLUGIN_VALID: dict[str, Callable[[str], bool]] = {"slack-token": _slack}
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gitstate.format.checkpoint import Checkpoint
+from gitstate.format.lgwrites import WritesIndex
 
-from .rules import BUILTIN, Rule, Rules, fingerprint, load_detect_secrets
+from .rules import BUILTIN, PLUGIN_VALID, Rule, Rules, fingerprint, load_detect_secrets
 
 #: Strings shorter than this hold no built-in credential shape (user patterns see every string).
 MIN_LENGTH = 16
@@ -21,6 +22,8 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,63}\Z")
 #: shape gitstate or detect-secrets knows (each needs a letter outside a-f, an upper-case letter,
 #: ':' or '_'); user patterns still see it.
 _PLAIN = re.compile(r"[0-9a-f.\-]*\Z")
+#: A secret this long is replaced wherever it sits in a text, not only where a rule found it.
+REPEAT_LENGTH = 16
 #: How every marker begins.
 MARKER_OPEN = "\u00abredacted:"
 #: Hex digits of the fingerprint a marker shows.
@@ -66,6 +69,41 @@ def _text(value: bytes | bytearray | memoryview) -> str | None:
         return None
 
 
+_Span = tuple[int, int, str, str]  # start, end, kind, fingerprint
+_Found = tuple[tuple[tuple[str, str, str], ...], tuple[_Span, ...]]  # distinct hits, every place
+_NONE: _Found = ((), ())
+_TOKEN = re.compile(r"[A-Za-z0-9_\-]*")
+
+
+def plugin_matches(plugin: Any, text: str) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each match of a detect-secrets plugin's expressions in ``text``. The
+    plugin itself yields only a group when its expression has one (``(ghp|gho)_…`` yields
+    ``ghp``): here the whole match is the secret, unless what the match holds before the group
+    is not part of a token (``aws_secret_access_key = "…"``): then the group is."""
+    for regex in plugin.denylist:
+        for m in regex.finditer(text):
+            start, end = m.span()
+            if regex.groups:
+                group = next((g for g in range(1, regex.groups + 1) if m.start(g) >= 0), 0)
+                before = text[start:m.start(group)]
+                if group and not _TOKEN.fullmatch(before):
+                    start, end = m.span(group)
+            if end > start:
+                yield start, end
+
+
+def _merged(spans: Iterable[_Span]) -> list[_Span]:
+    """Spans sorted, overlapping ones joined (the first one's kind and fingerprint kept)."""
+    out: list[_Span] = []
+    for start, end, kind, fp in sorted(spans, key=lambda s: (s[0], -s[1])):
+        if out and start < out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end, out[-1][2], out[-1][3])
+            continue
+        out.append((start, end, kind, fp))
+    return out
+
+
 class Scanner:
     """Finds credentials in strings and decoded values. Results per distinct string are kept
     (bounded), so the messages a LangGraph thread repeats in every checkpoint are matched once."""
@@ -74,7 +112,7 @@ class Scanner:
         self.rules = rules or Rules()
         self._own: tuple[Rule, ...] = BUILTIN
         self._plugins = load_detect_secrets()
-        self._cache: dict[str, tuple[tuple[str, str, str], ...]] = {}
+        self._cache: dict[str, _Found] = {}
         # every needle once (the text's own, and the lowercased text's): a text is searched for
         # each once, and a rule runs only when one of its needles is there
         self._case = frozenset(n for r in self._own if not r.fold for n in r.needles)
@@ -89,10 +127,13 @@ class Scanner:
         """``(kind, fingerprint, secret)`` of each distinct credential in ``text`` (allowlisted ones
         left out): what :meth:`redact` replaces. The secret never leaves this process. ``cache``:
         keep the result by ``text`` (strings met again and again); a file's text is not kept."""
+        return self._lookup(text, cache)[0]
+
+    def _lookup(self, text: str, cache: bool) -> _Found:
         hit = self._cache.get(text) if cache else None
         if hit is None:
             if not self.rules.patterns and _PLAIN.match(text):
-                return ()  # ids, hashes, version numbers: no shape the rules know is made of these
+                return _NONE  # ids, hashes, version numbers: no shape the rules know is made of these
             hit = self._find(text)
             if cache:
                 if len(self._cache) >= _CACHE_LIMIT:
@@ -102,46 +143,68 @@ class Scanner:
 
     def redact(self, text: str, *, cache: bool = True) -> tuple[str, tuple[tuple[str, str], ...]]:
         """``text`` with each credential replaced by its :func:`marker`, and the ``(kind,
-        fingerprint)`` of each one replaced (``text`` itself when there is none)."""
-        hits = self.hits(text, cache=cache)
-        if not hits:
+        fingerprint)`` of each one replaced (``text`` itself when there is none). What is replaced
+        is where each was found (overlapping finds as one), and every other place the same
+        secret sits when it is :data:`REPEAT_LENGTH` characters or longer; never other text that
+        happens to equal a short secret (``postgres://postgres:postgres@…``)."""
+        hits, spans = self._lookup(text, cache)
+        if not spans:
             return text, ()
-        for kind, fp, secret in sorted(hits, key=lambda h: -len(h[2])):
-            text = text.replace(secret, marker(kind, fp))
-        return text, tuple((kind, fp) for kind, fp, _secret in hits)
+        pieces: list[str] = []
+        pos = len(text)
+        for start, end, kind, fp in reversed(_merged(spans)):  # right to left
+            pieces.append(text[end:pos])
+            pieces.append(marker(kind, fp))
+            pos = start
+        pieces.append(text[:pos])
+        return "".join(reversed(pieces)), tuple((kind, fp) for kind, fp, _secret in hits)
 
-    def _find(self, text: str) -> tuple[tuple[str, str, str], ...]:
+    def _find(self, text: str) -> _Found:
         found: dict[str, tuple[str, str]] = {}  # fingerprint -> (kind, secret), in order found
-        spans: list[tuple[int, int]] = []
+        spans: list[tuple[int, int, str]] = []  # start, end, fingerprint
         lower = text.lower()
         for rule in self.rules.patterns:
             for secret, start, end in rule.matches(text, lower):
-                found.setdefault(fingerprint(secret), (rule.kind, secret))
-                spans.append((start, end))
+                fp = fingerprint(secret)
+                found.setdefault(fp, (rule.kind, secret))
+                spans.append((start, end, fp))
         if len(text) >= MIN_LENGTH:
             there = {n for n in self._case if n in text} | {n for n in self._folded if n in lower}
             for rule in self._own:
                 if rule.needles and there.isdisjoint(rule.needles):
                     continue
                 for secret, start, end in rule.matches(text, lower):
-                    if not any(s <= start and end <= e for s, e in spans):
-                        found.setdefault(fingerprint(secret), (rule.kind, secret))
-                        spans.append((start, end))
+                    if not any(s <= start and end <= e for s, e, _fp in spans):
+                        fp = fingerprint(secret)
+                        found.setdefault(fp, (rule.kind, secret))
+                        spans.append((start, end, fp))
             for kind, plugin, needles in self._plugins:
                 if needles and there.isdisjoint(needles):
                     continue
-                for secret in plugin.analyze_string(text):
-                    if not isinstance(secret, str) or not secret:
-                        continue
-                    start = text.find(secret)
-                    end = start + len(secret)
-                    if start >= 0 and any(s < end and start < e for s, e in spans):
+                for start, end in plugin_matches(plugin, text):
+                    if any(s < end and start < e for s, e, _fp in spans):
                         continue  # part of a credential a rule above found
-                    found.setdefault(fingerprint(secret), (kind, secret))
+                    secret = text[start:end]
+                    check = PLUGIN_VALID.get(kind)
+                    if check is not None and not check(secret):
+                        continue
+                    fp = fingerprint(secret)
+                    found.setdefault(fp, (kind, secret))
+                    spans.append((start, end, fp))
         allow = self.rules.allow
         # a marker is never a credential (a redacted URL password still sits between ':' and '@')
-        return tuple((kind, fp, secret) for fp, (kind, secret) in found.items()
-                     if fp not in allow and MARKER_OPEN not in secret)
+        kept = {fp: (kind, secret) for fp, (kind, secret) in found.items()
+                if fp not in allow and MARKER_OPEN not in secret}
+        if not kept:
+            return _NONE
+        where = [(s, e, kept[fp][0], fp) for s, e, fp in spans if fp in kept]
+        for fp, (kind, secret) in kept.items():
+            if len(secret) >= REPEAT_LENGTH:  # the same secret elsewhere, in a place no rule matched
+                at = text.find(secret)
+                while at >= 0:
+                    where.append((at, at + len(secret), kind, fp))
+                    at = text.find(secret, at + len(secret))
+        return tuple((kind, fp, secret) for fp, (kind, secret) in kept.items()), tuple(where)
 
     def scan_value(self, value: Any, path: str = "") -> list[Finding]:
         """Findings in every string of ``value`` (maps, lists, tuples and sets walked to any
@@ -195,27 +258,31 @@ class Scanner:
             return "[" + repr(key) + "]"
         return f"{{#{n}}}"
 
-    def scan_checkpoint(self, cp: Checkpoint) -> list[Finding]:
+    def scan_checkpoint(self, cp: Checkpoint, writes: WritesIndex | None = None) -> list[Finding]:
         """Findings in one checkpoint, located in it: its metadata (``metadata…``), decoded state
         (``state…``; a LangGraph checkpoint's channel values), tool invocations (``tools…``) and
         audit events (``audit…``); for a LangGraph checkpoint also LangGraph's metadata
         (``langgraph.metadata…``) and pending writes (``langgraph.writes[i]…``). Raises what
-        reading the checkpoint raises (a :class:`gitstate.GitStateError` when it is corrupt)."""
+        reading the checkpoint raises (a :class:`gitstate.GitStateError` when it is corrupt).
+        ``writes``: see :func:`checkpoint_parts`."""
         found: list[Finding] = []
-        for path, value in checkpoint_parts(cp):
+        for path, value in checkpoint_parts(cp, writes=writes):
             found.extend(f.at(cp.run_id, cp.id) for f in self.scan_value(value, path))
         return found
 
 
-def checkpoint_parts(cp: Checkpoint, *, state: bool = True) -> Iterable[tuple[str, Any]]:
+def checkpoint_parts(cp: Checkpoint, *, state: bool = True,
+                     writes: WritesIndex | None = None) -> Iterable[tuple[str, Any]]:
     """``(path, value)`` of each part of a checkpoint that is scanned; ``state=False`` leaves the
-    state out without decoding it (for a caller that scans it piece by piece)."""
+    state out without decoding it (for a caller that scans it piece by piece); ``writes``: read
+    LangGraph's pending writes through this index (a scan of many checkpoints of a run lists and
+    decodes the run's writes refs once)."""
     yield "metadata", cp.metadata
     if state:
         yield "state", cp.state
     yield "tools", cp.tools
     yield "audit", cp.audit
-    lg = cp.langgraph_view()
+    lg = cp.langgraph_view(writes=writes)
     if lg is not None:
         if lg.get("metadata") != cp.metadata:
             yield "langgraph.metadata", lg.get("metadata")

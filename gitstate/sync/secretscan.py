@@ -14,7 +14,7 @@ from pygit2.enums import ObjectType, SortMode
 
 from gitstate.errors import CorruptObjectError, GitStateError
 from gitstate.format import checkpoint as cpfmt
-from gitstate.format import encoding, lgtree
+from gitstate.format import encoding, lgtree, lgwrites
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.statetree import MAX_TREE_DEPTH, StateReader
 from gitstate.git.objects import MODE_TREE
@@ -42,7 +42,7 @@ class SecretsFoundError(GitStateError):
                           for f in self.findings[:3])
         more = f"; and {len(self.findings) - 3} more" if len(self.findings) > 3 else ""
         super().__init__(
-            f"{action} {remote} refused: {len(self.findings)} credential(s) in {len(checkpoints)} checkpoint(s) "
+            f"{action} {remote} refused: {len(self.findings)} credential(s) in {len(checkpoints)} commit(s) "
             f"it would send ({shown}{more}); nothing was sent. See them with 'git agentos scan'; let a known "
             f"false positive through with --allow-secret FINGERPRINT or git config {ALLOW_KEY}")
 
@@ -115,6 +115,7 @@ class CheckpointScanner:
         self.store = store
         self.scanner = scanner
         self._blobs: dict[str, tuple[int, list[Finding]]] = {}
+        self._writes = lgwrites.WritesIndex(store.core.reader)  # each run's writes refs read once
 
     def scan(self, cp: Checkpoint) -> list[Finding]:
         """Findings of one checkpoint, as :meth:`gitstate.secrets.Scanner.scan_checkpoint` finds
@@ -145,9 +146,9 @@ class CheckpointScanner:
     def _scan(self, cp: Checkpoint) -> list[Finding]:
         values = lgtree.values_tree(self.store.core.reader.tree(cp.tree_id)) if cp.workflow == lgtree.WORKFLOW else None
         if values is None:
-            return self.scanner.scan_checkpoint(cp)
+            return self.scanner.scan_checkpoint(cp, self._writes)
         found: list[Finding] = []
-        for path, value in checkpoint_parts(cp, state=False):
+        for path, value in checkpoint_parts(cp, state=False, writes=self._writes):
             found.extend(self.scanner.scan_value(value, path))
         for n, (channel, entry) in enumerate(sorted(lgtree.channel_entries(self.store.core.reader, values).items())):
             base = "state" + self.scanner.key_segment(channel, n)

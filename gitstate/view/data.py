@@ -45,7 +45,7 @@ from gitstate.format.statetree import StateReader
 from gitstate.git import safeopen
 from gitstate.git.command import popen_git, run_git
 from gitstate.git.objects import MODE_TREE
-from gitstate.secrets import masked
+from gitstate.secrets import masked, masked_text
 from gitstate.store import refspec, sessionfiles
 from gitstate.store.run import Run
 from gitstate.store.store import RunSummary, Store, derive_status
@@ -810,7 +810,7 @@ class ViewData:
             if values.is_binary(data):
                 out["binary"] = True
                 return out
-            texts.append(data.decode("utf-8", "replace"))
+            texts.append(masked_text(data.decode("utf-8", "replace")))  # what warn stored shows as markers
         out["diff"] = unified(texts[0], texts[1], old_path or new_path, new_path or old_path,
                               old is None, new is None)
         return out
@@ -847,8 +847,9 @@ class ViewData:
                 if binary or entry["too_large"]:
                     entry["diff"] = None
                 else:
-                    entry["diff"] = unified((previous or b"").decode("utf-8", "replace"),
-                                            data.decode("utf-8", "replace"), path, path, previous is None, False)
+                    entry["diff"] = unified(masked_text((previous or b"").decode("utf-8", "replace")),
+                                            masked_text(data.decode("utf-8", "replace")), path, path,
+                                            previous is None, False)
                 entry.update(blob_view(data, MAX_FILE_SHOWN, size))
                 versions.append(entry)
             previous, previous_size = data, size

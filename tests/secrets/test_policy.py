@@ -22,7 +22,7 @@ from test_secrets import corpus
 
 import gitstate
 from gitstate.format.checkpoint import read_meta
-from gitstate.secrets import Policy, SecretsPolicyError, marker
+from gitstate.secrets import Policy, SecretsPolicyError, fingerprint, marker
 
 try:
     from langgraph.graph.message import add_messages
@@ -188,6 +188,8 @@ def test_refuse_writes_nothing(tmp_path: Path) -> None:
         run.checkpoint({"deep": {"list": [1, {"k": CORPUS[0][1]}]}})
     assert info.value.path == "state.deep.list[1].k" and info.value.kind == "aws-access-key"
     assert CORPUS[0][1] not in str(info.value)
+    # the message names the fingerprint the allowlist takes (nothing was written for scan to find)
+    assert f"git config --add agentos.secrets.allow {fingerprint(CORPUS[0][1])}" in str(info.value)
     with pytest.raises(gitstate.SecretRefusedError):
         run.files.write("x.txt", CORPUS[1][1], author="agent:a")
     if _has("langgraph"):

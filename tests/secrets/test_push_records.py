@@ -94,3 +94,20 @@ def test_scan_redact_without_now_leaves_the_old_objects_for_gc(tmp_path: Path) -
     assert AWS.encode() in all_objects(path)
     assert run_git(path, "agentos", "gc", "--now").returncode == 0
     assert AWS.encode() not in all_objects(path)
+
+
+def test_scan_counts_checkpoints_and_records_apart(tmp_path: Path) -> None:
+    """The closing line counts the checkpoints with findings among those scanned, and the other
+    records (here a session file's commits) apart: never more checkpoints with findings than
+    checkpoints."""
+    path = make_repo(tmp_path / "repo")
+    git(path, "config", "agentos.secrets", "warn")
+    store = gitstate.open_store(path)
+    run = store.create_run("w", "r")
+    run.checkpoint({"step": 0, "key": AWS})
+    for n in range(3):
+        run.files.write(f"notes{n}.md", f"key {AWS}\n", author="agent:a")
+    store.close()
+    out = run_git(path, "agentos", "scan")
+    assert out.returncode == 1
+    assert out.stderr.strip() == "error: 4 credential(s) found in 1 of 1 checkpoint(s) and 3 other record(s)"

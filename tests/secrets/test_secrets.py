@@ -114,6 +114,16 @@ def negatives() -> list[str]:
         out.append(base64.b64encode(rng.randbytes(rng.randint(20, 600))).decode())
         out.append("data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n" + rng.randbytes(rng.randint(50, 600))).decode())
         out.append(" ".join(rng.choice(words) for _ in range(rng.randint(5, 30))).capitalize() + ".")
+        if i % 10 == 0:  # base64 after the escapes and separators a key may follow
+            blob = base64.b64encode(rng.randbytes(rng.randint(100, 900))).decode()
+            out.append(json.dumps({"img": "data:image/png;base64,\n" + blob, "b": "a\t" + blob}))
+            out.append("/" + blob + "+" + blob)
+            out.append("data:image/png;base64," + blob.replace("+", "%2B").replace("/", "%2F"))
+            out.append("\n".join(blob[j:j + 64] for j in range(0, len(blob), 64)))
+    out += PLACEHOLDERS + ["xoxo-see-you-in-2024 love mom", "Great party! xoxo-Jen2023-forever",
+                           "xoxo-2024-see-you-soon", "xoxo-2024-supercalifragilisticexpialidocious",
+                           "stock ticker sk-hynix-2024-earnings-q3-report", "/home/u/.cache/sk-learn-models-2024-v1/x",
+                           "OPENAI_API_KEY=sk-your-api-key-here-1234567890"]
     return out
 
 
@@ -121,6 +131,97 @@ def test_no_false_positive_on_ids_images_and_prose() -> None:
     scanner = Scanner()
     hits = [text[:60] for text in negatives() if scanner.find(text)]
     assert hits == []
+
+
+SLACK = [f"xoxe-1-{rand(140)}", f"xoxe.xoxp-1-{rand(140)}", f"xoxa-2-{RNG.randrange(10**11)}-{rand(40)}",
+         f"xoxr-{RNG.randrange(10**11)}-{rand(30)}", f"xoxs-{RNG.randrange(10**11)}-{RNG.randrange(10**11)}-{rand(24)}",
+         f"xoxo-{RNG.randrange(10**11)}-{rand(24)}", f"xapp-1-A{rand(10).upper()}-{RNG.randrange(10**12)}-{rand(64).lower()}"]
+
+
+def escaped_contexts(secret: str) -> list[str]:
+    """A secret right after a JSON escape, a percent escape, and (but for the prefixes that base64
+    text may hold: ``AKIA``, ``ASIA``, ``AIza``) after ``+`` and as a URL's user."""
+    out = [json.dumps({"stdout": f"loaded\n{secret}\ndone"}), json.dumps({"out": f"a\t{secret}"}),
+           json.dumps({"q": f'say "{secret}"'}), f"Authorization%3A%20Bearer%20{secret}",
+           json.dumps({"k": f"\u00a0{secret}"}, ensure_ascii=True)]
+    if not secret.startswith(("AKIA", "ASIA", "AIza")):
+        out += [f"q=Bearer+{secret}", f"git clone https://{secret}@github.com/o/r.git"]
+    return out
+
+
+@pytest.mark.parametrize("kind", ["every-kind", "slack"])
+def test_recall_after_escapes_and_in_urls(kind: str) -> None:
+    """No token character may come right before a key, but the end of an escape may."""
+    policy_scanner = Scanner()
+    secrets = [s for k, s in corpus() if k != "private-key"][:19] if kind == "every-kind" else SLACK
+    leaked = []
+    for secret in secrets:
+        for text in escaped_contexts(secret) + [f"SLACK_TOKEN={secret}"]:
+            out = policy_scanner.redact(text)[0]
+            if secret in out or secret[-16:] in out:
+                leaked.append(text[:80])
+    assert leaked == []
+
+
+PASSWORDS = [
+    ("postgres://admin:%40Xk9fQ2mZ7vLp@db.example.com:5432/prod", "%40Xk9fQ2mZ7vLp"),
+    ("mysql://root:$ecretP4ssw0rd!@127.0.0.1:3306/app", "$ecretP4ssw0rd!"),
+    ("redis://default:[Zq8vT3pL9x@redis.local:6379", "[Zq8vT3pL9x"),
+    ("amqp://svc:{Zq8vT3pL9xW}@mq:5672", "{Zq8vT3pL9xW}"),
+    ("https://bob:<Zq8vT3pL9xW@host.com/x", "<Zq8vT3pL9xW"),
+    ("postgres://u:ab/cd9Zk2pQ@db.host/app", "ab/cd9Zk2pQ"),
+    ("postgres://u:ab#cd9Zk2pQ@db.host/app", "ab#cd9Zk2pQ"),
+    ("postgres://u:p@ss9Zk2pQ@db.host/app", "p@ss9Zk2pQ"),
+    ("jdbc:postgresql://db:5432/app?user=admin&password=Zq8vT3pL9xWq", "Zq8vT3pL9xWq"),
+    ("jdbc:sqlserver://db:1433;databaseName=app;user=sa;password=Zq8vT3pL9xWq;", "Zq8vT3pL9xWq"),
+    ("Server=db;Database=x;User Id=sa;Password='Zq8vT3pL9xWq';", "Zq8vT3pL9xWq"),
+    ('Server=db;Database=x;User Id=sa;Password="Zq8v;T3pL9xWq";', "Zq8v;T3pL9xWq"),
+    ("Password=Zq8vT3pL9xWq;Server=db;User Id=sa;", "Zq8vT3pL9xWq"),
+    ("host=db.internal port=5432 dbname=app user=svc password=Zq8vT3pL9xWq sslmode=require", "Zq8vT3pL9xWq"),
+    ("conn = psycopg.connect(host='db', password='Zq8vT3pL9xWq')", "Zq8vT3pL9xWq"),
+]
+PLACEHOLDERS = ["postgres://user:${PGPASSWORD}@db:5432/app", "postgres://user:$PGPASSWORD@db/app",
+                "DATABASE_URL=postgres://user:<password>@host/db", "postgres://u:<your password>@h/db",
+                "postgres://u:{password}@h/db", "postgres://u:{{ db_password }}@h/db", "postgres://u:[password]@h/db",
+                "postgres://u:%(password)s@h/db", "postgres://u:{0}@h/db", "mysql://root:****@localhost",
+                "postgres://u:xxxx@h/db", "http://localhost:5173/@vite/client", "ldap://cn=admin,dc=example:389@x",
+                "https://example.com:8443/a/@user/profile", "user=admin password=${DB_PASSWORD} host=db",
+                "conn = connect(host=h, password=os.environ['PW'])", "connect(host=HOST, password=PASSWORD)",
+                "password = 'hunter2'  # no connection on this line"]
+
+
+@pytest.mark.parametrize(("text", "secret"), PASSWORDS)
+def test_passwords_in_urls_and_connection_strings(text: str, secret: str) -> None:
+    out = Scanner().redact(text)[0]
+    assert secret not in out and "\u00abredacted:" in out
+
+
+def test_placeholders_are_not_passwords() -> None:
+    scanner = Scanner()
+    assert [t for t in PLACEHOLDERS if scanner.find(t)] == []
+
+
+def test_redaction_replaces_the_whole_token_and_only_where_found() -> None:
+    scanner = Scanner()
+    # a detect-secrets plugin whose expression has a group (GitLab's, GitHub's after '_')
+    for lead, token in (("", "glpat-" + rand(20)), ("MY_", "ghp_" + rand(36))):
+        out = scanner.redact(f"token {lead}{token} end")[0]
+        assert out.startswith(f"token {lead}\u00abredacted:") and out.endswith("\u00bb end"), out
+    # replaced where it was found, not wherever the same text sits
+    out = scanner.redact("postgres://postgres:postgres@localhost/postgres")[0]
+    assert out.startswith("postgres://postgres:\u00abredacted:url-password:") and out.endswith("\u00bb@localhost/postgres")
+    out = scanner.redact("DSN postgres://u:p@ssw0rd@db/app and p@ssw0rd")[0]
+    assert out.startswith("DSN postgres://u:\u00abredacted:") and out.endswith("\u00bb@db/app and p@ssw0rd")
+    # a long secret is replaced wherever it sits, though only one place matched a rule
+    key = "sk_live_" + rand(24)
+    assert key not in scanner.redact(f"{key} and X{key}")[0]
+    # a private key cut before its END line: its whole body
+    body = [base64.b64encode(RNG.randbytes(48)).decode() for _ in range(20)]
+    cut = "-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(body) + "\n...(truncated)"
+    out = scanner.redact(cut)[0]
+    assert not any(line in out for line in body) and out.endswith("\u00bb\n...(truncated)")
+    escaped = json.dumps({"out": cut})
+    assert not any(line in scanner.redact(escaped)[0] for line in body)
 
 
 def test_findings_never_hold_the_secret() -> None:
@@ -238,3 +339,45 @@ def test_rules_file_in_the_work_tree(repo: Path) -> None:
     (repo / ".agentos-secrets.toml").write_text("allow = [")
     out = agentos(repo, "scan")
     assert out.returncode == 1 and out.stderr.startswith("error: secret rules in") and "Traceback" not in out.stderr
+
+
+def test_scan_reads_each_writes_ref_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan lists a run's LangGraph writes refs and decodes each blob once, not once per
+    checkpoint (which made a scan of N checkpoints cost N times the writes refs)."""
+    pytest.importorskip("langgraph")
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from gitstate.format import lgwrites
+    from gitstate.git.refs import list_refs
+    from gitstate.langgraph import GitCheckpointSaver
+    from gitstate.sync.secretscan import checkpoints_between, scan_checkpoints
+
+    path = make_repo(tmp_path / "lg")
+    git(path, "config", "agentos.secrets", "warn")
+    store = gitstate.open_store(path)
+    saver = GitCheckpointSaver(store)
+    config: dict[str, Any] = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    configs = []
+    version: Any = None
+    for i in range(6):
+        version = saver.get_next_version(version, None)
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"messages": [f"step {i}"]}
+        cp["channel_versions"] = {"messages": version}
+        config = saver.put(config, cp, {"source": "loop", "step": i, "parents": {}}, {"messages": version})
+        configs.append(config)
+    tokens = ["ghp_" + rand(36) for _ in configs]
+    for n, (cfg, token) in enumerate(zip(configs, tokens, strict=True)):  # after every put: the refs stay
+        saver.put_writes(cfg, [("messages", [{"content": token}])], task_id=f"task-{n}")
+    decoded = []
+    real = lgwrites.decode_pending
+
+    def counting(data: bytes, oid: str) -> Any:
+        decoded.append(oid)
+        return real(data, oid)
+
+    monkeypatch.setattr(lgwrites, "decode_pending", counting)
+    oids = checkpoints_between(store, [oid for _name, oid in list_refs(store.repo, "refs/agentos/")])
+    found = scan_checkpoints(store, oids, Scanner())
+    assert len(oids) == 6 and len(decoded) == len(set(decoded)) == 6
+    assert {f.fingerprint for f in found if f.path.startswith("langgraph.writes")} == {fingerprint(t) for t in tokens}

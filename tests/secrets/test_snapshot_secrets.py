@@ -169,3 +169,39 @@ def test_show_log_view_and_html_mask_what_warn_stored(tmp_path: Path) -> None:
     assert "\u00abredacted:aws-access-key:" in printed and "\u00abredacted:github-token:" in printed
     assert json.loads(subprocess.run(["git", "agentos", "show", "r", "--json"], cwd=path, capture_output=True,
                                      text=True, env=env, check=True).stdout)["metadata"]["n"].startswith("\u00ab")
+
+
+def test_file_diffs_and_session_files_mask_what_warn_stored(tmp_path: Path) -> None:
+    """The view's diffs of snapshot files and session files (the live view's /api/diff and
+    /api/session-file, the HTML file) and ``git agentos files`` print markers; ``--raw`` prints
+    what is stored."""
+    import json
+    import os
+    import sys
+
+    from gitstate.view.data import ViewData
+
+    path, run = setup(tmp_path, "warn")
+    first = run.checkpoint({"step": 1}, files=True)
+    (path / "creds.env").write_text(f"AWS_ACCESS_KEY_ID={AWS}\n")
+    second = run.checkpoint({"step": 2}, files=True)
+    run.files.write("notes.md", "no key yet\n", author="agent")
+    run.files.write("notes.md", f"key {GITHUB}\n", author="agent")
+    store = gitstate.open_store(path)
+    data = ViewData(store)
+    shown = json.dumps([data.diff(first.id, second.id), data.session_file("r", "notes.md")], ensure_ascii=False)
+    assert "creds.env" in shown and AWS not in shown and GITHUB not in shown
+    assert "\u00abredacted:aws-access-key:" in shown and "\u00abredacted:github-token:" in shown
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    html = tmp_path / "v.html"
+
+    def agentos(*args: str) -> str:
+        done = subprocess.run(["git", "agentos", *args], cwd=path, capture_output=True, text=True, env=env, check=False)
+        assert done.returncode == 0, (args, done.stderr)
+        return done.stdout
+
+    agentos("view", "r", "--html", str(html))
+    printed = html.read_text(encoding="utf-8") + agentos("files", "r", "notes.md") + agentos(
+        "files", "r", "notes.md", "--json") + agentos("files", "r", "notes.md", "--version", "2")
+    assert AWS not in printed and GITHUB not in printed and "\u00abredacted:github-token:" in printed
+    assert agentos("files", "r", "notes.md", "--raw") == f"key {GITHUB}\n"
