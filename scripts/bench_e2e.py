@@ -8,9 +8,9 @@ is one ``graph.invoke`` on a fresh store (a new repository, a new SQLite file, e
 a new InMemorySaver), with ``durability="sync"`` and ``"async"`` (LangGraph's default).
 
 Backends: ``gitstate`` (git's default ``core.fsync``), ``gitstate-fsync-all`` (``core.fsync=all`` in
-that repository's config: as durable as SQLite and Postgres), ``gitstate-packs`` (not run unless
-named in ``--backends``: ``agentos.looseObjects 0``, every write one flushed pack, as gitstate wrote
-before small writes went loose), ``sqlite`` (SqliteSaver on a file, its
+that repository's config: as durable as SQLite and Postgres), ``gitstate-loose`` (not run unless
+named in ``--backends``: ``agentos.looseObjects 16``, a small write written as loose objects, not
+flushed, instead of one flushed pack), ``sqlite`` (SqliteSaver on a file, its
 defaults), ``postgres`` (PostgresSaver on a local PostgreSQL server that this script starts from
 Debian's ``postgresql`` package with its defaults, on 127.0.0.1; skipped with the reason printed when it
 cannot start), ``memory`` (InMemorySaver: the graph's own cost).
@@ -90,7 +90,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from soak_kill import git, leftovers, make_repo  # noqa: E402
 
 BACKENDS = ("gitstate", "gitstate-fsync-all", "sqlite", "postgres", "memory")
-GITSTATE = ("gitstate", "gitstate-fsync-all", "gitstate-packs")
+GITSTATE = ("gitstate", "gitstate-fsync-all", "gitstate-loose")
 WORKLOADS = ("plain", "messages")
 DURABILITIES = ("sync", "async")
 BARS = {("gitstate", "sqlite"): 1.5, ("gitstate", "postgres"): 1.0, ("gitstate-fsync-all", "sqlite"): 2.0}
@@ -272,8 +272,8 @@ def git_init(path: str, backend: str) -> None:
     subprocess.run(["git", "init", "-q", path], check=True)
     if backend == "gitstate-fsync-all":
         subprocess.run(["git", "-C", path, "config", "core.fsync", "all"], check=True)
-    if backend == "gitstate-packs":
-        subprocess.run(["git", "-C", path, "config", "agentos.looseObjects", "0"], check=True)
+    if backend == "gitstate-loose":
+        subprocess.run(["git", "-C", path, "config", "agentos.looseObjects", "16"], check=True)
 
 
 def make_saver(backend: str, base: str, pg: Postgres | None) -> tuple[BaseCheckpointSaver, Callable[[], None], str]:
@@ -793,7 +793,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="supersteps per run (300)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds; each runs every backend on every variant (3)")
     ap.add_argument("--backends", default=",".join(BACKENDS),
-                    help="comma-separated, of " + ",".join((*BACKENDS, "gitstate-packs")))
+                    help="comma-separated, of " + ",".join((*BACKENDS, "gitstate-loose")))
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="plain,messages")
     ap.add_argument("--durability", default=",".join(DURABILITIES), help="sync,async")
     ap.add_argument("--no-postgres", action="store_true", help="leave PostgresSaver out")

@@ -3,13 +3,12 @@
 ``core.fsyncObjectFiles``. Defaults follow git: packs and their indexes are flushed, loose objects
 and refs are not.
 
-How a write stores its objects follows from that, as it does for git: a small write (at most
-``agentos.looseObjects`` new objects, default :data:`LOOSE_OBJECTS`, of at most
-:data:`LOOSE_BYTES` in all) is written as loose objects,
-as ``git commit`` writes, when loose objects are not flushed; a larger write, or any write when
-they are flushed, is one pack, flushed as packs are (two flushes for the whole write instead of
-one per object). Either way a killed process loses no write that returned; only a crash of the
-machine can lose what git's configuration does not flush."""
+How a write stores its objects follows from that: one pack, flushed as packs are (two flushes
+for the whole write instead of one per object). With ``agentos.looseObjects`` set to N > 0, a
+write of at most N new objects (and :data:`LOOSE_BYTES` in all) is written as loose objects
+instead, as ``git commit`` writes, when loose objects are not flushed: no flush at all, more
+files. Either way a killed process loses no write that returned; only a crash of the machine can
+lose what git's configuration does not flush."""
 
 from __future__ import annotations
 
@@ -34,7 +33,7 @@ _COMPONENTS = {
 _DEFAULT = {"pack", "pack-metadata", "commit-graph"}  # git's FSYNC_COMPONENTS_DEFAULT
 
 
-LOOSE_OBJECTS = 16  # new objects a write may write loose (when loose objects are not flushed)
+LOOSE_OBJECTS = 0  # new objects a write may write loose (when loose objects are not flushed): off
 LOOSE_KEY = "agentos.looseObjects"
 LOOSE_BYTES = 64 * 1024  # bytes of new objects a write may write loose
 
@@ -99,8 +98,8 @@ def from_config(repo: pygit2.Repository) -> Durability:
 
 
 def loose_limit(repo: pygit2.Repository) -> int:
-    """``agentos.looseObjects``: at most how many new objects a write writes loose (0: every write
-    is a pack); :data:`LOOSE_OBJECTS` when unset. A value that is not a whole number is an error."""
+    """``agentos.looseObjects``: at most how many new objects a write writes loose (0, the default
+    :data:`LOOSE_OBJECTS`: every write is a pack). A value that is not a whole number is an error."""
     try:
         config = repo.config
         if LOOSE_KEY not in config:

@@ -1,6 +1,6 @@
-"""How a write stores its objects: a small write loose (as ``git commit`` writes), journaled for
-housekeeping, when ``core.fsync`` leaves loose objects unflushed; one pack otherwise
-(``agentos.looseObjects``, ``core.fsync``)."""
+"""How a write stores its objects: one pack by default; with ``agentos.looseObjects`` set, a small
+write loose (as ``git commit`` writes), journaled for housekeeping, when ``core.fsync`` leaves loose
+objects unflushed."""
 
 from __future__ import annotations
 
@@ -19,6 +19,13 @@ from gitstate.store.transaction import Transaction
 from gitstate_cli.main import cli
 
 REF = "refs/agentos/main/runs/w/heads/main"
+
+
+@pytest.fixture
+def repo(repo: Path) -> Path:
+    """A fresh repository whose small writes (up to 16 objects) are written loose."""
+    git(repo, "config", "agentos.looseObjects", "16")
+    return repo
 
 
 def _packs(repo: Path) -> set[str]:
@@ -168,3 +175,13 @@ def test_closing_a_store_packs_what_its_small_writes_left_loose(repo: Path) -> N
     store.close()
     assert not any(_loose(repo, oid) for oid in ids) and len(_packs(repo)) == 1
     git(repo, "fsck", "--strict", "--no-dangling")
+
+
+def test_by_default_every_write_is_one_pack(tmp_path: Path) -> None:
+    from conftest import make_repo
+
+    repo = make_repo(tmp_path / "fresh")
+    store = gitstate.open_store(repo, pack_in_background=False)
+    assert store.core.durability.loose_max == 0
+    _commit, ids = _write(store, 1)
+    assert len(_packs(repo)) == 1 and not any(_loose(repo, oid) for oid in ids)
