@@ -13,8 +13,9 @@ does not list it.
 
 The loose objects wait in a private directory of the system's temporary directory (``$TMPDIR``),
 outside ``.git``: one per thread of a process (:func:`thread_root`; emptied after each snapshot,
-removed when the process exits), since making and removing a directory there costs milliseconds
-where the temporary directory is crowded. Files above ``core.bigFileThreshold`` (:data:`gitstate.workspace.snapshot.BIG_BLOB`,
+removed when the process exits; those a killed process left are removed by the next process),
+since making and removing a directory there costs milliseconds where the temporary directory is
+crowded. Files above ``core.bigFileThreshold`` (:data:`gitstate.workspace.snapshot.BIG_BLOB`,
 far above what the policy reads) are streamed by git into a pack: the quarantine's ``pack`` folder
 is a link to a private folder beside the object directory (``objects/agentos-pack-*``, which
 housekeeping sweeps when a killed process leaves one), so those packs are renamed into place, never
@@ -26,8 +27,10 @@ import atexit
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 import threading
+import time
 import zlib
 from collections.abc import Iterator
 
@@ -40,16 +43,60 @@ _ROOTS = threading.local()
 _MADE: list[str] = []
 
 
+ROOT_PREFIX = "gitstate-snapshot-"  # then the owner's pid and "-": what a killed process left is known
+LEFTOVER_AGE = 600.0  # seconds: a quarantine of a dead process this old is removed
+
+
 def thread_root() -> str:
-    """This thread's quarantine directory (made on first use, removed when the process exits)."""
+    """This thread's quarantine directory (made on first use, removed when the process exits; what
+    a killed process left is removed by the next process that makes one, :func:`remove_leftovers`)."""
     root: str | None = getattr(_ROOTS, "path", None)
     if root is None or not os.path.isdir(root):
-        root = tempfile.mkdtemp(prefix="gitstate-snapshot-")
-        _ROOTS.path = root
         if not _MADE:
             atexit.register(_remove_roots)
+            remove_leftovers(tempfile.gettempdir())
+        root = tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-")
+        _ROOTS.path = root
         _MADE.append(root)
     return root
+
+
+def remove_leftovers(tmp: str, now: float | None = None) -> list[str]:
+    """Remove the quarantines in ``tmp`` whose process is gone (a kill skips the removal at exit)
+    and that are older than :data:`LEFTOVER_AGE`; returns their paths. Only directories named as
+    :func:`thread_root` names them, owned by this user, are looked at."""
+    now = time.time() if now is None else now
+    removed: list[str] = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(ROOT_PREFIX):
+            continue
+        pid_text = name[len(ROOT_PREFIX):].partition("-")[0]
+        path = os.path.join(tmp, name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or now - st.st_mtime < LEFTOVER_AGE:
+                continue
+            if pid_text.isdigit() and _alive(int(pid_text)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's: alive as far as we can tell
+    return True
 
 
 def _remove_roots() -> None:
