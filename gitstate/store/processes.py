@@ -53,6 +53,15 @@ def _pid_exists(pid: int) -> bool:
     return True
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine runs (a zombie, killed but not reaped yet, does not;
+    one that cannot be told, another user's, does)."""
+    if not _pid_exists(pid):
+        return False
+    stat = _proc_stat(pid)
+    return stat is None or stat[0] != "Z"
+
+
 def this_process() -> dict[str, Any]:
     """This process as a record names it: pid, start time, host, boot id and pid namespace (those
     known)."""

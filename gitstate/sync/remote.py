@@ -57,6 +57,7 @@ from gitstate.git.objects import objects_dir
 from gitstate.git.reader import ObjectReader
 from gitstate.git.refs import LockBusy, break_stale_locks, list_refs, set_packed_namespace
 from gitstate.store.nodes import read_record
+from gitstate.store.processes import pid_alive
 from gitstate.store.sessionfiles import copy_ref, is_copy_of
 from gitstate.store.store import Store
 from gitstate.store.transaction import Backoff, Transaction
@@ -353,7 +354,7 @@ def push(store: Store, remote: str | None = None, runs: Iterable[str] | None = N
     if withheld:
         results.update(_withheld_safety(store, remote, withheld))
     _remove_stale_sessions(store)  # what a push or pull that was killed left: staging refs, shadows
-    remove_stale(store, _alive)
+    remove_stale(store, pid_alive)
     queue = PushQueue.load(store, remote)
     for name in queue.refs:  # what an interrupted push to this remote did not send yet
         current = _local_oid(store, name) if name not in expected and name not in excluded else None
@@ -1454,7 +1455,7 @@ def _remove_stale_sessions(store: Store) -> None:
         if len(parts) < 2:
             continue
         pid_text = parts[1].split("-", 1)[0]
-        if pid_text.isdigit() and int(pid_text) != os.getpid() and not _alive(int(pid_text)):
+        if pid_text.isdigit() and int(pid_text) != os.getpid() and not pid_alive(int(pid_text)):
             stale.append(name)
             sessions.add(f"{STAGING}{parts[0]}/{parts[1]}/")
     if not stale:
@@ -1462,18 +1463,3 @@ def _remove_stale_sessions(store: Store) -> None:
     for session in sorted(sessions):
         _set_staging(store, session, {})
     _delete_refs(store, [name for name in stale if _local_oid(store, name) is not None])
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, killed but not reaped yet, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rpartition(")")[2].split()[:1] != ["Z"]
-    except OSError:
-        return True

@@ -34,6 +34,8 @@ import time
 import zlib
 from collections.abc import Iterator
 
+from gitstate.store.processes import pid_alive
+
 #: Prefix of the private pack folder beside ``objects/pack`` (the one housekeeping sweeps).
 PACK_PREFIX = "agentos-pack-"
 _TYPES = {b"blob": 3, b"tree": 2, b"commit": 1, b"tag": 4}
@@ -80,23 +82,13 @@ def remove_leftovers(tmp: str, now: float | None = None) -> list[str]:
             st = os.lstat(path)
             if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or now - st.st_mtime < LEFTOVER_AGE:
                 continue
-            if pid_text.isdigit() and _alive(int(pid_text)):
+            if pid_text.isdigit() and pid_alive(int(pid_text)):
                 continue
         except OSError:
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # another user's: alive as far as we can tell
-    return True
 
 
 def _remove_roots() -> None:
