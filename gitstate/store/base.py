@@ -237,9 +237,10 @@ class StoreCore:
         :class:`ConflictError` (the ref kept moving). Transient races with a concurrent
         ``git pack-refs``/``gc`` are retried the same way (see :mod:`gitstate.store.transaction`).
 
-        The staged objects become one pack (flushed as ``core.fsync`` flushes packs), or, when
-        they are few and ``core.fsync`` leaves loose objects unflushed (git's default), loose
-        files journaled for housekeeping (:meth:`Durability.loose <gitstate.git.durability.Durability.loose>`).
+        The staged objects become one pack (flushed as ``core.fsync`` flushes packs), or, with
+        ``agentos.looseObjects`` set, when they are few and ``core.fsync`` leaves loose objects
+        unflushed (git's default), loose files journaled for housekeeping
+        (:meth:`Durability.loose <gitstate.git.durability.Durability.loose>`).
         ``loose``: loose files and not journaled, for a write of one or two small objects that a
         later write folds into a pack anyway (the LangGraph saver's pending writes)."""
         backoff = Backoff(self.lock_timeout)

@@ -9,6 +9,9 @@ import os
 from typing import Any
 
 from gitstate.git.lockfile import Owner
+from gitstate.git.pids import pid_alive, pid_exists, proc_stat, process_start_time
+
+__all__ = ["gone", "pid_alive", "process_start_time", "this_process"]
 
 
 def _pid_namespace() -> str | None:
@@ -17,49 +20,6 @@ def _pid_namespace() -> str | None:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
         return None
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """``(state, start time)`` of a process from ``/proc/<pid>/stat`` (fields 3 and 22; the start
-    time is in clock ticks since boot), or None where there is no such file or it is unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    # field 2 is "(comm)" and comm may hold spaces and parentheses: split after the last ")"
-    fields = data[data.rfind(b")") + 2:].split()
-    try:
-        return fields[0].decode("ascii", "replace"), int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def process_start_time(pid: int) -> int | None:
-    """The start time of process ``pid`` (Linux; None elsewhere or when unreadable)."""
-    stat = _proc_stat(pid)
-    return stat[1] if stat is not None else None
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by another user
-    except OSError:
-        return True  # cannot tell: assume it exists (the safe side)
-    return True
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` of this machine runs (a zombie, killed but not reaped yet, does not;
-    one that cannot be told, another user's, does)."""
-    if not _pid_exists(pid):
-        return False
-    stat = _proc_stat(pid)
-    return stat is None or stat[0] != "Z"
 
 
 def this_process() -> dict[str, Any]:
@@ -86,9 +46,9 @@ def gone(owner: dict[str, Any] | None) -> bool:
     me = this_process()
     if (host, boot, pidns) != (me["host"], me.get("boot"), me.get("pidns")):
         return False
-    if not _pid_exists(pid):
+    if not pid_exists(pid):
         return True
-    stat = _proc_stat(pid)
+    stat = proc_stat(pid)
     if stat is not None and stat[0] in ("Z", "X"):
         return True  # killed, not yet reaped by its parent
     return start is not None and stat is not None and stat[1] != start

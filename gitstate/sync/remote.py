@@ -54,10 +54,10 @@ from gitstate.format.names import (
 )
 from gitstate.git import command
 from gitstate.git.objects import objects_dir
+from gitstate.git.pids import pid_alive
 from gitstate.git.reader import ObjectReader
 from gitstate.git.refs import LockBusy, break_stale_locks, list_refs, set_packed_namespace
 from gitstate.store.nodes import read_record
-from gitstate.store.processes import pid_alive
 from gitstate.store.sessionfiles import copy_ref, is_copy_of
 from gitstate.store.store import Store
 from gitstate.store.transaction import Backoff, Transaction

@@ -34,7 +34,7 @@ import time
 import zlib
 from collections.abc import Iterator
 
-from gitstate.store.processes import pid_alive
+from gitstate.git.pids import pid_alive
 
 #: Prefix of the private pack folder beside ``objects/pack`` (the one housekeeping sweeps).
 PACK_PREFIX = "agentos-pack-"
