@@ -291,7 +291,74 @@ def compile_rule(kind: str, regex: str, source: str) -> Rule:
         raise SecretsRuleError(source, f"pattern {regex!r} does not compile ({exc})") from None
     if pattern.match(""):
         raise SecretsRuleError(source, f"pattern {regex!r} matches the empty string")
+    if nested_repeat(regex):
+        raise SecretsRuleError(source, f"pattern {regex!r} repeats a group that itself repeats (as in '(a+)+'): "
+                                       "it can take exponential time on some text; repeat only one of them")
     return Rule(kind, pattern)
+
+
+def nested_repeat(regex: str) -> bool:
+    """Whether ``regex`` repeats (``+``, ``*``, ``{n,}``, ``{n,m}`` with m > 1) a group that holds an
+    unbounded repeat: the shape (``(a+)+``, ``(\\w*x?)*``) whose backtracking takes exponential
+    time on text that almost matches. A check of the text of the expression, not a proof: it
+    looks past escapes and character classes, not at alternations (``(a|aa)+``)."""
+    inner: list[bool] = []  # per open group: whether it holds an unbounded repeat
+    i, n = 0, len(regex)
+    last_closed: bool | None = None  # the group that just closed held an unbounded repeat
+    while i < n:
+        c = regex[i]
+        if c == "\\":
+            i, last_closed = i + 2, None
+            continue
+        if c == "[":  # a character class: to its closing bracket
+            j = i + 1
+            if j < n and regex[j] == "^":
+                j += 1
+            if j < n and regex[j] == "]":
+                j += 1
+            while j < n and regex[j] != "]":
+                j += 2 if regex[j] == "\\" else 1
+            i, last_closed = j + 1, None
+            continue
+        repeat = _repeat_at(regex, i)
+        if repeat is not None:
+            many, unbounded, size = repeat
+            if last_closed and many:
+                return True
+            if unbounded and inner:
+                inner[-1] = True
+            i, last_closed = i + size, None
+            continue
+        if c == "(":
+            inner.append(False)
+        elif c == ")" and inner:
+            closed = inner.pop()
+            if closed and inner:
+                inner[-1] = True
+            i, last_closed = i + 1, closed
+            continue
+        i, last_closed = i + 1, None
+    return False
+
+
+_BRACES = re.compile(r"\{(\d*)(,?)(\d*)\}")
+
+
+def _repeat_at(regex: str, i: int) -> tuple[bool, bool, int] | None:
+    """The quantifier at ``regex[i]``: (repeats more than once, unbounded, its length), else None."""
+    c = regex[i]
+    if c in "+*":
+        size = 2 if i + 1 < len(regex) and regex[i + 1] in "?+" else 1
+        return True, True, size
+    if c == "{":
+        m = _BRACES.match(regex, i)
+        if m is None:
+            return None
+        low, comma, high = m.group(1), m.group(2), m.group(3)
+        unbounded = bool(comma) and not high
+        many = unbounded or (int(high or low or "0") > 1)
+        return many, unbounded, m.end() - i
+    return None
 
 
 def parse_allow(values: Iterable[str], source: str) -> frozenset[str]:

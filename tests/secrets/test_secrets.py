@@ -242,12 +242,30 @@ def test_user_rules_and_allowlist() -> None:
             Rules.from_toml(bad)
 
 
+@pytest.mark.parametrize("regex", ["(a+)+$", "(?:x\\\\w*)*y", "((ab+)c)+", "(a{2,}){2,5}"])
+def test_a_user_pattern_that_repeats_a_repeat_is_refused_not_run(regex: str, tmp_path: Path) -> None:
+    with pytest.raises(SecretsRuleError, match="repeats a group that itself repeats"):
+        Rules.from_toml(f"[[pattern]]\nregex = '{regex}'\n")
+    path = make_repo(tmp_path / "repo")
+    (path / ".agentos-secrets.toml").write_text(f"[[pattern]]\nregex = '{regex}'\n")
+    done = agentos(path, "checkpoint", "r", "--state", "-", input_text='{"a": "' + "a" * 64 + '!"}')
+    assert done.returncode != 0 and "repeats a group that itself repeats" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert git(path, "for-each-ref", "refs/agentos/") == ""
+
+
+def test_ordinary_user_patterns_are_kept() -> None:
+    for regex in ("itk_[0-9a-f]{32}", "(ab)+", "x(a+)b(c)+", "([a+])+", "(a+)?b", "tok-(?:[A-Z]{4}-){3}[0-9]+"):
+        assert Rules.from_toml(f"[[pattern]]\nregex = '{regex}'\n")
+
+
 BIN = Path(sys.executable).parent
 
 
-def agentos(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def agentos(cwd: Path, *args: str, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run(["git", "agentos", *args], cwd=cwd, capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run(["git", "agentos", *args], cwd=cwd, capture_output=True, text=True, env=env, check=False,
+                          input=input_text, timeout=60)
     assert "Traceback" not in done.stderr, (args, done.stderr)
     return done
 
