@@ -440,7 +440,7 @@ class StoreCore:
             if self.pack_in_background and size >= housekeeping.PACK_THRESHOLD:
                 self._pack_soon()
             else:
-                housekeeping.maybe_pack(self.repo, self.location.common_dir, size)
+                housekeeping.maybe_pack(self.repo, self.location.common_dir, size, self._auto_min_age())
         except (OSError, StoreWriteError):
             pass
 
@@ -458,9 +458,15 @@ class StoreCore:
         self._packer = threading.Thread(target=self._pack_quietly, name="gitstate-pack")
         self._packer.start()
 
+    def _auto_min_age(self) -> float:
+        """How old a journaled loose object must be for the automatic packing to take it: with
+        small writes written loose, their store packs them itself soon (:meth:`_collect_loose`),
+        so young ones are left to it; otherwise (snapshots' objects) none is left."""
+        return housekeeping.AUTO_MIN_AGE if self.durability.loose_max > 0 else 0.0
+
     def _pack_quietly(self) -> None:
         try:
-            housekeeping.pack_loose(self.repo, self.location.common_dir, housekeeping.AUTO_MIN_AGE)
+            housekeeping.pack_loose(self.repo, self.location.common_dir, self._auto_min_age())
         except (GitStateError, OSError, pygit2.GitError):
             pass  # housekeeping is retried by the next write that crosses the threshold
 

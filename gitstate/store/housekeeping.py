@@ -30,7 +30,7 @@ from gitstate.git.objects import KEEP_PREFIX
 from gitstate.git.safeopen import NotRegularFileError
 
 PACK_THRESHOLD = 1000  # loose objects written by gitstate before they are packed
-AUTO_MIN_AGE = 30.0  # seconds: the automatic packing leaves younger loose objects to their writer
+AUTO_MIN_AGE = 30.0  # seconds: with loose writes on, the automatic packing leaves younger loose objects to their writer
 MERGE_THRESHOLD = 12  # gitstate packs before they are merged (git's gc.autoPackLimit is 50)
 REF_PACK_THRESHOLD = 500  # loose refs under refs/agentos/ before they are moved to packed-refs
 LEFTOVER_AGE = 120.0  # seconds: a private pack directory this old was left by a killed packer
@@ -178,7 +178,8 @@ def pack_loose(repo: pygit2.Repository, common_dir: str, min_age: float = 0.0) -
     is not used: git reads the objects.) ``min_age``: objects written less than that many seconds
     ago are left loose and listed again, for the next step: the writer that wrote them packs them
     itself soon (:meth:`gitstate.git.objects.ObjectWriter.pack_published`), and packing them here
-    too would write them twice (the automatic packing passes :data:`AUTO_MIN_AGE`)."""
+    too would write them twice (the automatic packing of a store that writes small writes loose
+    passes :data:`AUTO_MIN_AGE`)."""
     lock = lock_housekeeping(common_dir, 0.0)
     if lock is None:
         return 0
@@ -329,10 +330,11 @@ def git_gc_running(common_dir: str) -> bool:
     return True
 
 
-def maybe_pack(repo: pygit2.Repository, common_dir: str, journal_size: int) -> None:
-    """Pack when the journal has reached the threshold (called after each checkpoint)."""
+def maybe_pack(repo: pygit2.Repository, common_dir: str, journal_size: int, min_age: float = 0.0) -> None:
+    """Pack when the journal has reached the threshold (called after each checkpoint); ``min_age``
+    as :func:`pack_loose` takes it."""
     if journal_size >= PACK_THRESHOLD:
-        pack_loose(repo, common_dir, AUTO_MIN_AGE)
+        pack_loose(repo, common_dir, min_age)
 
 
 # -- packs written by transactions ---------------------------------------------------------------

@@ -185,3 +185,20 @@ def test_by_default_every_write_is_one_pack(tmp_path: Path) -> None:
     assert store.core.durability.loose_max == 0
     _commit, ids = _write(store, 1)
     assert len(_packs(repo)) == 1 and not any(_loose(repo, oid) for oid in ids)
+
+
+@pytest.mark.parametrize("loose_writes", [False, True])
+def test_young_snapshot_objects_are_packed_at_once_unless_writes_go_loose(tmp_path: Path, loose_writes: bool,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import make_repo
+
+    repo = make_repo(tmp_path / "fresh")
+    git(repo, "config", "agentos.looseObjects", "16" if loose_writes else "0")
+    monkeypatch.setattr(housekeeping, "PACK_THRESHOLD", 1)
+    (repo / "new.txt").write_text("a file the snapshot writes as a new loose object\n")
+    blob = git(repo, "hash-object", "new.txt").strip()
+    store = gitstate.open_store(repo, pack_in_background=False)
+    store.create_run(run_id="r").checkpoint({"n": 1}, files=True)
+    store.core.write(lambda tx: None)  # a write that journals and so checks the journal's size
+    assert _loose(repo, blob) == loose_writes  # left to the store's own packing only when it has one
+    assert git(repo, "cat-file", "-t", blob) == "blob\n"
