@@ -368,7 +368,7 @@ class StoreCore:
         failure leaves them loose, journaled, for housekeeping."""
         try:
             pack = pack_loose_copies(objects_dir(self.repo), batch, fsync=self.durability.packs,
-                                             sync_dir=self.durability.refs)
+                                     sync_dir=self.durability.refs)
             if merge:
                 self._published(pack, merge_at=SELF_PACK_MERGE_AT)
             else:
