@@ -494,6 +494,21 @@ class Gate:
             if self._count == 0 and self._fd is not None:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
+    def close(self) -> None:
+        """Close the gate's descriptor when no transaction holds it (its store closes; a later
+        :meth:`enter_shared` opens it again)."""
+        with self._mutex:
+            if self._fd is not None and self._count == 0 and self._pid == os.getpid():
+                fd, self._fd = self._fd, None
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None and getattr(self, "_pid", None) == os.getpid():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     @staticmethod
     @contextlib.contextmanager
     def exclusive(path: str, wait: float) -> Iterator[bool]:

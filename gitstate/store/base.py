@@ -643,6 +643,7 @@ class StoreCore:
             self._loose_waiting, self._loose_bytes = [], 0
         if batch:  # listed for the next merge (none starts here: the store closes)
             self._pack_left_loose(batch, merge=False)
+        self._gc_gate.close()
         self._main_repo.free()
         self._local = threading.local()
 
