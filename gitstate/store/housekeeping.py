@@ -201,19 +201,25 @@ def pack_journaled(repo: pygit2.Repository, common_dir: str, steps: int = 1000) 
     return total
 
 
+def _take_aside(path: str, suffix: str) -> list[str]:
+    """Rename the list ``path`` aside to ``<path>.<pid>.<suffix>`` (names appended from now on land
+    in a fresh list; a missing list is fine) and return every list taken aside so, this one and
+    those a killed process left, sorted. Called with the housekeeping lock held."""
+    try:
+        os.rename(path, f"{path}.{os.getpid()}.{suffix}")
+    except FileNotFoundError:
+        pass
+    return sorted(glob.glob(glob.escape(path) + f".*.{suffix}"))
+
+
 PACK_STEP = 5000  # loose objects one pack step packs at most; a larger backlog takes more steps
 
 
 def _pack_locked(common_dir: str, min_age: float = 0.0) -> int:
     journal = _journal(common_dir)
-    taken = f"{journal}.{os.getpid()}.packing"
-    try:
-        os.rename(journal, taken)
-    except FileNotFoundError:
-        pass
     # With the lock held no other packer runs, so every other ".packing" file was left by a
     # packer that was killed: its objects are packed now (at most PACK_STEP of them per step).
-    batches = sorted(glob.glob(glob.escape(journal) + ".*.packing"))
+    batches = _take_aside(journal, "packing")
     if not batches:
         return 0
     _remove_leftover_dirs(common_dir)
@@ -435,12 +441,7 @@ def _merge_tx_locked(common_dir: str, agentos: str) -> str | None:
     pack_dir = os.path.join(common_dir, "objects", "pack")
     _sweep_leftovers(common_dir, pack_dir)
     path = os.path.join(agentos, TX_PACKS)
-    taken = f"{path}.{os.getpid()}.merging"
-    try:
-        os.rename(path, taken)
-    except FileNotFoundError:
-        pass
-    sources = sorted(glob.glob(glob.escape(path) + ".*.merging"))
+    sources = _take_aside(path, "merging")
     kept_path = path + ".kept"
     names = list(dict.fromkeys(n for src in [kept_path, *sources] for n in read_names(src)))
     weights = []
