@@ -281,7 +281,7 @@ class StoreCore:
                     continue
                 if loose:
                     writer.flush_loose()
-                elif self.durability.loose(writer.staged_count(), writer.staged_size()):
+                elif self.durability.loose_max and self.durability.loose(writer.staged_count(), writer.staged_size()):
                     writer.flush_loose(journal=True)  # as git writes a commit (see durability)
                 else:
                     self._published(writer.flush(fsync=self.durability.packs, sync_dir=self.durability.refs))
