@@ -254,7 +254,10 @@ def test_an_id_shown_before_the_next_step_names_the_checkpoint_after_it(repo: Pa
     app.invoke({"msgs": []}, cfg)
     monkeypatch.chdir(repo)
     before = _json("show", "ti")
-    app.invoke(None, cfg)  # resumes: the stopped checkpoint's commit is rewritten
+    # resumes: the stopped checkpoint's commit is rewritten (durability "sync": its pending writes
+    # are saved before the next checkpoint is; with "async" the two saves may run in either order,
+    # and writes saved after the next checkpoint stay in a writes ref)
+    app.invoke(None, cfg, durability="sync")
     line = [r["id"] for r in _json("log", "ti")]
     assert before["id"] not in line  # the commit id changed...
     shown = _json("show", before["id"][:12])
