@@ -76,20 +76,30 @@ class UnknownBranchError(BranchNotFound, ValueError):
 @dataclass
 class _Line:
     """What the adapter keeps of a branch tip: the ids of its full item chunks, the items after
-    them (1..32 of them, or none for an empty branch), the user turns and the creation time."""
+    them (1..32 of them, or none for an empty branch), the user turns and the creation time.
+
+    ``turn_chunks`` remembers the blob ids of the first full chunks of ``turns`` as last written,
+    so a write of a long session hashes its newest turns only; every edit of ``turns`` other than
+    an append calls :meth:`turns_changed`."""
 
     tip: str | None
     full: list[str] = field(default_factory=list)
     tail: list[Any] = field(default_factory=list)
     turns: list[list[Any]] = field(default_factory=list)
     created_at: str = ""
+    turn_chunks: list[str] = field(default_factory=list)
 
     @property
     def count(self) -> int:
         return len(self.full) * CHUNK + len(self.tail)
 
     def copy(self) -> _Line:
-        return _Line(self.tip, list(self.full), list(self.tail), list(self.turns), self.created_at)  # turns: never edited
+        return _Line(self.tip, list(self.full), list(self.tail), list(self.turns), self.created_at,  # turns: never edited
+                     list(self.turn_chunks))
+
+    def turns_changed(self) -> None:
+        """Forget the chunk ids of turns past the full chunks that are left (``turns`` was cut)."""
+        del self.turn_chunks[len(self.turns) // CHUNK:]
 
     def state(self, writer: StateWriter) -> dict[str, Any]:
         """The checkpoint state (items written as chunk blobs and a list tree when long)."""
@@ -98,8 +108,22 @@ class _Line:
             tail_blob = [writer.leaf(self.tail, "items")] if self.tail else []
             items = Written(LIST, writer.list_tree(self.full + tail_blob))
         # keys in the order of the tree's entries, so the state tree needs no .order.cbor entry
-        return {"created_at": self.created_at, "format": KIND, "items": items, "turns": self.turns,
+        return {"created_at": self.created_at, "format": KIND, "items": items, "turns": self._turns(writer),
                 "v": frameworks.VERSION}
+
+    def _turns(self, writer: StateWriter) -> Any:
+        """``turns`` as :meth:`StateWriter.mapping` writes a list (a long one is a list tree of
+        chunks), the full chunks written before taken from :attr:`turn_chunks`."""
+        turns = self.turns
+        if len(turns) <= CHUNK:
+            return turns
+        self.turns_changed()
+        known = len(self.turn_chunks)
+        self.turn_chunks.extend(writer.leaf(turns[start:start + CHUNK], "turns")
+                                for start in range(known * CHUNK, len(turns) // CHUNK * CHUNK, CHUNK))
+        rest = len(turns) % CHUNK
+        last = [writer.leaf(turns[-rest:], "turns")] if rest else []
+        return Written(LIST, writer.list_tree(self.turn_chunks + last))
 
     def append(self, items: list[Any], writer: StateWriter, now: str) -> None:
         for item in items:
@@ -114,6 +138,7 @@ class _Line:
         item = self.tail.pop()
         if self.turns and self.turns[-1][0] == self.count:
             self.turns.pop()
+            self.turns_changed()
         if not self.tail and self.full:
             self.tail = reader.chunk(self.full.pop())
         return item
@@ -130,6 +155,7 @@ class _Line:
         if not self.tail and self.full:
             self.tail = reader.chunk(self.full.pop())
         self.turns = [t for t in self.turns if t[0] < length]
+        self.turns_changed()
 
     def items(self, reader: StateReader, limit: int | None) -> list[Any]:
         """The items (a fresh copy), or the last ``limit`` of them."""
@@ -243,6 +269,11 @@ class GitSession:
         line = _Line(cp.id, full, tail)
         check_payload(WORKFLOW, {**small, "items": [None] * line.count}, cp.id)  # all but the items' values
         line.turns, line.created_at = small["turns"], small["created_at"]
+        turns_kind, turns_oid = entries.get("turns", ("", ""))
+        if turns_kind == "list":
+            chunks = reader.list_chunks(turns_oid)
+            if len(chunks) == -(-len(line.turns) // CHUNK):
+                line.turn_chunks = chunks[:len(line.turns) // CHUNK]
         return line
 
     def _run(self) -> Run | None:
@@ -373,7 +404,7 @@ class GitSession:
             def change(line: _Line, _tx: Transaction) -> bool:
                 if line.count == 0 and line.tip is not None:
                     return False
-                line.full, line.tail, line.turns = [], [], []
+                line.full, line.tail, line.turns, line.turn_chunks = [], [], [], []
                 return True
 
             self._write("main", change, "clear_session")

@@ -150,9 +150,22 @@ class StateWriter:
             for g in range(0, len(level), FANOUT):
                 group = level[g:g + FANOUT]
                 first = group[0][0].split(".", 1)[0]
-                grouped.append((first, self.w.tree(group), MODE_TREE))
+                grouped.append((first, self._group_tree(group), MODE_TREE))
             level = grouped
         return self.w.tree(level)
+
+    def _group_tree(self, group: list[TreeEntry]) -> str:
+        """Tree id of one group of a list tree; a full group written before is not built and
+        hashed again (a list that grows at its end rewrites its last group only)."""
+        if len(group) < FANOUT:
+            return self.w.tree(group)
+        key = ("list-group", *group)  # names, ids and modes: exactly what the tree holds
+        hit = self.w.cached_value(key)
+        if hit is not None:
+            return hit
+        oid = self.w.tree(group)
+        self.w.cache_value(key, oid)
+        return oid
 
 
 class _BlobCache:

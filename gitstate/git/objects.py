@@ -10,7 +10,7 @@ import os
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 import pygit2
 from pygit2.enums import ObjectType
@@ -52,7 +52,7 @@ class ObjectWriter:
         self._cache_size = cache_size
         self._born = time.monotonic()
         # digest of a value's exact Python form -> blob id of its canonical encoding (see statetree)
-        self.value_cache: OrderedDict[bytes, str] = OrderedDict()
+        self.value_cache: OrderedDict[Hashable, str] = OrderedDict()
         # set while a transaction stages: id -> (type, body, its zlib stream's maker or None)
         self._staged: dict[str, tuple[int, bytes, Callable[[], bytes] | None]] | None = None
         self.pack_dir = os.path.join(self.objects, "pack")
@@ -315,16 +315,16 @@ class ObjectWriter:
         """Write a tree from ``(name, hex id, mode)`` entries in any order."""
         return self.write(ObjectType.TREE, tree_bytes(entries))
 
-    def cached_value(self, key: bytes) -> str | None:
-        """Blob id stored for a value digest, if still trusted."""
+    def cached_value(self, key: Hashable) -> str | None:
+        """Object id stored for a value digest (or another exact key), if still trusted."""
         self._expire()
         oid = self.value_cache.get(key)
         if oid is not None:
             self.value_cache.move_to_end(key)
         return oid
 
-    def cache_value(self, key: bytes, oid: str) -> None:
-        """Remember the blob id of a value digest."""
+    def cache_value(self, key: Hashable, oid: str) -> None:
+        """Remember the object id of a value digest (or another exact key)."""
         cache = self.value_cache
         cache[key] = oid
         if len(cache) > self._cache_size:

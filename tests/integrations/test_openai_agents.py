@@ -321,6 +321,39 @@ async def test_appending_costs_about_the_new_items(repo: Path) -> None:
         "0000000000.cbor", "0000000032.cbor"]
 
 
+async def test_long_sessions_write_turns_from_remembered_chunks_exactly(repo: Path, tmp_path: Path) -> None:
+    # A write of a long session takes the ids of the turns' full chunks from memory: a pop or a
+    # cut at a chunk's edge, followed by other turns, must not leave a stale chunk behind. A
+    # fresh instance (nothing in memory) reads what was stored; it must match the SDK's session.
+    ours = GitSession("turns", repo)
+    theirs = AdvancedSQLiteSession(session_id="turns", db_path=tmp_path / "adv.db", create_tables=True)
+
+    def turns(rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
+        return [(r["turn"], r["full_content"]) for r in rows]
+
+    async def check(branch: str = "main") -> None:
+        fresh = GitSession("turns", repo)
+        assert turns(await fresh.get_conversation_turns(branch)) == turns(await theirs.get_conversation_turns())
+        fresh.close()
+
+    for i in range(70):  # past two full chunks of 32 turns
+        await _same([("add", [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}])],
+                    ours, theirs)
+    await check()
+    for _ in range(7):  # down to 63 turns (the second chunk no longer full), then other turns
+        await _same([("pop", None), ("pop", None)], ours, theirs)
+    await _same([("add", [{"role": "assistant", "content": "b"}]),  # the next turns sit one item later
+                 *[("add", [{"role": "user", "content": f"other {i}"}]) for i in range(3)]], ours, theirs)
+    await check()
+    tip = ours.store.get_run("turns").head()
+    assert tip is not None and git(repo, "ls-tree", "--name-only", f"{tip.id}:state/turns.list").split() == [
+        "0000000000.cbor", "0000000032.cbor", "0000000064.cbor"]
+    for s in (ours, theirs):  # a cut inside the first chunk, then a line past a chunk again
+        await s.create_branch_from_turn(20, "cut")
+    await _same([("add", [{"role": "user", "content": f"cut {i}"}]) for i in range(40)], ours, theirs)
+    await check("cut")
+
+
 async def test_bad_input_writes_nothing(repo: Path) -> None:
     s = GitSession("bad", repo)
     await s.add_items([{"role": "user", "content": "ok"}])
