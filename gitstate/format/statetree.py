@@ -154,7 +154,7 @@ class StateWriter:
             level = grouped
         return self.w.tree(level)
 
-    def _group_tree(self, group: list[TreeEntry]) -> str:
+    def _group_tree(self, group: Sequence[TreeEntry]) -> str:
         """Tree id of one group of a list tree; a full group written before is not built and
         hashed again (a list that grows at its end rewrites its last group only)."""
         if len(group) < FANOUT:
