@@ -482,7 +482,7 @@ class GitCheckpointStorage:
             metadata = {"checkpoint_id": cid, "previous_checkpoint_id": checkpoint.previous_checkpoint_id,
                         "timestamp": checkpoint.timestamp, "iteration_count": checkpoint.iteration_count,
                         "saved": saved}
-            state = {"format": KIND, "v": frameworks.VERSION, "saved": saved, **fields}
+            state = {"format": KIND, "v": frameworks.WRITTEN, "saved": saved, **fields}
             found: list[Any] = []  # the store's secrets policy (warn: recorded in meta.cbor)
             state = self.store.core.secrets.value(state, "state", found)
             cp = run.stage_checkpoint(

@@ -136,7 +136,7 @@ class GitFlowPersistence(FlowPersistence):
             current = self._payload(tip) or {}
             if state is None and pending is None and current.get("pending") is None:
                 return NO_CHANGE
-            new: dict[str, Any] = {"format": KIND, "v": frameworks.VERSION,
+            new: dict[str, Any] = {"format": KIND, "v": frameworks.WRITTEN,
                                    "state": current.get("state", {}) if state is None else state}
             keep = current.get("pending") if pending is False else pending
             if keep is not None:

@@ -109,7 +109,7 @@ class _Line:
             items = Written(LIST, writer.list_tree(self.full + tail_blob))
         # keys in the order of the tree's entries, so the state tree needs no .order.cbor entry
         return {"created_at": self.created_at, "format": KIND, "items": items, "turns": self._turns(writer),
-                "v": frameworks.VERSION}
+                "v": frameworks.WRITTEN}
 
     def _turns(self, writer: StateWriter) -> Any:
         """``turns`` as :meth:`StateWriter.mapping` writes a list (a long one is a list tree of

@@ -16,7 +16,13 @@ from gitstate.format import typed
 #: The version of the integrations' states (their ``v``); a reader reads every version up to it.
 #: 2: maps in the state keep their key order (so a GitStore of format 1, which reads the state
 #: without ``meta.cbor``, refuses it as a newer version rather than as damaged).
-VERSION = 2
+#: 3: a langgraph-store namespace of many items is stored in shards (``shards.map/``); only a
+#: langgraph-store root holding one is written as version 3.
+VERSION = 3
+
+#: The version the integrations write (a langgraph-store root holding a sharded namespace: 3), so
+#: that a gitstate that reads up to version 2 keeps reading what needs nothing newer.
+WRITTEN = 2
 
 LANGGRAPH = "langgraph"
 OPENAI_AGENTS = "openai-agents"
@@ -111,13 +117,32 @@ def _memory(state: Mapping[str, Any]) -> str | None:
             return f"namespace {name!r} has no label list"
         if ".".join(labels) != name:
             return f"namespace {name!r} is stored under another name"
-        if not _is_int(ns.get("seq")) or not isinstance(ns.get("items"), dict):
-            return f"namespace {name!r} lacks seq or items"
-        for item in ns["items"].values():
+        if not _is_int(ns.get("seq")):
+            return f"namespace {name!r} lacks seq"
+        items, problem = _memory_items(ns)
+        if problem:
+            return f"namespace {name!r}: {problem}"
+        for item in items:
             problem = check_item(item)
             if problem:
                 return f"namespace {name!r}: {problem}"
     return None
+
+
+def _memory_items(ns: Mapping[str, Any]) -> tuple[list[Any], str | None]:
+    """The items of a langgraph-store namespace: ``items`` or (version 3) its ``shards``."""
+    if "items" in ns and "shards" not in ns:
+        return (list(ns["items"].values()), None) if isinstance(ns["items"], dict) else ([], "items is not a map")
+    shards = ns.get("shards")
+    if "items" in ns or not isinstance(shards, dict):
+        return [], "has neither items nor shards"
+    items: list[Any] = []
+    for shard, members in shards.items():
+        if not (isinstance(shard, str) and len(shard) == 2 and all(c in "0123456789abcdef" for c in shard)
+                and isinstance(members, dict)):
+            return [], f"shard {shard!r} is malformed"
+        items.extend(members.values())
+    return items, None
 
 
 def _crewai(state: Mapping[str, Any]) -> str | None:

@@ -73,19 +73,76 @@ WORKFLOW = frameworks.LANGGRAPH_STORE
 KIND = frameworks.KINDS[WORKFLOW]
 DEFAULT_NAME = "langgraph-store"
 _LONG = re.compile(r"[0-9a-f]{40}\.long")
+_SHARD = re.compile(r"[0-9a-f]{2}")
+
+
+#: A namespace of more items than this is stored in shards (``shards.map/<2 hex>.map/``, by the
+#: first byte of the SHA-1 of the key), so a put rewrites one shard of it, not every item's entry.
+SHARD_AT = 256
+#: The state version of a root holding a sharded namespace (a root without one is written as
+#: before, :data:`frameworks.WRITTEN`, so that earlier gitstate versions keep reading it).
+SHARDED_VERSION = 3
+
+
+def _shard(key: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 - a cache on purpose
+    """The shard of an item key: the first byte of the SHA-1 of its UTF-8, in hex."""
+    hit = _cache.get(key)
+    if hit is None:
+        if len(_cache) > 1 << 18:
+            _cache.clear()
+        hit = _cache[key] = hashlib.sha1(key.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()[:2]
+    return hit
 
 
 @dataclass
 class _Ns:
-    """A namespace as stored: labels, creation order and item blobs by key."""
+    """A namespace as stored: labels, creation order and item blobs by key; edits go through
+    :meth:`assign` and :meth:`drop`, which forget the trees they make stale."""
 
     labels: tuple[str, ...]
     seq: int
     items: dict[str, str] = field(default_factory=dict)
     tree: str | None = None  # the namespace's tree while it is unchanged
+    # shard trees unchanged since read or written, and the keys of each shard once asked for
+    # (:meth:`groups`): caches, not what the namespace holds, so equality leaves them out
+    shards: dict[str, str] = field(default_factory=dict, compare=False)
+    members: dict[str, set[str]] | None = field(default=None, compare=False)
 
     def copy(self) -> _Ns:
-        return _Ns(self.labels, self.seq, dict(self.items), self.tree)
+        members = None if self.members is None else {s: set(keys) for s, keys in self.members.items()}
+        return _Ns(self.labels, self.seq, dict(self.items), self.tree, dict(self.shards), members)
+
+    def assign(self, key: str, oid: str) -> None:
+        """Store item ``key`` as the blob ``oid``."""
+        if self.members is not None and key not in self.items:
+            self.members.setdefault(_shard(key), set()).add(key)
+        self.items[key] = oid
+        self._changed(key)
+
+    def drop(self, key: str) -> None:
+        """Delete item ``key``."""
+        del self.items[key]
+        if self.members is not None:
+            self.members.get(_shard(key), set()).discard(key)
+        self._changed(key)
+
+    def _changed(self, key: str) -> None:
+        self.tree = None
+        self.shards.pop(_shard(key), None)
+
+    def groups(self) -> dict[str, set[str]]:
+        """The keys of each shard (empty shards may be listed)."""
+        if self.members is None:
+            members: dict[str, set[str]] = {}
+            for key in self.items:
+                members.setdefault(_shard(key), set()).add(key)
+            self.members = members
+        return self.members
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the namespace is stored in shards (more than :data:`SHARD_AT` items)."""
+        return len(self.items) > SHARD_AT
 
 
 @dataclass
@@ -98,6 +155,37 @@ class _Root:
 
 def _ns_key(namespace: tuple[str, ...]) -> str:
     return ".".join(namespace)
+
+
+def _namespace_tree(tx: Transaction, writer: StateWriter, ns: _Ns) -> str:
+    """The tree of a namespace: its items in ``items.map/``, or past :data:`SHARD_AT` items in
+    ``shards.map/<shard>.map/``, where only the shards changed since they were read or written are
+    built again. Keys are given in the order of the tree's entries, so no ``.order.cbor``."""
+    labels = list(ns.labels)
+    if not ns.sharded:
+        items = tx.tree([(encode_component(k) + LEAF, oid, MODE_BLOB) for k, oid in ns.items.items()])
+        return writer.mapping({"items": Written(MAP, items), "namespace": labels, "seq": ns.seq})
+    entries = []
+    for shard, keys in sorted(ns.groups().items()):
+        if not keys:
+            continue
+        tree = ns.shards.get(shard)
+        if tree is None:
+            tree = ns.shards[shard] = tx.tree([(encode_component(k) + LEAF, ns.items[k], MODE_BLOB) for k in keys])
+        entries.append((shard + MAP, tree, MODE_TREE))
+    return writer.mapping({"namespace": labels, "seq": ns.seq, "shards": Written(MAP, tx.tree(entries))})
+
+
+def _read_items(reader: StateReader, oid: str, items: dict[str, str], shard: str | None) -> None:
+    """Add the item blobs of the items tree (or shard ``shard``) ``oid`` to ``items``."""
+    for item_key, (kind, blob) in reader.entries(oid).items():
+        if kind != "cbor":
+            raise CorruptObjectError(oid, f"item {item_key!r} is not a blob")
+        if shard is not None and _shard(item_key) != shard:
+            raise CorruptObjectError(oid, f"item {item_key!r} is in shard {shard}, not {_shard(item_key)}")
+        if item_key in items:
+            raise CorruptObjectError(oid, f"item {item_key!r} is stored twice")
+        items[item_key] = blob
 
 
 #: Branch names a namespace root must not be stored on: restore's safety branch stays local (push
@@ -267,15 +355,24 @@ class GitStore(BaseStore):
         labels = reader.value(*entries["namespace"]) if "namespace" in entries else None
         seq = reader.value(*entries["seq"]) if "seq" in entries else None
         items_kind, items_oid = entries.get("items", ("", ""))
+        shards_kind, shards_oid = entries.get("shards", ("", ""))
         if not (isinstance(labels, list) and labels and all(isinstance(x, str) and x for x in labels)
-                and _ns_key(tuple(labels)) == key and isinstance(seq, int) and items_kind == "map"):
+                and _ns_key(tuple(labels)) == key and isinstance(seq, int)
+                and (items_kind, shards_kind) in (("map", ""), ("", "map"))):
             raise CorruptObjectError(oid, f"namespace {key!r} is malformed")
-        items = {}
-        for item_key, (kind, blob) in reader.entries(items_oid).items():
-            if kind != "cbor":
-                raise CorruptObjectError(items_oid, f"item {item_key!r} is not a blob")
-            items[item_key] = blob
-        ns = _Ns(tuple(labels), seq, items, oid)
+        items: dict[str, str] = {}
+        shards: dict[str, str] = {}
+        if shards_kind:
+            for shard, (kind, shard_oid) in reader.entries(shards_oid).items():
+                if kind != "map" or not _SHARD.fullmatch(shard):
+                    raise CorruptObjectError(shards_oid, f"namespace {key!r}: {shard!r} is not a shard")
+                _read_items(reader, shard_oid, items, shard)
+                shards[shard] = shard_oid
+            if len(items) <= SHARD_AT:
+                raise CorruptObjectError(oid, f"namespace {key!r} of {len(items)} items is sharded")
+        else:
+            _read_items(reader, items_oid, items, None)
+        ns = _Ns(tuple(labels), seq, items, oid, shards)
         with self._lock:
             self._ns_trees[oid] = ns
             while len(self._ns_trees) > 4096:
@@ -541,8 +638,7 @@ class GitStore(BaseStore):
             ns = namespaces.get(ns_key)
             if op.value is None:
                 if ns is not None and key in ns.items:
-                    del ns.items[key]
-                    ns.tree = None
+                    ns.drop(key)
                     changed = True
                 continue
             if ns is None:
@@ -566,9 +662,9 @@ class GitStore(BaseStore):
                 item["ttl"] = ttl
                 item["expires_at"] = (_now() + timedelta(minutes=ttl)).isoformat()
             data = encoding.dumps(item, f"{ns_key}/{key}", ordered=True)
-            ns.items[key] = oid = tx.blob(data)
+            oid = tx.blob(data)
+            ns.assign(key, oid)
             self._remember_item(oid, encoding.loads(data, oid))
-            ns.tree = None
             changed = True
         return changed
 
@@ -611,15 +707,12 @@ class GitStore(BaseStore):
             for ns_key, ns in namespaces.items():
                 ns_tree = ns.tree
                 if ns_tree is None:  # unchanged namespaces keep their tree (read from the tip)
-                    items_tree = tx.tree([(encode_component(k) + LEAF, oid, MODE_BLOB) for k, oid in ns.items.items()])
-                    # keys in the order of the tree's entries: no .order.cbor, as format 1 wrote them
-                    ns_tree = writer.mapping({"items": Written(MAP, items_tree), "namespace": list(ns.labels),
-                                              "seq": ns.seq})
-                    ns.tree = ns_tree
+                    ns_tree = ns.tree = _namespace_tree(tx, writer, ns)
                 ns_entries.append((encode_component(ns_key) + MAP, ns_tree, MODE_TREE))
-            # (so a GitStore of format 1 reads this tree, finds the newer v and refuses it as such)
-            state = writer.mapping({"format": KIND, "namespaces": Written(MAP, tx.tree(ns_entries)),
-                                    "v": frameworks.VERSION})
+            # (so a GitStore of format 1 reads this tree, finds the newer v and refuses it as such;
+            # and one of version 2 refuses a root holding a sharded namespace as newer, too)
+            version = SHARDED_VERSION if any(ns.sharded for ns in namespaces.values()) else frameworks.WRITTEN
+            state = writer.mapping({"format": KIND, "namespaces": Written(MAP, tx.tree(ns_entries)), "v": version})
             written.append(namespaces)
             return run.stage_checkpoint(tx, tip, (cpfmt.STATE_TREE, state, MODE_TREE), branch=branch, node="memory",
                                         trigger=trigger, metadata=metadata, fork_from=base if base != tip else None)
@@ -646,8 +739,7 @@ class GitStore(BaseStore):
                     if item.get("ttl") is None:
                         continue
                     item["expires_at"] = (_now() + timedelta(minutes=item["ttl"])).isoformat()
-                    ns.items[key] = tx.blob(encoding.dumps(item, key, ordered=True))
-                    ns.tree = None
+                    ns.assign(key, tx.blob(encoding.dumps(item, key, ordered=True)))
                     changed = True
                 return changed
 
@@ -668,8 +760,7 @@ class GitStore(BaseStore):
                     for key, blob in list(ns.items.items()):
                         expires = self._item(blob).get("expires_at")
                         if isinstance(expires, str) and datetime.fromisoformat(expires) < now:
-                            del ns.items[key]
-                            ns.tree = None
+                            ns.drop(key)
                             count[0] += 1
                 return count[0] > 0
 

@@ -314,6 +314,65 @@ def test_kept_tip_is_what_a_parse_of_it_gives(repo: Path) -> None:
     assert written >= 3  # users, docs, x
 
 
+def test_a_namespace_of_many_items_is_stored_in_shards(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past SHARD_AT items a namespace is stored in shards (by the SHA-1 of the key), so a put
+    rewrites one shard; the root's state is then version 3, and back to version 2 (what earlier
+    versions read) once the namespace is small again. Everything reads back as InMemoryStore's."""
+    import hashlib
+
+    from gitstate.errors import CorruptObjectError
+    from gitstate.format.names import decode_component
+
+    ours, theirs = GitStore.from_path(repo), InMemoryStore()
+    ns = ("users", "big")
+    n = store_module.SHARD_AT
+    ops = [PutOp(ns, f"k{i}", {"i": i}) for i in range(n)] + [PutOp(("users", "small"), "x", {"i": -1})]
+    for s in (ours, theirs):
+        s.batch(ops)
+    tip = ours.store.get_run(store_module.DEFAULT_NAME).head("users")
+    assert tip is not None and tip.state["v"] == 2
+    assert "items.map" in git(repo, "ls-tree", "--name-only", f"{tip.id}:state/namespaces.map/users%2Ebig.map").split()
+    for s in (ours, theirs):
+        s.put(ns, "one more", {"i": n})
+    tip = ours.store.get_run(store_module.DEFAULT_NAME).head("users")
+    assert tip is not None and tip.state["v"] == 3
+    big = f"{tip.id}:state/namespaces.map/users%2Ebig.map"
+    assert git(repo, "ls-tree", "--name-only", big).split() == ["namespace.cbor", "seq.cbor", "shards.map"]
+    paths = git(repo, "ls-tree", "-r", "--name-only", f"{big}/shards.map").split()
+    assert len(paths) == n + 1 and len({p.split("/")[0] for p in paths}) > 100
+    for path in paths:  # <shard>.map/<key>.cbor, the shard named by the key's SHA-1
+        shard, name = path.split("/")
+        key = decode_component(name.removesuffix(".cbor"))
+        assert shard == hashlib.sha1(key.encode()).hexdigest()[:2] + ".map", path
+    # a put rewrites one shard: one item path changes (and the checkpoint's own meta.cbor)
+    ours.put(ns, "k7", {"i": "changed"})
+    theirs.put(ns, "k7", {"i": "changed"})
+    after = ours.store.get_run(store_module.DEFAULT_NAME).head("users")
+    assert after is not None
+    changed = git(repo, "diff-tree", "-r", "--name-only", tip.id, after.id).split()
+    k7 = hashlib.sha1(b"k7").hexdigest()[:2]
+    assert changed == ["meta.cbor", f"state/namespaces.map/users%2Ebig.map/shards.map/{k7}.map/k7.cbor"]
+    fresh = GitStore.from_path(repo)
+    assert view(fresh.search(ns, limit=1000)) == view(theirs.search(ns, limit=1000))
+    assert view(fresh.get(ns, "k7")) == view(theirs.get(ns, "k7"))
+    assert verify(gitstate.open_store(repo)).ok
+    for root in ours._roots.values():  # the kept tip is what a parse of it gives
+        assert root.tip is None or root == ours._parse(root.tip)
+    for s in (ours, theirs):  # small again: version 2, items.map/
+        s.batch([PutOp(ns, f"k{i}", None) for i in range(10)])
+    tip = ours.store.get_run(store_module.DEFAULT_NAME).head("users")
+    assert tip is not None and tip.state["v"] == 2
+    assert "items.map" in git(repo, "ls-tree", "--name-only", f"{tip.id}:state/namespaces.map/users%2Ebig.map").split()
+    assert view(GitStore.from_path(repo).search(ns, limit=1000)) == view(theirs.search(ns, limit=1000))
+    # an item in a shard its key does not name is damage, reported as such
+    monkeypatch.setattr(store_module, "_shard", lambda key: "00")
+    wrong = GitStore.from_path(repo)
+    wrong.batch([PutOp(("other",), f"k{i}", {"i": i}) for i in range(n + 1)])
+    monkeypatch.undo()
+    with pytest.raises(CorruptObjectError, match="shard"):
+        GitStore.from_path(repo).get(("other",), "k1")
+
+
 def test_two_instances_interleave_on_one_root(repo: Path) -> None:
     """Each instance's kept tip is by tip id: a put after another writer moved the branch builds
     on that writer's tip, and no item is lost."""
