@@ -21,8 +21,13 @@ database with its -wal/-shm files while open; files: the directory). The write b
 median ratio) are printed as met or MISSED. Frameworks that are not installed are skipped and named
 (CrewAI lives in .venv-crewai: run this script with that interpreter for it).
 
+``--long N`` measures instead how a write's cost grows with what it appends to: one session of N
+items (``add_items`` vs ``SQLiteSession``) and one memory namespace of N items (``GitStore.put`` vs
+``SqliteStore``), driven in alternation, printing every 1,000 items the medians of the last 500
+writes and their ratio.
+
 Usage: python scripts/bench_adapters.py [--ops 1000] [--rounds 3] [--only openai,agent-framework,store,crewai]
-                                        [--dir DIR] [--json FILE]"""
+                                        [--dir DIR] [--json FILE] [--long N]"""
 
 from __future__ import annotations
 
@@ -281,6 +286,44 @@ def bench_store(base: str, ops: int) -> list[Pair]:
     return pairs
 
 
+# -- long sessions and namespaces -----------------------------------------------------------------
+
+
+async def bench_long(base: str, items: int) -> None:
+    """One session and one memory namespace growing to ``items`` items, each write timed beside
+    its SQLite counterpart's; every 1,000 items the medians of the last 500 writes."""
+    from agents import SQLiteSession
+    from langgraph.store.sqlite import SqliteStore
+
+    from gitstate.langgraph import GitStore
+    from gitstate.openai_agents import GitSession
+
+    rng = random.Random(5)
+    session, sql_session = GitSession("long", new_repo(base, "long-session")), SQLiteSession(
+        "long", os.path.join(base, "long-session.sqlite"))
+    conn = sqlite3.connect(os.path.join(base, "long-store.sqlite"), check_same_thread=False, isolation_level=None)
+    memory, sql_memory = GitStore.from_path(new_repo(base, "long-store")), SqliteStore(conn)
+    sql_memory.setup()
+    times: dict[str, tuple[list[float], list[float]]] = {"session add_items": ([], []), "memory put": ([], [])}
+    print(f"{'items':>7}  {'write':<18}{'gitstate':>11}{'SQLite':>11}{'ratio':>8}")
+    for i in range(items):
+        item = {"role": ("user", "assistant")[i % 2], "content": text(rng, 300)}
+        a, b = await both(lambda item=item: session.add_items([item]), lambda item=item: sql_session.add_items([item]))
+        times["session add_items"][0].append(a)
+        times["session add_items"][1].append(b)
+        value = {"text": text(rng, 200), "i": i}
+        a, b = both_sync(lambda i=i, value=value: memory.put(("users", "ada"), f"memory-{i}", value),
+                         lambda i=i, value=value: sql_memory.put(("users", "ada"), f"memory-{i}", value))
+        times["memory put"][0].append(a)
+        times["memory put"][1].append(b)
+        if (i + 1) % 1000 == 0:
+            for what, (ours, theirs) in times.items():
+                mo, mt = median_ms(ours[-500:]), median_ms(theirs[-500:])
+                print(f"{i + 1:>7}  {what:<18}{mo:>8.3f} ms{mt:>8.3f} ms{mo / mt:>7.2f}x", flush=True)
+    sql_session.close()
+    conn.close()
+
+
 # -- CrewAI -------------------------------------------------------------------------------------
 
 
@@ -337,8 +380,13 @@ def main() -> None:
     ap.add_argument("--only", default="openai,agent-framework,store,crewai")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--long", type=int, default=0, metavar="N",
+                    help="measure only how writes grow: a session and a memory namespace of N items")
     args = ap.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="bench-adapters-")
+    if args.long:
+        asyncio.run(bench_long(base, args.long))
+        return
     wanted = set(args.only.split(","))
     available = {"openai": "agents", "agent-framework": "agent_framework", "store": "langgraph.store.base",
                  "crewai": "crewai"}

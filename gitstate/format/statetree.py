@@ -143,29 +143,32 @@ class StateWriter:
 
     def list_tree(self, chunks: Sequence[str]) -> str:
         """Tree id of a long list from the blob ids of its chunks (each a CBOR array of
-        :data:`CHUNK` items but the last), grouped as described in the module docstring."""
-        level: list[TreeEntry] = [(f"{i * CHUNK:010d}{LEAF}", oid, MODE_BLOB) for i, oid in enumerate(chunks)]
+        :data:`CHUNK` items but the last), grouped as described in the module docstring. A full
+        group of chunks written before is taken from the writer's cache, neither listed nor hashed
+        again: a list that grows at its end costs its last group."""
+        if len(chunks) <= FANOUT:
+            return self.w.tree(_chunk_entries(0, chunks))
+        level: list[TreeEntry] = [(f"{g * CHUNK:010d}", self._chunk_group(g, chunks[g:g + FANOUT]), MODE_TREE)
+                                  for g in range(0, len(chunks), FANOUT)]
         while len(level) > FANOUT:
-            grouped: list[TreeEntry] = []
-            for g in range(0, len(level), FANOUT):
-                group = level[g:g + FANOUT]
-                first = group[0][0].split(".", 1)[0]
-                grouped.append((first, self._group_tree(group), MODE_TREE))
-            level = grouped
+            level = [(level[g][0], self.w.tree(level[g:g + FANOUT]), MODE_TREE) for g in range(0, len(level), FANOUT)]
         return self.w.tree(level)
 
-    def _group_tree(self, group: Sequence[TreeEntry]) -> str:
-        """Tree id of one group of a list tree; a full group written before is not built and
-        hashed again (a list that grows at its end rewrites its last group only)."""
-        if len(group) < FANOUT:
-            return self.w.tree(group)
-        key = ("list-group", *group)  # names, ids and modes: exactly what the tree holds
+    def _chunk_group(self, start: int, ids: Sequence[str]) -> str:
+        """Tree id of the group of chunks ``ids``, the first being chunk number ``start``."""
+        if len(ids) < FANOUT:
+            return self.w.tree(_chunk_entries(start, ids))
+        key = ("list-group", start, *ids)  # exactly what the tree holds: names follow from start
         hit = self.w.cached_value(key)
         if hit is not None:
             return hit
-        oid = self.w.tree(group)
+        oid = self.w.tree(_chunk_entries(start, ids))
         self.w.cache_value(key, oid)
         return oid
+
+
+def _chunk_entries(start: int, ids: Sequence[str]) -> list[TreeEntry]:
+    return [(f"{(start + i) * CHUNK:010d}{LEAF}", oid, MODE_BLOB) for i, oid in enumerate(ids)]
 
 
 class _BlobCache:
