@@ -1,0 +1,74 @@
+"""LangGraph memory with a sharded namespace, as the code that introduced shards wrote it
+(tests/compat/fixtures/memory-format3.tar.gz, made by make_memory_fixture.py), read with the current
+code: every item, the root of the sharded namespace at state version 3 and the other root at 2, and
+the current code continues it (a put rewrites one shard; below 257 items the namespace is flat and
+the root version 2 again). The expectations are hard-coded; a new format gets a new fixture file."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from compat_support import git, unpack
+from langgraph.store.base import PutOp
+from make_memory_fixture import BIG, COUNT, SMALL, value
+
+import gitstate
+from gitstate.langgraph import GitStore
+from gitstate.verify import verify
+
+FIXTURE = Path(__file__).parent / "fixtures" / "memory-format3.tar.gz"
+REFS = """\
+e3424a3f897235cb99bb807e54524b91a463e964 refs/agentos/main/runs/langgraph-store/heads/docs
+497abd3784b1bdcc430403be05e26d18e2d9bbd6 refs/agentos/main/runs/langgraph-store/heads/users
+ad29de7d6c44035ce4a250a410a8803631905fec refs/agentos/main/runs/langgraph-store/run
+"""
+USERS = "refs/agentos/main/runs/langgraph-store/heads/users"
+BIG_TREE = "state/namespaces.map/users%2Eada.map"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return unpack(FIXTURE, tmp_path)
+
+
+def test_fixture_is_as_written(repo: Path) -> None:
+    assert git(repo, "for-each-ref", "--format=%(objectname) %(refname)", "refs/agentos/") == REFS
+    assert git(repo, "ls-tree", "--name-only", f"{USERS}:{BIG_TREE}").split() == [
+        "namespace.cbor", "seq.cbor", "shards.map"]
+    with gitstate.open_store(repo) as store:
+        assert verify(store).ok
+        run = store.get_run("langgraph-store")
+        users, docs = run.head("users"), run.head("docs")
+        assert users is not None and docs is not None
+        assert (users.state["v"], docs.state["v"]) == (3, 2)
+
+
+def test_every_item_reads_with_its_key_order(repo: Path) -> None:
+    memory = GitStore.from_path(repo)
+    items = memory.search(BIG, limit=1000)
+    assert len(items) == COUNT
+    assert {item.key: item.value for item in items} == {f"k{n}": value(n) for n in range(COUNT)}
+    got = memory.get(BIG, "k7")
+    assert got is not None and list(got.value) == ["zeta", "alpha", "mid"]
+    small = memory.get(SMALL, "readme")
+    assert small is not None and small.value == value(-1)
+
+
+def test_the_current_code_continues_it(repo: Path) -> None:
+    memory = GitStore.from_path(repo)
+    before = git(repo, "rev-parse", USERS).strip()
+    memory.put(BIG, "k7", {"changed": True})
+    after = git(repo, "rev-parse", USERS).strip()
+    shard = hashlib.sha1(b"k7").hexdigest()[:2]
+    assert git(repo, "diff-tree", "-r", "--name-only", before, after).split() == [
+        "meta.cbor", f"{BIG_TREE}/shards.map/{shard}.map/k7.cbor"]
+    memory.batch([PutOp(BIG, f"k{n}", None) for n in range(50)])
+    assert "items.map" in git(repo, "ls-tree", "--name-only", f"{USERS}:{BIG_TREE}").split()
+    fresh = GitStore.from_path(repo)
+    assert len(fresh.search(BIG, limit=1000)) == COUNT - 50
+    with gitstate.open_store(repo) as store:
+        head = store.get_run("langgraph-store").head("users")
+        assert head is not None and head.state["v"] == 2
+        assert verify(store).ok
