@@ -343,7 +343,9 @@ class GitStore(BaseStore):
         for key, (ns_kind, ns_oid) in reader.entries(oid).items():
             if ns_kind != "map":
                 raise CorruptObjectError(ns_oid, f"namespace {key!r} is not a tree")
-            out.namespaces[key] = self._namespace(reader, key, ns_oid)
+            ns = out.namespaces[key] = self._namespace(reader, key, ns_oid)
+            if ns.shards and version < SHARDED_VERSION:
+                raise CorruptObjectError(ns_oid, f"namespace {key!r} is sharded in a state of version {version}")
         return out
 
     def _namespace(self, reader: StateReader, key: str, oid: str) -> _Ns:

@@ -371,6 +371,13 @@ def test_a_namespace_of_many_items_is_stored_in_shards(repo: Path, monkeypatch: 
     monkeypatch.undo()
     with pytest.raises(CorruptObjectError, match="shard"):
         GitStore.from_path(repo).get(("other",), "k1")
+    # shards in a state that says version 2 (which has none) is damage too
+    monkeypatch.setattr(store_module, "SHARDED_VERSION", 2)
+    GitStore.from_path(repo).put(("third",), "k", {"i": 0})
+    GitStore.from_path(repo).batch([PutOp(("third",), f"k{i}", {"i": i}) for i in range(n + 1)])
+    monkeypatch.undo()
+    with pytest.raises(CorruptObjectError, match="version 2"):
+        GitStore.from_path(repo).get(("third",), "k1")
 
 
 def test_two_instances_interleave_on_one_root(repo: Path) -> None:
