@@ -8,6 +8,7 @@ to the integration's own keys (docs/FORMAT.md, "Framework integrations")."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -119,7 +120,7 @@ def _memory(state: Mapping[str, Any]) -> str | None:
             return f"namespace {name!r} is stored under another name"
         if not _is_int(ns.get("seq")):
             return f"namespace {name!r} lacks seq"
-        items, problem = _memory_items(ns)
+        items, problem = _memory_items(ns, state.get("v"))
         if problem:
             return f"namespace {name!r}: {problem}"
         for item in items:
@@ -129,20 +130,39 @@ def _memory(state: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _memory_items(ns: Mapping[str, Any]) -> tuple[list[Any], str | None]:
-    """The items of a langgraph-store namespace: ``items`` or (version 3) its ``shards``."""
-    if "items" in ns and "shards" not in ns:
+#: A langgraph-store namespace of more items than this is stored in shards (version 3).
+MEMORY_SHARD_AT = 256
+
+
+def memory_shard(key: str) -> str:
+    """The shard of a langgraph-store item key: the first byte of the SHA-1 of its UTF-8, in hex."""
+    return hashlib.sha1(key.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()[:2]
+
+
+def _memory_items(ns: Mapping[str, Any], version: Any) -> tuple[list[Any], str | None]:
+    """The items of a langgraph-store namespace: ``items``, or (version 3) its ``shards``, each
+    item in the shard its key names and more than :data:`MEMORY_SHARD_AT` of them."""
+    if "items" in ns and "shards" in ns:
+        return [], "has both items and shards"
+    if "items" in ns:
         return (list(ns["items"].values()), None) if isinstance(ns["items"], dict) else ([], "items is not a map")
     shards = ns.get("shards")
-    if "items" in ns or not isinstance(shards, dict):
+    if not isinstance(shards, dict):
         return [], "has neither items nor shards"
-    items: list[Any] = []
+    if not _is_int(version) or version < 3:
+        return [], f"is sharded in a state of version {version}"
+    items: dict[str, Any] = {}
     for shard, members in shards.items():
         if not (isinstance(shard, str) and len(shard) == 2 and all(c in "0123456789abcdef" for c in shard)
                 and isinstance(members, dict)):
             return [], f"shard {shard!r} is malformed"
-        items.extend(members.values())
-    return items, None
+        for key, item in members.items():
+            if memory_shard(key) != shard:  # (so no key is in two shards)
+                return [], f"item {key!r} is in shard {shard}, not {memory_shard(key)}"
+            items[key] = item
+    if len(items) <= MEMORY_SHARD_AT:
+        return [], f"{len(items)} items are sharded (only more than {MEMORY_SHARD_AT} are)"
+    return list(items.values()), None
 
 
 def _crewai(state: Mapping[str, Any]) -> str | None:

@@ -78,19 +78,19 @@ _SHARD = re.compile(r"[0-9a-f]{2}")
 
 #: A namespace of more items than this is stored in shards (``shards.map/<2 hex>.map/``, by the
 #: first byte of the SHA-1 of the key), so a put rewrites one shard of it, not every item's entry.
-SHARD_AT = 256
+SHARD_AT = frameworks.MEMORY_SHARD_AT
 #: The state version of a root holding a sharded namespace (a root without one is written as
 #: before, :data:`frameworks.WRITTEN`, so that earlier gitstate versions keep reading it).
 SHARDED_VERSION = 3
 
 
 def _shard(key: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 - a cache on purpose
-    """The shard of an item key: the first byte of the SHA-1 of its UTF-8, in hex."""
+    """:func:`frameworks.memory_shard`, remembered per key."""
     hit = _cache.get(key)
     if hit is None:
         if len(_cache) > 1 << 18:
             _cache.clear()
-        hit = _cache[key] = hashlib.sha1(key.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()[:2]
+        hit = _cache[key] = frameworks.memory_shard(key)
     return hit
 
 
@@ -106,16 +106,18 @@ class _Ns:
     # shard trees unchanged since read or written, and the keys of each shard once asked for
     # (:meth:`groups`): caches, not what the namespace holds, so equality leaves them out
     shards: dict[str, str] = field(default_factory=dict, compare=False)
-    members: dict[str, set[str]] | None = field(default=None, compare=False)
+    members: dict[str, frozenset[str]] | None = field(default=None, compare=False)
 
     def copy(self) -> _Ns:
-        members = None if self.members is None else {s: set(keys) for s, keys in self.members.items()}
+        # (the key sets are frozen and replaced on edit: a copy shares them)
+        members = None if self.members is None else dict(self.members)
         return _Ns(self.labels, self.seq, dict(self.items), self.tree, dict(self.shards), members)
 
     def assign(self, key: str, oid: str) -> None:
         """Store item ``key`` as the blob ``oid``."""
         if self.members is not None and key not in self.items:
-            self.members.setdefault(_shard(key), set()).add(key)
+            shard = _shard(key)
+            self.members[shard] = self.members.get(shard, frozenset()) | {key}
         self.items[key] = oid
         self._changed(key)
 
@@ -123,20 +125,21 @@ class _Ns:
         """Delete item ``key``."""
         del self.items[key]
         if self.members is not None:
-            self.members.get(_shard(key), set()).discard(key)
+            shard = _shard(key)
+            self.members[shard] = self.members.get(shard, frozenset()) - {key}
         self._changed(key)
 
     def _changed(self, key: str) -> None:
         self.tree = None
         self.shards.pop(_shard(key), None)
 
-    def groups(self) -> dict[str, set[str]]:
+    def groups(self) -> dict[str, frozenset[str]]:
         """The keys of each shard (empty shards may be listed)."""
         if self.members is None:
             members: dict[str, set[str]] = {}
             for key in self.items:
                 members.setdefault(_shard(key), set()).add(key)
-            self.members = members
+            self.members = {shard: frozenset(keys) for shard, keys in members.items()}
         return self.members
 
     @property
@@ -181,10 +184,8 @@ def _read_items(reader: StateReader, oid: str, items: dict[str, str], shard: str
     for item_key, (kind, blob) in reader.entries(oid).items():
         if kind != "cbor":
             raise CorruptObjectError(oid, f"item {item_key!r} is not a blob")
-        if shard is not None and _shard(item_key) != shard:
+        if shard is not None and _shard(item_key) != shard:  # (so no key is in two shards)
             raise CorruptObjectError(oid, f"item {item_key!r} is in shard {shard}, not {_shard(item_key)}")
-        if item_key in items:
-            raise CorruptObjectError(oid, f"item {item_key!r} is stored twice")
         items[item_key] = blob
 
 

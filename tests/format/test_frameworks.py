@@ -3,6 +3,7 @@ them on decoded states (here the langgraph-store's, flat and sharded)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -11,28 +12,49 @@ from gitstate.format import frameworks
 
 KIND = frameworks.KINDS[frameworks.LANGGRAPH_STORE]
 ITEM = {"value": {"a": 1}, "created_at": "t", "updated_at": "t", "seq": 1}
+MANY = frameworks.MEMORY_SHARD_AT + 1
 
 
 def state(ns: dict[str, Any], v: int = 2) -> dict[str, Any]:
     return {"format": KIND, "v": v, "namespaces": {"users": {"namespace": ["users"], "seq": 1, **ns}}}
 
 
+def sharded(keys: list[str], item: Any = ITEM) -> dict[str, Any]:
+    shards: dict[str, Any] = {}
+    for key in keys:
+        shards.setdefault(hashlib.sha1(key.encode()).hexdigest()[:2], {})[key] = item
+    return {"shards": shards}
+
+
+def problem(ns: dict[str, Any], v: int = 3) -> str:
+    found = frameworks.check_state(frameworks.LANGGRAPH_STORE, state(ns, v))
+    assert found is not None
+    return found
+
+
 def test_flat_and_sharded_namespaces_are_sound() -> None:
     assert frameworks.check_state(frameworks.LANGGRAPH_STORE, state({"items": {"k": ITEM}})) is None
-    assert frameworks.check_state(frameworks.LANGGRAPH_STORE, state({"shards": {"0a": {"k": ITEM}}}, 3)) is None
+    keys = [f"k{i}" for i in range(MANY)]
+    assert frameworks.check_state(frameworks.LANGGRAPH_STORE, state(sharded(keys), 3)) is None
+    assert frameworks.memory_shard("k7") == hashlib.sha1(b"k7").hexdigest()[:2]
 
 
-@pytest.mark.parametrize(("ns", "problem"), [
-    ({}, "neither items nor shards"),
-    ({"items": {}, "shards": {}}, "neither items nor shards"),
+@pytest.mark.parametrize(("ns", "message"), [
+    ({}, "has neither items nor shards"),
+    ({"items": {}, "shards": {}}, "has both items and shards"),
     ({"items": []}, "items is not a map"),
     ({"shards": {"zz": {"k": ITEM}}}, "shard 'zz' is malformed"),
     ({"shards": {"0a": ["k"]}}, "shard '0a' is malformed"),
-    ({"shards": {"0a": {"k": {"value": 1}}}}, "an item has no value map"),
+    ({"shards": {"00": {"k": ITEM}}}, "item 'k' is in shard 00, not 13"),
+    (sharded(["k1", "k2"]), "2 items are sharded"),
+    (sharded([f"k{i}" for i in range(MANY)], {"value": 1}), "an item has no value map"),
 ])
-def test_malformed_namespaces_are_named(ns: dict[str, Any], problem: str) -> None:
-    found = frameworks.check_state(frameworks.LANGGRAPH_STORE, state(ns, 3))
-    assert found is not None and problem in found
+def test_malformed_namespaces_are_named(ns: dict[str, Any], message: str) -> None:
+    assert message in problem(ns)
+
+
+def test_shards_need_version_3() -> None:
+    assert "is sharded in a state of version 2" in problem(sharded([f"k{i}" for i in range(MANY)]), v=2)
 
 
 def test_versions_past_what_this_reads_are_refused() -> None:

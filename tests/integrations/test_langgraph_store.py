@@ -371,6 +371,8 @@ def test_a_namespace_of_many_items_is_stored_in_shards(repo: Path, monkeypatch: 
     monkeypatch.undo()
     with pytest.raises(CorruptObjectError, match="shard"):
         GitStore.from_path(repo).get(("other",), "k1")
+    report = verify(gitstate.open_store(repo))
+    assert not report.ok and "is in shard 00" in str(report.problems)
     # shards in a state that says version 2 (which has none) is damage too
     monkeypatch.setattr(store_module, "SHARDED_VERSION", 2)
     GitStore.from_path(repo).put(("third",), "k", {"i": 0})
