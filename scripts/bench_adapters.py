@@ -22,9 +22,9 @@ median ratio) are printed as met or MISSED. Frameworks that are not installed ar
 (CrewAI lives in .venv-crewai: run this script with that interpreter for it).
 
 ``--long N`` measures instead how a write's cost grows with what it appends to: one session of N
-items (``add_items`` vs ``SQLiteSession``) and one memory namespace of N items (``GitStore.put`` vs
-``SqliteStore``), driven in alternation, printing every 1,000 items the medians of the last 500
-writes and their ratio.
+items (``add_items`` vs ``SQLiteSession``), one memory namespace of N items and one memory root of N
+namespaces of one item each (``GitStore.put`` vs ``SqliteStore``), driven in alternation, printing
+every 1,000 items the medians of the last 500 writes and their ratio.
 
 Usage: python scripts/bench_adapters.py [--ops 1000] [--rounds 3] [--only openai,agent-framework,store,crewai]
                                         [--dir DIR] [--json FILE] [--long N]"""
@@ -304,8 +304,9 @@ async def bench_long(base: str, items: int) -> None:
     conn = sqlite3.connect(os.path.join(base, "long-store.sqlite"), check_same_thread=False, isolation_level=None)
     memory, sql_memory = GitStore.from_path(new_repo(base, "long-store")), SqliteStore(conn)
     sql_memory.setup()
-    times: dict[str, tuple[list[float], list[float]]] = {"session add_items": ([], []), "memory put": ([], [])}
-    print(f"{'items':>7}  {'write':<18}{'gitstate':>11}{'SQLite':>11}{'ratio':>8}")
+    times: dict[str, tuple[list[float], list[float]]] = {
+        "session add_items": ([], []), "memory put": ([], []), "put, new namespace": ([], [])}
+    print(f"{'items':>7}  {'write':<20}{'gitstate':>11}{'SQLite':>11}{'ratio':>8}")
     for i in range(items):
         item = {"role": ("user", "assistant")[i % 2], "content": text(rng, 300)}
         a, b = await both(lambda item=item: session.add_items([item]), lambda item=item: sql_session.add_items([item]))
@@ -316,10 +317,14 @@ async def bench_long(base: str, items: int) -> None:
                          lambda i=i, value=value: sql_memory.put(("users", "ada"), f"memory-{i}", value))
         times["memory put"][0].append(a)
         times["memory put"][1].append(b)
+        a, b = both_sync(lambda i=i, value=value: memory.put(("tenants", f"t{i}"), "profile", value),
+                         lambda i=i, value=value: sql_memory.put(("tenants", f"t{i}"), "profile", value))
+        times["put, new namespace"][0].append(a)
+        times["put, new namespace"][1].append(b)
         if (i + 1) % 1000 == 0:
             for what, (ours, theirs) in times.items():
                 mo, mt = median_ms(ours[-500:]), median_ms(theirs[-500:])
-                print(f"{i + 1:>7}  {what:<18}{mo:>8.3f} ms{mt:>8.3f} ms{mo / mt:>7.2f}x", flush=True)
+                print(f"{i + 1:>7}  {what:<20}{mo:>8.3f} ms{mt:>8.3f} ms{mo / mt:>7.2f}x", flush=True)
     sql_session.close()
     conn.close()
 

@@ -107,9 +107,9 @@ def check_item(item: Any) -> str | None:
 
 
 def _memory(state: Mapping[str, Any]) -> str | None:
-    namespaces = state.get("namespaces")
-    if not isinstance(namespaces, dict):
-        return "namespaces is not a map"
+    namespaces, problem = _memory_namespaces(state)
+    if problem:
+        return problem
     for name, ns in namespaces.items():
         if not isinstance(ns, dict):
             return f"namespace {name!r} is not a map"
@@ -130,12 +130,44 @@ def _memory(state: Mapping[str, Any]) -> str | None:
     return None
 
 
-#: A langgraph-store namespace of more items than this is stored in shards (version 3).
+#: A langgraph-store namespace of more items than this, and a root of more namespaces, is stored
+#: in shards (version 3).
 MEMORY_SHARD_AT = 256
 
 
+def _memory_namespaces(state: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The namespaces of a langgraph-store state: ``namespaces``, or (version 3) its
+    ``namespace_shards``, each namespace in the shard its name names and more than
+    :data:`MEMORY_SHARD_AT` of them."""
+    if "namespace_shards" not in state:
+        flat = state.get("namespaces")
+        return (flat, None) if isinstance(flat, dict) else ({}, "namespaces is not a map")
+    shards = state["namespace_shards"]
+    version: Any = state.get("v")
+    if "namespaces" in state or not isinstance(shards, dict):
+        return {}, "has namespaces and namespace_shards, or malformed shards"
+    if not _is_int(version) or version < 3:
+        return {}, f"namespaces are sharded in a state of version {version}"
+    namespaces: dict[str, Any] = {}
+    for shard, members in shards.items():
+        if not (_is_shard(shard) and isinstance(members, dict)):
+            return {}, f"namespace shard {shard!r} is malformed"
+        for name, ns in members.items():
+            if memory_shard(name) != shard:
+                return {}, f"namespace {name!r} is in shard {shard}, not {memory_shard(name)}"
+            namespaces[name] = ns
+    if len(namespaces) <= MEMORY_SHARD_AT:
+        return {}, f"{len(namespaces)} namespaces are sharded (only more than {MEMORY_SHARD_AT} are)"
+    return namespaces, None
+
+
+def _is_shard(name: Any) -> bool:
+    return isinstance(name, str) and len(name) == 2 and all(c in "0123456789abcdef" for c in name)
+
+
 def memory_shard(key: str) -> str:
-    """The shard of a langgraph-store item key: the first byte of the SHA-1 of its UTF-8, in hex."""
+    """The shard of a langgraph-store item key or namespace name: the first byte of the SHA-1 of
+    its UTF-8, in hex."""
     return hashlib.sha1(key.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()[:2]
 
 
@@ -153,8 +185,7 @@ def _memory_items(ns: Mapping[str, Any], version: Any) -> tuple[list[Any], str |
         return [], f"is sharded in a state of version {version}"
     items: dict[str, Any] = {}
     for shard, members in shards.items():
-        if not (isinstance(shard, str) and len(shard) == 2 and all(c in "0123456789abcdef" for c in shard)
-                and isinstance(members, dict)):
+        if not (_is_shard(shard) and isinstance(members, dict)):
             return [], f"shard {shard!r} is malformed"
         for key, item in members.items():
             if memory_shard(key) != shard:  # (so no key is in two shards)

@@ -25,7 +25,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from importlib import util
@@ -150,10 +150,85 @@ class _Ns:
 
 @dataclass
 class _Root:
-    """One root's branch tip, parsed (trees only; item blobs are decoded on use)."""
+    """One root's branch tip, parsed (trees only; item blobs are decoded on use), with what a
+    write reuses: the trees of its namespace shards (past :data:`SHARD_AT` namespaces), the
+    namespace names of each shard (frozen, shared by writes that copy them) and the names of its
+    sharded namespaces."""
 
     tip: str | None
     namespaces: dict[str, _Ns] = field(default_factory=dict)
+    shard_trees: dict[str, str] = field(default_factory=dict, compare=False)
+    members: dict[str, frozenset[str]] | None = field(default=None, compare=False)
+    sharded: frozenset[str] | None = field(default=None, compare=False)
+
+
+class _Namespaces:
+    """The namespaces of a root while a write edits them: the tip's (shared, never edited) and
+    the copies and new ones of this write, a namespace being copied at its first use, so a put
+    copies the namespace it changes, not every namespace of the root."""
+
+    def __init__(self, root: _Root, keep: Callable[[_Ns], bool] | None = None) -> None:
+        if keep is None:
+            self.base = root.namespaces
+            self.shard_trees = dict(root.shard_trees)
+            self.members, self.sharded = root.members, root.sharded
+        else:  # a subset: nothing of the root's caches holds
+            self.base = {k: ns for k, ns in root.namespaces.items() if keep(ns)}
+            self.shard_trees, self.members, self.sharded = {}, None, None
+        self.own: dict[str, _Ns] = {}
+
+    def get(self, key: str) -> _Ns | None:
+        """Namespace ``key`` to edit (a copy of the tip's at first use), or ``None``."""
+        ns = self.own.get(key)
+        if ns is None:
+            base = self.base.get(key)
+            if base is None:
+                return None
+            ns = self.own[key] = base.copy()
+        return ns
+
+    def __setitem__(self, key: str, ns: _Ns) -> None:
+        """Add a new namespace."""
+        if key not in self.base and key not in self.own and self.members is not None:
+            shard = _shard(key)
+            self.members = {**self.members, shard: self.members.get(shard, frozenset()) | {key}}
+        self.own[key] = ns
+
+    def keys(self) -> list[str]:
+        return [*self.base, *(k for k in self.own if k not in self.base)]
+
+    def values(self) -> list[_Ns]:
+        """Every namespace, to edit (each copied)."""
+        return [ns for ns in map(self.get, self.keys()) if ns is not None]
+
+    def __len__(self) -> int:
+        return len(self.base) + sum(1 for k in self.own if k not in self.base)
+
+    def view(self) -> dict[str, _Ns]:
+        """The namespaces as they are now (not to edit)."""
+        return {**self.base, **self.own}
+
+    def groups(self) -> dict[str, frozenset[str]]:
+        """The namespace names of each shard."""
+        if self.members is None:
+            members: dict[str, set[str]] = {}
+            for key in self.keys():
+                members.setdefault(_shard(key), set()).add(key)
+            self.members = {shard: frozenset(keys) for shard, keys in members.items()}
+        return self.members
+
+    def sharded_names(self) -> frozenset[str]:
+        """The names of the sharded namespaces."""
+        if self.sharded is None:
+            self.sharded = frozenset(k for k, ns in self.view().items() if ns.sharded)
+        names = set(self.sharded)
+        for key, ns in self.own.items():
+            if ns.sharded:
+                names.add(key)
+            else:
+                names.discard(key)
+        self.sharded = frozenset(names)
+        return self.sharded
 
 
 def _ns_key(namespace: tuple[str, ...]) -> str:
@@ -177,6 +252,37 @@ def _namespace_tree(tx: Transaction, writer: StateWriter, ns: _Ns) -> str:
             tree = ns.shards[shard] = tx.tree([(encode_component(k) + LEAF, ns.items[k], MODE_BLOB) for k in keys])
         entries.append((shard + MAP, tree, MODE_TREE))
     return writer.mapping({"namespace": labels, "seq": ns.seq, "shards": Written(MAP, tx.tree(entries))})
+
+
+def _state_tree(tx: Transaction, writer: StateWriter, namespaces: _Namespaces) -> str:
+    """The state tree of a root: its namespaces in ``namespaces.map/``, or past :data:`SHARD_AT`
+    namespaces in ``namespace_shards.map/<shard>.map/``, where only the shards holding a namespace
+    this write changed are built again. Version 3 when either kind of shard is there."""
+    for key, ns in namespaces.own.items():
+        if ns.tree is None:  # changed (unchanged namespaces keep the tree read from the tip)
+            ns.tree = _namespace_tree(tx, writer, ns)
+            namespaces.shard_trees.pop(_shard(key), None)
+    many = len(namespaces) > SHARD_AT
+    sharded = namespaces.sharded_names()  # (kept up to date for the next write, too)
+    # (so a GitStore of format 1 reads this tree, finds the newer v and refuses it as such; and
+    # one of version 2 refuses a root holding shards as newer, too)
+    version = SHARDED_VERSION if many or sharded else frameworks.WRITTEN
+    if not many:
+        entries = [(encode_component(k) + MAP, ns.tree, MODE_TREE) for k, ns in namespaces.view().items()
+                   if ns.tree is not None]
+        return writer.mapping({"format": KIND, "namespaces": Written(MAP, tx.tree(entries)), "v": version})
+    base, own = namespaces.base, namespaces.own
+    shards = []
+    for shard, keys in sorted(namespaces.groups().items()):
+        if not keys:
+            continue
+        tree = namespaces.shard_trees.get(shard)
+        if tree is None:
+            members = [(k, own[k] if k in own else base[k]) for k in keys]
+            tree = namespaces.shard_trees[shard] = tx.tree(
+                [(encode_component(k) + MAP, ns.tree, MODE_TREE) for k, ns in members if ns.tree is not None])
+        shards.append((shard + MAP, tree, MODE_TREE))
+    return writer.mapping({"format": KIND, "namespace_shards": Written(MAP, tx.tree(shards)), "v": version})
 
 
 def _read_items(reader: StateReader, oid: str, items: dict[str, str], shard: str | None) -> None:
@@ -338,16 +444,39 @@ class GitStore(BaseStore):
         if version > frameworks.VERSION:
             raise UnsupportedFormatError(tip, f"langgraph-store format version {version} is not supported")
         kind, oid = top.get("namespaces", ("", ""))
-        if kind != "map":
-            raise CorruptObjectError(tip, "langgraph-store state has no namespaces tree")
+        shards_kind, shards_oid = top.get("namespace_shards", ("", ""))
         out = _Root(tip)
+        if (kind, shards_kind) == ("map", ""):
+            self._namespaces(reader, oid, out, version, None)
+        elif (kind, shards_kind) == ("", "map") and version >= SHARDED_VERSION:
+            members: dict[str, frozenset[str]] = {}
+            for shard, (entry_kind, shard_oid) in reader.entries(shards_oid).items():
+                if entry_kind != "map" or not _SHARD.fullmatch(shard):
+                    raise CorruptObjectError(shards_oid, f"{shard!r} is not a shard of namespaces")
+                members[shard] = frozenset(self._namespaces(reader, shard_oid, out, version, shard))
+                out.shard_trees[shard] = shard_oid
+            if len(out.namespaces) <= SHARD_AT:
+                raise CorruptObjectError(tip, f"{len(out.namespaces)} namespaces are sharded")
+            out.members = members
+        else:
+            raise CorruptObjectError(tip, "langgraph-store state has no namespaces tree (or two, or"
+                                          f" shards in a state of version {version})")
+        out.sharded = frozenset(k for k, ns in out.namespaces.items() if ns.sharded)
+        return out
+
+    def _namespaces(self, reader: StateReader, oid: str, out: _Root, version: int, shard: str | None) -> list[str]:
+        """Read the namespaces of the tree ``oid`` (of shard ``shard``) into ``out``; their names."""
+        names = []
         for key, (ns_kind, ns_oid) in reader.entries(oid).items():
             if ns_kind != "map":
                 raise CorruptObjectError(ns_oid, f"namespace {key!r} is not a tree")
+            if shard is not None and _shard(key) != shard:
+                raise CorruptObjectError(oid, f"namespace {key!r} is in shard {shard}, not {_shard(key)}")
             ns = out.namespaces[key] = self._namespace(reader, key, ns_oid)
             if ns.shards and version < SHARDED_VERSION:
                 raise CorruptObjectError(ns_oid, f"namespace {key!r} is sharded in a state of version {version}")
-        return out
+            names.append(key)
+        return names
 
     def _namespace(self, reader: StateReader, key: str, oid: str) -> _Ns:
         with self._lock:
@@ -630,7 +759,7 @@ class GitStore(BaseStore):
                               trigger=_trigger(ops), metadata={"puts": sum(op.value is not None for op in ops),
                                                                "deletes": sum(op.value is None for op in ops)})
 
-    def _apply(self, namespaces: dict[str, _Ns], tx: Transaction, ops: list[PutOp],
+    def _apply(self, namespaces: _Namespaces, tx: Transaction, ops: list[PutOp],
                vectors: dict[tuple[tuple[str, ...], str], dict[str, list[float]]]) -> bool:
         now = _now().isoformat()
         changed = False
@@ -687,7 +816,7 @@ class GitStore(BaseStore):
         branch = _branch(root)
         ref = self._branch_ref(branch)
         legacy = _legacy_branch(root)
-        written: list[dict[str, _Ns]] = []  # the namespaces the last build wrote
+        written: list[_Namespaces] = []  # the namespaces the last build wrote
 
         def build(tx: Transaction) -> Any:
             written.clear()
@@ -698,24 +827,15 @@ class GitStore(BaseStore):
             # a tip this instance wrote or read is parsed already (kept by tip id: a tip another
             # writer moved the branch to is parsed here)
             parsed = _Root(base) if base is None else self._root_at(branch, base) if base == tip else self._parse(base)
-            namespaces = {k: ns.copy() for k, ns in parsed.namespaces.items()}
             if base != tip:  # the legacy branch (the root's namespaces only: it may be a kept copy of another)
-                namespaces = {k: ns for k, ns in namespaces.items() if ns.labels[0] == root}
-                if not namespaces:
+                namespaces = _Namespaces(parsed, keep=lambda ns: ns.labels[0] == root)
+                if not len(namespaces):
                     base = None
+            else:
+                namespaces = _Namespaces(parsed)
             if not change(namespaces, tx):
                 return None
-            writer = StateWriter(tx.writer)
-            ns_entries = []
-            for ns_key, ns in namespaces.items():
-                ns_tree = ns.tree
-                if ns_tree is None:  # unchanged namespaces keep their tree (read from the tip)
-                    ns_tree = ns.tree = _namespace_tree(tx, writer, ns)
-                ns_entries.append((encode_component(ns_key) + MAP, ns_tree, MODE_TREE))
-            # (so a GitStore of format 1 reads this tree, finds the newer v and refuses it as such;
-            # and one of version 2 refuses a root holding a sharded namespace as newer, too)
-            version = SHARDED_VERSION if any(ns.sharded for ns in namespaces.values()) else frameworks.WRITTEN
-            state = writer.mapping({"format": KIND, "namespaces": Written(MAP, tx.tree(ns_entries)), "v": version})
+            state = _state_tree(tx, StateWriter(tx.writer), namespaces)
             written.append(namespaces)
             return run.stage_checkpoint(tx, tip, (cpfmt.STATE_TREE, state, MODE_TREE), branch=branch, node="memory",
                                         trigger=trigger, metadata=metadata, fork_from=base if base != tip else None)
@@ -723,8 +843,9 @@ class GitStore(BaseStore):
         cp = store.core.write(build)
         if cp is not None:
             store.core.remember(cp)
+            done = written[0]
             with self._lock:  # the new tip as a parse of it gives it: the next put parses nothing
-                self._roots[branch] = _Root(cp.id, written[0])
+                self._roots[branch] = _Root(cp.id, done.view(), done.shard_trees, done.members, done.sharded)
 
     def _refresh(self, refreshes: dict[tuple[tuple[str, ...], str], str]) -> None:
         by_root: dict[str, list[tuple[tuple[str, ...], str]]] = {}
@@ -732,7 +853,7 @@ class GitStore(BaseStore):
             by_root.setdefault(namespace[0], []).append((namespace, key))
 
         for root, wanted in by_root.items():
-            def change(namespaces: dict[str, _Ns], tx: Transaction, wanted: list[Any] = wanted) -> bool:
+            def change(namespaces: _Namespaces, tx: Transaction, wanted: list[Any] = wanted) -> bool:
                 changed = False
                 for namespace, key in wanted:
                     ns = namespaces.get(_ns_key(namespace))
@@ -757,7 +878,7 @@ class GitStore(BaseStore):
         for root in dict.fromkeys(ns.labels[0] for ns, _where in self._all_namespaces()):
             count = [0]
 
-            def change(namespaces: dict[str, _Ns], _tx: Transaction, count: list[int] = count) -> bool:
+            def change(namespaces: _Namespaces, _tx: Transaction, count: list[int] = count) -> bool:
                 count[0] = 0
                 for ns in namespaces.values():
                     for key, blob in list(ns.items.items()):

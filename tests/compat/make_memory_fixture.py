@@ -1,6 +1,7 @@
 """Generate the sharded-memory fixture for tests/compat/test_compat_memory.py: LangGraph long-term
-memory (GitStore) with one namespace of more than 256 items, which the format stores in shards
-(state version 3), beside a small namespace of another root (version 2).
+memory (GitStore) with one namespace of more than 256 items and one root of more than 256
+namespaces, which the format stores in shards (state version 3), beside a small namespace of
+another root (version 2).
 
 RUN ONLY TO CREATE A NEW FIXTURE VERSION, with the gitstate code of the format it pins: the fixtures
 under tests/compat/fixtures/ must never be regenerated in place. ``memory-format3.tar.gz`` was
@@ -24,6 +25,7 @@ from make_fixture import make_fixture  # noqa: E402
 BIG = ("users", "ada")
 SMALL = ("docs",)
 COUNT = 300  # > 256: shards
+TENANTS = 260  # namespaces ("tenants", "t<n>"): > 256, namespace shards
 
 
 def value(n: int) -> dict[str, Any]:
@@ -40,6 +42,7 @@ def write(repo: Path) -> None:
     store.batch([PutOp(BIG, f"k{n}", value(n)) for n in range(COUNT - 1)])
     store.put(BIG, "k299", value(COUNT - 1))
     store.put(SMALL, "readme", value(-1))
+    store.batch([PutOp(("tenants", f"t{n}"), "profile", value(n)) for n in range(TENANTS)])
 
 
 def main() -> None:

@@ -61,3 +61,22 @@ def test_versions_past_what_this_reads_are_refused() -> None:
     found = frameworks.check_state(frameworks.LANGGRAPH_STORE, state({"items": {}}, frameworks.VERSION + 1))
     assert found is not None and "not supported" in found
     assert frameworks.WRITTEN < frameworks.VERSION  # what needs nothing newer stays readable by earlier versions
+
+
+def many_namespaces(count: int, v: int = 3, shard: Any = None) -> dict[str, Any]:
+    shards: dict[str, Any] = {}
+    for i in range(count):
+        name = f"u{i}"
+        where = shard or hashlib.sha1(name.encode()).hexdigest()[:2]
+        shards.setdefault(where, {})[name] = {"namespace": [name], "seq": i, "items": {"k": ITEM}}
+    return {"format": KIND, "v": v, "namespace_shards": shards}
+
+
+def test_a_root_of_many_namespaces_in_shards() -> None:
+    assert frameworks.check_state(frameworks.LANGGRAPH_STORE, many_namespaces(MANY)) is None
+    for state_, message in [(many_namespaces(3), "3 namespaces are sharded"),
+                            (many_namespaces(MANY, v=2), "namespaces are sharded in a state of version 2"),
+                            (many_namespaces(MANY, shard="00"), "is in shard 00"),
+                            ({**many_namespaces(MANY), "namespaces": {}}, "has namespaces and namespace_shards")]:
+        found = frameworks.check_state(frameworks.LANGGRAPH_STORE, state_)
+        assert found is not None and message in found, (message, found)

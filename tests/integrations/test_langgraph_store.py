@@ -382,6 +382,67 @@ def test_a_namespace_of_many_items_is_stored_in_shards(repo: Path, monkeypatch: 
         GitStore.from_path(repo).get(("third",), "k1")
 
 
+def test_a_root_of_many_namespaces_is_stored_in_shards(repo: Path) -> None:
+    """Past SHARD_AT namespaces under one root label (a namespace per user), the root's
+    namespaces are stored in shards by name: a put rewrites its namespace's shard, and the other
+    namespaces are neither copied nor listed again. Reads match InMemoryStore's."""
+    import hashlib
+
+    from gitstate.errors import CorruptObjectError
+    from gitstate.format.names import decode_component
+
+    ours, theirs = GitStore.from_path(repo), InMemoryStore()
+    n = store_module.SHARD_AT + 1
+    for s in (ours, theirs):
+        s.batch([PutOp(("users", f"u{i}", "memories"), "prefs", {"i": i}) for i in range(n)])
+    run = ours.store.get_run(store_module.DEFAULT_NAME)
+    tip = run.head("users")
+    assert tip is not None and tip.state["v"] == 3
+    assert git(repo, "ls-tree", "--name-only", f"{tip.id}:state").split() == [
+        "format.cbor", "namespace_shards.map", "v.cbor"]
+    paths = git(repo, "ls-tree", "-r", "-d", "--name-only", f"{tip.id}:state/namespace_shards.map").split()
+    names = [p for p in paths if p.count("/") == 1]
+    assert len(names) == n
+    for path in names:  # <shard>.map/<namespace name>.map, the shard named by the name's SHA-1
+        shard, name = path.split("/")
+        key = decode_component(name.removesuffix(".map"))
+        assert shard == hashlib.sha1(key.encode()).hexdigest()[:2] + ".map", path
+    for s in (ours, theirs):
+        s.put(("users", "u7", "memories"), "prefs", {"i": "changed"})
+    after = run.head("users")
+    assert after is not None
+    changed = git(repo, "diff-tree", "-r", "--name-only", tip.id, after.id).split()
+    shard = hashlib.sha1(b"users.u7.memories").hexdigest()[:2]
+    assert changed == ["meta.cbor",
+                       f"state/namespace_shards.map/{shard}.map/users%2Eu7%2Ememories.map/items.map/prefs.cbor"]
+    fresh = GitStore.from_path(repo)
+    assert view(fresh.search(("users",), limit=1000)) == view(theirs.search(("users",), limit=1000))
+    assert fresh.list_namespaces(prefix=("users",), limit=1000) == theirs.list_namespaces(prefix=("users",), limit=1000)
+    assert verify(gitstate.open_store(repo)).ok
+    for root in ours._roots.values():  # the kept tip is what a parse of it gives
+        assert root.tip is None or root == ours._parse(root.tip)
+    # a namespace in a shard its name does not name is damage: two shard trees swapped by hand
+    def mktree(lines: list[str]) -> str:
+        return subprocess.run(["git", "mktree"], cwd=repo, input="".join(f"{line}\n" for line in lines),
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    def replaced(treeish: str, name: str, oid: str) -> str:
+        lines = git(repo, "ls-tree", treeish).splitlines()
+        return mktree([f"{line.split()[0]} {line.split()[1]} {oid}\t{name}" if line.endswith(f"\t{name}") else line
+                       for line in lines])
+
+    shard_lines = git(repo, "ls-tree", f"{after.id}:state/namespace_shards.map").splitlines()
+    a, b = (line.split()[2] for line in shard_lines[:2])
+    swapped = mktree([line.replace(a, "@").replace(b, a).replace("@", b) for line in shard_lines])
+    state = replaced(f"{after.id}:state", "namespace_shards.map", swapped)
+    bad = git(repo, "commit-tree", replaced(after.id, "state", state), "-p", after.id, "-m", "damaged").strip()
+    git(repo, "update-ref", "refs/agentos/main/runs/langgraph-store/heads/users", bad, after.id)
+    with pytest.raises(CorruptObjectError, match="shard"):
+        GitStore.from_path(repo).get(("users", "u1", "memories"), "prefs")
+    report = verify(gitstate.open_store(repo))
+    assert not report.ok and "is in shard" in str(report.problems)
+
+
 def test_two_instances_interleave_on_one_root(repo: Path) -> None:
     """Each instance's kept tip is by tip id: a put after another writer moved the branch builds
     on that writer's tip, and no item is lost."""
