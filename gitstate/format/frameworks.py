@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gitstate.format import typed
+from gitstate.format.statetree import StateReader
 
 #: The version of the integrations' states (their ``v``); a reader reads every version up to it.
 #: 2: maps in the state keep their key order (so a GitStore of format 1, which reads the state
@@ -152,6 +153,8 @@ def _memory_namespaces(state: Mapping[str, Any]) -> tuple[dict[str, Any], str | 
     for shard, members in shards.items():
         if not (_is_shard(shard) and isinstance(members, dict)):
             return {}, f"namespace shard {shard!r} is malformed"
+        if not members:
+            return {}, f"namespace shard {shard} is empty"
         for name, ns in members.items():
             if memory_shard(name) != shard:
                 return {}, f"namespace {name!r} is in shard {shard}, not {memory_shard(name)}"
@@ -187,6 +190,8 @@ def _memory_items(ns: Mapping[str, Any], version: Any) -> tuple[list[Any], str |
     for shard, members in shards.items():
         if not (_is_shard(shard) and isinstance(members, dict)):
             return [], f"shard {shard!r} is malformed"
+        if not members:
+            return [], f"shard {shard} is empty"
         for key, item in members.items():
             if memory_shard(key) != shard:  # (so no key is in two shards)
                 return [], f"item {key!r} is in shard {shard}, not {memory_shard(key)}"
@@ -194,6 +199,40 @@ def _memory_items(ns: Mapping[str, Any], version: Any) -> tuple[list[Any], str |
     if len(items) <= MEMORY_SHARD_AT:
         return [], f"{len(items)} items are sharded (only more than {MEMORY_SHARD_AT} are)"
     return list(items.values()), None
+
+
+def memory_layout(reader: StateReader, state_tree: str) -> str | None:
+    """Why the trees of a langgraph-store state are not laid out as its reader reads them, or
+    ``None``: its namespaces (or namespace shards), each shard, each namespace and its items (or
+    item shards) must be ``.map/`` trees, an item a blob; :func:`check_state`, given the decoded
+    state, cannot tell a tree from a value that decodes to the same map."""
+    top = reader.entries(state_tree)
+    todo: list[tuple[str, str, str]] = []  # (what, tree id, its role)
+    for name, role in (("namespaces", "namespaces"), ("namespace_shards", "namespace shards")):
+        if name in top:
+            if top[name][0] != "map":
+                return f"{name} is not a tree"
+            todo.append((name, top[name][1], role))
+    while todo:
+        what, oid, role = todo.pop()
+        for key, (kind, child) in reader.entries(oid).items():
+            if role == "items":
+                if kind != "cbor":
+                    return f"{what}: item {key!r} is not a blob"
+                continue
+            if role == "namespace":
+                if key in ("items", "shards"):
+                    if kind != "map":
+                        return f"{what}: {key} is not a tree"
+                    todo.append((f"{what} {key}", child, "items" if key == "items" else "item shards"))
+                elif kind != "cbor":
+                    return f"{what}: {key!r} is not a blob"
+                continue
+            if kind != "map":
+                return f"{what}: {key!r} is not a tree"
+            sub = {"namespaces": "namespace", "namespace shards": "namespaces", "item shards": "items"}[role]
+            todo.append((f"namespace {key!r}" if sub == "namespace" else f"{what} {key!r}", child, sub))
+    return None
 
 
 def _crewai(state: Mapping[str, Any]) -> str | None:

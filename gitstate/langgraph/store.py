@@ -446,21 +446,26 @@ class GitStore(BaseStore):
         kind, oid = top.get("namespaces", ("", ""))
         shards_kind, shards_oid = top.get("namespace_shards", ("", ""))
         out = _Root(tip)
-        if (kind, shards_kind) == ("map", ""):
+        if kind and shards_kind:
+            raise CorruptObjectError(tip, "langgraph-store state has both namespaces and namespace_shards")
+        if kind == "map":
             self._namespaces(reader, oid, out, version, None)
-        elif (kind, shards_kind) == ("", "map") and version >= SHARDED_VERSION:
+        elif shards_kind == "map":
+            if version < SHARDED_VERSION:
+                raise CorruptObjectError(tip, f"langgraph-store namespaces are sharded in a state of version {version}")
             members: dict[str, frozenset[str]] = {}
             for shard, (entry_kind, shard_oid) in reader.entries(shards_oid).items():
                 if entry_kind != "map" or not _SHARD.fullmatch(shard):
                     raise CorruptObjectError(shards_oid, f"{shard!r} is not a shard of namespaces")
                 members[shard] = frozenset(self._namespaces(reader, shard_oid, out, version, shard))
+                if not members[shard]:
+                    raise CorruptObjectError(shard_oid, f"shard {shard} of namespaces is empty")
                 out.shard_trees[shard] = shard_oid
             if len(out.namespaces) <= SHARD_AT:
                 raise CorruptObjectError(tip, f"{len(out.namespaces)} namespaces are sharded")
             out.members = members
         else:
-            raise CorruptObjectError(tip, "langgraph-store state has no namespaces tree (or two, or"
-                                          f" shards in a state of version {version})")
+            raise CorruptObjectError(tip, "langgraph-store state has no namespaces tree")
         out.sharded = frozenset(k for k, ns in out.namespaces.items() if ns.sharded)
         return out
 
@@ -498,7 +503,10 @@ class GitStore(BaseStore):
             for shard, (kind, shard_oid) in reader.entries(shards_oid).items():
                 if kind != "map" or not _SHARD.fullmatch(shard):
                     raise CorruptObjectError(shards_oid, f"namespace {key!r}: {shard!r} is not a shard")
+                before = len(items)
                 _read_items(reader, shard_oid, items, shard)
+                if len(items) == before:
+                    raise CorruptObjectError(shard_oid, f"namespace {key!r}: shard {shard} is empty")
                 shards[shard] = shard_oid
             if len(items) <= SHARD_AT:
                 raise CorruptObjectError(oid, f"namespace {key!r} of {len(items)} items is sharded")

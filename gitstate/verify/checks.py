@@ -22,7 +22,7 @@ from gitstate.format import nodes as nodefmt
 from gitstate.format.checkpoint import Checkpoint
 from gitstate.format.names import NAMESPACE, STAGING, parse_ref, worktree_prefix
 from gitstate.format.nodes import NodeRecord
-from gitstate.format.statetree import MAX_TREE_DEPTH
+from gitstate.format.statetree import MAX_TREE_DEPTH, StateReader
 from gitstate.git import command, packs, refs
 from gitstate.git.reader import CommitData
 from gitstate.git.refs import list_refs
@@ -450,6 +450,8 @@ class _Checker:
                 self.problem(ref, f"payload does not decode: {exc}", cp.id)
         else:
             problem = frameworks.check_state(cp.workflow, state)  # integrations' own payloads
+            if problem is None and cp.workflow == frameworks.LANGGRAPH_STORE:
+                problem = self.memory_layout(cp)
             if problem:
                 self.problem(ref, problem, cp.id)
         files = cp.files_tree_id
@@ -459,6 +461,17 @@ class _Checker:
             if refusal is not None and (ref, files) not in self.reported_trees:
                 self.reported_trees.add((ref, files))
                 self.problem(ref, f"files snapshot: restore refuses it: {refusal}", cp.id)
+
+    def memory_layout(self, cp: Checkpoint) -> str | None:
+        """Why a langgraph-store checkpoint's trees are not laid out as ``GitStore`` reads them."""
+        entry = self.reader.tree(cp.tree_id).get(cpfmt.STATE_TREE)
+        if entry is None or entry.type_str != "tree":
+            return None  # (check_state reported the state)
+        try:
+            problem = frameworks.memory_layout(StateReader(self.reader), str(entry.id))
+        except GitStateError as exc:
+            return f"langgraph-store state: {exc}"
+        return None if problem is None else f"langgraph-store state: {problem}"
 
     def restore_refusal(self, tree_id: str) -> str | None:
         """Why ``restore`` would refuse the snapshot tree (its own validation, run once per tree),

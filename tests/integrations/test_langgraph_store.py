@@ -441,6 +441,31 @@ def test_a_root_of_many_namespaces_is_stored_in_shards(repo: Path) -> None:
         GitStore.from_path(repo).get(("users", "u1", "memories"), "prefs")
     report = verify(gitstate.open_store(repo))
     assert not report.ok and "is in shard" in str(report.problems)
+    # a shard stored as a value that decodes to the same map: verify tells it from a tree too
+    import pygit2
+
+    from gitstate.format import encoding
+    from gitstate.format.statetree import StateReader
+
+    first = shard_lines[0].split("\t")[1].removesuffix(".map")
+    value = StateReader(pygit2.Repository(str(repo))).mapping(shard_lines[0].split()[2])  # the shard, decoded
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input=encoding.dumps(value, "x"),
+                          capture_output=True, check=True).stdout.decode().strip()
+    as_blob = mktree([f"100644 blob {blob}\t{first}.cbor", *shard_lines[1:]])
+    state = replaced(f"{after.id}:state", "namespace_shards.map", as_blob)
+    bad = git(repo, "commit-tree", replaced(after.id, "state", state), "-p", after.id, "-m", "damaged").strip()
+    git(repo, "update-ref", "refs/agentos/main/runs/langgraph-store/heads/users", bad)
+    report = verify(gitstate.open_store(repo))
+    assert not report.ok and f"'{first}' is not a tree" in str(report.problems), report.problems
+    # an empty shard is not what a writer makes of the same memory: damage too
+    unused = next(f"{b:02x}" for b in range(256) if f"{b:02x}.map" not in {line.split("\t")[1] for line in shard_lines})
+    empty = mktree([f"040000 tree {mktree([])}\t{unused}.map", *shard_lines])
+    state = replaced(f"{after.id}:state", "namespace_shards.map", empty)
+    bad = git(repo, "commit-tree", replaced(after.id, "state", state), "-p", after.id, "-m", "damaged").strip()
+    git(repo, "update-ref", "refs/agentos/main/runs/langgraph-store/heads/users", bad)
+    with pytest.raises(CorruptObjectError, match="empty"):
+        GitStore.from_path(repo).get(("users", "u1", "memories"), "prefs")
+    assert "is empty" in str(verify(gitstate.open_store(repo)).problems)
 
 
 def test_two_instances_interleave_on_one_root(repo: Path) -> None:
