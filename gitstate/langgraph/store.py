@@ -56,7 +56,7 @@ from gitstate.format import checkpoint as cpfmt
 from gitstate.format import encoding, frameworks
 from gitstate.format.names import MAX_COMPONENT, decode_component, encode_component, run_prefix
 from gitstate.format.statetree import LEAF, MAP, StateReader, StateWriter, Written
-from gitstate.git.objects import MODE_BLOB, MODE_TREE
+from gitstate.git.objects import MODE_BLOB, MODE_TREE, TreeEntry
 from gitstate.integrations import SEQUENCE, RunHandle, store_at
 from gitstate.store.store import Store
 from gitstate.store.transaction import Transaction
@@ -243,15 +243,23 @@ def _namespace_tree(tx: Transaction, writer: StateWriter, ns: _Ns) -> str:
     if not ns.sharded:
         items = tx.tree([(encode_component(k) + LEAF, oid, MODE_BLOB) for k, oid in ns.items.items()])
         return writer.mapping({"items": Written(MAP, items), "namespace": labels, "seq": ns.seq})
-    entries = []
-    for shard, keys in sorted(ns.groups().items()):
+    entries = _shard_entries(tx, ns.groups(), ns.shards, lambda k: (encode_component(k) + LEAF, ns.items[k], MODE_BLOB))
+    return writer.mapping({"namespace": labels, "seq": ns.seq, "shards": Written(MAP, tx.tree(entries))})
+
+
+def _shard_entries(tx: Transaction, groups: dict[str, frozenset[str]], known: dict[str, str],
+                   entry: Callable[[str], TreeEntry | None]) -> list[TreeEntry]:
+    """The entries of a tree of shards: each non-empty shard of ``groups`` (shard → keys) as the
+    tree in ``known``, or else built of ``entry(key)`` for its keys and added to ``known``."""
+    out: list[TreeEntry] = []
+    for shard, keys in sorted(groups.items()):
         if not keys:
             continue
-        tree = ns.shards.get(shard)
+        tree = known.get(shard)
         if tree is None:
-            tree = ns.shards[shard] = tx.tree([(encode_component(k) + LEAF, ns.items[k], MODE_BLOB) for k in keys])
-        entries.append((shard + MAP, tree, MODE_TREE))
-    return writer.mapping({"namespace": labels, "seq": ns.seq, "shards": Written(MAP, tx.tree(entries))})
+            tree = known[shard] = tx.tree([e for e in map(entry, keys) if e is not None])
+        out.append((shard + MAP, tree, MODE_TREE))
+    return out
 
 
 def _state_tree(tx: Transaction, writer: StateWriter, namespaces: _Namespaces) -> str:
@@ -272,16 +280,12 @@ def _state_tree(tx: Transaction, writer: StateWriter, namespaces: _Namespaces) -
                    if ns.tree is not None]
         return writer.mapping({"format": KIND, "namespaces": Written(MAP, tx.tree(entries)), "v": version})
     base, own = namespaces.base, namespaces.own
-    shards = []
-    for shard, keys in sorted(namespaces.groups().items()):
-        if not keys:
-            continue
-        tree = namespaces.shard_trees.get(shard)
-        if tree is None:
-            members = [(k, own[k] if k in own else base[k]) for k in keys]
-            tree = namespaces.shard_trees[shard] = tx.tree(
-                [(encode_component(k) + MAP, ns.tree, MODE_TREE) for k, ns in members if ns.tree is not None])
-        shards.append((shard + MAP, tree, MODE_TREE))
+
+    def entry(key: str) -> TreeEntry | None:
+        tree = (own[key] if key in own else base[key]).tree
+        return None if tree is None else (encode_component(key) + MAP, tree, MODE_TREE)
+
+    shards = _shard_entries(tx, namespaces.groups(), namespaces.shard_trees, entry)
     return writer.mapping({"format": KIND, "namespace_shards": Written(MAP, tx.tree(shards)), "v": version})
 
 
