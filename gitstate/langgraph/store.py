@@ -761,15 +761,32 @@ class GitStore(BaseStore):
     def _write_puts(self, puts: dict[tuple[tuple[str, ...], str], PutOp],
                     vectors: dict[tuple[tuple[str, ...], str], dict[str, list[float]]]) -> None:
         by_root: dict[str, list[PutOp]] = {}
+        exists: dict[tuple[str, ...], bool] = {}
+        by_put: list[tuple[str, ...]] = []  # new namespaces given their place in the order by a put
         for (namespace, _key), op in puts.items():
-            if op.value is None and self._lookup(namespace) is None:
-                self._touch(namespace)  # deleting from a namespace that does not exist writes nothing
-                continue
+            if namespace not in exists:
+                exists[namespace] = self._lookup(namespace) is not None
+            if not exists[namespace]:
+                # InMemoryStore makes a namespace at its first put or delete in the batch, across
+                # roots; the roots are written one after another, so the order is taken here
+                with self._lock:
+                    if namespace not in self._touched:
+                        self._touched[namespace] = SEQUENCE.next()
+                        if op.value is not None:
+                            by_put.append(namespace)
+                if op.value is None:
+                    continue  # deleting from a namespace that does not exist writes nothing
             by_root.setdefault(namespace[0], []).append(op)
-        for root, ops in by_root.items():
-            self._commit_root(root, lambda ns_map, tx, ops=ops: self._apply(ns_map, tx, ops, vectors),
-                              trigger=_trigger(ops), metadata={"puts": sum(op.value is not None for op in ops),
-                                                               "deletes": sum(op.value is None for op in ops)})
+        try:
+            for root, ops in by_root.items():
+                self._commit_root(root, lambda ns_map, tx, ops=ops: self._apply(ns_map, tx, ops, vectors),
+                                  trigger=_trigger(ops), metadata={"puts": sum(op.value is not None for op in ops),
+                                                                   "deletes": sum(op.value is None for op in ops)})
+        except BaseException:
+            with self._lock:  # a put that wrote nothing makes no namespace
+                for namespace in by_put:
+                    self._touched.pop(namespace, None)
+            raise
 
     def _apply(self, namespaces: _Namespaces, tx: Transaction, ops: list[PutOp],
                vectors: dict[tuple[tuple[str, ...], str], dict[str, list[float]]]) -> bool:

@@ -468,6 +468,20 @@ def test_a_root_of_many_namespaces_is_stored_in_shards(repo: Path) -> None:
     assert "is empty" in str(verify(gitstate.open_store(repo)).problems)
 
 
+def test_a_batch_orders_new_namespaces_across_roots_as_in_memory_store(repo: Path) -> None:
+    """New namespaces take their place in the order at their first put or delete in a batch,
+    whichever roots they are under (the roots are written one after another)."""
+    ours, theirs = GitStore.from_path(repo), InMemoryStore()
+    batch = [PutOp(("a", "1"), "k", {"n": 1}), PutOp(("b",), "k", {"n": 2}), PutOp(("c", "x"), "gone", None),
+             PutOp(("a", "2"), "k", {"n": 3}), PutOp(("c", "y"), "k", {"n": 4})]
+    for s in (ours, theirs):
+        s.batch(batch)
+    assert ours.list_namespaces() == theirs.list_namespaces()
+    assert view(ours.search((), limit=10)) == view(theirs.search((), limit=10))
+    fresh = GitStore.from_path(repo)  # (a fresh instance knows no namespace that holds nothing)
+    assert view(fresh.search((), limit=10)) == view(theirs.search((), limit=10))
+
+
 def test_two_instances_interleave_on_one_root(repo: Path) -> None:
     """Each instance's kept tip is by tip id: a put after another writer moved the branch builds
     on that writer's tip, and no item is lost."""
