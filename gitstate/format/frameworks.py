@@ -138,33 +138,18 @@ MEMORY_SHARD_AT = 256
 
 def _memory_namespaces(state: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     """The namespaces of a langgraph-store state: ``namespaces``, or (version 3) its
-    ``namespace_shards``, each namespace in the shard its name names and more than
-    :data:`MEMORY_SHARD_AT` of them."""
+    ``namespace_shards`` (see :func:`_unshard`)."""
     if "namespace_shards" not in state:
         flat = state.get("namespaces")
         return (flat, None) if isinstance(flat, dict) else ({}, "namespaces is not a map")
     shards = state["namespace_shards"]
-    version: Any = state.get("v")
     if "namespaces" in state or not isinstance(shards, dict):
         return {}, "has namespaces and namespace_shards, or malformed shards"
-    if not _is_int(version) or version < 3:
-        return {}, f"namespaces are sharded in a state of version {version}"
-    namespaces: dict[str, Any] = {}
-    for shard, members in shards.items():
-        if not (_is_shard(shard) and isinstance(members, dict)):
-            return {}, f"namespace shard {shard!r} is malformed"
-        if not members:
-            return {}, f"namespace shard {shard} is empty"
-        for name, ns in members.items():
-            if memory_shard(name) != shard:
-                return {}, f"namespace {name!r} is in shard {shard}, not {memory_shard(name)}"
-            namespaces[name] = ns
-    if len(namespaces) <= MEMORY_SHARD_AT:
-        return {}, f"{len(namespaces)} namespaces are sharded (only more than {MEMORY_SHARD_AT} are)"
-    return namespaces, None
+    return _unshard(shards, state.get("v"), "namespace", "namespace shard", "namespaces are sharded")
 
 
-def _is_shard(name: Any) -> bool:
+def is_memory_shard(name: Any) -> bool:
+    """Whether ``name`` names a langgraph-store shard: two lower-case hex digits."""
     return isinstance(name, str) and len(name) == 2 and all(c in "0123456789abcdef" for c in name)
 
 
@@ -175,8 +160,8 @@ def memory_shard(key: str) -> str:
 
 
 def _memory_items(ns: Mapping[str, Any], version: Any) -> tuple[list[Any], str | None]:
-    """The items of a langgraph-store namespace: ``items``, or (version 3) its ``shards``, each
-    item in the shard its key names and more than :data:`MEMORY_SHARD_AT` of them."""
+    """The items of a langgraph-store namespace: ``items``, or (version 3) its ``shards`` (see
+    :func:`_unshard`)."""
     if "items" in ns and "shards" in ns:
         return [], "has both items and shards"
     if "items" in ns:
@@ -184,21 +169,31 @@ def _memory_items(ns: Mapping[str, Any], version: Any) -> tuple[list[Any], str |
     shards = ns.get("shards")
     if not isinstance(shards, dict):
         return [], "has neither items nor shards"
+    items, problem = _unshard(shards, version, "item", "shard", "is sharded")
+    return list(items.values()), problem
+
+
+def _unshard(shards: dict[Any, Any], version: Any, noun: str, shard_noun: str,
+             sharded: str) -> tuple[dict[str, Any], str | None]:
+    """The members of ``shards`` (shard → {key: member}) in a state of ``version``, or why they
+    are not sound: a version below 3, a shard name that is not two hex digits or an empty shard,
+    a key in a shard it does not name (so no key is in two), or :data:`MEMORY_SHARD_AT` members or
+    fewer. ``noun``, ``shard_noun`` and ``sharded`` word the reasons (of items, or namespaces)."""
     if not _is_int(version) or version < 3:
-        return [], f"is sharded in a state of version {version}"
-    items: dict[str, Any] = {}
-    for shard, members in shards.items():
-        if not (_is_shard(shard) and isinstance(members, dict)):
-            return [], f"shard {shard!r} is malformed"
-        if not members:
-            return [], f"shard {shard} is empty"
-        for key, item in members.items():
-            if memory_shard(key) != shard:  # (so no key is in two shards)
-                return [], f"item {key!r} is in shard {shard}, not {memory_shard(key)}"
-            items[key] = item
-    if len(items) <= MEMORY_SHARD_AT:
-        return [], f"{len(items)} items are sharded (only more than {MEMORY_SHARD_AT} are)"
-    return list(items.values()), None
+        return {}, f"{sharded} in a state of version {version}"
+    members: dict[str, Any] = {}
+    for shard, group in shards.items():
+        if not (is_memory_shard(shard) and isinstance(group, dict)):
+            return {}, f"{shard_noun} {shard!r} is malformed"
+        if not group:
+            return {}, f"{shard_noun} {shard} is empty"
+        for key, member in group.items():
+            if memory_shard(key) != shard:
+                return {}, f"{noun} {key!r} is in shard {shard}, not {memory_shard(key)}"
+            members[key] = member
+    if len(members) <= MEMORY_SHARD_AT:
+        return {}, f"{len(members)} {noun}s are sharded (only more than {MEMORY_SHARD_AT} are)"
+    return members, None
 
 
 def memory_layout(reader: StateReader, state_tree: str) -> str | None:

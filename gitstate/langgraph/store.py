@@ -73,7 +73,6 @@ WORKFLOW = frameworks.LANGGRAPH_STORE
 KIND = frameworks.KINDS[WORKFLOW]
 DEFAULT_NAME = "langgraph-store"
 _LONG = re.compile(r"[0-9a-f]{40}\.long")
-_SHARD = re.compile(r"[0-9a-f]{2}")
 
 
 #: A namespace of more items than this is stored in shards (``shards.map/<2 hex>.map/``, by the
@@ -459,7 +458,7 @@ class GitStore(BaseStore):
                 raise CorruptObjectError(tip, f"langgraph-store namespaces are sharded in a state of version {version}")
             members: dict[str, frozenset[str]] = {}
             for shard, (entry_kind, shard_oid) in reader.entries(shards_oid).items():
-                if entry_kind != "map" or not _SHARD.fullmatch(shard):
+                if entry_kind != "map" or not frameworks.is_memory_shard(shard):
                     raise CorruptObjectError(shards_oid, f"{shard!r} is not a shard of namespaces")
                 members[shard] = frozenset(self._namespaces(reader, shard_oid, out, version, shard))
                 if not members[shard]:
@@ -505,7 +504,7 @@ class GitStore(BaseStore):
         shards: dict[str, str] = {}
         if shards_kind:
             for shard, (kind, shard_oid) in reader.entries(shards_oid).items():
-                if kind != "map" or not _SHARD.fullmatch(shard):
+                if kind != "map" or not frameworks.is_memory_shard(shard):
                     raise CorruptObjectError(shards_oid, f"namespace {key!r}: {shard!r} is not a shard")
                 before = len(items)
                 _read_items(reader, shard_oid, items, shard)
