@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from stat import S_ISDIR, S_ISLNK, S_ISREG
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import pygit2
 from pygit2.enums import ObjectType, RepositoryOpenFlag
@@ -100,6 +100,12 @@ _NOT_A_FILE = re.compile(rb"^error: (.*): can only add regular files, symbolic l
 _UNREADABLE = re.compile(rb"^error: unable to index file '(.*)'$", re.M)
 #: What ``git add`` stops on when another program changes the worktree under it (tried again).
 _RACES = (b"unstable object source data", b"fatal: unable to stat")
+#: What git says when the fan-out folder of a loose object it writes vanished between its ``mkdir``
+#: and its temporary file: a concurrent ``git prune`` or ``prune-packed`` (the user's ``git gc``,
+#: ``git repack -d``) removed it while empty. git tries once; :meth:`Workspace._git` runs the command
+#: again after these pauses (each of ``add``, ``write-tree`` and ``update-index`` may be repeated).
+_VANISHED_FOLDER = b"unable to create temporary file: No such file or directory"
+_VANISHED_DELAYS = (0.0, 0.01, 0.05, 0.2)
 
 
 @dataclass(frozen=True)
@@ -213,16 +219,23 @@ class Workspace:
 
     def _git(self, index: str, args: Sequence[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
         """``git args`` on the worktree with ``index`` as its index (never the user's): pathspecs
-        literal, no split index, no fsmonitor, files above :data:`BIG_BLOB` streamed into a pack."""
+        literal, no split index, no fsmonitor, files above :data:`BIG_BLOB` streamed into a pack; run
+        again when a concurrent prune removed the folder git was writing a loose object in
+        (:data:`_VANISHED_FOLDER`)."""
         options = ["-c", "core.splitIndex=false", "-c", "core.fsmonitor=false", "-c", "advice.addEmbeddedRepo=false",
                    "-c", f"core.bigFileThreshold={max(BIG_BLOB, 1)}", "--literal-pathspecs"]
         env = {"GIT_INDEX_FILE": index}
         quarantine: Quarantine | None = getattr(self._local, "quarantine", None)
         if quarantine is not None:
             env.update(quarantine.env())
-        proc = run_git(self.location.git_dir, [*options, *args], cwd=self.workdir, work_tree=self.workdir,
-                       text=False, stdin=stdin, env=env)
-        return proc  # type: ignore[return-value]  # text=False: bytes
+        for delay in (*_VANISHED_DELAYS, None):
+            proc = cast("subprocess.CompletedProcess[bytes]",  # text=False: bytes
+                        run_git(self.location.git_dir, [*options, *args], cwd=self.workdir,
+                                work_tree=self.workdir, text=False, stdin=stdin, env=env))
+            if delay is None or proc.returncode == 0 or _VANISHED_FOLDER not in proc.stderr:
+                break
+            time.sleep(delay)
+        return proc
 
     def _git_paths(self, index: str, args: Sequence[str], names: Iterable[str]) -> subprocess.CompletedProcess[bytes]:
         """``git args -z --stdin`` (``update-index``) fed ``names``."""
@@ -468,7 +481,7 @@ class Workspace:
                     for name in sorted(names[raw]):  # each path: a refusal or a warning names it
                         new = scrub(data, os.fsdecode(name))
                     if new is not data:
-                        renamed[raw] = odb.write(ObjectType.BLOB, new).raw
+                        renamed[raw] = _odb_write(odb, ObjectType.BLOB, new).raw
                         continue
                 quarantine.move(oid)
         except (pygit2.GitError, OSError) as exc:
@@ -576,7 +589,7 @@ class Workspace:
             scrub: Scrub | None = getattr(self._local, "scrub", None)
             if scrub is not None and len(data) <= SCRUB_MAX and pygit2.hash(data) not in repo.odb:
                 data = scrub(data, name)  # (its stat data are then stale: the next snapshot reads it again)
-            oid = repo.odb.write(ObjectType.BLOB, data)
+            oid = _odb_write(repo.odb, ObjectType.BLOB, data)
         except (pygit2.GitError, OSError):
             return False
         info = f"{scan.git_mode(st.st_mode):o},{oid},{name}"
@@ -608,7 +621,7 @@ class Workspace:
         tree = self._new_trees(subset, odb, pending)
         try:
             for kind, body in pending:
-                odb.write(kind, body)
+                _odb_write(odb, kind, body)
         except (pygit2.GitError, OSError) as exc:
             raise StoreWriteError(self.location.git_dir, f"cannot write the snapshot: {exc}") from exc
         return tree
@@ -1095,6 +1108,18 @@ def _take_lock(path: str) -> lockfile.FileLock | None:
         return lockfile.acquire(path)
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
+
+def _odb_write(odb: pygit2.Odb, kind: int, body: bytes) -> pygit2.Oid:
+    """``odb.write(kind, body)``, again after a failure, a few times: libgit2 makes a loose object's
+    fan-out folder, then its temporary file there, and fails when a concurrent ``git prune``
+    removed the folder in between (see :data:`_VANISHED_FOLDER`); the last failure is raised."""
+    for delay in _VANISHED_DELAYS:
+        try:
+            return odb.write(kind, body)
+        except pygit2.GitError:
+            time.sleep(delay)
+    return odb.write(kind, body)
+
 
 def _retrying(call: Callable[[], T]) -> T:
     """``call()``, again after a :class:`StoreWriteError`, a few times with growing pauses (a file
