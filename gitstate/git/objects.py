@@ -5,12 +5,14 @@ callback (housekeeping packs them)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
+from typing import TypeVar
 
 import pygit2
 from pygit2.enums import ObjectType
@@ -138,19 +140,7 @@ class ObjectWriter:
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-        for attempt in range(_DIR_ATTEMPTS):
-            try:
-                fd = os.open(tmp, flags, 0o444)
-                break
-            except FileNotFoundError:
-                # no fan-out folder yet, or a `git prune-packed` removed it since our mkdir (git
-                # retries the same way); the last attempt's error is raised
-                if attempt == _DIR_ATTEMPTS - 1:
-                    raise
-                try:
-                    os.mkdir(directory)
-                except FileExistsError:
-                    pass
+        fd = in_fanout(directory, lambda: os.open(tmp, flags, 0o444))
         try:
             write_all(fd, deflate.compress(raw))
             if self.fsync:
@@ -372,6 +362,25 @@ def pack_loose_copies(objects: str, items: list[LooseObject], *, fsync: bool, sy
     return written.name
 
 
+_DIR_ATTEMPTS = 50  # tries to create a file in a fan-out folder that keeps vanishing
+T = TypeVar("T")
+
+
+def in_fanout(folder: str, make: Callable[[], T]) -> T:
+    """``make()``, which creates a file in the loose-object fan-out folder ``folder``
+    (``objects/xx``): on ``FileNotFoundError`` the folder is made and ``make`` tried again, up to
+    :data:`_DIR_ATTEMPTS` times. The folder may not exist yet, or a concurrent ``git prune`` or
+    ``prune-packed`` (the user's ``git gc``, ``git repack -d``) removed it, empty, since it was
+    made; git retries once. The last attempt's error is raised."""
+    for _ in range(_DIR_ATTEMPTS - 1):
+        try:
+            return make()
+        except FileNotFoundError:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder)
+    return make()
+
+
 def unlink_loose(objects: str, oids: Iterable[str]) -> None:
     """Remove the loose copies of ``oids`` (a missing one is fine)."""
     for oid in oids:
@@ -381,7 +390,6 @@ def unlink_loose(objects: str, oids: Iterable[str]) -> None:
             pass
 
 
-_DIR_ATTEMPTS = 50  # tries to create a loose object's temporary file while its directory keeps vanishing
 _EPOCH_PATHS: dict[str, tuple[str, str, str]] = {}  # objects dir -> the files gc_epoch looks at
 
 KEEP_PREFIX = b"gitstate transaction "  # how a transaction's .keep starts; its owner record follows

@@ -34,6 +34,7 @@ import time
 import zlib
 from collections.abc import Iterator
 
+from gitstate.git.objects import in_fanout
 from gitstate.git.pids import pid_alive
 
 #: Prefix of the private pack folder beside ``objects/pack`` (the one housekeeping sweeps).
@@ -185,13 +186,12 @@ class Quarantine:
         dst = os.path.join(folder, oid[2:])
         if os.path.exists(dst):
             return
-        os.makedirs(folder, exist_ok=True)
         try:
-            os.rename(src, dst)
+            in_fanout(folder, lambda: os.rename(src, dst))  # (the folder may vanish: a `git prune`)
             return
         except OSError:
             pass  # another file system: copied under a temporary name, then renamed
-        fd, tmp = tempfile.mkstemp(prefix="tmp_obj_", dir=folder)
+        fd, tmp = in_fanout(folder, lambda: tempfile.mkstemp(prefix="tmp_obj_", dir=folder))
         try:
             with os.fdopen(fd, "wb") as out, open(src, "rb") as fh:
                 shutil.copyfileobj(fh, out)

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gitstate.workspace import quarantine
 
 
@@ -45,3 +47,32 @@ def test_leftovers_of_dead_processes_are_removed_others_kept(tmp_path: Path) -> 
 def test_a_threads_quarantine_is_named_by_its_process(tmp_path: Path) -> None:
     root = quarantine.thread_root()
     assert os.path.basename(root).startswith(f"{quarantine.ROOT_PREFIX}{os.getpid()}-")
+
+
+def test_a_move_whose_fanout_folder_vanishes_makes_it_again(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's ``git gc`` removes the empty fan-out folder between the move's ``mkdir`` and its
+    rename: made again, and the object lands."""
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    oid = "ab" + "0" * 38
+    real_rename = os.rename
+    renames: list[str] = []
+
+    def rename(src: str, dst: str) -> None:
+        renames.append(dst)
+        folder = os.path.dirname(dst)
+        if len(renames) == 1 and os.path.isdir(folder) and not os.listdir(folder):
+            os.rmdir(folder)  # a prune, just before our rename
+        real_rename(src, dst)
+
+    with quarantine.Quarantine(str(objects)) as q:
+        os.makedirs(os.path.join(q.path, "ab"))
+        with open(os.path.join(q.path, "ab", oid[2:]), "wb") as fh:
+            fh.write(b"x")
+        os.mkdir(objects / "ab")
+        monkeypatch.setattr(quarantine.os, "rename", rename)
+        q.move(oid)
+        monkeypatch.undo()
+    assert (objects / "ab" / oid[2:]).read_bytes() == b"x"
+    assert len(renames) == 2
