@@ -34,7 +34,10 @@ def _script(name: str, *args: str, work: Path, timeout: float) -> dict[str, obje
                           capture_output=True, text=True, env=env, timeout=timeout, check=False)
     assert out.exists(), done.stderr
     figures: dict[str, object] = json.loads(out.read_text())
-    assert done.returncode == 0, (done.stdout, done.stderr)
+    # what went wrong first (pytest cuts a long message short): the failures, then the rest
+    telling = [f"{key}: {figures[key]}" for key in ("failures", "tracebacks", "lost_examples", "verify_problems",
+                                                    "fsck_output") if figures.get(key)]
+    assert done.returncode == 0, "\n".join([*telling, done.stdout, done.stderr])
     return figures
 
 
