@@ -5,20 +5,18 @@ callback (housekeeping packs them)."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
-from typing import TypeVar
 
 import pygit2
 from pygit2.enums import ObjectType
 
 from gitstate.errors import StoreWriteError
-from gitstate.git import deflate, lockfile
+from gitstate.git import deflate, lockfile, safeopen
 from gitstate.git.packs import freshen, write_pack
 from gitstate.git.safeopen import write_all  # also imported from here by its callers
 
@@ -140,7 +138,7 @@ class ObjectWriter:
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-        fd = in_fanout(directory, lambda: os.open(tmp, flags, 0o444))
+        fd = safeopen.in_folder(directory, lambda: os.open(tmp, flags, 0o444))
         try:
             write_all(fd, deflate.compress(raw))
             if self.fsync:
@@ -360,25 +358,6 @@ def pack_loose_copies(objects: str, items: list[LooseObject], *, fsync: bool, sy
                          compressed={oid: z() for oid, _kind, _body, z in items if z is not None})
     unlink_loose(objects, (oid for oid, _kind, _body, _z in items))
     return written.name
-
-
-_DIR_ATTEMPTS = 50  # tries to create a file in a fan-out folder that keeps vanishing
-T = TypeVar("T")
-
-
-def in_fanout(folder: str, make: Callable[[], T]) -> T:
-    """``make()``, which creates a file in the loose-object fan-out folder ``folder``
-    (``objects/xx``): on ``FileNotFoundError`` the folder is made and ``make`` tried again, up to
-    :data:`_DIR_ATTEMPTS` times. The folder may not exist yet, or a concurrent ``git prune`` or
-    ``prune-packed`` (the user's ``git gc``, ``git repack -d``) removed it, empty, since it was
-    made; git retries once. The last attempt's error is raised."""
-    for _ in range(_DIR_ATTEMPTS - 1):
-        try:
-            return make()
-        except FileNotFoundError:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(folder)
-    return make()
 
 
 def unlink_loose(objects: str, oids: Iterable[str]) -> None:

@@ -598,8 +598,9 @@ def add_if_new(common_dir: str, name: str, new: str, message: str, *, committer:
 
 
 def _create_lock(common_dir: str, path: str, lock: str, anchor: str | None = None) -> int | None:
-    """Create and hold ``lock`` (:func:`lockfile.create_held`), its directory first when missing:
-    the common case, an existing directory, costs no ``makedirs`` walk. With ``anchor`` (a lock
+    """Create and hold ``lock`` (:func:`lockfile.create_held`), its directory first when missing
+    (again when ``git pack-refs`` removed it meanwhile, see :func:`safeopen.in_folder`): the common
+    case, an existing directory, costs no ``makedirs`` walk. With ``anchor`` (a lock
     this process holds by flock): ``lock`` is made a hard link to it instead (``None`` returned),
     see :func:`update_atomically`."""
     def take() -> int | None:
@@ -607,12 +608,7 @@ def _create_lock(common_dir: str, path: str, lock: str, anchor: str | None = Non
             return lockfile.create_held(lock)
         os.link(anchor, lock)
         return None
-    try:
-        return take()
-    except FileNotFoundError:
-        pass
-    _make_ref_dirs(common_dir, os.path.dirname(path))
-    return take()
+    return safeopen.in_folder(os.path.dirname(path), take, lambda: _make_ref_dirs(common_dir, os.path.dirname(path)))
 
 
 def _parents(common_dir: str, name: str) -> list[str]:
@@ -629,11 +625,9 @@ def _append_reflog(common_dir: str, name: str, old: str | None, new: str, messag
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     # a FIFO (device, socket) in the log's place would block the append: it is replaced (it
     # holds no history), as a missing log is made
-    try:
-        fd = safeopen.open_fd(path, flags, 0o644, replace_special=True)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = safeopen.open_fd(path, flags, 0o644, replace_special=True)
+    folder = os.path.dirname(path)
+    fd = safeopen.in_folder(folder, lambda: safeopen.open_fd(path, flags, 0o644, replace_special=True),
+                            lambda: os.makedirs(folder, exist_ok=True))
     try:
         write_all(fd, line.encode("utf-8", "surrogateescape"))
         if fsync:

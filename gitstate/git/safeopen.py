@@ -12,14 +12,16 @@ Only the standard library: :mod:`gitstate.git.lockfile` sits on it."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import stat
-from typing import IO, Any
+from collections.abc import Callable
+from typing import IO, Any, TypeVar
 
-__all__ = ["NotRegularFileError", "describe", "open_fd", "open_file", "regular_or_absent", "remove_special",
-           "write_all"]
+__all__ = ["NotRegularFileError", "describe", "in_folder", "open_fd", "open_file", "regular_or_absent",
+           "remove_special", "write_all"]
 
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -124,3 +126,28 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+FOLDER_ATTEMPTS = 50  # tries to create a file in a folder that keeps vanishing
+T = TypeVar("T")
+
+
+def in_folder(folder: str, make: Callable[[], T], make_folder: Callable[[], None] | None = None) -> T:
+    """``make()``, which creates a file in ``folder``: on ``FileNotFoundError`` the folder is made
+    (``make_folder()``, else one ``mkdir``) and ``make`` tried again, up to :data:`FOLDER_ATTEMPTS`
+    times in all; the last attempt's error is raised.
+
+    The folder may not exist yet, or git removed it, empty, since it was made: ``git prune`` and
+    ``prune-packed`` (the user's ``git gc``, ``git repack -d``) remove empty loose-object folders
+    (``objects/xx``), ``git pack-refs`` the empty folders of the refs it packs. git itself tries
+    again once."""
+    for _ in range(FOLDER_ATTEMPTS - 1):
+        try:
+            return make()
+        except FileNotFoundError:
+            if make_folder is not None:
+                make_folder()
+            else:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(folder)
+    return make()

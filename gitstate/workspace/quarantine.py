@@ -34,7 +34,7 @@ import time
 import zlib
 from collections.abc import Iterator
 
-from gitstate.git.objects import in_fanout
+from gitstate.git import safeopen
 from gitstate.git.pids import pid_alive
 
 #: Prefix of the private pack folder beside ``objects/pack`` (the one housekeeping sweeps).
@@ -187,11 +187,11 @@ class Quarantine:
         if os.path.exists(dst):
             return
         try:
-            in_fanout(folder, lambda: os.rename(src, dst))  # (the folder may vanish: a `git prune`)
+            safeopen.in_folder(folder, lambda: os.rename(src, dst))  # (a `git prune` may remove it)
             return
         except OSError:
             pass  # another file system: copied under a temporary name, then renamed
-        fd, tmp = in_fanout(folder, lambda: tempfile.mkstemp(prefix="tmp_obj_", dir=folder))
+        fd, tmp = safeopen.in_folder(folder, lambda: tempfile.mkstemp(prefix="tmp_obj_", dir=folder))
         try:
             with os.fdopen(fd, "wb") as out, open(src, "rb") as fh:
                 shutil.copyfileobj(fh, out)

@@ -23,7 +23,6 @@ from gitstate.git.objects import (
     MODE_LINK,
     MODE_TREE,
     ObjectWriter,
-    in_fanout,
     tree_bytes,
 )
 from gitstate.git.reader import parse_tree
@@ -163,30 +162,3 @@ def test_a_fan_out_directory_removed_again_and_again_is_made_again(repo: Path, m
     assert len(vanished) == 5
     assert git_in(repo, "cat-file", "-p", oid, stdin=b"") == "written at last"
 
-
-def test_a_fanout_folder_removed_meanwhile_is_made_again(tmp_path: Path) -> None:
-    """A concurrent ``git prune`` removes an empty fan-out folder between its ``mkdir`` and the
-    temporary file made in it: the folder is made again and the file created."""
-    folder = tmp_path / "ab"
-    tries: list[int] = []
-
-    def make() -> int:
-        tries.append(1)
-        if len(tries) <= 3 and folder.exists():
-            folder.rmdir()  # a prune, just before our open
-        return os.open(folder / "tmp_obj_x", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444)
-
-    os.close(in_fanout(str(folder), make))
-    assert (folder / "tmp_obj_x").exists() and len(tries) == 4
-
-
-def test_a_fanout_folder_that_keeps_vanishing_fails_after_bounded_tries(tmp_path: Path) -> None:
-    tries: list[int] = []
-
-    def make() -> None:
-        tries.append(1)
-        raise FileNotFoundError(2, "gone again", str(tmp_path / "cd" / "tmp_obj_y"))
-
-    with pytest.raises(FileNotFoundError, match="gone again"):
-        in_fanout(str(tmp_path / "cd"), make)
-    assert len(tries) == 50

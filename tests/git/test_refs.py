@@ -467,3 +467,29 @@ def test_update_atomically_refuses_a_ref_with_packed_refs_below_it(repo: Path) -
         refs.update_atomically(common(repo), _moves((REF, None, b), (REF3, None, b)), committer=WHO)
     assert (rev_parse(repo, REF), rev_parse(repo, REF3), rev_parse(repo, below)) == (None, None, a)
     git(repo, "fsck", "--strict")
+
+
+def test_a_ref_folder_pack_refs_removes_meanwhile_is_made_again(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``git pack-refs`` removes the empty folders of the refs it packs; one that vanishes between
+    gitstate making it and creating the lock there is made again (git tries once), and the ref
+    and its reflog land."""
+    a, b = commits(repo, 2)
+    refs.set_if_equals(common(repo), REF, None, a, "gitstate: create", committer=WHO)
+    git(repo, "pack-refs", "--all")  # the loose ref and its folders go
+    folder = Path(common(repo), *REF.split("/")[:-1])
+    assert not folder.exists()
+    real = refs.lockfile.create_held
+    pruned: list[str] = []
+
+    def create_held(path: str, *args: object, **kw: object) -> int:
+        if len(pruned) < 3 and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()  # a pack-refs, just after gitstate made the folder
+            pruned.append(path)
+        return real(path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(refs.lockfile, "create_held", create_held)
+    refs.set_if_equals(common(repo), REF, a, b, "gitstate: move", committer=WHO)
+    monkeypatch.undo()
+    assert len(pruned) == 3 and rev_parse(repo, REF) == b
+    assert git(repo, "reflog", "show", "--format=%H", REF).split()[0] == b
+    git(repo, "fsck", "--strict")

@@ -91,3 +91,31 @@ def test_remove_special_removes_only_fifos_devices_and_sockets(tmp_path: Path) -
     assert safeopen.remove_special(fifo) and not os.path.lexists(fifo)
     assert safeopen.regular_or_absent(regular) and safeopen.regular_or_absent(tmp_path / "missing")
     assert not safeopen.regular_or_absent(folder)
+
+
+def test_a_folder_removed_meanwhile_is_made_again(tmp_path: Path) -> None:
+    """A concurrent ``git prune`` removes an empty fan-out folder between its ``mkdir`` and the
+    temporary file made in it: the folder is made again and the file created."""
+    folder = tmp_path / "ab"
+    tries: list[int] = []
+
+    def make() -> int:
+        tries.append(1)
+        if len(tries) <= 3 and folder.exists():
+            folder.rmdir()  # a prune, just before our open
+        return os.open(folder / "tmp_obj_x", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o444)
+
+    os.close(safeopen.in_folder(str(folder), make))
+    assert (folder / "tmp_obj_x").exists() and len(tries) == 4
+
+
+def test_a_folder_that_keeps_vanishing_fails_after_bounded_tries(tmp_path: Path) -> None:
+    tries: list[int] = []
+
+    def make() -> None:
+        tries.append(1)
+        raise FileNotFoundError(2, "gone again", str(tmp_path / "cd" / "tmp_obj_y"))
+
+    with pytest.raises(FileNotFoundError, match="gone again"):
+        safeopen.in_folder(str(tmp_path / "cd"), make)
+    assert len(tries) == safeopen.FOLDER_ATTEMPTS
