@@ -10,7 +10,10 @@ a new InMemorySaver), with ``durability="sync"`` and ``"async"`` (LangGraph's de
 Backends: ``gitstate`` (git's default ``core.fsync``), ``gitstate-fsync-all`` (``core.fsync=all`` in
 that repository's config: as durable as SQLite and Postgres), ``gitstate-loose`` (not run unless
 named in ``--backends``: ``agentos.looseObjects 16``, a small write written as loose objects, not
-flushed, instead of one flushed pack), ``sqlite`` (SqliteSaver on a file, its
+flushed, instead of one flushed pack), two bounds for design work, not run unless named and not
+usable as savers: ``gitstate-no-flush`` (``core.fsync=none``: nothing flushed, what any change to
+the flushes could at best give) and ``gitstate-ceiling`` (no flush, and ``put_writes`` stores
+nothing: what a free pending-writes path could at best add to that), ``sqlite`` (SqliteSaver on a file, its
 defaults), ``postgres`` (PostgresSaver on a local PostgreSQL server that this script starts from
 Debian's ``postgresql`` package with its defaults, on 127.0.0.1; skipped with the reason printed when it
 cannot start), ``memory`` (InMemorySaver: the graph's own cost).
@@ -90,7 +93,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from soak_kill import git, leftovers, make_repo  # noqa: E402
 
 BACKENDS = ("gitstate", "gitstate-fsync-all", "sqlite", "postgres", "memory")
-GITSTATE = ("gitstate", "gitstate-fsync-all", "gitstate-loose")
+GITSTATE = ("gitstate", "gitstate-fsync-all", "gitstate-loose", "gitstate-no-flush", "gitstate-ceiling")
+BOUNDS = ("gitstate-loose", "gitstate-no-flush", "gitstate-ceiling")  # run only when named
 WORKLOADS = ("plain", "messages")
 DURABILITIES = ("sync", "async")
 BARS = {("gitstate", "sqlite"): 1.5, ("gitstate", "postgres"): 1.0, ("gitstate-fsync-all", "sqlite"): 2.0}
@@ -274,6 +278,16 @@ def git_init(path: str, backend: str) -> None:
         subprocess.run(["git", "-C", path, "config", "core.fsync", "all"], check=True)
     if backend == "gitstate-loose":
         subprocess.run(["git", "-C", path, "config", "agentos.looseObjects", "16"], check=True)
+    if backend in ("gitstate-no-flush", "gitstate-ceiling"):
+        subprocess.run(["git", "-C", path, "config", "core.fsync", "none"], check=True)
+
+
+class _NoPendingWrites(GitCheckpointSaver):
+    """``gitstate-ceiling``: pending writes are dropped, not stored (a bound, not a saver: a resumed
+    run would run its finished tasks again)."""
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+        return None
 
 
 def make_saver(backend: str, base: str, pg: Postgres | None) -> tuple[BaseCheckpointSaver, Callable[[], None], str]:
@@ -281,7 +295,7 @@ def make_saver(backend: str, base: str, pg: Postgres | None) -> tuple[BaseCheckp
     if backend in GITSTATE:
         repo = os.path.join(base, "repo")
         git_init(repo, backend)
-        saver = GitCheckpointSaver(gitstate.open_store(repo))
+        saver = (_NoPendingWrites if backend == "gitstate-ceiling" else GitCheckpointSaver)(gitstate.open_store(repo))
         return saver, saver.store.close, repo
     if backend == "sqlite":
         os.makedirs(os.path.join(base, "db"))
@@ -793,7 +807,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="supersteps per run (300)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds; each runs every backend on every variant (3)")
     ap.add_argument("--backends", default=",".join(BACKENDS),
-                    help="comma-separated, of " + ",".join((*BACKENDS, "gitstate-loose")))
+                    help="comma-separated, of " + ",".join((*BACKENDS, *BOUNDS)))
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="plain,messages")
     ap.add_argument("--durability", default=",".join(DURABILITIES), help="sync,async")
     ap.add_argument("--no-postgres", action="store_true", help="leave PostgresSaver out")

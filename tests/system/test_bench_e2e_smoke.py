@@ -31,6 +31,19 @@ def test_bench_e2e_tiny_run(tmp_path: Path) -> None:
     assert float(counts[0][2]) > 0  # gitstate creates files: the counter saw them
 
 
+def test_bench_e2e_bounds_run_when_named(tmp_path: Path) -> None:
+    """The two bounds (no flush; no flush and no pending writes) run only when named, with ratios."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "AGENTOS_REPO")}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--steps", "5", "--rounds", "1", "--no-postgres", "--no-count",
+                           "--backends", "gitstate-no-flush,gitstate-ceiling,sqlite", "--workloads", "plain",
+                           "--durability", "sync"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "gitstate-no-flush / sqlite wall: median" in out and "gitstate-ceiling / sqlite wall: median" in out
+    assert "gitstate / sqlite" not in out  # the default backend was not named
+
+
 def test_bench_runs_tiny_run(tmp_path: Path) -> None:
     """scripts/bench_runs.py with 20 runs: both tables print, and `runs` lists every run."""
     env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "AGENTOS_REPO")}
