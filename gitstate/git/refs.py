@@ -608,7 +608,8 @@ def _create_lock(common_dir: str, path: str, lock: str, anchor: str | None = Non
             return lockfile.create_held(lock)
         os.link(anchor, lock)
         return None
-    return safeopen.in_folder(os.path.dirname(path), take, lambda: _make_ref_dirs(common_dir, os.path.dirname(path)))
+    folder = os.path.dirname(path)
+    return safeopen.in_folder(folder, take, lambda: _make_ref_dirs(common_dir, folder))
 
 
 def _parents(common_dir: str, name: str) -> list[str]:

@@ -1109,6 +1109,7 @@ def _take_lock(path: str) -> lockfile.FileLock | None:
     except OSError as exc:
         raise StoreWriteError(path, str(exc)) from exc
 
+
 def _odb_write(odb: pygit2.Odb, kind: int, body: bytes) -> pygit2.Oid:
     """``odb.write(kind, body)``, again after a failure, a few times: libgit2 makes a loose object's
     fan-out folder, then its temporary file there, and fails when a concurrent ``git prune``
