@@ -103,7 +103,7 @@ _RACES = (b"unstable object source data", b"fatal: unable to stat")
 #: What git says when the fan-out folder of a loose object it writes vanished between its ``mkdir``
 #: and its temporary file: a concurrent ``git prune`` or ``prune-packed`` (the user's ``git gc``,
 #: ``git repack -d``) removed it while empty. git tries once; :meth:`Workspace._git` runs the command
-#: again after these pauses (each of ``add``, ``write-tree`` and ``update-index`` may be repeated).
+#: again after these pauses (``write-tree``, ``update-index``, ``add`` of one path; not ``add -A``).
 _VANISHED_FOLDER = b"unable to create temporary file: No such file or directory"
 _VANISHED_DELAYS = (0.0, 0.01, 0.05, 0.2)
 
@@ -217,11 +217,13 @@ class Workspace:
         path = self._excludes_file(repo)
         return path, _file_state(path)
 
-    def _git(self, index: str, args: Sequence[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    def _git(self, index: str, args: Sequence[str], stdin: bytes | None = None, *,
+             repeat: bool = True) -> subprocess.CompletedProcess[bytes]:
         """``git args`` on the worktree with ``index`` as its index (never the user's): pathspecs
-        literal, no split index, no fsmonitor, files above :data:`BIG_BLOB` streamed into a pack; run
-        again when a concurrent prune removed the folder git was writing a loose object in
-        (:data:`_VANISHED_FOLDER`)."""
+        literal, no split index, no fsmonitor, files above :data:`BIG_BLOB` streamed into a pack.
+        With ``repeat``, run again when a concurrent prune removed the folder git was writing a
+        loose object in (:data:`_VANISHED_FOLDER`): for commands that change nothing when they
+        fail, or whose output is not read."""
         options = ["-c", "core.splitIndex=false", "-c", "core.fsmonitor=false", "-c", "advice.addEmbeddedRepo=false",
                    "-c", f"core.bigFileThreshold={max(BIG_BLOB, 1)}", "--literal-pathspecs"]
         env = {"GIT_INDEX_FILE": index}
@@ -232,7 +234,7 @@ class Workspace:
             proc = cast("subprocess.CompletedProcess[bytes]",  # text=False: bytes
                         run_git(self.location.git_dir, [*options, *args], cwd=self.workdir,
                                 work_tree=self.workdir, text=False, stdin=stdin, env=env))
-            if delay is None or proc.returncode == 0 or _VANISHED_FOLDER not in proc.stderr:
+            if not repeat or delay is None or proc.returncode == 0 or _VANISHED_FOLDER not in proc.stderr:
                 break
             time.sleep(delay)
         return proc
@@ -515,7 +517,10 @@ class Workspace:
         file rewritten meanwhile), then :class:`StoreWriteError`; one that is no longer a file or
         link (a FIFO in its place) leaves the index."""
         for delay in (*scan.SETTLE_DELAYS, None):
-            proc = self._git(work, ["add", "-A", "--verbose", "--ignore-errors", "--", *pathspecs])
+            # not repeated by _git on a vanished object folder: with --ignore-errors git writes the
+            # index with what it could add and lists the file it could not as unreadable (added
+            # again below), where a second run would print only what was left to add
+            proc = self._git(work, ["add", "-A", "--verbose", "--ignore-errors", "--", *pathspecs], repeat=False)
             if proc.returncode in (0, 1) or not any(m in proc.stderr for m in _RACES):
                 break
             # a file changed while git hashed and wrote it, or went away between git listing and
@@ -1111,13 +1116,16 @@ def _take_lock(path: str) -> lockfile.FileLock | None:
 
 
 def _odb_write(odb: pygit2.Odb, kind: int, body: bytes) -> pygit2.Oid:
-    """``odb.write(kind, body)``, again after a failure, a few times: libgit2 makes a loose object's
-    fan-out folder, then its temporary file there, and fails when a concurrent ``git prune``
-    removed the folder in between (see :data:`_VANISHED_FOLDER`); the last failure is raised."""
+    """``odb.write(kind, body)``, again after the pauses of :data:`_VANISHED_DELAYS` when a file or
+    folder was missing: libgit2 writes a temporary file in ``objects/``, makes the fan-out folder,
+    then renames the file into it, and fails (an :class:`OSError`) when a concurrent ``git prune``
+    removed the folder in between. Any other failure, and the last, is raised."""
     for delay in _VANISHED_DELAYS:
         try:
             return odb.write(kind, body)
-        except pygit2.GitError:
+        except OSError as exc:  # (pygit2 raises libgit2's OS errors as OSError)
+            if not (isinstance(exc, FileNotFoundError) or "No such file or directory" in str(exc)):
+                raise
             time.sleep(delay)
     return odb.write(kind, body)
 

@@ -365,12 +365,12 @@ def test_a_snapshot_git_cannot_write_is_a_store_write_error(repo: Path, monkeypa
 
     original = Workspace._git
 
-    def read_only(self: Workspace, index: str, args: list[str], stdin: bytes | None = None) -> object:
+    def read_only(self: Workspace, index: str, args: list[str], stdin: bytes | None = None, **kw: bool) -> object:
         if args == ["write-tree"]:
             return subprocess.CompletedProcess(args, 128, b"", b"error: insufficient permission for adding an "
                                                b"object to repository database .git/objects\nfatal: git-write-tree: "
                                                b"error building trees\n")
-        return original(self, index, args, stdin)
+        return original(self, index, args, stdin, **kw)
 
     (repo / "a.txt").write_text("a\n")
     monkeypatch.setattr(Workspace, "_git", read_only)

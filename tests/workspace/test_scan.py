@@ -269,16 +269,17 @@ def _failing_reads(monkeypatch: pytest.MonkeyPatch, name: str, times: int) -> li
     original = snapshot_module.Workspace._git
     left = [times]
 
-    def git_failing(self: snapshot_module.Workspace, index: str, args: list[str], stdin: bytes | None = None) -> object:
+    def git_failing(self: snapshot_module.Workspace, index: str, args: list[str], stdin: bytes | None = None,
+                    **kw: bool) -> object:
         if args[:2] == ["add", "-A"]:
-            proc = original(self, index, args, stdin)
+            proc = original(self, index, args, stdin, **kw)
             proc.stderr += f"error: unable to index file '{name}'\n".encode()
             proc.returncode = 1
             return proc
         if args == ["add", "--", name] and left[0]:
             left[0] -= 1
             return subprocess.CompletedProcess(args, 1, b"", f"error: unable to index file '{name}'\n".encode())
-        return original(self, index, args, stdin)
+        return original(self, index, args, stdin, **kw)
 
     monkeypatch.setattr(snapshot_module.Workspace, "_git", git_failing)
     return left

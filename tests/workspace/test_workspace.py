@@ -321,13 +321,13 @@ def test_a_file_gone_while_git_adds_is_tried_again(work: Path, monkeypatch: pyte
     real = snapshot.Workspace._git
     failed: list[bool] = []
 
-    def git_once_racing(self: snapshot.Workspace, index: str, args: list[str], stdin: bytes | None = None
-                        ) -> subprocess.CompletedProcess[bytes]:
+    def git_once_racing(self: snapshot.Workspace, index: str, args: list[str], stdin: bytes | None = None,
+                        **kw: bool) -> subprocess.CompletedProcess[bytes]:
         if args[:2] == ["add", "-A"] and not failed:
             failed.append(True)
             return subprocess.CompletedProcess(args, 128, b"",
                                                b"fatal: unable to stat 'work-0.txt.1.tmp': No such file or directory\n")
-        return real(self, index, args, stdin)
+        return real(self, index, args, stdin, **kw)
 
     monkeypatch.setattr(snapshot.Workspace, "_git", git_once_racing)
     cp = gitstate.open_store(work).create_run().checkpoint({}, files=True)
