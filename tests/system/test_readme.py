@@ -133,9 +133,9 @@ def _is_server(command: str) -> bool:
 
 
 def _bench_scripts(block: Block) -> list[str]:
-    """The scripts a block of benchmark commands names, or [] when it is not one."""
+    """The scripts a block of benchmark (and soak) commands names, or [] when it is not one."""
     lines = [line for line in block.text.splitlines() if line.strip()]
-    names = [re.match(r"\.venv[-\w]*/bin/python scripts/(bench_\w+\.py)\b", line) for line in lines]
+    names = [re.match(r"\.venv[-\w]*/bin/python scripts/((?:bench|soak)_\w+\.py)\b", line) for line in lines]
     return [m.group(1) for m in names if m] if all(names) else []
 
 
