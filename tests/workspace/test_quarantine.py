@@ -67,7 +67,7 @@ def test_a_move_whose_fanout_folder_vanishes_makes_it_again(tmp_path: Path,
         real_rename(src, dst)
 
     with quarantine.Quarantine(str(objects)) as q:
-        os.makedirs(os.path.join(q.path, "ab"))
+        os.makedirs(os.path.join(q.path, "ab"), exist_ok=True)  # (the thread's quarantine may have it)
         with open(os.path.join(q.path, "ab", oid[2:]), "wb") as fh:
             fh.write(b"x")
         os.mkdir(objects / "ab")
