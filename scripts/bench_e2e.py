@@ -94,7 +94,7 @@ from soak_kill import git, leftovers, make_repo  # noqa: E402
 
 BACKENDS = ("gitstate", "gitstate-fsync-all", "sqlite", "postgres", "memory")
 GITSTATE = ("gitstate", "gitstate-fsync-all", "gitstate-loose", "gitstate-no-flush", "gitstate-ceiling")
-BOUNDS = ("gitstate-loose", "gitstate-no-flush", "gitstate-ceiling")  # run only when named
+NAMED_ONLY = ("gitstate-loose", "gitstate-no-flush", "gitstate-ceiling")  # run only when named
 WORKLOADS = ("plain", "messages")
 DURABILITIES = ("sync", "async")
 BARS = {("gitstate", "sqlite"): 1.5, ("gitstate", "postgres"): 1.0, ("gitstate-fsync-all", "sqlite"): 2.0}
@@ -807,7 +807,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="supersteps per run (300)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds; each runs every backend on every variant (3)")
     ap.add_argument("--backends", default=",".join(BACKENDS),
-                    help="comma-separated, of " + ",".join((*BACKENDS, *BOUNDS)))
+                    help="comma-separated, of " + ",".join((*BACKENDS, *NAMED_ONLY)))
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="plain,messages")
     ap.add_argument("--durability", default=",".join(DURABILITIES), help="sync,async")
     ap.add_argument("--no-postgres", action="store_true", help="leave PostgresSaver out")
