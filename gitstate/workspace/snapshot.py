@@ -337,6 +337,9 @@ class Workspace:
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(work)  # (a refused snapshot leaves no index naming what it read)
+                # nor a signature saying its look at the user's index was applied: the next one
+                # compares with the last published (tracked-but-ignored files added then)
+                self._tracked_sig = None
                 raise
             finally:
                 with contextlib.suppress(OSError):
@@ -800,9 +803,16 @@ class Workspace:
                    and _file_or_link(os.path.join(self.workdir, path))]
         if not missing:
             return []
-        self._git_paths(work, ["update-index", "--add", "--ignore-missing"], missing)
+        args = ["update-index", "--add", "--ignore-missing"]
+        if self._git_paths(work, args, missing).returncode != 0:
+            # git stops at the first path it cannot store and saves none: each path on its own,
+            # so the one that cannot be stored is named instead of all of them left out
+            for path in missing:
+                one = self._git_paths(work, args, [path])
+                if one.returncode != 0:
+                    raise StoreWriteError(os.path.join(self.workdir, path), f"cannot snapshot it: {last_line(one.stderr)}")
         have = self._index_ids(work, missing)
-        return [p for p in missing if p in have]  # one that could not be read is left out, as git would
+        return [p for p in missing if p in have]  # one gone meanwhile is left out, as git would
 
     def _ignored_in(self, index: str) -> set[str]:
         """The paths of the index file ``index`` that an ignore rule matches (read only)."""

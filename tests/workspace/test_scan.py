@@ -597,3 +597,31 @@ def test_a_recent_file_that_grew_between_the_two_reads_is_stored_as_first_read(w
     finally:
         os.close(fd)
     assert data == b"a" * 100
+
+
+def test_a_tracked_but_ignored_file_git_cannot_store_is_named(work: Path) -> None:
+    """git's ``update-index --add`` of the files the user tracks although ignored stops at the first
+    it cannot store and saves none: the snapshot names that file instead of leaving them all out
+    and succeeding."""
+    git(work, "config", "agentos.secrets", "off")  # git writes the blobs itself, not a quarantine
+    store = gitstate.open_store(work)
+    store.create_run(run_id="ignored").checkpoint({}, files=True)  # (*.log is ignored)
+    for name in ("x", "y"):
+        (work / f"{name}.log").write_text(f"{name}, tracked although ignored\n")
+    git(work, "add", "-f", "x.log", "y.log")
+    for n in range(1000):  # x.log changed since: its new blob in a fan-out folder not made yet
+        (work / "x.log").write_text(f"x, changed {n}\n")
+        blob = git(work, "hash-object", "x.log").strip()
+        folder = work / ".git" / "objects" / blob[:2]
+        if not folder.exists():
+            break
+    assert not folder.exists()
+    folder.write_text("")  # the blob's folder cannot be made (a file in its place)
+    try:
+        with pytest.raises(gitstate.StoreWriteError, match=r"x\.log"):
+            store.create_run(run_id="ignored-2").checkpoint({}, files=True)
+    finally:
+        folder.unlink()
+    cp = store.create_run(run_id="ignored-3").checkpoint({}, files=True)
+    assert cp.files_tree_id is not None
+    assert {"x.log", "y.log"} <= set(git(work, "ls-tree", "--name-only", cp.files_tree_id).split())
