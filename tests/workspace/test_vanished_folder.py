@@ -1,7 +1,9 @@
 """A snapshot's git writes loose objects; when the user's ``git gc`` (``prune``, ``prune-packed``)
 removes an empty fan-out folder between git's ``mkdir`` and its temporary file, git fails once
 with ``unable to create temporary file``. The snapshot runs that git command again instead of
-failing the checkpoint (the soak beside the user's git caught this in ``git write-tree``)."""
+failing the checkpoint (the soak beside the user's git caught this in ``git write-tree``), except
+``git add -A``, which names the file it missed (added again on its own); libgit2's writes of the
+snapshot are tried again the same way."""
 
 from __future__ import annotations
 
