@@ -93,6 +93,14 @@ def _shard(key: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 - a cach
     return hit
 
 
+def _by_shard(keys: Iterable[str]) -> dict[str, frozenset[str]]:
+    """``keys`` grouped by their shard (:func:`_shard`)."""
+    members: dict[str, set[str]] = {}
+    for key in keys:
+        members.setdefault(_shard(key), set()).add(key)
+    return {shard: frozenset(group) for shard, group in members.items()}
+
+
 @dataclass
 class _Ns:
     """A namespace as stored: labels, creation order and item blobs by key; edits go through
@@ -135,10 +143,7 @@ class _Ns:
     def groups(self) -> dict[str, frozenset[str]]:
         """The keys of each shard (empty shards may be listed)."""
         if self.members is None:
-            members: dict[str, set[str]] = {}
-            for key in self.items:
-                members.setdefault(_shard(key), set()).add(key)
-            self.members = {shard: frozenset(keys) for shard, keys in members.items()}
+            self.members = _by_shard(self.items)
         return self.members
 
     @property
@@ -210,10 +215,7 @@ class _Namespaces:
     def groups(self) -> dict[str, frozenset[str]]:
         """The namespace names of each shard."""
         if self.members is None:
-            members: dict[str, set[str]] = {}
-            for key in self.keys():
-                members.setdefault(_shard(key), set()).add(key)
-            self.members = {shard: frozenset(keys) for shard, keys in members.items()}
+            self.members = _by_shard(self.keys())
         return self.members
 
     def sharded_names(self) -> frozenset[str]:
